@@ -1,0 +1,1 @@
+"""The cleaner service."""

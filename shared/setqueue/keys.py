@@ -1,0 +1,105 @@
+"""The key layout of a queue in Redis: the one place that spells key names.
+
+Every key of queue ``Q`` starts with ``setqueue:{Q}:``. The braces are a Redis Cluster hash
+tag, so all keys of one queue live in one slot and every Lua script can run there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_ID_LENGTH = 1024
+
+
+def validate_queue_name(name: str) -> str:
+    if not name or len(name) > 200:
+        raise ValueError("queue name must be 1 to 200 characters")
+    if any(c in name for c in "{}") or any(c.isspace() for c in name):
+        raise ValueError(f"queue name {name!r} must not contain braces or white space")
+    return name
+
+
+def validate_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str):
+        raise TypeError(f"job id must be a str, not {type(job_id).__name__}")
+    if not job_id or len(job_id) > MAX_ID_LENGTH:
+        raise ValueError(f"job id must be 1 to {MAX_ID_LENGTH} characters, got {len(job_id)}")
+    if any(c in job_id for c in "\r\n\0"):
+        raise ValueError(f"job id {job_id!r} must not contain line breaks or NUL")
+    return job_id
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Names of every key queue ``name`` uses."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.name)
+
+    @property
+    def prefix(self) -> str:
+        return f"setqueue:{{{self.name}}}:"
+
+    @property
+    def todos(self) -> str:
+        """SET of ids waiting to be claimed."""
+        return self.prefix + "todos"
+
+    @property
+    def in_progress(self) -> str:
+        """SET of ids claimed by a worker."""
+        return self.prefix + "in_progress"
+
+    @property
+    def done(self) -> str:
+        """SET of ids finished successfully (bounded by the retention)."""
+        return self.prefix + "done"
+
+    @property
+    def failed(self) -> str:
+        """SET of dead-lettered ids."""
+        return self.prefix + "failed"
+
+    @property
+    def pending(self) -> str:
+        """ZSET id -> enqueue time (ms, Redis clock) of ids in todos or in_progress."""
+        return self.prefix + "pending"
+
+    @property
+    def attempts(self) -> str:
+        """HASH id -> how many times the id has been claimed."""
+        return self.prefix + "attempts"
+
+    @property
+    def payloads(self) -> str:
+        """HASH id -> payload, for jobs enqueued with one."""
+        return self.prefix + "payloads"
+
+    @property
+    def errors(self) -> str:
+        """HASH id -> the reason given by the last fail (or lease expiry)."""
+        return self.prefix + "errors"
+
+    @property
+    def done_log(self) -> str:
+        """ZSET id -> done time (ms), which the retention of done trims by count and age."""
+        return self.prefix + "done_log"
+
+    @property
+    def wake(self) -> str:
+        """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
+        return self.prefix + "wake"
+
+    def lock(self, job_id: str) -> str:
+        """STRING holding the lease token of the worker that owns ``job_id``, with a TTL."""
+        return f"{self.prefix}lock:{job_id}"
+
+    def request(self, request_id: str) -> str:
+        """STRING holding the result of one script call for a short while (idempotent resends)."""
+        return f"{self.prefix}req:{request_id}"
+
+    @property
+    def sets(self) -> dict[str, str]:
+        return {"todos": self.todos, "in_progress": self.in_progress, "done": self.done, "failed": self.failed}

@@ -1,0 +1,102 @@
+"""Keeping leases alive while long jobs run."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+import redis
+
+from setqueue.queue import Lease, Queue
+
+log = logging.getLogger("setqueue.lease")
+
+
+class LeaseKeeper:
+    """Renews every held lease in the background, at a third of the lease time.
+
+    One script call renews all leases a worker holds. A lease found lost (its lock expired or
+    another worker owns the job now) is dropped and reported through ``on_lost``; the job's
+    eventual ack is then refused as stale, so a slow worker can never complete someone else's
+    claim. A Redis error is logged and retried on the next tick: the lease time is the margin.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        interval: float | None = None,
+        on_renewed: Callable[[int], None] | None = None,
+        on_lost: Callable[[Lease], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.interval = interval if interval is not None else queue.lease_seconds / 3
+        self._on_renewed = on_renewed
+        self._on_lost = on_lost
+        self._held: dict[tuple[str, str], Lease] = {}
+        self._lost: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LeaseKeeper:
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> LeaseKeeper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def hold(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            for lease in leases:
+                self._held[(lease.id, lease.token)] = lease
+
+    def drop(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            for lease in leases:
+                self._held.pop((lease.id, lease.token), None)
+                self._lost.discard((lease.id, lease.token))
+
+    def is_lost(self, lease: Lease) -> bool:
+        with self._lock:
+            return (lease.id, lease.token) in self._lost
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def renew_now(self) -> None:
+        with self._lock:
+            leases = list(self._held.values())
+        if not leases:
+            return
+        renewed = self.queue.renew_many(leases)
+        lost = [lease for lease, ok in zip(leases, renewed, strict=True) if not ok]
+        with self._lock:
+            for lease in lost:
+                if self._held.pop((lease.id, lease.token), None) is not None:
+                    self._lost.add((lease.id, lease.token))
+        if self._on_renewed is not None:
+            self._on_renewed(len(leases) - len(lost))
+        for lease in lost:
+            log.warning("lease lost for job %s (attempt %d)", lease.id, lease.attempt)
+            if self._on_lost is not None:
+                self._on_lost(lease)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.renew_now()
+            except redis.RedisError as exc:
+                log.warning("lease renewal failed, retrying in %.1fs: %s", self.interval, exc)

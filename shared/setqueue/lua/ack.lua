@@ -1,0 +1,59 @@
+-- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
+-- A caller owns a job while the lock holds its token, or once the lock has expired as long as
+-- nobody claimed the job since (it is still in in_progress with the same attempt count). A stale
+-- ack changes nothing.
+--
+-- KEYS[1] request record  setqueue:{Q}:req:<request id>
+-- KEYS[2] in_progress   KEYS[3] done
+-- KEYS[4] done_log    (zset: id -> done time in ms; drives the retention of done)
+-- KEYS[5] pending     KEYS[6] attempts   KEYS[7] payloads   KEYS[8] errors
+-- KEYS[9..] lock key of each lease, in the order of the triples in ARGV[3..]
+-- ARGV[1] request record TTL in ms
+-- ARGV[2] most ids kept in done (0 = no limit); the oldest are dropped beyond it
+-- ARGV[3..] id, token, attempt of each lease
+-- Returns a JSON string: [now ms, [enqueue ms (or -1 if unknown) of each acked job, or -2 if stale]]
+local cached = redis.call('GET', KEYS[1])
+if cached then return cached end
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+local results = {}
+local acked = 0
+for i = 3, #ARGV, 3 do
+  local id, token, attempt = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local lock = KEYS[9 + (i - 3) / 3]
+  local holder = redis.call('GET', lock)
+  local owned
+  if holder then
+    owned = holder == token
+  else
+    owned = redis.call('SISMEMBER', KEYS[2], id) == 1 and redis.call('HGET', KEYS[6], id) == attempt
+  end
+  if owned then
+    redis.call('SMOVE', KEYS[2], KEYS[3], id)
+    redis.call('DEL', lock)
+    results[#results + 1] = tonumber(redis.call('ZSCORE', KEYS[5], id)) or -1
+    redis.call('ZREM', KEYS[5], id)
+    redis.call('HDEL', KEYS[6], id)
+    redis.call('HDEL', KEYS[7], id)
+    redis.call('HDEL', KEYS[8], id)
+    redis.call('ZADD', KEYS[4], now, id)
+    acked = acked + 1
+  else
+    results[#results + 1] = -2
+  end
+end
+
+local keep = tonumber(ARGV[2])
+if acked > 0 and keep > 0 then
+  local excess = redis.call('ZCARD', KEYS[4]) - keep
+  if excess > 0 then
+    local oldest = redis.call('ZPOPMIN', KEYS[4], excess)
+    for j = 1, #oldest, 2 do redis.call('SREM', KEYS[3], oldest[j]) end
+  end
+end
+
+local result = cjson.encode({now, results})
+redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
+return result

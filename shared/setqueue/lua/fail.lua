@@ -1,0 +1,63 @@
+-- fail.lua: give up on jobs the caller owns. Mode "retry": back to todos while attempts remain,
+-- else into failed (the dead-letter set) with the reason kept. Mode "dead": into failed at once.
+-- Mode "release": back to todos without using up an attempt (a worker shutting down).
+-- Ownership as in ack.lua; failing a lease that is not owned (stale, or already failed)
+-- changes nothing.
+--
+-- KEYS[1] request record  setqueue:{Q}:req:<request id>
+-- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
+-- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
+-- KEYS[8] wake
+-- KEYS[9..] lock key of each lease, in the order of the groups in ARGV[4..]
+-- ARGV[1] request record TTL in ms
+-- ARGV[2] max attempts (a job claimed this many times is dead-lettered instead of retried)
+-- ARGV[3] wake list cap
+-- ARGV[4..] id, token, attempt, mode ("retry", "dead" or "release"), reason of each lease
+-- Returns a JSON string: [outcome of each lease: "retried", "dead", "released" or "stale"]
+local cached = redis.call('GET', KEYS[1])
+if cached then return cached end
+
+local max_attempts = tonumber(ARGV[2])
+local outcomes = {}
+local retried = 0
+for i = 4, #ARGV, 5 do
+  local id, token, attempt, mode, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local lock = KEYS[9 + (i - 4) / 5]
+  local holder = redis.call('GET', lock)
+  local owned
+  if holder then
+    owned = holder == token
+  else
+    owned = redis.call('SISMEMBER', KEYS[3], id) == 1 and redis.call('HGET', KEYS[6], id) == attempt
+  end
+  if not owned then
+    outcomes[#outcomes + 1] = 'stale'
+  else
+    redis.call('DEL', lock)
+    if mode == 'release' then
+      redis.call('SMOVE', KEYS[3], KEYS[2], id)
+      redis.call('HINCRBY', KEYS[6], id, -1)
+      retried = retried + 1
+      outcomes[#outcomes + 1] = 'released'
+    elseif mode == 'retry' and tonumber(attempt) < max_attempts then
+      redis.call('HSET', KEYS[7], id, reason)
+      redis.call('SMOVE', KEYS[3], KEYS[2], id)
+      retried = retried + 1
+      outcomes[#outcomes + 1] = 'retried'
+    else
+      redis.call('HSET', KEYS[7], id, reason)
+      redis.call('SMOVE', KEYS[3], KEYS[4], id)
+      redis.call('ZREM', KEYS[5], id)
+      outcomes[#outcomes + 1] = 'dead'
+    end
+  end
+end
+
+if retried > 0 then
+  redis.call('LPUSH', KEYS[8], '1')
+  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[3]) - 1)
+end
+
+local result = cjson.encode(outcomes)
+redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
+return result

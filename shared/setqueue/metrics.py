@@ -1,0 +1,142 @@
+"""Prometheus metrics of the three services, one class per role.
+
+Every name starts with ``setqueue_``; counters end in ``_total`` and durations are in seconds.
+There are no per-worker or per-job labels: Prometheus's ``instance`` label already names the
+replica. Each role registers only its own metrics, so a gauge such as ``setqueue_queue_depth``
+comes from the cleaner alone and is not multiplied by the number of worker replicas.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
+PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+# Queue wait and end-to-end time also cover a backlog that takes an hour to drain.
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
+SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+QUEUE_STATES = ("todos", "in_progress", "done", "failed")
+
+
+class ServiceMetrics:
+    """What every service exports."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.redis_up = Gauge(
+            "setqueue_redis_up",
+            "1 when the last Redis call of this process succeeded, 0 while Redis is unreachable.",
+            registry=registry,
+        )
+
+
+class CreatorMetrics(ServiceMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.jobs_created = Counter(
+            "setqueue_jobs_created_total",
+            "Job ids newly added to todos (ids the queue already knew are not counted).",
+            registry=registry,
+        )
+        self.jobs_duplicate = Counter(
+            "setqueue_jobs_duplicate_total",
+            "Job ids submitted that the queue already knew (todos, in_progress, done or failed).",
+            registry=registry,
+        )
+
+
+class WorkerMetrics(ServiceMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.jobs_claimed = Counter(
+            "setqueue_jobs_claimed_total", "Jobs claimed (moved todos -> in_progress).", registry=registry
+        )
+        self.jobs_completed = Counter(
+            "setqueue_jobs_completed_total",
+            "Jobs finished by this worker, by outcome: success (acked into done) or failure "
+            "(the handler raised; retried or dead-lettered).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("success", "failure"):
+            self.jobs_completed.labels(outcome)
+        self.jobs_retried = Counter(
+            "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt.", registry=registry
+        )
+        self.jobs_dead_lettered = dead_lettered_counter(registry)
+        self.lease_renewals = Counter(
+            "setqueue_lease_renewals_total", "Lease renewals that succeeded.", registry=registry
+        )
+        self.leases_lost = Counter(
+            "setqueue_leases_lost_total",
+            "Leases found lost on renewal (the lock expired or another worker owns the job).",
+            registry=registry,
+        )
+        self.stale_acks = Counter(
+            "setqueue_stale_acks_total",
+            "Acks and fails refused because the lease was lost; nothing was changed.",
+            registry=registry,
+        )
+        self.jobs_in_progress = Gauge(
+            "setqueue_jobs_in_progress", "Jobs this worker holds right now.", registry=registry
+        )
+        self.processing_seconds = Histogram(
+            "setqueue_job_processing_seconds",
+            "Time the handler took per job.",
+            buckets=PROCESSING_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait_seconds = Histogram(
+            "setqueue_job_queue_wait_seconds",
+            "Enqueue to claim, by the Redis clock.",
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.end_to_end_seconds = Histogram(
+            "setqueue_job_end_to_end_seconds",
+            "Enqueue to done, by the Redis clock.",
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+
+
+class CleanerMetrics(ServiceMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.requeued = Counter(
+            "setqueue_cleaner_requeued_total",
+            "Jobs whose lease expired, moved back from in_progress to todos.",
+            registry=registry,
+        )
+        self.jobs_dead_lettered = dead_lettered_counter(registry)
+        self.done_trimmed = Counter(
+            "setqueue_done_trimmed_total", "Ids dropped from done by the age retention.", registry=registry
+        )
+        self.sweep_seconds = Histogram(
+            "setqueue_sweep_duration_seconds", "Time one sweep took.", buckets=SWEEP_BUCKETS, registry=registry
+        )
+        self.last_sweep_timestamp = Gauge(
+            "setqueue_last_sweep_timestamp_seconds",
+            "Unix time of the last completed sweep.",
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "setqueue_queue_depth", "Number of ids in each set of the queue.", ["state"], registry=registry
+        )
+        for state in QUEUE_STATES:
+            self.queue_depth.labels(state)
+        self.oldest_pending_age = Gauge(
+            "setqueue_oldest_pending_age_seconds",
+            "Age of the oldest job not yet done or dead-lettered (0 when there is none).",
+            registry=registry,
+        )
+
+
+def dead_lettered_counter(registry: CollectorRegistry) -> Counter:
+    """Workers (attempts used up on fail) and the cleaner (on lease expiry) both dead-letter."""
+    return Counter(
+        "setqueue_jobs_dead_lettered_total",
+        "Jobs moved into failed (the dead-letter set) by this process.",
+        registry=registry,
+    )

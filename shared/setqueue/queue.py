@@ -1,0 +1,385 @@
+"""The set-model work queue: todos -> in_progress -> done, plus failed (the dead-letter set).
+
+Every transition that touches more than one key is one Lua script (see ``lua/``), so no crash
+and no concurrent cleaner can observe a half-done step. Mutating scripts take a fresh request
+id and keep their result under ``setqueue:{Q}:req:<id>`` for ``request_ttl_seconds``: redis-py
+resends a command after a connection error, and a resent claim, ack or fail then returns the
+first result instead of applying twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+
+from setqueue.keys import QueueKeys, validate_job_id
+
+# Ids per script call: keeps one call's run time (and so Redis's latency for others) small.
+CHUNK = 500
+_SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete")
+_SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
+
+STALE = -2  # ack.lua's marker for a lease that is no longer ours
+
+
+def new_request_id() -> str:
+    return os.urandom(12).hex()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on one job. ``token`` proves ownership; ``attempt`` counts claims (1 = first)."""
+
+    id: str
+    token: str
+    attempt: int
+    payload: str | None
+    enqueued_at: float | None  # Redis clock, seconds since the epoch; None if enqueued by other means
+    claimed_at: float  # Redis clock
+
+    @property
+    def queue_wait_seconds(self) -> float | None:
+        return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    acked: bool  # False: the lease was stale and nothing changed
+    end_to_end_seconds: float | None  # enqueue -> done by the Redis clock, when known
+
+
+class FailOutcome(enum.StrEnum):
+    RETRIED = "retried"  # back in todos for another attempt
+    DEAD = "dead"  # moved into failed
+    RELEASED = "released"  # back in todos without using up an attempt
+    STALE = "stale"  # the lease was no longer ours; nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    requeued: list[str]
+    dead_lettered: list[str]
+    done_trimmed: int
+
+    @property
+    def total(self) -> int:
+        """Ids moved out of in_progress."""
+        return len(self.requeued) + len(self.dead_lettered)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    id: str
+    state: str  # todos, in_progress, done or failed
+    attempts: int
+    payload: str | None
+    error: str | None
+    enqueued_at: float | None
+    done_at: float | None
+    lock_token: str | None
+    lock_ttl_seconds: float | None
+
+
+class Queue:
+    """One named queue in one Redis (or one Redis Cluster slot)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        name: str = "default",
+        *,
+        lease_seconds: float = 30.0,
+        max_attempts: int = 5,
+        done_max_count: int = 1_000_000,
+        done_max_age_seconds: float = 7 * 86400,
+        request_ttl_seconds: float = 120.0,
+        wake_cap: int = 64,
+    ) -> None:
+        if not lease_seconds >= 0.001:
+            raise ValueError(f"lease_seconds must be at least 0.001, got {lease_seconds}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if done_max_count < 0 or not done_max_age_seconds >= 0:
+            raise ValueError("done_max_count and done_max_age_seconds must not be negative")
+        if not request_ttl_seconds >= 1:
+            raise ValueError("request_ttl_seconds must be at least 1")
+        if wake_cap < 1:
+            raise ValueError("wake_cap must be at least 1")
+        self.redis = client
+        self.keys = QueueKeys(name)
+        self.name = name
+        self.lease_seconds = float(lease_seconds)
+        self.max_attempts = max_attempts
+        self.done_max_count = done_max_count
+        self.done_max_age_seconds = float(done_max_age_seconds)
+        self.wake_cap = wake_cap
+        self._lease_ms = max(1, round(lease_seconds * 1000))
+        self._request_ttl_ms = round(request_ttl_seconds * 1000)
+        self._scripts = {n: client.register_script(src) for n, src in _SCRIPT_SOURCES.items()}
+        self._sweep_cursor = 0
+
+    @classmethod
+    def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
+        """A queue on a new client for ``url`` (redis:// rediss:// unix://).
+
+        The client keeps redis-py's default retry on connection errors: the scripts are safe to
+        resend. Socket timeouts stop a call from hanging forever on a dead connection.
+        """
+        client = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=5,
+            socket_timeout=30,
+            socket_keepalive=True,
+            health_check_interval=30,
+        )
+        return cls(client, name, **options)
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        return json.loads(self._scripts[script](keys=keys, args=args))
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def enqueue(self, ids: Iterable[str] | Mapping[str, str]) -> int:
+        """Add job ids (or a mapping id -> payload) to todos; returns how many were new.
+
+        An id already in todos, in_progress, done or failed is not added again.
+        """
+        k = self.keys
+        with_payload = isinstance(ids, Mapping)
+        items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
+        for job_id, payload in items:
+            validate_job_id(job_id)
+            if with_payload and not isinstance(payload, str):
+                raise TypeError(f"payload of {job_id!r} must be a str")
+        added = 0
+        for chunk in _chunks(items):
+            args: list[Any] = [self._request_ttl_ms, self.wake_cap, "1" if with_payload else "0"]
+            for job_id, payload in chunk:
+                args.append(job_id)
+                if with_payload:
+                    args.append(payload)
+            keys = [
+                k.request(new_request_id()),
+                k.todos,
+                k.in_progress,
+                k.done,
+                k.failed,
+                k.pending,
+                k.payloads,
+                k.wake,
+            ]
+            added += self._run("enqueue", keys, args)[0]
+        return added
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def claim(self, count: int = 1) -> list[Lease]:
+        """Claim up to ``count`` jobs: each moves todos -> in_progress and gets a lock with a TTL."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        k = self.keys
+        for _ in range(3):  # candidates can all be taken by other workers; try a fresh draw
+            drawn: list[str | bytes] = self.redis.srandmember(k.todos, min(count, CHUNK))  # type: ignore[assignment]
+            candidates = [_text(c) for c in drawn]
+            if not candidates:
+                return []
+            token = new_request_id()
+            keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads]
+            keys += [k.lock(c) for c in candidates]
+            now_ms, claimed = self._run("claim", keys, [self._request_ttl_ms, token, self._lease_ms, *candidates])
+            if claimed:
+                now = now_ms / 1000
+                return [
+                    Lease(job_id, token, attempt, payload or None, enq / 1000 if enq >= 0 else None, now)
+                    for job_id, attempt, enq, payload in claimed
+                ]
+        return []
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until an enqueue (or a requeue) wakes us, or ``timeout`` seconds pass."""
+        return self.redis.blpop([self.keys.wake], timeout=max(timeout, 0.01)) is not None
+
+    def renew(self, lease: Lease) -> bool:
+        """Extend the lease if the lock still holds its token; never re-creates a lost lock."""
+        return self.renew_many([lease])[0]
+
+    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
+        if not leases:
+            return []
+        keys = [self.keys.lock(lease.id) for lease in leases]
+        renewed = self._scripts["renew"](keys=keys, args=[self._lease_ms, *(lease.token for lease in leases)])
+        return [bool(r) for r in renewed]
+
+    def ack(self, lease: Lease) -> bool:
+        """Move the job to done. False when the lease is stale: then nothing changed."""
+        return self.ack_many([lease])[0].acked
+
+    def ack_many(self, leases: Sequence[Lease]) -> list[AckResult]:
+        k = self.keys
+        results: list[AckResult] = []
+        for chunk in _chunks(leases):
+            keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
+            keys += [k.payloads, k.errors, *(k.lock(lease.id) for lease in chunk)]
+            args: list[Any] = [self._request_ttl_ms, self.done_max_count]
+            for lease in chunk:
+                args += [lease.id, lease.token, lease.attempt]
+            now_ms, enqueued = self._run("ack", keys, args)
+            for enq in enqueued:
+                if enq == STALE:
+                    results.append(AckResult(False, None))
+                else:
+                    results.append(AckResult(True, (now_ms - enq) / 1000 if enq >= 0 else None))
+        return results
+
+    def fail(self, lease: Lease, reason: str = "", *, retry: bool = True) -> FailOutcome:
+        """Give up on this attempt: back to todos while attempts remain, else into failed.
+
+        ``retry=False`` dead-letters at once (an error that no retry can fix). Failing a stale
+        lease, or the same lease twice, changes nothing and returns ``FailOutcome.STALE``.
+        """
+        return self._fail([(lease, "retry" if retry else "dead", reason)])[0]
+
+    def release(self, leases: Sequence[Lease]) -> list[FailOutcome]:
+        """Hand jobs back to todos unprocessed, without using up an attempt (graceful shutdown)."""
+        return self._fail([(lease, "release", "") for lease in leases])
+
+    def _fail(self, items: Sequence[tuple[Lease, str, str]]) -> list[FailOutcome]:
+        k = self.keys
+        outcomes: list[FailOutcome] = []
+        for chunk in _chunks(items):
+            keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
+            keys += [k.errors, k.wake, *(k.lock(lease.id) for lease, _, _ in chunk)]
+            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap]
+            for lease, mode, reason in chunk:
+                args += [lease.id, lease.token, lease.attempt, mode, reason]
+            outcomes += [FailOutcome(o) for o in self._run("fail", keys, args)]
+        return outcomes
+
+    # -- the cleaner -------------------------------------------------------------------------
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        """Requeue (or dead-letter) up to ``limit`` examined in_progress ids whose lock is gone.
+
+        SSCANs in_progress in pages and resumes where the last call stopped, so a large
+        in_progress set is covered over several calls. Also applies the age retention of done.
+        """
+        k = self.keys
+        requeued: list[str] = []
+        dead: list[str] = []
+        trimmed = 0
+        examined = 0
+        trim_pending = True
+        while True:
+            page_size = max(1, min(CHUNK, limit - examined))
+            self._sweep_cursor, page = self.redis.sscan(k.in_progress, self._sweep_cursor, count=page_size)  # type: ignore[misc]
+            candidates = [_text(c) for c in page]
+            if candidates or trim_pending:
+                keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
+                keys += [k.errors, k.wake, k.done, k.done_log, *(k.lock(c) for c in candidates)]
+                max_age_ms = round(self.done_max_age_seconds * 1000) if trim_pending else 0
+                args = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK, *candidates]
+                page_requeued, page_dead, page_trimmed = self._run("sweep", keys, args)
+                requeued += page_requeued
+                dead += page_dead
+                trimmed += page_trimmed
+                trim_pending = False
+            examined += len(candidates)
+            if self._sweep_cursor == 0 or examined >= limit:
+                return SweepResult(requeued, dead, trimmed)
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """Sizes of the four sets and the age of the oldest job not yet finished, in one snapshot."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        for key in k.sets.values():
+            pipe.scard(key)
+        pipe.zrange(k.pending, 0, 0, withscores=True)
+        pipe.time()
+        todos, in_progress, done, failed, oldest, (seconds, micros) = pipe.execute()
+        now = seconds + micros / 1e6
+        return {
+            "todos": todos,
+            "in_progress": in_progress,
+            "done": done,
+            "failed": failed,
+            "oldest_pending_age_seconds": max(0.0, now - oldest[0][1] / 1000) if oldest else 0.0,
+        }
+
+    def inspect(self, job_id: str) -> JobInfo | None:
+        """Everything the queue knows about one id, or None if it knows nothing."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        for key in k.sets.values():
+            pipe.sismember(key, job_id)
+        pipe.hget(k.attempts, job_id)
+        pipe.hget(k.payloads, job_id)
+        pipe.hget(k.errors, job_id)
+        pipe.zscore(k.pending, job_id)
+        pipe.zscore(k.done_log, job_id)
+        pipe.get(k.lock(job_id))
+        pipe.pttl(k.lock(job_id))
+        *member, attempts, payload, error, enqueued, done_at, token, ttl_ms = pipe.execute()
+        states = [name for name, is_member in zip(k.sets, member, strict=True) if is_member]
+        if not states:
+            return None
+        return JobInfo(
+            id=job_id,
+            state=states[0],
+            attempts=int(attempts or 0),
+            payload=None if payload is None else _text(payload),
+            error=None if error is None else _text(error),
+            enqueued_at=None if enqueued is None else enqueued / 1000,
+            done_at=None if done_at is None else done_at / 1000,
+            lock_token=None if token is None else _text(token),
+            lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
+        )
+
+    def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
+        """Move dead-lettered jobs (all of them, up to ``limit``, or the ids given) back to todos."""
+        k = self.keys
+        if ids is None:
+            wanted: list[str] = []
+            for job_id in self.redis.sscan_iter(k.failed, count=CHUNK):
+                wanted.append(_text(job_id))
+                if len(wanted) >= limit:
+                    break
+        else:
+            wanted = [validate_job_id(i) for i in ids]
+        moved = 0
+        for chunk in _chunks(wanted):
+            keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake]
+            moved += self._run("requeue_failed", keys, [self._request_ttl_ms, self.wake_cap, *chunk])[0]
+        return moved
+
+    def delete(self, job_id: str) -> str | None:
+        """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
+        k = self.keys
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(validate_job_id(job_id))]
+        state = self._run("delete", keys, [self._request_ttl_ms, job_id])[0]
+        return state or None
+
+    def ping(self) -> bool:
+        return bool(self.redis.ping())
+
+    def close(self) -> None:
+        self.redis.close()

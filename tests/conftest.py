@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from setqueue import Queue
+from tests.support import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """Each test its own queue, so its own key prefix setqueue:{<name>}:."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make_queue(redis_url: str, queue_name: str) -> Iterator[Callable[..., Queue]]:
+    made: list[Queue] = []
+
+    def make(**options: Any) -> Queue:
+        q = Queue.from_url(redis_url, name=queue_name, **options)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()
+
+
+@pytest.fixture
+def queue(make_queue: Callable[..., Queue]) -> Queue:
+    return make_queue(lease_seconds=30, max_attempts=3)

@@ -1,0 +1,98 @@
+"""Real parts for the tests: a redis-server process the tests start and stop themselves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+
+def need(what: str, reason: str) -> None:
+    """Without a real part a test cannot run: under CI that is a failure, never a skip."""
+    message = f"{what} is not available: {reason}"
+    if os.environ.get("CI"):
+        pytest.fail(message + " (CI is set, so this fails instead of skipping)")
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    if not binary:
+        need("redis-server", "not on PATH and REDIS_SERVER is not set (the test command installs it)")
+    return binary  # type: ignore[return-value]
+
+
+class RedisServer:
+    """A redis-server on a free loopback port, persistence off, that can be stopped and restarted
+    on the same port (to play an outage)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.binary = redis_server_binary()
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="setqueue-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--protected-mode",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
