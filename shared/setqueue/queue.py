@@ -18,6 +18,8 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from setqueue.keys import QueueKeys, validate_job_id
 
@@ -26,6 +28,14 @@ CHUNK = 500
 _SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete")
 _SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
 
+_QUEUE_OPTIONS = (
+    "lease_seconds",
+    "max_attempts",
+    "done_max_count",
+    "done_max_age_seconds",
+    "request_ttl_seconds",
+    "wake_cap",
+)
 STALE = -2  # ack.lua's marker for a lease that is no longer ours
 
 
@@ -138,18 +148,22 @@ class Queue:
     def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
         """A queue on a new client for ``url`` (redis:// rediss:// unix://).
 
-        The client keeps redis-py's default retry on connection errors: the scripts are safe to
-        resend. Socket timeouts stop a call from hanging forever on a dead connection.
+        The client resends a command after a connection error or timeout (a few times, with
+        backoff): every script is safe to resend. Socket timeouts stop a call from hanging
+        forever on a dead connection. ``options`` other than the queue's own go to redis-py.
         """
+        queue_options = {k: options.pop(k) for k in list(options) if k in _QUEUE_OPTIONS}
         client = redis.Redis.from_url(
             url,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=30,
             socket_keepalive=True,
             health_check_interval=30,
+            **options,
         )
-        return cls(client, name, **options)
+        return cls(client, name, **queue_options)
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
         return json.loads(self._scripts[script](keys=keys, args=args))

@@ -1,0 +1,136 @@
+"""redis-py resends a command after a connection error. A resent claim, ack or fail must not apply
+twice: a real TCP proxy between client and Redis lets the script run, then cuts the connection
+before the reply arrives, exactly what a network blip does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from setqueue import FailOutcome, Queue
+from tests.support import RedisServer
+
+
+class ReplyDroppingProxy:
+    """Forwards TCP to Redis. Once armed, it lets the next EVALSHA reach Redis, swallows the
+    reply and closes the client's connection (once)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.dropped = 0
+        self._armed = threading.Event()
+        self._drop_next_reply = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._requests, args=(downstream, upstream), daemon=True).start()
+            threading.Thread(target=self._replies, args=(upstream, downstream), daemon=True).start()
+
+    def _requests(self, downstream: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while data := downstream.recv(65536):
+                if self._armed.is_set() and b"EVALSHA" in data.upper():
+                    self._armed.clear()
+                    self._drop_next_reply.set()
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            upstream.close()
+
+    def _replies(self, upstream: socket.socket, downstream: socket.socket) -> None:
+        try:
+            while data := upstream.recv(65536):
+                if self._drop_next_reply.is_set():
+                    self._drop_next_reply.clear()
+                    self.dropped += 1
+                    downstream.shutdown(socket.SHUT_RDWR)
+                    downstream.close()
+                    return
+                downstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            downstream.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[ReplyDroppingProxy]:
+    p = ReplyDroppingProxy(redis_server.port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def flaky_queue(proxy: ReplyDroppingProxy, queue_name: str) -> Iterator[Queue]:
+    """A queue whose client goes through the proxy, with redis-py's default retry on."""
+    q = Queue.from_url(f"redis://127.0.0.1:{proxy.port}/0", name=queue_name, max_attempts=3)
+    yield q
+    q.close()
+
+
+def test_a_resent_claim_returns_the_same_leases_and_claims_once(
+    flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy, client: redis.Redis
+) -> None:
+    queue.enqueue([f"j{i}" for i in range(10)])
+    proxy.arm()
+    leases = flaky_queue.claim(4)
+    assert proxy.dropped == 1 and proxy.connections >= 2  # the reply was lost and redis-py resent
+    assert len(leases) == 4
+    stats = queue.stats()
+    assert (stats["todos"], stats["in_progress"]) == (6, 4)  # not 8 claimed
+    for lease in leases:
+        assert client.get(queue.keys.lock(lease.id)) == lease.token
+        assert client.hget(queue.keys.attempts, lease.id) == "1"
+        assert lease.attempt == 1
+    assert [r.acked for r in queue.ack_many(leases)] == [True] * 4
+
+
+def test_a_resent_ack_reports_success_not_stale(
+    flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
+) -> None:
+    queue.enqueue(["a"])
+    [lease] = queue.claim()
+    proxy.arm()
+    assert flaky_queue.ack(lease) is True
+    assert proxy.dropped == 1
+    assert queue.stats()["done"] == 1
+
+
+def test_a_resent_fail_counts_one_failure(flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy) -> None:
+    queue.enqueue(["a"])
+    [lease] = queue.claim()
+    proxy.arm()
+    assert flaky_queue.fail(lease, "boom") is FailOutcome.RETRIED
+    assert proxy.dropped == 1
+    [again] = queue.claim()
+    assert again.attempt == 2  # one failure recorded, not two (which would have dead-lettered at 3)
+
+
+def test_a_resent_enqueue_reports_the_ids_it_added(
+    flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
+) -> None:
+    proxy.arm()
+    assert flaky_queue.enqueue(["a", "b", "c"]) == 3
+    assert proxy.dropped == 1
+    assert queue.stats()["todos"] == 3
