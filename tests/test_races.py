@@ -1,0 +1,121 @@
+"""Every race of the seed designs, as a regression test. Real processes where a process matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import redis
+
+from setqueue import FailOutcome, Queue
+from tests.support import REPO_ROOT
+
+
+def actor(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.lib_actors", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
+def test_no_cleaner_can_run_between_claim_and_lock(redis_url: str, queue_name: str, make_queue: Callable[..., Queue]) -> None:
+    """In the seed design a cleaner that ran after SMOVE and before SETEX saw an in_progress id
+    with no lock and requeued a job a worker had just claimed. Here claim moves and locks in one
+    script: two processes sweep as fast as they can while we claim 2,000 jobs one by one, and
+    not a single live claim is requeued."""
+    q = make_queue(lease_seconds=60)
+    q.enqueue([f"j{i}" for i in range(2000)])
+    sweepers = [actor("sweep", redis_url, queue_name, "4") for _ in range(2)]
+    leases = []
+    while len(leases) < 2000:
+        leases += q.claim(1)
+    requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]
+    assert requeued == [[], []]
+    assert all(r.acked for r in q.ack_many(leases))
+    assert q.stats()["done"] == 2000
+
+
+def test_late_ack_after_another_worker_reclaimed_changes_nothing(make_queue: Callable[..., Queue], client: redis.Redis) -> None:
+    q = make_queue(lease_seconds=0.2)
+    q.enqueue(["a"])
+    [slow] = q.claim()
+    time.sleep(0.3)  # the slow worker's lease runs out ...
+    assert q.sweep().requeued == ["a"]  # ... the cleaner requeues ...
+    [fast] = q.claim()  # ... and another worker claims the job.
+    assert fast.attempt == 2 and fast.token != slow.token
+    ttl_before = client.pttl(q.keys.lock("a"))
+    assert not q.renew(slow)
+    assert not q.ack(slow)
+    assert q.fail(slow, "late") is FailOutcome.STALE
+    assert client.get(q.keys.lock("a")) == fast.token
+    assert client.pttl(q.keys.lock("a")) <= ttl_before
+    assert q.inspect("a").state == "in_progress"  # type: ignore[union-attr]
+    assert q.ack(fast)
+
+
+def test_late_ack_while_the_job_waits_in_todos_changes_nothing(make_queue: Callable[..., Queue]) -> None:
+    q = make_queue(lease_seconds=0.1)
+    q.enqueue(["a"])
+    [slow] = q.claim()
+    time.sleep(0.2)
+    q.sweep()
+    assert not q.ack(slow)
+    assert q.stats()["todos"] == 1 and q.stats()["done"] == 0
+
+
+def test_double_fail_counts_one_attempt(make_queue: Callable[..., Queue]) -> None:
+    q = make_queue(max_attempts=2)
+    q.enqueue(["a"])
+    [lease] = q.claim()
+    assert q.fail(lease, "x") is FailOutcome.RETRIED
+    assert q.fail(lease, "x") is FailOutcome.STALE  # would have dead-lettered if counted twice
+    [again] = q.claim()
+    assert again.attempt == 2
+
+
+def test_enqueue_of_an_id_in_progress_does_not_duplicate_it(queue: Queue) -> None:
+    queue.enqueue(["a"])
+    [lease] = queue.claim()
+    assert queue.enqueue(["a"]) == 0
+    assert queue.claim() == []
+    assert queue.ack(lease)
+    assert queue.enqueue(["a"]) == 0  # done is remembered (within the retention)
+
+
+def test_a_killed_worker_s_jobs_come_back_after_its_lease(redis_url: str, queue_name: str, make_queue: Callable[..., Queue]) -> None:
+    q = make_queue(lease_seconds=0.5)
+    q.enqueue([f"j{i}" for i in range(5)])
+    holder = actor("hold", redis_url, queue_name, "3")
+    assert holder.stdout is not None
+    held = {job_id for job_id, _ in json.loads(holder.stdout.readline())}
+    assert len(held) == 3
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert q.sweep().total == 0  # the locks still stand: nothing is requeued early
+    time.sleep(0.7)
+    assert set(q.sweep().requeued) == held
+    leases = q.claim(5)
+    assert {lease.id for lease in leases if lease.attempt == 2} == held
+
+
+def test_concurrent_cleaners_requeue_each_id_once(redis_url: str, queue_name: str, make_queue: Callable[..., Queue], client: redis.Redis) -> None:
+    q = make_queue(lease_seconds=30)
+    ids = [f"j{i}" for i in range(3000)]
+    q.enqueue(ids)
+    while q.claim(500):
+        pass
+    sweepers = [actor("sweep", redis_url, queue_name, "3") for _ in range(3)]
+    time.sleep(0.5)  # the sweepers are running: now the leases expire, all at once
+    client.delete(*(q.keys.lock(i) for i in ids))
+    requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]
+    everything = [job_id for part in requeued for job_id in part]
+    assert sorted(everything) == sorted(ids)  # each id requeued exactly once, by one cleaner
+    assert q.stats()["todos"] == 3000
