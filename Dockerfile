@@ -29,8 +29,8 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && rm /tmp/requirements.txt
 
 # Then the sources: the library first (changes least often), then the three services.
-# README.m[d] matches README.md when present and nothing otherwise (pyproject may name it).
-COPY README.m[d] ./
+# (pyproject.toml names README.md as the package's readme, so the build needs it.)
+COPY README.md ./
 COPY shared/ ./shared/
 COPY creator/ ./creator/
 COPY worker/ ./worker/
