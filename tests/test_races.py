@@ -26,7 +26,9 @@ def actor(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_no_cleaner_can_run_between_claim_and_lock(redis_url: str, queue_name: str, make_queue: Callable[..., Queue]) -> None:
+def test_no_cleaner_can_run_between_claim_and_lock(
+    redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
     """In the seed design a cleaner that ran after SMOVE and before SETEX saw an in_progress id
     with no lock and requeued a job a worker had just claimed. Here claim moves and locks in one
     script: two processes sweep as fast as they can while we claim 2,000 jobs one by one, and
@@ -43,7 +45,9 @@ def test_no_cleaner_can_run_between_claim_and_lock(redis_url: str, queue_name: s
     assert q.stats()["done"] == 2000
 
 
-def test_late_ack_after_another_worker_reclaimed_changes_nothing(make_queue: Callable[..., Queue], client: redis.Redis) -> None:
+def test_late_ack_after_another_worker_reclaimed_changes_nothing(
+    make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
     q = make_queue(lease_seconds=0.2)
     q.enqueue(["a"])
     [slow] = q.claim()
@@ -90,7 +94,9 @@ def test_enqueue_of_an_id_in_progress_does_not_duplicate_it(queue: Queue) -> Non
     assert queue.enqueue(["a"]) == 0  # done is remembered (within the retention)
 
 
-def test_a_killed_worker_s_jobs_come_back_after_its_lease(redis_url: str, queue_name: str, make_queue: Callable[..., Queue]) -> None:
+def test_a_killed_worker_s_jobs_come_back_after_its_lease(
+    redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
     q = make_queue(lease_seconds=0.5)
     q.enqueue([f"j{i}" for i in range(5)])
     holder = actor("hold", redis_url, queue_name, "3")
@@ -106,7 +112,9 @@ def test_a_killed_worker_s_jobs_come_back_after_its_lease(redis_url: str, queue_
     assert {lease.id for lease in leases if lease.attempt == 2} == held
 
 
-def test_concurrent_cleaners_requeue_each_id_once(redis_url: str, queue_name: str, make_queue: Callable[..., Queue], client: redis.Redis) -> None:
+def test_concurrent_cleaners_requeue_each_id_once(
+    redis_url: str, queue_name: str, make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
     q = make_queue(lease_seconds=30)
     ids = [f"j{i}" for i in range(3000)]
     q.enqueue(ids)
@@ -119,3 +127,21 @@ def test_concurrent_cleaners_requeue_each_id_once(redis_url: str, queue_name: st
     everything = [job_id for part in requeued for job_id in part]
     assert sorted(everything) == sorted(ids)  # each id requeued exactly once, by one cleaner
     assert q.stats()["todos"] == 3000
+
+
+def test_after_release_and_reclaim_the_first_lease_stays_stale(
+    make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
+    """Found by the property test: release gives an attempt back, so the attempt count cannot tell
+    two claims apart. Ownership after lock expiry is by the owner's token instead."""
+    q = make_queue()
+    q.enqueue(["a"])
+    [first] = q.claim()
+    client.delete(q.keys.lock("a"))
+    assert q.release([first]) == [FailOutcome.RELEASED]
+    [second] = q.claim()
+    assert second.attempt == first.attempt == 1
+    client.delete(q.keys.lock("a"))  # the second lease runs out too
+    assert not q.ack(first)
+    assert q.fail(first, "late") is FailOutcome.STALE
+    assert q.ack(second)

@@ -83,6 +83,12 @@ class QueueKeys:
         return self.prefix + "errors"
 
     @property
+    def owners(self) -> str:
+        """HASH id -> lease token of the claim that owns an in_progress id. Unlike the lock it
+        does not expire, so a worker whose lease ran out can still ack while nobody took over."""
+        return self.prefix + "owners"
+
+    @property
     def done_log(self) -> str:
         """ZSET id -> done time (ms), which the retention of done trims by count and age."""
         return self.prefix + "done_log"

@@ -215,7 +215,7 @@ class Queue:
             if not candidates:
                 return []
             token = new_request_id()
-            keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads]
+            keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners]
             keys += [k.lock(c) for c in candidates]
             now_ms, claimed = self._run("claim", keys, [self._request_ttl_ms, token, self._lease_ms, *candidates])
             if claimed:
@@ -250,10 +250,10 @@ class Queue:
         results: list[AckResult] = []
         for chunk in _chunks(leases):
             keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-            keys += [k.payloads, k.errors, *(k.lock(lease.id) for lease in chunk)]
+            keys += [k.payloads, k.errors, k.owners, *(k.lock(lease.id) for lease in chunk)]
             args: list[Any] = [self._request_ttl_ms, self.done_max_count]
             for lease in chunk:
-                args += [lease.id, lease.token, lease.attempt]
+                args += [lease.id, lease.token]
             now_ms, enqueued = self._run("ack", keys, args)
             for enq in enqueued:
                 if enq == STALE:
@@ -279,10 +279,10 @@ class Queue:
         outcomes: list[FailOutcome] = []
         for chunk in _chunks(items):
             keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-            keys += [k.errors, k.wake, *(k.lock(lease.id) for lease, _, _ in chunk)]
+            keys += [k.errors, k.wake, k.owners, *(k.lock(lease.id) for lease, _, _ in chunk)]
             args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap]
             for lease, mode, reason in chunk:
-                args += [lease.id, lease.token, lease.attempt, mode, reason]
+                args += [lease.id, lease.token, mode, reason]
             outcomes += [FailOutcome(o) for o in self._run("fail", keys, args)]
         return outcomes
 
@@ -306,7 +306,7 @@ class Queue:
             candidates = [_text(c) for c in page]
             if candidates or trim_pending:
                 keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-                keys += [k.errors, k.wake, k.done, k.done_log, *(k.lock(c) for c in candidates)]
+                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *(k.lock(c) for c in candidates)]
                 max_age_ms = round(self.done_max_age_seconds * 1000) if trim_pending else 0
                 args = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK, *candidates]
                 page_requeued, page_dead, page_trimmed = self._run("sweep", keys, args)
@@ -388,7 +388,7 @@ class Queue:
         """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
         k = self.keys
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(validate_job_id(job_id))]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(validate_job_id(job_id)), k.owners]
         state = self._run("delete", keys, [self._request_ttl_ms, job_id])[0]
         return state or None
 

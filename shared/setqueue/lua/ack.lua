@@ -1,16 +1,17 @@
 -- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
 -- A caller owns a job while the lock holds its token, or once the lock has expired as long as
--- nobody claimed the job since (it is still in in_progress with the same attempt count). A stale
--- ack changes nothing.
+-- nobody claimed the job since (owners still names its token: the cleaner has not requeued it).
+-- A stale ack changes nothing.
 --
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress   KEYS[3] done
 -- KEYS[4] done_log    (zset: id -> done time in ms; drives the retention of done)
 -- KEYS[5] pending     KEYS[6] attempts   KEYS[7] payloads   KEYS[8] errors
--- KEYS[9..] lock key of each lease, in the order of the triples in ARGV[3..]
+-- KEYS[9] owners      (hash: id -> lease token of its current claim)
+-- KEYS[10..] lock key of each lease, in the order of the pairs in ARGV[3..]
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] most ids kept in done (0 = no limit); the oldest are dropped beyond it
--- ARGV[3..] id, token, attempt of each lease
+-- ARGV[3..] id, token of each lease
 -- Returns a JSON string: [now ms, [enqueue ms (or -1 if unknown) of each acked job, or -2 if stale]]
 local cached = redis.call('GET', KEYS[1])
 if cached then return cached end
@@ -20,15 +21,15 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
 local results = {}
 local acked = 0
-for i = 3, #ARGV, 3 do
-  local id, token, attempt = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local lock = KEYS[9 + (i - 3) / 3]
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local lock = KEYS[10 + (i - 3) / 2]
   local holder = redis.call('GET', lock)
   local owned
   if holder then
     owned = holder == token
   else
-    owned = redis.call('SISMEMBER', KEYS[2], id) == 1 and redis.call('HGET', KEYS[6], id) == attempt
+    owned = redis.call('HGET', KEYS[9], id) == token
   end
   if owned then
     redis.call('SMOVE', KEYS[2], KEYS[3], id)
@@ -38,6 +39,7 @@ for i = 3, #ARGV, 3 do
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[7], id)
     redis.call('HDEL', KEYS[8], id)
+    redis.call('HDEL', KEYS[9], id)
     redis.call('ZADD', KEYS[4], now, id)
     acked = acked + 1
   else

@@ -8,7 +8,8 @@
 -- KEYS[4] pending    (zset: id -> enqueue time in ms)
 -- KEYS[5] attempts   (hash: id -> number of claims so far)
 -- KEYS[6] payloads   (hash: id -> payload)
--- KEYS[7..] lock key setqueue:{Q}:lock:<id> of each candidate, in the order of ARGV[4..]
+-- KEYS[7] owners     (hash: id -> lease token of its current claim)
+-- KEYS[8..] lock key setqueue:{Q}:lock:<id> of each candidate, in the order of ARGV[4..]
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] lease token (random, fresh for every call)
 -- ARGV[3] lease duration in ms
@@ -25,7 +26,8 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   if redis.call('SMOVE', KEYS[2], KEYS[3], id) == 1 then
     local attempt = redis.call('HINCRBY', KEYS[5], id, 1)
-    redis.call('SET', KEYS[i + 3], ARGV[2], 'PX', ARGV[3])
+    redis.call('SET', KEYS[i + 4], ARGV[2], 'PX', ARGV[3])
+    redis.call('HSET', KEYS[7], id, ARGV[2])
     local enqueued = tonumber(redis.call('ZSCORE', KEYS[4], id)) or -1
     claimed[#claimed + 1] = {id, attempt, enqueued, redis.call('HGET', KEYS[6], id)}
   end

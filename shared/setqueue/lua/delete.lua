@@ -4,7 +4,7 @@
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
 -- KEYS[6] pending   KEYS[7] attempts   KEYS[8] payloads   KEYS[9] errors   KEYS[10] done_log
--- KEYS[11] lock key of the id
+-- KEYS[11] lock key of the id   KEYS[12] owners
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] the id
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed", or false]
@@ -23,6 +23,7 @@ redis.call('HDEL', KEYS[8], id)
 redis.call('HDEL', KEYS[9], id)
 redis.call('ZREM', KEYS[10], id)
 redis.call('DEL', KEYS[11])
+redis.call('HDEL', KEYS[12], id)
 
 local result = cjson.encode({state})
 redis.call('SET', KEYS[1], result, 'PX', ARGV[1])

@@ -7,12 +7,12 @@
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
--- KEYS[8] wake
--- KEYS[9..] lock key of each lease, in the order of the groups in ARGV[4..]
+-- KEYS[8] wake   KEYS[9] owners (hash: id -> lease token of its current claim)
+-- KEYS[10..] lock key of each lease, in the order of the groups in ARGV[4..]
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] max attempts (a job claimed this many times is dead-lettered instead of retried)
 -- ARGV[3] wake list cap
--- ARGV[4..] id, token, attempt, mode ("retry", "dead" or "release"), reason of each lease
+-- ARGV[4..] id, token, mode ("retry", "dead" or "release"), reason of each lease
 -- Returns a JSON string: [outcome of each lease: "retried", "dead", "released" or "stale"]
 local cached = redis.call('GET', KEYS[1])
 if cached then return cached end
@@ -20,26 +20,27 @@ if cached then return cached end
 local max_attempts = tonumber(ARGV[2])
 local outcomes = {}
 local retried = 0
-for i = 4, #ARGV, 5 do
-  local id, token, attempt, mode, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local lock = KEYS[9 + (i - 4) / 5]
+for i = 4, #ARGV, 4 do
+  local id, token, mode, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local lock = KEYS[10 + (i - 4) / 4]
   local holder = redis.call('GET', lock)
   local owned
   if holder then
     owned = holder == token
   else
-    owned = redis.call('SISMEMBER', KEYS[3], id) == 1 and redis.call('HGET', KEYS[6], id) == attempt
+    owned = redis.call('HGET', KEYS[9], id) == token
   end
   if not owned then
     outcomes[#outcomes + 1] = 'stale'
   else
     redis.call('DEL', lock)
+    redis.call('HDEL', KEYS[9], id)
     if mode == 'release' then
       redis.call('SMOVE', KEYS[3], KEYS[2], id)
       redis.call('HINCRBY', KEYS[6], id, -1)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'released'
-    elseif mode == 'retry' and tonumber(attempt) < max_attempts then
+    elseif mode == 'retry' and (tonumber(redis.call('HGET', KEYS[6], id)) or 0) < max_attempts then
       redis.call('HSET', KEYS[7], id, reason)
       redis.call('SMOVE', KEYS[3], KEYS[2], id)
       retried = retried + 1

@@ -7,8 +7,8 @@
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors   KEYS[8] wake
--- KEYS[9] done    KEYS[10] done_log
--- KEYS[11..] lock key of each candidate, in the order of ARGV[6..]
+-- KEYS[9] done    KEYS[10] done_log   KEYS[11] owners
+-- KEYS[12..] lock key of each candidate, in the order of ARGV[6..]
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] max attempts
 -- ARGV[3] wake list cap
@@ -26,7 +26,8 @@ local max_attempts = tonumber(ARGV[2])
 local requeued, dead = {}, {}
 for i = 6, #ARGV do
   local id = ARGV[i]
-  if redis.call('SISMEMBER', KEYS[3], id) == 1 and redis.call('EXISTS', KEYS[i + 5]) == 0 then
+  if redis.call('SISMEMBER', KEYS[3], id) == 1 and redis.call('EXISTS', KEYS[i + 6]) == 0 then
+    redis.call('HDEL', KEYS[11], id)
     local attempts = tonumber(redis.call('HGET', KEYS[6], id)) or 0
     if attempts >= max_attempts then
       redis.call('SMOVE', KEYS[3], KEYS[4], id)

@@ -1,0 +1,198 @@
+"""`setqueue` (or `python -m setqueue`): look at and repair a queue from the command line.
+
+    setqueue [--redis-url URL] [--queue NAME] COMMAND ...
+
+    push [ID ...]            enqueue ids (from stdin, one per line, when none are given or ID is -)
+    stats [--json] [--watch [SECONDS]]
+    inspect ID               everything the queue knows about one id, as JSON
+    requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given)
+    delete ID                remove a job whatever its state
+
+--redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
+2 usage or bad setting, 3 Redis unreachable (or refused the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+import redis
+
+from setqueue.config import SettingError, validate_redis_url
+from setqueue.keys import validate_queue_name
+from setqueue.queue import Queue
+from setqueue.service import redact_url
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
+PROG = "setqueue"
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect and repair a setqueue queue.",
+        epilog="Exit codes: 0 ok, 1 not found, 2 usage or bad setting, 3 Redis unreachable.",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"),
+        help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0)",
+    )
+    parser.add_argument(
+        "--queue",
+        default=os.environ.get("QUEUE_NAME", "default"),
+        help="queue name (default: $QUEUE_NAME or 'default')",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    push = sub.add_parser("push", help="enqueue job ids; prints how many were new")
+    push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads them from stdin")
+
+    stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+
+    inspect = sub.add_parser("inspect", help="everything the queue knows about one id (JSON)")
+    inspect.add_argument("id", metavar="ID")
+
+    requeue = sub.add_parser("requeue-failed", help="move dead-lettered jobs back to todos")
+    requeue.add_argument("ids", nargs="*", metavar="ID", help="ids to requeue (default: every failed job)")
+
+    delete = sub.add_parser("delete", help="remove a job whatever its state")
+    delete.add_argument("id", metavar="ID")
+    return parser
+
+
+def _read_ids(stream: TextIO) -> list[str]:
+    return [line.strip() for line in stream if line.strip()]
+
+
+def _print_stats(stats: dict[str, float], as_json: bool, out: TextIO) -> None:
+    if as_json:
+        print(json.dumps(stats), file=out, flush=True)
+        return
+    for name in ("todos", "in_progress", "done", "failed"):
+        print(f"{name:<12}{int(stats[name]):>12}", file=out)
+    print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
+
+
+def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> int:
+    if args.command == "push":
+        ids = args.ids
+        if not ids or ids == ["-"]:
+            ids = _read_ids(stdin)
+        try:
+            added = queue.enqueue(ids)
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
+        print(f"{added} new, {len(ids) - added} already known", file=out)
+        return EXIT_OK
+
+    if args.command == "stats":
+        if args.watch is None:
+            _print_stats(queue.stats(), args.json, out)
+            return EXIT_OK
+        if args.watch <= 0:
+            raise CliError("--watch needs a positive number of seconds", EXIT_USAGE)
+        try:
+            while True:
+                if not args.json and out.isatty():
+                    out.write("\x1b[H\x1b[J")
+                if not args.json:
+                    print(time.strftime("%H:%M:%S"), f"queue {queue.name}", file=out)
+                _print_stats(queue.stats(), args.json, out)
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return EXIT_OK
+
+    if args.command == "inspect":
+        info = queue.inspect(args.id)
+        if info is None:
+            raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
+        print(json.dumps(dataclasses.asdict(info), indent=2), file=out)
+        return EXIT_OK
+
+    if args.command == "requeue-failed":
+        try:
+            if args.ids:
+                moved = queue.requeue_failed(args.ids)
+            else:
+                moved = 0
+                for _ in range(10_000):  # in pages of 1000 until failed is empty
+                    step = queue.requeue_failed(limit=1000)
+                    moved += step
+                    if step == 0:
+                        break
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
+        print(f"requeued {moved}", file=out)
+        if args.ids and moved < len(set(args.ids)):
+            print(f"{len(set(args.ids)) - moved} of the ids given were not in failed", file=sys.stderr)
+        return EXIT_OK
+
+    if args.command == "delete":
+        try:
+            state = queue.delete(args.id)
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
+        if state is None:
+            raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
+        print(f"deleted {args.id} (was in {state})", file=out)
+        return EXIT_OK
+
+    raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = out if out is not None else sys.stdout
+    stdin = stdin if stdin is not None else sys.stdin
+    queue: Queue | None = None
+    try:
+        try:
+            url = validate_redis_url(args.redis_url)
+            validate_queue_name(args.queue)
+        except SettingError as exc:
+            raise CliError(str(exc).replace("setting REDIS_URL", "--redis-url / REDIS_URL"), EXIT_USAGE) from None
+        except ValueError as exc:
+            raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
+        queue = Queue.from_url(url, name=args.queue)
+        return run(args, queue, stdin, out)
+    except CliError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return exc.code
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        print(f"{PROG}: cannot reach Redis at {redact_url(args.redis_url)}: {exc}", file=sys.stderr)
+        return EXIT_REDIS
+    except redis.RedisError as exc:
+        print(f"{PROG}: Redis refused the command: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_REDIS
+    except BrokenPipeError:  # `setqueue stats --watch | head`
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if queue is not None:
+            queue.close()

@@ -1,0 +1,65 @@
+"""The demo job handler, and the convention for configuring any handler from the worker's settings.
+
+``JOB_HANDLER=module:function`` names the job function. The worker imports it and calls
+``function(lease)`` for every job it claims (``lease.id`` is the job id, ``lease.payload`` its
+payload or None, ``lease.attempt`` 1 on the first try). Returning means success: the job is acked
+into done. Raising any exception fails this attempt: the job is retried until MAX_ATTEMPTS claims
+are used up, then dead-lettered into failed with ``repr(exception)`` as the reason. Raise
+``setqueue.PermanentJobError`` to dead-letter at once (no retry can fix it).
+
+If the handler's module defines ``configure_worker(settings)``, the worker calls it once at start,
+before the first job, with its ``setqueue.config.WorkerSettings``: the hook to read settings, open
+connections or warm caches. This module uses it to pick up WORK_SECONDS, WORK_JITTER and FAIL_RATE.
+
+Handlers run one at a time in the worker's main thread; a worker process runs one job at a time
+(scale with replicas). Leases are renewed in the background while a job runs, so a job may take
+longer than LEASE_SECONDS.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from setqueue.config import WorkerSettings
+from setqueue.queue import Lease
+
+
+class SimulatedFailure(RuntimeError):
+    """What the demo handler raises for the FAIL_RATE share of jobs."""
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    work_seconds: float = 0.2
+    work_jitter: float = 0.5
+    fail_rate: float = 0.0
+
+
+_settings = DemoSettings()
+
+
+def configure(work_seconds: float, work_jitter: float = 0.0, fail_rate: float = 0.0) -> None:
+    """Set the demo's knobs directly (for embedding and tests)."""
+    global _settings
+    _settings = DemoSettings(work_seconds, work_jitter, fail_rate)
+
+
+def configure_worker(settings: WorkerSettings) -> None:
+    """The worker's start hook: take WORK_SECONDS, WORK_JITTER and FAIL_RATE from the settings."""
+    configure(settings.work_seconds, settings.work_jitter, settings.fail_rate)
+
+
+def simulated_work(lease: Lease) -> None:
+    """Sleep WORK_SECONDS ± WORK_JITTER (a fraction), then raise with probability FAIL_RATE."""
+    s = _settings
+    duration = s.work_seconds * (1 + random.uniform(-s.work_jitter, s.work_jitter))
+    if duration > 0:
+        time.sleep(duration)
+    if s.fail_rate and random.random() < s.fail_rate:
+        raise SimulatedFailure(f"simulated failure of job {lease.id} (attempt {lease.attempt})")
+
+
+def noop(lease: Lease) -> None:
+    """Does nothing: measures the queue's own overhead."""

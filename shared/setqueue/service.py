@@ -1,0 +1,421 @@
+"""What the three services share: settings, logging, /metrics and /healthz, signals, Redis outages.
+
+A service is a ``Service`` subclass (see ``setqueue.runners``) with a ``run()`` main loop. ``main()``
+drives one: it loads the settings (a bad one is one line on stderr and exit code 2, before anything
+touches Redis), sets up logging, starts the HTTP server on ``METRICS_PORT`` (0 = none), installs
+the signal handlers and returns ``run()``'s exit code.
+
+Signals: the first SIGTERM or SIGINT asks the main loop to stop gracefully; a second one exits at
+once with code 128 + the signal number.
+
+Redis outages: the loops call Redis through ``Service.retry``, which catches the errors an outage
+causes (connection refused or reset, timeouts, a Redis still loading its data, a read-only replica,
+refused writes when out of memory), sets ``setqueue_redis_up`` to 0, logs one line per backoff step
+(capped exponential with jitter) and tries again; the recovery is logged once. A service never
+crashes on an outage and never skips a job because of one: every script is idempotent, so a call
+is simply made again.
+
+/healthz answers 200 with a JSON body while the service is healthy, and 503 when Redis does not
+answer a PING (checked on each request, with a one-second timeout) or when the main loop has not
+come round for ``stall_seconds`` (a stuck loop). A worker's job in progress counts as the loop
+coming round: a long job is not a stuck worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any, ClassVar, Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.process_collector import ProcessCollector
+from redis import exceptions as rexc
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from setqueue.backoff import Backoff
+from setqueue.config import CommonSettings, SettingError
+from setqueue.metrics import ServiceMetrics
+from setqueue.queue import Queue
+
+T = TypeVar("T")
+S = TypeVar("S", bound=CommonSettings)
+
+log = logging.getLogger("setqueue.service")
+
+# Errors that mean "Redis is not there right now": wait and try the same call again.
+TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
+    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB) and auth errors
+    rexc.TimeoutError,
+    rexc.ReadOnlyError,  # talking to a replica during a failover
+    rexc.TryAgainError,
+    rexc.ClusterDownError,  # includes MasterDownError
+    rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
+)
+
+EXIT_OK = 0
+EXIT_SETTING = 2
+
+
+class Stopping(Exception):
+    """Raised by ``Service.retry`` when a stop was requested while Redis was unreachable."""
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the traceback if any)."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "service": self.service,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False)
+
+
+def configure_logging(level: str, fmt: str, service: str, stream: Any = None) -> None:
+    """Log to stderr at ``level``; ``fmt`` is ``text`` or ``json`` (one object per line)."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(service))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+        )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # redis-py and urllib3-style libraries are chatty at DEBUG; keep them at WARNING unless asked.
+    logging.getLogger("redis").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # pragma: no cover - a closed stream must not stop an exit
+            pass
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+
+def load_settings(
+    settings_cls: type[S], program: str, env: Mapping[str, str] | None = None, stderr: Any = None
+) -> S | None:
+    """The settings, or None after one line on stderr naming the bad setting."""
+    try:
+        return settings_cls.from_env(env) if env is not None else settings_cls.from_env()  # type: ignore[return-value]
+    except SettingError as exc:
+        print(f"{program}: {exc}", file=stderr if stderr is not None else sys.stderr, flush=True)
+        return None
+
+
+# -- the service -----------------------------------------------------------------------------------
+
+
+class Service(Generic[S]):
+    """Base of the creator, worker and cleaner: a main loop plus the shared runtime."""
+
+    role: ClassVar[str] = "service"
+
+    def __init__(self, settings: S, queue: Queue, metrics: ServiceMetrics) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.metrics = metrics
+        self.registry: CollectorRegistry = metrics.registry
+        self.stop_event = threading.Event()
+        self.log = logging.getLogger(f"setqueue.{self.role}")
+        self._backoff = Backoff(base=0.1, cap=5.0)
+        self._down_since: float | None = None
+        self._retries = 0
+        self._pending_delay = 0.0
+        self._last_beat = time.monotonic()
+        self._busy_since: float | None = None
+        self._signals = 0
+        self._health_client: redis.Redis | None = None
+        self.metrics.redis_up.set(1)
+
+    # Subclasses: the main loop. Returns the exit code.
+    def run(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def stall_seconds(self) -> float:
+        """/healthz turns 503 when the main loop has not come round for this long."""
+        return 60.0
+
+    def on_stop_requested(self) -> None:
+        """Called (in the main thread) on the first SIGTERM/SIGINT, after stop_event is set."""
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def beat(self) -> None:
+        """The main loop came round."""
+        self._last_beat = time.monotonic()
+
+    def busy(self, busy: bool) -> None:
+        """A job is running (the loop is alive even though it does not come round)."""
+        self._busy_since = time.monotonic() if busy else None
+        if not busy:
+            self.beat()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        now = time.monotonic()
+        idle = now - self._last_beat
+        stuck = self._busy_since is None and idle > self.stall_seconds
+        redis_ok = self._ping()
+        body: dict[str, Any] = {
+            "status": "ok" if redis_ok and not stuck else ("stuck" if redis_ok else "redis_unreachable"),
+            "service": self.role,
+            "queue": self.settings.queue_name,
+            "redis": "up" if redis_ok else "down",
+            "seconds_since_loop": round(idle, 3),
+            "stall_seconds": self.stall_seconds,
+            "stopping": self.stop_event.is_set(),
+        }
+        if self._busy_since is not None:
+            body["current_job_seconds"] = round(now - self._busy_since, 3)
+        return redis_ok and not stuck, body
+
+    def _ping(self) -> bool:
+        if self._health_client is None:
+            self._health_client = redis.Redis.from_url(
+                self.settings.redis_url,
+                socket_connect_timeout=1,
+                socket_timeout=1,
+                retry=Retry(NoBackoff(), 0),
+            )
+        try:
+            return bool(self._health_client.ping())
+        except rexc.RedisError:
+            return False
+
+    # -- Redis outages -----------------------------------------------------------------------
+
+    def retry(self, call: Callable[[], T], what: str, *, until_stopped: bool = True) -> T:
+        """``call()`` until it gets through Redis. Transient errors are waited out with backoff.
+
+        With ``until_stopped`` (the default) a stop request during an outage raises ``Stopping``;
+        without it the call is retried until it succeeds (used for acks: the work is done).
+        """
+        never = threading.Event()
+        while True:
+            try:
+                result = call()
+            except TRANSIENT_REDIS_ERRORS as exc:
+                if until_stopped and self.stop_event.is_set():
+                    raise Stopping(what) from exc
+                self._redis_failed(exc, what)
+                self._backoff_wait(self.stop_event if until_stopped else never)
+                if until_stopped and self.stop_event.is_set():
+                    raise Stopping(what) from exc
+                continue
+            self.redis_ok()
+            return result
+
+    def _backoff_wait(self, stop: threading.Event) -> None:
+        delay = self._pending_delay
+        deadline = time.monotonic() + delay
+        # Keep /healthz's loop check happy while we wait: waiting out an outage is not being stuck.
+        while not stop.is_set():
+            self.beat()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            stop.wait(min(left, 1.0))
+
+    def _redis_failed(self, exc: Exception, what: str) -> None:
+        now = time.monotonic()
+        self.metrics.redis_up.set(0)
+        self._pending_delay = self._backoff.next()
+        detail = f"{type(exc).__name__}: {exc}"
+        if self._down_since is None:
+            self._down_since = now
+            self._retries = 0
+            self.log.warning("redis unavailable (%s during %s); retrying in %.1fs", detail, what, self._pending_delay)
+        else:
+            self._retries += 1
+            self.log.warning(
+                "redis still unavailable after %.1fs (%s during %s); retry %d in %.1fs",
+                now - self._down_since,
+                detail,
+                what,
+                self._retries,
+                self._pending_delay,
+            )
+
+    def redis_ok(self) -> None:
+        """The last Redis call succeeded."""
+        if self._down_since is not None:
+            self.log.warning(
+                "redis reachable again after %.1fs (%d retries)", time.monotonic() - self._down_since, self._retries
+            )
+            self._down_since = None
+            self._backoff.reset()
+        self.metrics.redis_up.set(1)
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        self._signals += 1
+        if self._signals == 1:
+            self.log.info("%s received: stopping (send it again to exit at once)", name)
+            self.stop_event.set()
+            self.on_stop_requested()
+        else:
+            self.log.warning("second %s received: exiting now", name)
+            flush_logs()
+            os._exit(128 + signum)
+
+    def request_stop(self) -> None:
+        """Stop as on a first SIGTERM (for embedding and tests)."""
+        if not self.stop_event.is_set():
+            self._signals = max(self._signals, 1)
+            self.stop_event.set()
+            self.on_stop_requested()
+
+    def close(self) -> None:
+        if self._health_client is not None:
+            self._health_client.close()
+        self.queue.close()
+
+
+# -- /metrics and /healthz -------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        service = self.server.service
+        if path == "/metrics":
+            self._send(200, generate_latest(service.registry), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/health"):
+            ok, body = service.health()
+            self._send(200 if ok else 503, (json.dumps(body) + "\n").encode(), "application/json")
+        else:
+            self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no access log: Prometheus scrapes every few seconds
+
+
+class MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, service: Service[Any], host: str = "") -> None:
+        self.service = service
+        super().__init__((host, port), _Handler)
+
+    def start(self) -> MetricsServer:
+        threading.Thread(target=self.serve_forever, name="metrics-http", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+# -- the entry point of a service ------------------------------------------------------------------
+
+
+def new_registry() -> CollectorRegistry:
+    """A fresh registry per service instance, with the process collector (CPU, memory, fds)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def main(
+    settings_cls: type[S],
+    build: Callable[[S], Service[S]],
+    program: str,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Load settings, build the service, serve /metrics, run it; returns the exit code."""
+    settings = load_settings(settings_cls, program, env)
+    if settings is None:
+        return EXIT_SETTING
+    configure_logging(settings.log_level, settings.log_format, program)
+    service = build(settings)
+    server: MetricsServer | None = None
+    if settings.metrics_port:
+        try:
+            server = MetricsServer(settings.metrics_port, service).start()
+        except OSError as exc:
+            print(
+                f"{program}: invalid setting METRICS_PORT: cannot listen on {settings.metrics_port}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            service.close()
+            return EXIT_SETTING
+    service.install_signal_handlers()
+    service.log.info(
+        "%s starting: queue=%s redis=%s metrics=%s",
+        program,
+        settings.queue_name,
+        redact_url(settings.redis_url),
+        f":{settings.metrics_port}" if settings.metrics_port else "off",
+    )
+    try:
+        code = service.run()
+    finally:
+        if server is not None:
+            server.stop()
+        service.close()
+    service.log.info("%s stopped (exit code %d)", program, code)
+    return code

@@ -1,0 +1,181 @@
+"""Random interleavings of enqueue, claim, renew, ack, fail, release, sweep and lease expiry,
+checked against a model after every step (hypothesis, real Redis).
+
+Invariants: every id the queue knows is in exactly one of todos, in_progress, done and failed;
+the sets hold exactly the model's ids (so enqueued = todos + in_progress + done + failed); a lock
+exists only for an id in in_progress; and an operation succeeds exactly when its lease is the
+current owner of the id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+
+from setqueue import FailOutcome, Lease, Queue
+from tests.support import RedisServer
+
+IDS = st.sampled_from([f"id{i}" for i in range(8)])
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class Model:
+    state: dict[str, str] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    owner: dict[str, str] = field(default_factory=dict)  # id -> token of the current claim
+    lock_alive: dict[str, bool] = field(default_factory=dict)
+
+    def owns(self, lease: Lease) -> bool:
+        return self.state.get(lease.id) == "in_progress" and self.owner.get(lease.id) == lease.token
+
+    def leave_in_progress(self, job_id: str, state: str) -> None:
+        self.state[job_id] = state
+        self.owner.pop(job_id, None)
+        self.lock_alive[job_id] = False
+
+
+def make_machine(url: str) -> type[RuleBasedStateMachine]:
+    class QueueMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = Queue.from_url(
+                url, name=f"prop-{uuid.uuid4().hex[:10]}", lease_seconds=60, max_attempts=MAX_ATTEMPTS
+            )
+            self.client = redis.Redis.from_url(url, decode_responses=True)
+            self.model = Model()
+            self.leases: list[Lease] = []
+
+        @initialize()
+        def start(self) -> None:
+            pass
+
+        def teardown(self) -> None:
+            self.q.close()
+            self.client.close()
+
+        def pick(self, index: int) -> Lease | None:
+            return self.leases[index % len(self.leases)] if self.leases else None
+
+        @rule(ids=st.lists(IDS, max_size=4))
+        def enqueue(self, ids: list[str]) -> None:
+            new = {i for i in ids if i not in self.model.state}
+            assert self.q.enqueue(ids) == len(new)
+            for i in new:
+                self.model.state[i] = "todos"
+                self.model.attempts[i] = 0
+
+        @rule(count=st.integers(1, 4))
+        def claim(self, count: int) -> None:
+            waiting = [i for i, s in self.model.state.items() if s == "todos"]
+            leases = self.q.claim(count)
+            assert len(leases) == min(count, len(waiting))
+            for lease in leases:
+                assert self.model.state[lease.id] == "todos"
+                self.model.state[lease.id] = "in_progress"
+                self.model.attempts[lease.id] += 1
+                assert lease.attempt == self.model.attempts[lease.id]
+                self.model.owner[lease.id] = lease.token
+                self.model.lock_alive[lease.id] = True
+            self.leases += leases
+
+        @rule(index=st.integers(0, 100))
+        def expire(self, index: int) -> None:
+            lease = self.pick(index)
+            if lease is not None and self.model.owns(lease):
+                self.client.delete(self.q.keys.lock(lease.id))  # what the TTL does, on demand
+                self.model.lock_alive[lease.id] = False
+
+        @rule(index=st.integers(0, 100))
+        def renew(self, index: int) -> None:
+            lease = self.pick(index)
+            if lease is not None:
+                assert self.q.renew(lease) == (self.model.owns(lease) and self.model.lock_alive[lease.id])
+
+        @rule(index=st.integers(0, 100))
+        def ack(self, index: int) -> None:
+            lease = self.pick(index)
+            if lease is None:
+                return
+            expected = self.model.owns(lease)
+            assert self.q.ack(lease) == expected
+            if expected:
+                self.model.leave_in_progress(lease.id, "done")
+
+        @rule(index=st.integers(0, 100), retry=st.booleans())
+        def fail(self, index: int, retry: bool) -> None:
+            lease = self.pick(index)
+            if lease is None:
+                return
+            outcome = self.q.fail(lease, "boom", retry=retry)
+            if not self.model.owns(lease):
+                assert outcome is FailOutcome.STALE
+            elif retry and lease.attempt < MAX_ATTEMPTS:
+                assert outcome is FailOutcome.RETRIED
+                self.model.leave_in_progress(lease.id, "todos")
+            else:
+                assert outcome is FailOutcome.DEAD
+                self.model.leave_in_progress(lease.id, "failed")
+
+        @rule(index=st.integers(0, 100))
+        def release(self, index: int) -> None:
+            lease = self.pick(index)
+            if lease is None:
+                return
+            expected = self.model.owns(lease)
+            assert self.q.release([lease]) == [FailOutcome.RELEASED if expected else FailOutcome.STALE]
+            if expected:
+                self.model.leave_in_progress(lease.id, "todos")
+                self.model.attempts[lease.id] -= 1
+
+        @rule()
+        def sweep(self) -> None:
+            expired = {i for i, s in self.model.state.items() if s == "in_progress" and not self.model.lock_alive[i]}
+            result = self.q.sweep()
+            assert set(result.requeued) | set(result.dead_lettered) == expired
+            for i in result.requeued:
+                assert self.model.attempts[i] < MAX_ATTEMPTS
+                self.model.leave_in_progress(i, "todos")
+            for i in result.dead_lettered:
+                assert self.model.attempts[i] >= MAX_ATTEMPTS
+                self.model.leave_in_progress(i, "failed")
+
+        @invariant()
+        def sets_match_the_model(self) -> None:
+            actual = {state: set(self.client.smembers(key)) for state, key in self.q.keys.sets.items()}  # type: ignore[arg-type]
+            seen: dict[str, str] = {}
+            for state, ids in actual.items():
+                for i in ids:
+                    assert i not in seen, f"{i} is in both {seen[i]} and {state}"
+                    seen[i] = state
+            assert seen == self.model.state
+            stats = self.q.stats()
+            assert sum(int(stats[s]) for s in actual) == len(self.model.state)
+
+        @invariant()
+        def locks_only_for_live_claims(self) -> None:
+            locked = {k.rsplit("lock:", 1)[1] for k in self.client.scan_iter(match=self.q.keys.prefix + "lock:*")}
+            assert locked == {i for i, alive in self.model.lock_alive.items() if alive}
+            assert all(self.model.state[i] == "in_progress" for i in locked)
+
+    return QueueMachine
+
+
+@pytest.mark.slow
+def test_random_interleavings_keep_every_id_in_exactly_one_set(redis_server: RedisServer) -> None:
+    run_state_machine_as_test(
+        make_machine(redis_server.url),
+        settings=settings(
+            max_examples=150,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            database=None,
+        ),
+    )
