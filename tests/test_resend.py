@@ -106,9 +106,7 @@ def test_a_resent_claim_returns_the_same_leases_and_claims_once(
     assert [r.acked for r in queue.ack_many(leases)] == [True] * 4
 
 
-def test_a_resent_ack_reports_success_not_stale(
-    flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
-) -> None:
+def test_a_resent_ack_reports_success_not_stale(flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy) -> None:
     queue.enqueue(["a"])
     [lease] = queue.claim()
     proxy.arm()
@@ -127,9 +125,7 @@ def test_a_resent_fail_counts_one_failure(flaky_queue: Queue, queue: Queue, prox
     assert again.attempt == 2  # one failure recorded, not two (which would have dead-lettered at 3)
 
 
-def test_a_resent_enqueue_reports_the_ids_it_added(
-    flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
-) -> None:
+def test_a_resent_enqueue_reports_the_ids_it_added(flaky_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy) -> None:
     proxy.arm()
     assert flaky_queue.enqueue(["a", "b", "c"]) == 3
     assert proxy.dropped == 1
