@@ -172,8 +172,8 @@ def test_random_interleavings_keep_every_id_in_exactly_one_set(redis_server: Red
     run_state_machine_as_test(
         make_machine(redis_server.url),
         settings=settings(
-            max_examples=150,
-            stateful_step_count=40,
+            max_examples=60,
+            stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
             database=None,
