@@ -1,0 +1,192 @@
+"""bench/results/<tag>.md and throughput.png from the raw numbers."""
+
+# ruff: noqa: PLC0415  (matplotlib is optional)
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def by_key(runs: list[dict]) -> dict[tuple[str, int], list[dict]]:
+    out: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for r in runs:
+        out[(r["system"], r["workers"])].append(r)
+    return out
+
+
+def mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def spread(values: list[float | None]) -> float | None:
+    """(max - min) / mean of the repeats, as a fraction."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or not statistics.fmean(vals):
+        return None
+    return (max(vals) - min(vals)) / statistics.fmean(vals)
+
+
+def busy(rs: list[dict]) -> float | None:
+    return mean([100 * r["redis_cpu_utilisation"] if "redis_cpu_utilisation" in r else None for r in rs])
+
+
+def write_markdown(data: dict, path: Path) -> None:
+    m0, m1 = data["machine_before"], data["machine_after"]
+    args = data["args"]
+    runs = data["runs"]
+    groups = by_key(runs)
+    systems = list(dict.fromkeys(r["system"] for r in runs))
+    L: list[str] = []
+    L.append("# setqueue benchmark results\n")
+    L.append(f"- date: {m0['date']}; run took {data['seconds']:.0f} s")
+    L.append(f"- machine: nproc {m0['nproc']}, {m0['arch']}, Linux {m0['kernel']}, Python {m0['python']}")
+    L.append(f"- redis-server {data['redis_version']} (persistence off, loopback), redis-py {data['redis_py']}")
+    L.append(f"- load average before: {m0['load_avg']}, after: {m1['load_avg']} (1, 5, 15 min)")
+    L.append(
+        f"- {args['jobs']:,} no-op jobs per run (each one Redis INCR), workers {args['workers']}, "
+        f"time limit {args['max_seconds']:.0f} s per run, repeats {args['repeat']}"
+    )
+    L.append("")
+    L.append("## Throughput and cost per job\n")
+    L.append(
+        "enqueue: jobs/s of the system's producer API; drain: jobs/s from spawning the first worker to the last "
+        "job executed (includes start-up); steady: jobs/s between 10% and 90% executed (counter sampled every "
+        "5 ms). CPU and commands per job are measured from the first job executed to the end. "
+        "`*` = did not finish within the time limit: drain and steady are over what ran in it."
+    )
+    L.append("")
+    head = (
+        "| system | W | enqueue jobs/s | drain jobs/s | steady jobs/s | start-up s | worker CPU ms/job | "
+        "Redis CPU ms/job | Redis cmds/job | Redis CPU busy | executed (dup/missing) |"
+    )
+    L.append(head)
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for s in systems:
+        for w in sorted({r["workers"] for r in runs if r["system"] == s}):
+            rs = groups[(s, w)]
+            star = "" if all(r["complete"] for r in rs) else "*"
+            executed = "; ".join(
+                f"{r['executed']:,}" + (f" ({r['duplicates']}/{r['missing']})" if r["complete"] else " (partial)")
+                for r in rs
+            )
+            L.append(
+                f"| {s} | {w} | {fmt(mean([r['enqueue_jobs_per_s'] for r in rs]))} | "
+                f"{fmt(mean([r['drain_jobs_per_s'] for r in rs]))}{star} | "
+                f"{fmt(mean([r['steady_jobs_per_s'] for r in rs]))}{star} | "
+                f"{fmt(mean([r['startup_seconds'] for r in rs]), 2)} | "
+                f"{fmt(mean([r.get('worker_cpu_ms_per_job') for r in rs]), 3)} | "
+                f"{fmt(mean([r.get('redis_cpu_ms_per_job') for r in rs]), 3)} | "
+                f"{fmt(mean([r.get('redis_commands_per_job') for r in rs]), 1)} | "
+                f"{fmt(busy(rs))}% | "
+                f"{executed} |"
+            )
+    L.append("")
+    if args["repeat"] > 1:
+        L.append("## Repeatability (steady jobs/s of each repeat)\n")
+        L.append(
+            "| system | W | " + " | ".join(f"run {i + 1}" for i in range(args["repeat"])) + " | spread | within 15%? |"
+        )
+        L.append("|---|---:|" + "---:|" * args["repeat"] + "---:|---|")
+        for (s, w), rs in groups.items():
+            vals = [r["steady_jobs_per_s"] for r in sorted(rs, key=lambda r: r["repeat"])]
+            sp = spread(vals)
+            ok = "-" if sp is None else ("yes" if sp <= 0.15 else "**no**")
+            L.append(
+                f"| {s} | {w} | "
+                + " | ".join(fmt(v) for v in vals)
+                + f" | {fmt(None if sp is None else 100 * sp)}% | {ok} |"
+            )
+        L.append("")
+    if data["latency"]:
+        L.append("## Idle pick-up latency\n")
+        lw = args["latency_workers"]
+        L.append(
+            f"{args['latency_jobs']} jobs enqueued one at a time, {1000 * args['latency_spacing']:.0f} ms apart, "
+            f"to {lw} idle worker process(es); enqueue (time.time() before the producer call) -> the job's first "
+            "line (time.time()), same machine clock.\n"
+        )
+        L.append("| system | p50 ms | p90 ms | p99 ms | max ms | ran |")
+        L.append("|---|---:|---:|---:|---:|---:|")
+        for lat in data["latency"]:
+            if "error" in lat:
+                L.append(f"| {lat['system']} | {lat['error']} | | | | |")
+            else:
+                L.append(
+                    f"| {lat['system']} | {lat['p50_ms']:.2f} | {lat['p90_ms']:.2f} | {lat['p99_ms']:.2f} | "
+                    f"{lat['max_ms']:.2f} | {lat['ran']}/{lat['jobs']} |"
+                )
+        L.append("")
+    ceil = data.get("ceiling")
+    if ceil:
+        L.append("## The ceiling: redis-benchmark on the same server\n")
+        L.append(f"{ceil['clients']} clients, `-r 100000`; requests/s.\n")
+        L.append("| command | -P 1 | -P 32 |")
+        L.append("|---|---:|---:|")
+        names = list(dict.fromkeys(k.rsplit(" -P ", 1)[0] for k in ceil["results"]))
+        for n in names:
+            L.append(f"| {n} | {fmt(ceil['results'].get(n + ' -P 1'))} | {fmt(ceil['results'].get(n + ' -P 32'))} |")
+        L.append("")
+        sq = groups.get(("setqueue", 2))
+        if sq:
+            rate = mean([r["steady_jobs_per_s"] for r in sq])
+            cmds = mean([r.get("redis_commands_per_job") for r in sq])
+            evalsha = ceil["results"].get("EVALSHA (return 1) -P 1")
+            if rate and cmds and evalsha:
+                L.append(
+                    f"setqueue W=2 steady: {rate:,.0f} jobs/s x {cmds:.1f} Redis commands/job = "
+                    f"{rate * cmds:,.0f} commands/s, {100 * rate * cmds / evalsha:.0f}% of the unpipelined "
+                    "trivial-EVALSHA rate (commands inside scripts counted as commands).\n"
+                )
+    L.append("## Settings\n")
+    for s, st in data["settings"].items():
+        L.append(
+            f"- **{s}**: enqueue with {st['enqueue']}; workers: "
+            + "; ".join(f"W={w}: {v}" for w, v in st["workers"].items())
+        )
+    L.append("")
+    L.append("## Redis commands per job, by command (first repeat)\n")
+    for r in runs:
+        if r["repeat"] == 0 and r.get("commands_per_job_by_name"):
+            top = ", ".join(f"{k} {v}" for k, v in list(r["commands_per_job_by_name"].items())[:8])
+            L.append(f"- {r['system']} W={r['workers']}: {top}")
+    L.append("")
+    path.write_text("\n".join(L) + "\n")
+
+
+def write_plot(data: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return  # the smoke test's environment has no matplotlib
+    groups = by_key(data["runs"])
+    systems = list(dict.fromkeys(r["system"] for r in data["runs"]))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for s in systems:
+        ws = sorted({w for (sys_, w) in groups if sys_ == s})
+        ys = [mean([r["steady_jobs_per_s"] for r in groups[(s, w)]]) or 0 for w in ws]
+        ax.plot(ws, ys, marker="o", label=s)
+    ax.set_xlabel("worker processes (W)")
+    ax.set_ylabel("steady drain, jobs/s")
+    ax.set_yscale("log")
+    ax.set_xticks(sorted({w for (_, w) in groups}))
+    m = data["machine_before"]
+    ax.set_title(f"no-op jobs, redis {data['redis_version']}, {m['nproc']} cores, {m['date']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

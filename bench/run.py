@@ -1,0 +1,468 @@
+"""setqueue's benchmark: throughput, CPU, Redis cost and idle pick-up latency against its peers.
+
+Run it with `bash bench/run` (makes bench/.venv with the peers). Every system runs on one
+redis-server this script starts on a free loopback port (persistence off), one after another,
+with FLUSHALL in between. See bench/README.md for what is measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procstat import tree_cpu_seconds
+from systems import SYSTEMS, System, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+COUNTER = "bench:counter"
+LATENCY = "bench:latency"
+SAMPLE_EVERY = 0.005
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- redis-server -----------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self) -> None:
+        self.binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+        if not self.binary:
+            raise SystemExit("redis-server is not on PATH (set REDIS_SERVER)")
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        argv += ["--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.r = redis.Redis(port=self.port, decode_responses=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.r.ping()
+                break
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+        self.version = self.r.info("server")["redis_version"]
+
+    def snapshot(self) -> dict[str, Any]:
+        info = self.r.info("all")
+        stats = {k[len("cmdstat_") :]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+        return {
+            "cpu": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+            "commands": int(info["total_commands_processed"]),
+            "cmdstats": stats,
+            "t": time.perf_counter(),
+        }
+
+    def stop(self) -> None:
+        self.r.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- worker processes -----------------------------------------------------------------------------
+
+
+class Workers:
+    def __init__(self, system: System, workers: int, logdir: Path) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs = []
+        for i, cmd in enumerate(system.commands(workers)):
+            logf = open(logdir / f"{system.name}-w{workers}-{i}.log", "wb")  # noqa: SIM115
+            self.logs.append(logf)
+            self.procs.append(
+                subprocess.Popen(
+                    cmd.argv, env=cmd.env, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)  # its pool children too
+            p.wait()
+        for f in self.logs:
+            f.close()
+
+
+# -- one throughput run ---------------------------------------------------------------------------
+
+
+def counter(r: redis.Redis) -> int:
+    return int(r.get(COUNTER) or 0)
+
+
+def throughput_run(
+    server: Server, system: System, *, jobs: int, workers: int, max_seconds: float, logdir: Path
+) -> dict:
+    r = server.r
+    r.flushall()
+    args = [f"j{i}" for i in range(jobs)]
+    e0 = server.snapshot()
+    t0 = time.perf_counter()
+    system.enqueue(args)
+    enqueue_s = time.perf_counter() - t0
+    e1 = server.snapshot()
+
+    t_spawn = time.perf_counter()
+    w = Workers(system, workers, logdir)
+    samples: list[tuple[float, int]] = []
+    my_cmds = 0
+    b = None
+    cpu_b: dict[int, float] = {}
+    n = 0
+    last_progress = time.perf_counter()
+    stalled = False
+    while True:
+        now = time.perf_counter()
+        n = counter(r)
+        my_cmds += 1
+        samples.append((now - t_spawn, n))
+        if b is None and n > 0:
+            b = server.snapshot()
+            my_cmds = 0
+            cpu_b = tree_cpu_seconds(w.pids())
+            n_b = counter(r)
+            my_cmds += 1
+            t_b = time.perf_counter()
+        if n >= jobs or now - t_spawn > max_seconds:
+            break
+        if samples[-1][1] != (samples[-2][1] if len(samples) > 1 else -1):
+            last_progress = now
+        elif now - last_progress > 15 or not w.alive():
+            stalled = True
+            break
+        time.sleep(SAMPLE_EVERY)
+    t_end = time.perf_counter()
+    cpu_c = tree_cpu_seconds(w.pids())
+    n_c = counter(r)
+    my_cmds += 1
+    c = server.snapshot()
+    alive = w.alive()
+    w.stop()
+    final = counter(r)
+
+    complete = n >= jobs
+    res: dict[str, Any] = {
+        "system": system.name,
+        "workers": workers,
+        "jobs": jobs,
+        "complete": complete,
+        "stalled": stalled,
+        "workers_alive_at_end": alive,
+        "executed": final,
+        "duplicates": max(0, final - jobs),
+        "missing": max(0, jobs - final),
+        "enqueue_seconds": enqueue_s,
+        "enqueue_jobs_per_s": jobs / enqueue_s,
+        "enqueue_redis_commands_per_job": (e1["commands"] - e0["commands"] - 1) / jobs,
+        "startup_seconds": next((t for t, k in samples if k > 0), None),
+        "window_seconds": t_end - t_spawn,
+    }
+    if complete:
+        t_done = next(t for t, k in samples if k >= jobs)
+        res["drain_seconds"] = t_done
+        res["drain_jobs_per_s"] = jobs / t_done
+    else:
+        res["drain_seconds"] = None
+        res["drain_jobs_per_s"] = n / (t_end - t_spawn)  # partial: executed within the time limit
+    res["steady_jobs_per_s"] = steady_rate(samples, jobs)
+    if b is not None and n_c > n_b:
+        done_in_window = n_c - n_b
+        res["window_jobs"] = done_in_window
+        res["worker_cpu_ms_per_job"] = 1000 * cpu_delta(cpu_b, cpu_c) / done_in_window
+        res["redis_cpu_ms_per_job"] = 1000 * (c["cpu"] - b["cpu"]) / done_in_window
+        res["redis_commands_per_job"] = (c["commands"] - b["commands"] - my_cmds - 1) / done_in_window
+        res["redis_cpu_utilisation"] = (c["cpu"] - b["cpu"]) / (t_end - t_b)
+        res["worker_cpu_utilisation"] = cpu_delta(cpu_b, cpu_c) / (t_end - t_b)
+        stats = {k: v - b["cmdstats"].get(k, 0) for k, v in c["cmdstats"].items()}
+        stats["get"] = stats.get("get", 0) - my_cmds
+        stats["info"] = stats.get("info", 0) - 1
+        res["commands_per_job_by_name"] = {
+            k: round(v / done_in_window, 3) for k, v in sorted(stats.items(), key=lambda kv: -kv[1]) if v > 0
+        }
+    res["samples"] = thin(samples)
+    return res
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
+
+
+def steady_rate(samples: list[tuple[float, int]], jobs: int) -> float | None:
+    """Jobs/s between 10% and 90% executed; for a partial run, over the last 80% of its time."""
+    lo, hi = 0.1 * jobs, 0.9 * jobs
+    t_lo = next((t for t, k in samples if k >= lo), None)
+    t_hi = next((t for t, k in samples if k >= hi), None)
+    k_lo = next((k for t, k in samples if k >= lo), None)
+    k_hi = next((k for t, k in samples if k >= hi), None)
+    if t_lo is not None and t_hi is not None and t_hi > t_lo:
+        return (k_hi - k_lo) / (t_hi - t_lo)  # type: ignore[operator]
+    if len(samples) < 3:
+        return None
+    t_end, k_end = samples[-1]
+    t_first = next((t for t, k in samples if k > 0), None)
+    if t_first is None:
+        return 0.0
+    start = t_first + 0.2 * (t_end - t_first)
+    t0, k0 = next((t, k) for t, k in samples if t >= start)
+    return (k_end - k0) / (t_end - t0) if t_end > t0 else None
+
+
+def thin(samples: list[tuple[float, int]], keep: int = 200) -> list[list[float]]:
+    step = max(1, len(samples) // keep)
+    out = [[round(t, 4), k] for t, k in samples[::step]]
+    if samples and out[-1] != [round(samples[-1][0], 4), samples[-1][1]]:
+        out.append([round(samples[-1][0], 4), samples[-1][1]])
+    return out
+
+
+# -- idle pick-up latency -----------------------------------------------------------------------
+
+
+def latency_run(server: Server, system: System, *, count: int, workers: int, spacing: float, logdir: Path) -> dict:
+    r = server.r
+    r.flushall()
+    w = Workers(system, workers, logdir)
+    try:
+        # Warm up: the first job proves the workers are up and waiting.
+        deadline = time.monotonic() + 60
+        system.enqueue_one("warm:0")
+        while counter(r) < 1:
+            if time.monotonic() > deadline or not w.alive():
+                return {"system": system.name, "error": "workers never ran the warm-up job"}
+            time.sleep(0.01)
+        time.sleep(0.5)  # let every worker go idle
+        enqueued: dict[str, float] = {}
+        for i in range(count):
+            arg = f"lat:{i}"
+            enqueued[arg] = time.time()
+            system.enqueue_one(arg)
+            time.sleep(spacing)
+        deadline = time.monotonic() + 30
+        while counter(r) < count + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = {k: float(v) for k, v in r.hgetall(LATENCY).items()}
+    finally:
+        w.stop()
+    lat = sorted(1000 * (started[k] - t) for k, t in enqueued.items() if k in started)
+    if not lat:
+        return {"system": system.name, "error": "no latency job ran"}
+    return {
+        "system": system.name,
+        "workers": workers,
+        "jobs": count,
+        "ran": len(lat),
+        "p50_ms": pct(lat, 50),
+        "p90_ms": pct(lat, 90),
+        "p99_ms": pct(lat, 99),
+        "max_ms": lat[-1],
+        "mean_ms": statistics.fmean(lat),
+    }
+
+
+def pct(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = (len(sorted_values) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+# -- the ceiling: redis-benchmark ------------------------------------------------------------------
+
+
+def ceiling(server: Server, quick: bool) -> dict | None:
+    binary = shutil.which("redis-benchmark")
+    if not binary:
+        log("redis-benchmark not found: skipping the ceiling")
+        return None
+    server.r.flushall()
+    sha = server.r.script_load("return 1")
+    tests = {
+        "SADD": ["SADD", "bench:set", "__rand_int__"],
+        "SMOVE": ["SMOVE", "bench:set", "bench:other", "__rand_int__"],
+        "EVALSHA (return 1)": ["EVALSHA", sha, "0"],
+        "INCR": ["INCR", "bench:counter"],
+    }
+    out: dict[str, Any] = {"clients": 50, "results": {}}
+    for pipeline in (1, 32):
+        n = (20_000 if pipeline == 1 else 200_000) if quick else (200_000 if pipeline == 1 else 2_000_000)
+        out[f"requests_P{pipeline}"] = n
+        for name, cmd in tests.items():
+            argv = [binary, "-p", str(server.port), "-n", str(n), "-P", str(pipeline), "-r", "100000", "-c", "50"]
+            argv += ["--csv", *cmd]
+            if name == "SMOVE":  # fill the source set so SMOVE moves members, not only misses
+                server.r.delete("bench:set", "bench:other")
+                for i in range(0, 100_000, 5000):
+                    server.r.sadd("bench:set", *(f"{j:012d}" for j in range(i, i + 5000)))
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+            rps = None
+            for line in proc.stdout.splitlines():
+                parts = [p.strip('"') for p in line.split(",")]
+                if len(parts) > 1 and parts[0] != "test":
+                    with contextlib.suppress(ValueError):
+                        rps = float(parts[1])
+            out["results"][f"{name} -P {pipeline}"] = rps
+    server.r.flushall()
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "arch": platform.machine(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load_avg": [round(x, 2) for x in load],
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(),
+    }
+
+
+def fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=20_000, help="jobs per throughput run (default 20000)")
+    p.add_argument("--workers", default="1,2,4", help="worker process counts, comma-separated (default 1,2,4)")
+    p.add_argument(
+        "--systems",
+        default="setqueue,naive,rq,rq-simple,dramatiq,celery,arq",
+        help=f"comma-separated, from: {', '.join(SYSTEMS)}; 'all' for every one",
+    )
+    p.add_argument("--claim-batch", type=int, default=50, help="setqueue worker's CLAIM_BATCH (default 50)")
+    p.add_argument("--max-seconds", type=float, default=20, help="time limit of one throughput run (default 20)")
+    p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
+    p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
+    p.add_argument("--latency-spacing", type=float, default=0.015, help="seconds between latency jobs")
+    p.add_argument("--repeat", type=int, default=1, help="run the throughput matrix this many times back to back")
+    p.add_argument("--no-ceiling", action="store_true", help="skip redis-benchmark")
+    p.add_argument("--out", default=str(REPO / "bench" / "results"), help="where latest.md/json/png go")
+    p.add_argument("--tag", default="latest", help="base name of the result files (default latest)")
+    a = p.parse_args(argv)
+
+    names = list(SYSTEMS) if a.systems == "all" else [s.strip() for s in a.systems.split(",") if s.strip()]
+    for n in names:
+        if n not in SYSTEMS:
+            p.error(f"unknown system {n!r}")
+    worker_counts = [int(x) for x in a.workers.split(",")]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+
+    started = time.perf_counter()
+    before = machine()
+    server = Server()
+    log(f"redis-server {server.version} on port {server.port}; worker logs in {logdir}")
+    systems = {n: SYSTEMS[n](n, server.url, claim_batch=a.claim_batch) for n in names}
+    runs: list[dict] = []
+    latency: list[dict] = []
+    ceil = None
+    try:
+        for rep in range(a.repeat):
+            for n in names:
+                for wc in worker_counts:
+                    res = throughput_run(
+                        server, systems[n], jobs=a.jobs, workers=wc, max_seconds=a.max_seconds, logdir=logdir
+                    )
+                    res["repeat"] = rep
+                    runs.append(res)
+                    log(
+                        f"{n:10s} W={wc} enqueue {res['enqueue_jobs_per_s']:>9,.0f}/s  drain "
+                        f"{res['drain_jobs_per_s']:>9,.0f}/s  steady {fmt(res['steady_jobs_per_s'])}/s  "
+                        f"executed {res['executed']}/{a.jobs}{'' if res['complete'] else ' (time limit)'}"
+                    )
+        if a.latency_jobs > 0:
+            for n in names:
+                lat = latency_run(
+                    server,
+                    systems[n],
+                    count=a.latency_jobs,
+                    workers=a.latency_workers,
+                    spacing=a.latency_spacing,
+                    logdir=logdir,
+                )
+                latency.append(lat)
+                log(f"{n:10s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
+        if not a.no_ceiling:
+            ceil = ceiling(server, quick=a.jobs < 5000)
+            log(f"ceiling: {ceil['results'] if ceil else None}")
+    finally:
+        for s in systems.values():
+            with contextlib.suppress(Exception):
+                s.close()
+        server.stop()
+    after = machine()
+    settings = {n: {"workers": {wc: systems[n].settings(wc) for wc in worker_counts}} for n in names}
+    for n in names:
+        settings[n]["enqueue"] = systems[n].enqueue_api()
+    data = {
+        "machine_before": before,
+        "machine_after": after,
+        "redis_version": server.version,
+        "redis_py": redis.__version__,
+        "args": vars(a),
+        "settings": settings,
+        "runs": runs,
+        "latency": latency,
+        "ceiling": ceil,
+        "seconds": time.perf_counter() - started,
+    }
+    (out / f"{a.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
+    from report import write_markdown, write_plot  # noqa: PLC0415
+
+    write_markdown(data, out / f"{a.tag}.md")
+    write_plot(data, out / "throughput.png" if a.tag == "latest" else out / f"{a.tag}-throughput.png")
+    log(f"wrote {out / (a.tag + '.md')} in {data['seconds']:.0f} s")
+    bad = [r for r in runs if r["complete"] and (r["duplicates"] or r["missing"])]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Celery app on the Redis broker, no result backend, defaults otherwise (acks early, prefetch 4)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from bench_common import run_job
+from celery import Celery
+
+app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
+app.conf.broker_connection_retry_on_startup = True
+app.conf.task_default_queue = "bench"
+
+
+@app.task(name="bench.job")
+def job(arg: Any) -> None:
+    run_job(arg)

@@ -1,0 +1,18 @@
+"""Dramatiq actor on the Redis broker, all defaults (middleware, retries, prefetch)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dramatiq
+from bench_common import run_job
+from dramatiq.brokers.redis import RedisBroker
+
+broker = RedisBroker(url=os.environ["BENCH_REDIS_URL"])
+dramatiq.set_broker(broker)
+
+
+@dramatiq.actor(queue_name="bench")
+def job(arg: Any) -> None:
+    run_job(arg)

@@ -1,0 +1,35 @@
+"""The benchmark script runs end to end on a tiny workload: setqueue and the naive reference only,
+so the peers (rq, dramatiq, celery, arq) need not be installed. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import REPO_ROOT, need
+
+JOBS = 200
+
+
+@pytest.mark.slow
+def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if not shutil.which("redis-server"):
+        need("redis-server", "the benchmark starts its own")
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--workers", "1"]
+    cmd += ["--systems", "setqueue,naive", "--latency-jobs", "10", "--no-ceiling", "--out", str(tmp_path)]
+    cmd += ["--max-seconds", "60"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "latest.md").is_file()
+    data = json.loads((tmp_path / "latest.json").read_text())
+    runs = {r["system"]: r for r in data["runs"]}
+    assert set(runs) == {"setqueue", "naive"}
+    for run in runs.values():
+        assert run["complete"], run
+        assert run["executed"] == JOBS and run["missing"] == 0 and run["duplicates"] == 0, run
+    assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive"}
+    assert all(lat.get("ran") == 10 for lat in data["latency"]), data["latency"]
