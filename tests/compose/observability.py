@@ -1,0 +1,110 @@
+"""The monitoring files of the reference deployment, read as data: the Grafana dashboard, the
+Prometheus alert rules and their PromQL. Plain file access, no Docker, so the static tests
+(tests/test_dashboard.py, tests/test_alert_rules.py) and the live ones share it."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+GRAFANA = REPO / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "setqueue.json"
+ALERTS = GRAFANA / "alerts.yml"
+ALERT_TESTS = GRAFANA / "alerts.test.yml"
+PROMETHEUS_CONFIG = GRAFANA / "prometheus.yml"
+DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
+DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "setqueue.yml"
+COMPOSE_FILE = REPO / "docker-compose.yml"
+
+DATASOURCE_UID = "setqueue-prometheus"
+DASHBOARD_UID = "setqueue-overview"
+
+# What Grafana substitutes before a query reaches Prometheus; values as for a 15-minute range
+# scraped every 5 s ($__rate_interval is at least four scrape intervals).
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "${__rate_interval}": "1m",
+    "$__interval": "15s",
+    "${__interval}": "15s",
+    "$__range": "15m",
+    "${__range}": "15m",
+}
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def load_dashboard() -> dict[str, Any]:
+    with DASHBOARD.open(encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, including those nested in (collapsed) rows."""
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def data_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Panels that show data (rows only group them)."""
+    return [p for p in panels(dashboard) if p.get("type") != "row"]
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(``panel title / refId``, PromQL) of every target of every panel."""
+    return [
+        (f"{panel.get('title')} / {target.get('refId')}", target["expr"])
+        for panel in data_panels(dashboard)
+        for target in panel.get("targets", [])
+        if target.get("expr")
+    ]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in load_yaml(ALERTS)["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def substitute_grafana_variables(expr: str) -> str:
+    for name, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    return expr
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_COMPARISON = re.compile(r"==|!=|>=|<=|>|<")
+_METRIC = re.compile(r"\b(setqueue_[A-Za-z0-9_]+|up)\s*(?=\{|\[|\)|$|\s)")
+_RANGE = re.compile(r"\[[^\]]*\]")
+
+
+def is_filter(expr: str) -> bool:
+    """True when the expression may legitimately return nothing: it compares (a condition that
+    filters series out) or asks whether something is absent."""
+    bare = _MATCHERS.sub("", _STRING.sub('""', expr))
+    return bool(_COMPARISON.search(bare)) or "absent(" in bare
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (setqueue_* and up)."""
+    bare = _RANGE.sub("", _MATCHERS.sub("", _STRING.sub('""', expr)))
+    return set(_METRIC.findall(bare))
+
+
+def fixed_range_windows(expr: str) -> list[str]:
+    """Range selectors of rate()/increase()/irate() that use a fixed window instead of a variable."""
+    found = []
+    for match in re.finditer(r"\b(rate|irate|increase)\s*\((.*?)\[([^\]]+)\]", expr):
+        window = match.group(3).strip()
+        if not window.startswith("$"):
+            found.append(f"{match.group(1)}(...[{window}])")
+    return found

@@ -1,0 +1,131 @@
+"""Static checks of the Grafana side of the reference deployment: the dashboard JSON and the
+provisioning files agree with each other and with docker-compose.yml. No Docker needed; the live
+check that every panel's PromQL returns data is tests/compose/test_stack.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.compose.observability import (
+    COMPOSE_FILE,
+    DASHBOARD,
+    DASHBOARD_PROVIDERS,
+    DASHBOARD_UID,
+    DATASOURCE_UID,
+    DATASOURCES,
+    dashboard_queries,
+    data_panels,
+    fixed_range_windows,
+    load_dashboard,
+    load_yaml,
+    panels,
+)
+
+EXPECTED_DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict:
+    return load_dashboard()
+
+
+def test_dashboard_is_self_contained_with_a_fixed_uid(dashboard: dict) -> None:
+    assert dashboard["uid"] == DASHBOARD_UID
+    assert "__inputs" not in dashboard, "an exported-for-sharing dashboard needs import inputs; provision it plainly"
+    assert "__requires" not in dashboard
+    assert "${DS_" not in DASHBOARD.read_text(encoding="utf-8"), "datasource placeholders left from an export"
+    assert dashboard.get("id") is None, "a provisioned dashboard must not carry a database id"
+    assert dashboard["title"]
+
+
+def test_dashboard_refreshes_and_shows_recent_data(dashboard: dict) -> None:
+    assert dashboard["refresh"] == "5s"
+    assert dashboard["time"] == {"from": "now-15m", "to": "now"}
+
+
+def test_every_panel_has_title_description_unit_and_the_fixed_datasource(dashboard: dict) -> None:
+    problems = []
+    for panel in data_panels(dashboard):
+        name = panel.get("title") or f"panel id {panel.get('id')}"
+        if not panel.get("title"):
+            problems.append(f"{name}: no title")
+        if not panel.get("description"):
+            problems.append(f"{name}: no description")
+        if not panel.get("fieldConfig", {}).get("defaults", {}).get("unit"):
+            problems.append(f"{name}: no unit (fieldConfig.defaults.unit)")
+        if panel.get("datasource") != EXPECTED_DATASOURCE:
+            problems.append(f"{name}: datasource {panel.get('datasource')!r}")
+        if not panel.get("targets"):
+            problems.append(f"{name}: no query")
+        for target in panel.get("targets", []):
+            if target.get("datasource") != EXPECTED_DATASOURCE:
+                problems.append(f"{name} / {target.get('refId')}: datasource {target.get('datasource')!r}")
+            if not target.get("expr"):
+                problems.append(f"{name} / {target.get('refId')}: empty expr")
+    assert not problems, "\n".join(problems)
+
+
+def test_panel_ids_unique_and_layout_fits_the_grid(dashboard: dict) -> None:
+    ids = [p["id"] for p in panels(dashboard)]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    for panel in panels(dashboard):
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, f"{panel['title']} overflows the 24-column grid"
+
+
+def test_rates_use_the_rate_interval_variable(dashboard: dict) -> None:
+    problems = [f"{where}: {w}" for where, expr in dashboard_queries(dashboard) for w in fixed_range_windows(expr)]
+    assert not problems, "use [$__rate_interval], not a fixed window:\n" + "\n".join(problems)
+
+
+def test_dashboard_shows_what_operators_need(dashboard: dict) -> None:
+    exprs = "\n".join(expr for _, expr in dashboard_queries(dashboard))
+    titles = {p["title"] for p in data_panels(dashboard)}
+    assert {"Workers up", "Backlog", "In flight", "Completed / s", "Failure %", "Dead letters", "Oldest wait"} <= titles
+    assert 'sum by (instance) (rate(setqueue_jobs_completed_total{outcome="success"}[$__rate_interval]))' in exprs
+    for histogram in ("setqueue_job_processing_seconds", "setqueue_job_queue_wait_seconds"):
+        for q in ("0.5", "0.95", "0.99"):
+            assert f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket[$__rate_interval])))" in exprs
+    for metric in (
+        "setqueue_jobs_created_total",
+        "setqueue_cleaner_requeued_total",
+        "setqueue_last_sweep_timestamp_seconds",
+        "setqueue_oldest_pending_age_seconds",
+        'setqueue_queue_depth{state="in_progress"}',
+        'setqueue_queue_depth{state="failed"}',
+    ):
+        assert metric in exprs, metric
+    assert any("drain" in t.lower() for t in titles)
+
+
+def test_stat_panels_have_thresholds(dashboard: dict) -> None:
+    for panel in data_panels(dashboard):
+        if panel["type"] == "stat":
+            steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            assert steps and steps[0]["value"] is None, panel["title"]
+
+
+def test_datasource_provisioning_matches_the_dashboard() -> None:
+    sources = load_yaml(DATASOURCES)["datasources"]
+    assert len(sources) == 1
+    source = sources[0]
+    assert source["uid"] == DATASOURCE_UID
+    assert source["type"] == "prometheus"
+    assert source["url"] == "http://prometheus:9090"
+    assert source["isDefault"] is True
+
+
+def test_dashboard_provider_reads_the_directory_compose_mounts() -> None:
+    provider = load_yaml(DASHBOARD_PROVIDERS)["providers"][0]
+    assert provider["type"] == "file"
+    path = provider["options"]["path"]
+
+    grafana = load_yaml(COMPOSE_FILE)["services"]["grafana"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in grafana["volumes"] if m.startswith("./")}
+    assert mounts.get(path) == "./grafana/dashboards", f"{path} is not where compose mounts the dashboards"
+    assert mounts.get("/etc/grafana/provisioning") == "./grafana/provisioning"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{path}/{DASHBOARD.name}"
+    assert re.fullmatch(r"grafana/grafana-oss:\d+\.\d+\.\d+", grafana["image"]), "pin the Grafana version"
