@@ -82,13 +82,17 @@ class LeaseKeeper:
         if not leases:
             return
         renewed = self.queue.renew_many(leases)
-        lost = [lease for lease, ok in zip(leases, renewed, strict=True) if not ok]
+        refused = [lease for lease, ok in zip(leases, renewed, strict=True) if not ok]
+        lost = []
         with self._lock:
-            for lease in lost:
+            for lease in refused:
+                # A lease dropped meanwhile (acked while we renewed) was not lost: its lock is gone
+                # because the job is done.
                 if self._held.pop((lease.id, lease.token), None) is not None:
                     self._lost.add((lease.id, lease.token))
+                    lost.append(lease)
         if self._on_renewed is not None:
-            self._on_renewed(len(leases) - len(lost))
+            self._on_renewed(len(leases) - len(refused))
         for lease in lost:
             log.warning("lease lost for job %s (attempt %d)", lease.id, lease.attempt)
             if self._on_lost is not None:

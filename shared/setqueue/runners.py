@@ -249,6 +249,7 @@ class WorkerService(Service[WorkerSettings]):
                 to_ack = []
 
     def _ack(self, leases: list[Lease]) -> None:
+        self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the grace deadline still applies).
         results = self.retry(lambda: self.queue.ack_many(leases), "ack", until_stopped=False)
         for result in results:
@@ -263,6 +264,7 @@ class WorkerService(Service[WorkerSettings]):
     def _fail(self, lease: Lease, error: Exception) -> None:
         permanent = isinstance(error, PermanentJobError)
         reason = repr(error)[:2000]
+        self.keeper.drop([lease])
         outcome = self.retry(lambda: self.queue.fail(lease, reason, retry=not permanent), "fail", until_stopped=False)
         if outcome is FailOutcome.STALE:
             self.m.stale_acks.inc()
@@ -342,8 +344,7 @@ class CleanerService(Service[CleanerSettings]):
                 self.update_depth()
                 next_at += s.sweep_interval
                 now = time.monotonic()
-                if next_at < now:  # a slow sweep or an outage: do not try to catch up
-                    next_at = now
+                next_at = max(next_at, now)  # after a slow sweep or an outage: do not try to catch up
                 self.stop_event.wait(next_at - now)
         except Stopping:
             pass

@@ -23,6 +23,7 @@ coming round: a long job is not a stuck worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -129,10 +130,8 @@ def configure_logging(level: str, fmt: str, service: str, stream: Any = None) ->
 
 def flush_logs() -> None:
     for handler in logging.getLogger().handlers:
-        try:
+        with contextlib.suppress(Exception):  # a closed stream must not stop an exit
             handler.flush()
-        except Exception:  # pragma: no cover - a closed stream must not stop an exit
-            pass
 
 
 # -- settings --------------------------------------------------------------------------------------

@@ -1,0 +1,190 @@
+"""Helpers to run the services as real subprocesses and read their /metrics and /healthz."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import REPO_ROOT, RedisServer, free_port
+
+T = TypeVar("T")
+
+# Settings a developer's shell might set; a test starts from none of them.
+SERVICE_VARS = [
+    "REDIS_URL",
+    "QUEUE_NAME",
+    "LEASE_SECONDS",
+    "MAX_ATTEMPTS",
+    "DONE_MAX_COUNT",
+    "DONE_MAX_AGE_SECONDS",
+    "METRICS_PORT",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "CREATE_RATE",
+    "CREATE_TOTAL",
+    "CREATE_BATCH",
+    "CREATE_ID_PREFIX",
+    "CREATE_FROM_STDIN",
+    "CLAIM_BATCH",
+    "JOB_HANDLER",
+    "WORK_SECONDS",
+    "WORK_JITTER",
+    "FAIL_RATE",
+    "SHUTDOWN_GRACE_SECONDS",
+    "IDLE_WAIT_SECONDS",
+    "SWEEP_INTERVAL",
+    "SWEEP_BATCH",
+]
+
+
+def base_env(**settings: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Proc:
+    """One service (``python -m creator|worker|cleaner``) in a subprocess, its log in a file."""
+
+    def __init__(self, module: str, log_dir: Path, env: Mapping[str, str], *, name: str | None = None) -> None:
+        self.module = module
+        self.name = name or module
+        self.port = int(env.get("METRICS_PORT", "0"))
+        self.log_path = log_dir / f"{self.name}.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module],
+            env=dict(env),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @classmethod
+    def start(cls, module: str, log_dir: Path, *, name: str | None = None, **settings: Any) -> Proc:
+        settings.setdefault("METRICS_PORT", free_port())
+        settings.setdefault("LOG_LEVEL", "INFO")
+        return cls(module, log_dir, base_env(**settings), name=name)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+        self._log.close()
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def try_get(self, path: str) -> tuple[int, str] | None:
+        try:
+            return self.get(path)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def healthz(self) -> tuple[int, dict[str, Any]] | None:
+        got = self.try_get("/healthz")
+        return None if got is None else (got[0], json.loads(got[1]))
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample as ``name`` or ``name{label="value",...}`` -> value."""
+        status, text = self.get("/metrics")
+        assert status == 200
+        samples: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return samples
+
+    def metric(self, name: str, default: float = 0.0) -> float:
+        return self.metrics().get(name, default)
+
+    def wait_ready(self, timeout: float = 15) -> None:
+        wait_until(lambda: self.try_get("/metrics") is not None or not self.alive(), timeout, f"{self.name} up")
+        assert self.alive(), f"{self.name} exited early:\n{self.log()}"
+
+
+class PersistentRedisServer(RedisServer):
+    """A RedisServer with the append-only file on (fsync always), so a stop and start on the same
+    port keeps every acknowledged write: an outage, not a data loss."""
+
+    def start(self) -> PersistentRedisServer:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                self.dir,
+                "--protected-mode",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:  # includes BusyLoadingError while the AOF loads
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+        client.close()
+        return self

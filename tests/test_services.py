@@ -1,0 +1,297 @@
+"""The creator, worker and cleaner as real processes against a real redis-server.
+
+Timing-free: every wait polls for a state with a generous deadline; nothing asserts speed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from setqueue import Lease, Queue
+from setqueue.config import CleanerSettings, WorkerSettings
+from setqueue.runners import CleanerService, PermanentJobError, WorkerService
+from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
+from tests.support import free_port
+
+SUCCESS = 'setqueue_jobs_completed_total{outcome="success"}'
+FAILURE = 'setqueue_jobs_completed_total{outcome="failure"}'
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def start(procs: list[Proc], module: str, tmp_path: Path, name: str | None = None, **settings: object) -> Proc:
+    p = Proc.start(module, tmp_path, name=name, **settings)
+    procs.append(p)
+    return p
+
+
+def common(redis_url: str, queue_name: str, **extra: object) -> dict[str, object]:
+    return {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, **extra}
+
+
+def done_count(q: Queue) -> int:
+    return int(q.stats()["done"])
+
+
+@pytest.mark.slow
+def test_pipeline_survives_a_killed_worker(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
+    total = 2000
+    q = make_queue()
+    env = common(redis_url, queue_name, LEASE_SECONDS=2, MAX_ATTEMPTS=5)
+    cleaner = start(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
+    # The victim: jobs so slow it finishes none, so it surely holds leases when killed.
+    victim = start(procs, "worker", tmp_path, name="victim", WORK_SECONDS=30, CLAIM_BATCH=5, **env)
+    victim.wait_ready()
+    creator = start(
+        procs, "creator", tmp_path, CREATE_RATE=0, CREATE_TOTAL=total, CREATE_BATCH=200, CREATE_ID_PREFIX="e2e", **env
+    )
+    wait_until(lambda: victim.metric("setqueue_jobs_in_progress") > 0, 30, "the victim to hold jobs")
+    workers = [
+        start(procs, "worker", tmp_path, name=f"worker{i}", WORK_SECONDS=0.002, WORK_JITTER=0.5, FAIL_RATE=0.05, **env)
+        for i in range(3)
+    ]
+    victim_claimed = victim.metric("setqueue_jobs_claimed_total")
+    assert victim.metric(SUCCESS) == 0
+    victim.signal(signal.SIGKILL)
+    victim.wait(10)
+
+    assert creator.wait(60) == 0, creator.log()
+    assert f"created {total} new jobs (0 duplicates)" in creator.log()
+    wait_until(lambda: q.stats()["done"] + q.stats()["failed"] == total, 60, "every job to finish")
+    wait_until(lambda: cleaner.metric('setqueue_queue_depth{state="done"}') == q.stats()["done"], 30, "depth gauge")
+    stats = q.stats()
+    assert stats["todos"] == 0 and stats["in_progress"] == 0
+
+    # The victim's jobs came back through the cleaner, and nowhere else.
+    requeued = cleaner.metric("setqueue_cleaner_requeued_total")
+    assert requeued == victim_claimed > 0
+    assert cleaner.metric("setqueue_jobs_dead_lettered_total") == 0
+
+    # The workers' metrics agree with Redis. Each done job was acked exactly once (a stale ack
+    # changes nothing), each claim moved one id out of todos.
+    m = [w.metrics() for w in workers]
+    assert sum(x[SUCCESS] for x in m) == stats["done"]
+    assert sum(x["setqueue_jobs_dead_lettered_total"] for x in m) == stats["failed"]
+    assert sum(x[FAILURE] for x in m) == sum(
+        x["setqueue_jobs_retried_total"] + x["setqueue_jobs_dead_lettered_total"] for x in m
+    )
+    assert sum(x["setqueue_jobs_claimed_total"] for x in m) + victim_claimed == (
+        total + requeued + sum(x["setqueue_jobs_retried_total"] for x in m)
+    )
+    assert sum(x["setqueue_stale_acks_total"] for x in m) == 0
+    assert all(x["setqueue_jobs_in_progress"] == 0 for x in m)
+    assert all(x["setqueue_redis_up"] == 1 for x in [*m, cleaner.metrics()])
+    assert sum(x["setqueue_job_end_to_end_seconds_count"] for x in m) == stats["done"]
+    for p in [*workers, cleaner]:
+        health = p.healthz()
+        assert health is not None and health[0] == 200 and health[1]["status"] == "ok"
+    # No per-job lines at INFO.
+    for w in workers:
+        assert len(w.log().splitlines()) < 10, w.log()
+    assert "requeued" in cleaner.log()
+
+
+def _busy_worker(
+    procs: list[Proc], tmp_path: Path, q: Queue, env: dict[str, object], **settings: object
+) -> tuple[Proc, int]:
+    q.enqueue([f"job-{n}" for n in range(40)])
+    worker = start(procs, "worker", tmp_path, CLAIM_BATCH=4, **env, **settings)
+    wait_until(lambda: worker.try_get("/metrics") and worker.metric("setqueue_jobs_in_progress") > 0, 30, "busy")
+    return worker, int(worker.metric("setqueue_jobs_claimed_total"))
+
+
+def _no_orphans(q: Queue) -> None:
+    stats = q.stats()
+    assert stats["in_progress"] == 0, q.redis.smembers(q.keys.in_progress)
+    assert stats["todos"] + stats["done"] == 40
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_held_jobs_then_exits_0(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
+    q = make_queue()
+    env = common(redis_url, queue_name, LEASE_SECONDS=30)
+    worker, _ = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=0.3, WORK_JITTER=0, SHUTDOWN_GRACE_SECONDS=30)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(45) == 0, worker.log()
+    _no_orphans(q)
+    assert q.stats()["done"] >= 1
+    assert "SIGTERM received" in worker.log()
+
+
+@pytest.mark.slow
+def test_sigterm_past_the_grace_period_hands_jobs_back(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
+    q = make_queue()
+    env = common(redis_url, queue_name, LEASE_SECONDS=30)
+    worker, claimed = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=0.5)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.log()
+    _no_orphans(q)
+    assert q.stats()["todos"] == 40  # all handed back, the running one too
+    assert "one still running" in worker.log()
+    # A release does not use up an attempt.
+    again = q.claim(40)
+    assert len(again) == 40
+    assert claimed > 0 and all(lease.attempt == 1 for lease in again)
+
+
+@pytest.mark.slow
+def test_second_signal_exits_at_once(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
+    q = make_queue()
+    env = common(redis_url, queue_name, LEASE_SECONDS=30)
+    worker, _ = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=60)
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "SIGTERM received" in worker.log(), 10, "the first signal to be logged")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 128 + signal.SIGTERM
+
+
+@pytest.fixture
+def own_redis() -> Iterator[PersistentRedisServer]:
+    server = PersistentRedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.mark.slow
+def test_redis_outage_is_waited_out_and_nothing_is_lost(
+    procs: list[Proc], tmp_path: Path, own_redis: PersistentRedisServer, queue_name: str
+) -> None:
+    total = 1000
+    env = common(own_redis.url, queue_name, LEASE_SECONDS=5)
+    q = Queue.from_url(own_redis.url, name=queue_name)
+    cleaner = start(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
+    workers = [start(procs, "worker", tmp_path, name=f"w{i}", WORK_SECONDS=0.003, **env) for i in range(2)]
+    creator = start(procs, "creator", tmp_path, CREATE_RATE=250, CREATE_TOTAL=total, CREATE_ID_PREFIX="out", **env)
+    services = [cleaner, *workers, creator]
+    for p in services:
+        p.wait_ready()
+    wait_until(lambda: done_count(q) >= 100, 30, "some progress")
+    for p in services:
+        health = p.healthz()
+        assert health is not None and health[0] == 200
+
+    own_redis.stop()
+    for p in [cleaner, *workers]:
+        wait_until(lambda p=p: (p.healthz() or (0,))[0] == 503, 20, f"{p.name} /healthz 503")  # type: ignore[misc]
+        wait_until(lambda p=p: p.metric("setqueue_redis_up") == 0, 20, f"{p.name} redis_up 0")  # type: ignore[misc]
+    wait_until(lambda: creator.metric("setqueue_redis_up") == 0, 20, "creator redis_up 0")
+    time.sleep(2)  # an outage of a few seconds: several backoff steps
+    own_redis.start()
+
+    assert creator.wait(60) == 0, creator.log()
+    wait_until(lambda: done_count(q) == total, 60, "every created job to be done")
+    ids = [f"out-{n}" for n in range(1, total + 1)]
+    pipe = q.redis.pipeline()
+    for job_id in ids:
+        pipe.sismember(q.keys.done, job_id)
+    assert all(pipe.execute())
+    for p in [cleaner, *workers]:
+        wait_until(lambda p=p: p.metric("setqueue_redis_up") == 1, 20, f"{p.name} redis_up 1")  # type: ignore[misc]
+        wait_until(lambda p=p: (p.healthz() or (0,))[0] == 200, 20, f"{p.name} /healthz 200")  # type: ignore[misc]
+        log = p.log()
+        assert "redis unavailable" in log and "redis reachable again" in log, log
+        assert log.count("redis reachable again") == 1, log
+        assert "Traceback" not in log, log
+    created_line = [line for line in creator.log().splitlines() if "created" in line and "new jobs" in line]
+    assert created_line, creator.log()
+    q.close()
+
+
+# -- in-process pieces ---------------------------------------------------------------------------
+
+
+def test_healthz_reports_a_stuck_loop(redis_url: str, queue_name: str) -> None:
+    settings = CleanerSettings.from_env(base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0))
+    service = CleanerService(settings)
+    try:
+        ok, body = service.health()
+        assert ok and body["status"] == "ok"
+        service._last_beat -= 1000
+        ok, body = service.health()
+        assert not ok and body["status"] == "stuck"
+    finally:
+        service.close()
+
+
+def test_healthz_reports_redis_down(queue_name: str) -> None:
+    settings = CleanerSettings.from_env(base_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", METRICS_PORT=0))
+    service = CleanerService(settings)
+    ok, body = service.health()
+    assert not ok and body["status"] == "redis_unreachable" and body["redis"] == "down"
+    service.close()
+
+
+def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_name: str) -> None:
+    settings = WorkerSettings.from_env(
+        base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, MAX_ATTEMPTS=2, IDLE_WAIT_SECONDS=0.05)
+    )
+
+    def handler(lease: Lease) -> None:
+        if lease.id == "bad":
+            raise ValueError("always fails")
+        if lease.id == "fatal":
+            raise PermanentJobError("cannot be retried")
+
+    service = WorkerService(settings, handler=handler)
+    q = service.queue
+    q.enqueue(["a", "b", "bad", "fatal"])
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(service.run()))
+    thread.start()
+    wait_until(lambda: q.stats()["done"] + q.stats()["failed"] == 4, 30, "all four jobs to finish")
+    service.request_stop()
+    thread.join(30)
+    assert codes == [0]
+    stats = q.stats()
+    assert stats["done"] == 2 and stats["failed"] == 2 and stats["todos"] == 0 and stats["in_progress"] == 0
+    info = q.inspect("bad")
+    assert info is not None and "always fails" in (info.error or "")
+    m = service.m
+    assert m.jobs_completed.labels("success")._value.get() == 2
+    assert m.jobs_dead_lettered._value.get() == 2
+    assert m.jobs_retried._value.get() == 1
+    service.close()
+
+
+def test_retry_waits_out_errors_without_raising(
+    redis_url: str, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = CleanerSettings.from_env(base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0))
+    service = CleanerService(settings)
+    service._backoff.base = 0.001
+    calls = iter([redis.ConnectionError("down"), redis.TimeoutError("slow"), redis.BusyLoadingError("loading")])
+
+    def flaky() -> str:
+        error = next(calls, None)
+        if error is not None:
+            raise error
+        return "ok"
+
+    with caplog.at_level("WARNING"):
+        assert service.retry(flaky, "test") == "ok"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len([line for line in lines if "unavailable" in line]) == 3
+    assert len([line for line in lines if "reachable again" in line]) == 1
+    assert service.m.redis_up._value.get() == 1
+    service.close()
