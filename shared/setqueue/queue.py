@@ -25,7 +25,7 @@ from setqueue.keys import QueueKeys, validate_job_id
 
 # Ids per script call: keeps one call's run time (and so Redis's latency for others) small.
 CHUNK = 500
-_SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete")
+_SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
 _SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
 
 _QUEUE_OPTIONS = (
@@ -323,19 +323,14 @@ class Queue:
     def stats(self) -> dict[str, float]:
         """Sizes of the four sets and the age of the oldest job not yet finished, in one snapshot."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
-        for key in k.sets.values():
-            pipe.scard(key)
-        pipe.zrange(k.pending, 0, 0, withscores=True)
-        pipe.time()
-        todos, in_progress, done, failed, oldest, (seconds, micros) = pipe.execute()
-        now = seconds + micros / 1e6
+        keys = [k.todos, k.in_progress, k.done, k.failed, k.pending]
+        todos, in_progress, done, failed, age_ms = self._scripts["stats"](keys=keys)
         return {
             "todos": todos,
             "in_progress": in_progress,
             "done": done,
             "failed": failed,
-            "oldest_pending_age_seconds": max(0.0, now - oldest[0][1] / 1000) if oldest else 0.0,
+            "oldest_pending_age_seconds": age_ms / 1000,
         }
 
     def inspect(self, job_id: str) -> JobInfo | None:
