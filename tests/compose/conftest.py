@@ -4,7 +4,8 @@ cleaner, prometheus) built and started under a unique project name, always torn 
 Run them with ``scripts/test -m compose`` (or ``.venv/bin/python -m pytest -m compose tests/compose``).
 Without Docker they skip, except under CI=true where they fail. On a machine without registry
 access set PYTHON_IMAGE, REDIS_IMAGE and PROMETHEUS_IMAGE to local images (see
-../shared/offline-docker/README.md); they are passed through to Compose.
+../shared/offline-docker/README.md); they are passed through to Compose. COMPOSE_TEST_LOGS=<file>
+keeps the stack's logs there before it is torn down.
 """
 
 from __future__ import annotations
@@ -179,6 +180,10 @@ def running_stack(docker: DockerClient, settings: dict[str, str], queue_name: st
             client.compose.up(services=SERVICES, build=True, detach=True, wait=True, wait_timeout=240, quiet=True)
             yield stack
         finally:
+            logs_to = os.environ.get("COMPOSE_TEST_LOGS")  # a file to keep the stack's logs in
+            if logs_to:
+                with contextlib.suppress(DockerException, OSError), open(logs_to, "w", encoding="utf-8") as f:
+                    f.write(client.compose.logs(timestamps=True) or "")
             try:
                 client.compose.down(volumes=True, remove_orphans=True, remove_images="local", timeout=10, quiet=True)
             except DockerException as exc:  # report, but do not hide the test's own failure
