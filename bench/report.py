@@ -137,6 +137,13 @@ def write_markdown(data: dict, path: Path) -> None:
         for n in names:
             L.append(f"| {n} | {fmt(ceil['results'].get(n + ' -P 1'))} | {fmt(ceil['results'].get(n + ' -P 32'))} |")
         L.append("")
+        floor = ceil.get("python_incr_loop") or {}
+        if floor:
+            L.append(
+                "A Python loop doing only the job's body (one INCR via redis-py, no queue), W processes: "
+                + ", ".join(f"{k}: {v:,.0f}/s" for k, v in floor.items())
+                + ". No worker whose job is one INCR round trip can beat this on this machine.\n"
+            )
         sq = groups.get(("setqueue", 2))
         if sq:
             rate = mean([r["steady_jobs_per_s"] for r in sq])

@@ -343,6 +343,29 @@ def ceiling(server: Server, quick: bool) -> dict | None:
     return out
 
 
+def incr_floor(server: Server, workers: list[int], seconds: float = 3.0) -> dict[str, float]:
+    """INCRs/s of W Python processes doing nothing but the job's INCR: no worker can beat this."""
+    from systems import WORKERS_DIR, base_env  # noqa: PLC0415
+
+    out: dict[str, float] = {}
+    for wc in workers:
+        server.r.flushall()
+        env = base_env(server.url)
+        env["BENCH_SECONDS"] = str(seconds)
+        procs = [
+            subprocess.Popen([sys.executable, str(WORKERS_DIR / "bench_incr_loop.py")], env=env) for _ in range(wc)
+        ]
+        time.sleep(0.5)  # past start-up
+        n0, t0 = counter(server.r), time.perf_counter()
+        time.sleep(seconds - 1.0)
+        n1, t1 = counter(server.r), time.perf_counter()
+        for proc in procs:
+            proc.wait()
+        out[f"W={wc}"] = (n1 - n0) / (t1 - t0)
+    server.r.flushall()
+    return out
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
@@ -377,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, from: {', '.join(SYSTEMS)}; 'all' for every one",
     )
     p.add_argument("--claim-batch", type=int, default=50, help="setqueue worker's CLAIM_BATCH (default 50)")
-    p.add_argument("--max-seconds", type=float, default=20, help="time limit of one throughput run (default 20)")
+    p.add_argument("--max-seconds", type=float, default=15, help="time limit of one throughput run (default 15)")
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
     p.add_argument("--latency-spacing", type=float, default=0.015, help="seconds between latency jobs")
@@ -432,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{n:10s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
         if not a.no_ceiling:
             ceil = ceiling(server, quick=a.jobs < 5000)
+            if ceil is not None:
+                ceil["python_incr_loop"] = incr_floor(server, worker_counts)
             log(f"ceiling: {ceil['results'] if ceil else None}")
     finally:
         for s in systems.values():

@@ -295,14 +295,14 @@ class Arq(System):
         )
 
     def enqueue_api(self) -> str:
-        return "pool.enqueue_job, 500 concurrent calls at a time"
+        return "pool.enqueue_job, 50 concurrent calls at a time"
 
     def enqueue(self, args: list[str]) -> None:
         loop, pool = self._loop_pool()
 
         async def go() -> None:
-            for i in range(0, len(args), 500):
-                await asyncio.gather(*(pool.enqueue_job("job", a) for a in args[i : i + 500]))
+            for i in range(0, len(args), 50):
+                await asyncio.gather(*(pool.enqueue_job("job", a) for a in args[i : i + 50]))
 
         loop.run_until_complete(go())
 
