@@ -52,7 +52,7 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
         assert services[name]["build"]["args"]["PYTHON_IMAGE"] == "python:3.12-slim"
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert services["worker"]["environment"]["SHUTDOWN_GRACE_SECONDS"] == "20"
-    assert services["creator"]["environment"]["CREATE_RATE"] == "50"
+    assert services["creator"]["environment"]["CREATE_RATE"] == "20"
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "admin-change-me"
 
 
