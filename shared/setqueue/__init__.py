@@ -25,3 +25,8 @@ __all__ = [
     "SweepResult",
 ]
 __version__ = "0.1.0"
+
+# Raise it from a job handler to dead-letter the job at once (see setqueue.demo for the convention).
+from setqueue.runners import PermanentJobError
+
+__all__ += ["PermanentJobError"]

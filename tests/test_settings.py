@@ -1,0 +1,134 @@
+"""A bad setting stops a service before it touches Redis: one line on stderr naming it, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+
+from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
+from setqueue.service import JsonFormatter, configure_logging, load_settings, redact_url
+from tests.procs import base_env
+from tests.support import REPO_ROOT, RedisServer
+
+COMMON = [
+    ("REDIS_URL", "not-a-url"),
+    ("REDIS_URL", "http://localhost:6379"),
+    ("REDIS_URL", "redis://localhost:notaport/0"),
+    ("QUEUE_NAME", "has space"),
+    ("LEASE_SECONDS", "-1"),
+    ("LEASE_SECONDS", "soon"),
+    ("MAX_ATTEMPTS", "0"),
+    ("METRICS_PORT", "99999"),
+    ("LOG_LEVEL", "LOUD"),
+    ("LOG_FORMAT", "xml"),
+]
+ONLY = {
+    "creator": [("CREATE_RATE", "abc"), ("CREATE_RATE", "-5"), ("CREATE_BATCH", "0"), ("CREATE_FROM_STDIN", "maybe")],
+    "worker": [
+        ("JOB_HANDLER", "nope:nothing"),
+        ("JOB_HANDLER", "setqueue.demo:missing"),
+        ("JOB_HANDLER", "no-colon"),
+        ("CLAIM_BATCH", "0"),
+        ("FAIL_RATE", "2"),
+        ("WORK_SECONDS", "-1"),
+        ("SHUTDOWN_GRACE_SECONDS", "x"),
+    ],
+    "cleaner": [("SWEEP_INTERVAL", "0"), ("SWEEP_BATCH", "many")],
+}
+CASES = [(service, name, value) for service in ONLY for name, value in COMMON + ONLY[service]]
+
+
+def run_service(module: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        check=False,
+        env=env,
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def outcomes(redis_server: RedisServer) -> dict[tuple[str, str, str], tuple[str, subprocess.CompletedProcess[str]]]:
+    """Every case run once, a few processes at a time (each is a Python start-up and nothing more)."""
+
+    def one(case: tuple[str, str, str]) -> tuple[str, subprocess.CompletedProcess[str]]:
+        service, name, value = case
+        queue_name = f"test-{uuid.uuid4().hex[:12]}"
+        env = base_env(**{"REDIS_URL": redis_server.url, "QUEUE_NAME": queue_name, "METRICS_PORT": 0, name: value})
+        return queue_name, run_service(service, env)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(CASES, pool.map(one, CASES), strict=True))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{s}-{n}={v}" for s, n, v in CASES])
+def test_bad_setting_exits_2_with_one_line(
+    case: tuple[str, str, str],
+    outcomes: dict[tuple[str, str, str], tuple[str, subprocess.CompletedProcess[str]]],
+    client: redis.Redis,
+) -> None:
+    service, name, _ = case
+    queue_name, result = outcomes[case]
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert name in lines[0] and "Traceback" not in result.stderr
+    assert lines[0].startswith(f"setqueue-{service}: invalid setting {name}")
+    assert result.stdout == ""
+    assert client.keys(f"setqueue:{{{queue_name}}}:*") == []
+
+
+def test_metrics_port_in_use_exits_2(redis_url: str, queue_name: str, client: redis.Redis) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_service("cleaner", base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=port))
+    assert result.returncode == 2, result.stderr
+    assert "METRICS_PORT" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert client.keys(f"setqueue:{{{queue_name}}}:*") == []
+
+
+@pytest.mark.parametrize("settings_cls", [CreatorSettings, WorkerSettings, CleanerSettings])
+def test_defaults_are_valid(settings_cls: type[CreatorSettings]) -> None:
+    settings = settings_cls.from_env({})
+    assert settings.metrics_port == 8000 and settings.queue_name == "default"
+
+
+def test_load_settings_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_settings(WorkerSettings, "prog", {"MAX_ATTEMPTS": "0"}) is None
+    err = capsys.readouterr().err
+    assert err == "prog: invalid setting MAX_ATTEMPTS: 0 is out of range (must be between 1 and 1000)\n"
+    settings = load_settings(WorkerSettings, "prog", {"CLAIM_BATCH": "3", "WORK_SECONDS": "0"})
+    assert settings is not None and settings.claim_batch == 3
+
+
+def test_json_logs_are_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("INFO", "json", "setqueue-test", stream=sys.stderr)
+    logging.getLogger("setqueue.test").info("hello %s\nworld", "there")
+    logging.getLogger("setqueue.test").debug("hidden")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["message"] == "hello there\nworld" and record["level"] == "INFO"
+    assert record["service"] == "setqueue-test"
+    assert isinstance(JsonFormatter("x").format(logging.makeLogRecord({"msg": "m"})), str)
+    logging.getLogger().handlers.clear()
+
+
+def test_redact_url_hides_the_password() -> None:
+    assert redact_url("redis://:secret@redis:6379/0") == "redis://:***@redis:6379/0"
+    assert redact_url("redis://user:secret@redis/0") == "redis://user:***@redis/0"
+    assert redact_url("redis://localhost:6379/0") == "redis://localhost:6379/0"
