@@ -1,0 +1,153 @@
+"""The `setqueue` command: every subcommand, its output and its exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from setqueue import Queue
+from setqueue.cli import main
+from tests.procs import base_env
+from tests.support import REPO_ROOT, free_port
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run the CLI in-process against the test queue: (exit code, stdout, stderr)."""
+
+    def run(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+        out = io.StringIO()
+        code = main(["--redis-url", redis_url, "--queue", queue_name, *argv], stdin=io.StringIO(stdin), out=out)
+        return code, out.getvalue(), capsys.readouterr().err
+
+    return run
+
+
+def test_push_ids_and_stdin(cli: Cli, queue: Queue) -> None:
+    assert cli("push", "a", "b") == (0, "2 new, 0 already known\n", "")
+    assert cli("push", stdin="b\n\nc\n  d  \n") == (0, "2 new, 1 already known\n", "")
+    assert cli("push", "-", stdin="e\n") == (0, "1 new, 0 already known\n", "")
+    assert queue.stats()["todos"] == 5
+
+
+def test_push_rejects_a_bad_id(cli: Cli) -> None:
+    code, out, err = cli("push", "x" * 2000)
+    assert code == 2 and out == "" and err.startswith("setqueue: bad job id")
+
+
+def test_stats_text_and_json(cli: Cli, queue: Queue) -> None:
+    queue.enqueue(["a", "b", "c"])
+    lease = queue.claim(1)[0]
+    queue.ack(lease)
+    code, out, _ = cli("stats")
+    assert code == 0
+    assert "todos" in out and "done" in out and "oldest pending" in out
+    code, out, _ = cli("stats", "--json")
+    assert code == 0
+    stats = json.loads(out)
+    assert stats["todos"] == 2 and stats["done"] == 1 and stats["in_progress"] == 0 and stats["failed"] == 0
+
+
+def test_inspect(cli: Cli, queue: Queue) -> None:
+    queue.enqueue({"job-1": "payload"})
+    code, out, _ = cli("inspect", "job-1")
+    assert code == 0
+    info = json.loads(out)
+    assert info["id"] == "job-1" and info["state"] == "todos" and info["payload"] == "payload"
+    code, out, err = cli("inspect", "nope")
+    assert code == 1 and out == "" and "not found" in err and len(err.splitlines()) == 1
+
+
+def test_requeue_failed(cli: Cli, queue: Queue) -> None:
+    queue.enqueue(["a", "b", "c"])
+    for lease in queue.claim(3):
+        queue.fail(lease, "boom", retry=False)
+    assert cli("requeue-failed", "a") == (0, "requeued 1\n", "")
+    code, out, err = cli("requeue-failed", "a", "zzz")
+    assert (code, out) == (0, "requeued 0\n") and "not in failed" in err
+    assert cli("requeue-failed") == (0, "requeued 2\n", "")
+    stats = queue.stats()
+    assert stats["todos"] == 3 and stats["failed"] == 0
+
+
+def test_delete(cli: Cli, queue: Queue) -> None:
+    queue.enqueue(["a"])
+    assert cli("delete", "a") == (0, "deleted a (was in todos)\n", "")
+    code, out, err = cli("delete", "a")
+    assert code == 1 and out == "" and "not found" in err
+    assert queue.stats()["todos"] == 0
+
+
+def test_bad_url_and_queue_are_usage_errors(queue_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--redis-url", "not-a-url", "stats"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "REDIS_URL" in err
+    assert main(["--queue", "a b", "stats"]) == 2
+    assert "QUEUE_NAME" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in ([], ["frobnicate"], ["inspect"], ["stats", "--watch", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    capsys.readouterr()
+
+
+def run_cli(*argv: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "setqueue", *argv],
+        check=False,
+        env=env,
+        cwd=REPO_ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_unreachable_redis_exits_3_without_traceback() -> None:
+    env = base_env(REDIS_URL=f"redis://:secret@127.0.0.1:{free_port()}/0")
+    result = run_cli("stats", env=env)
+    assert result.returncode == 3
+    assert result.stderr.startswith("setqueue: cannot reach Redis at redis://:***@127.0.0.1")
+    assert len(result.stderr.strip().splitlines()) == 1 and "secret" not in result.stderr
+
+
+def test_python_m_setqueue_reads_the_environment(redis_url: str, queue_name: str, queue: Queue) -> None:
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name)
+    result = run_cli("push", env=env, stdin="x\ny\n")
+    assert (result.returncode, result.stdout) == (0, "2 new, 0 already known\n"), result.stderr
+    result = run_cli("stats", "--json", env=env)
+    assert json.loads(result.stdout)["todos"] == 2
+
+
+def test_stats_watch_until_ctrl_c(redis_url: str, queue_name: str, queue: Queue) -> None:
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "setqueue", "stats", "--json", "--watch", "0.1"],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    queue.enqueue(["new"])
+    deadline = time.monotonic() + 30
+    while json.loads(proc.stdout.readline())["todos"] != first["todos"] + 1:
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
