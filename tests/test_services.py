@@ -5,18 +5,20 @@ Timing-free: every wait polls for a state with a generous deadline; nothing asse
 
 from __future__ import annotations
 
+import io
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from setqueue import Lease, Queue
-from setqueue.config import CleanerSettings, WorkerSettings
-from setqueue.runners import CleanerService, PermanentJobError, WorkerService
+from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
+from setqueue.runners import CleanerService, CreatorService, PermanentJobError, WorkerService
 from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
 from tests.support import free_port
 
@@ -38,7 +40,7 @@ def start(procs: list[Proc], module: str, tmp_path: Path, name: str | None = Non
     return p
 
 
-def common(redis_url: str, queue_name: str, **extra: object) -> dict[str, object]:
+def common(redis_url: str, queue_name: str, **extra: Any) -> dict[str, Any]:
     return {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, **extra}
 
 
@@ -106,9 +108,7 @@ def test_pipeline_survives_a_killed_worker(
     assert "requeued" in cleaner.log()
 
 
-def _busy_worker(
-    procs: list[Proc], tmp_path: Path, q: Queue, env: dict[str, object], **settings: object
-) -> tuple[Proc, int]:
+def _busy_worker(procs: list[Proc], tmp_path: Path, q: Queue, env: dict[str, Any], **settings: Any) -> tuple[Proc, int]:
     q.enqueue([f"job-{n}" for n in range(40)])
     worker = start(procs, "worker", tmp_path, CLAIM_BATCH=4, **env, **settings)
     wait_until(lambda: worker.try_get("/metrics") and worker.metric("setqueue_jobs_in_progress") > 0, 30, "busy")
@@ -295,3 +295,33 @@ def test_retry_waits_out_errors_without_raising(
     assert len([line for line in lines if "reachable again" in line]) == 1
     assert service.m.redis_up._value.get() == 1
     service.close()
+
+
+def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queue_name: str) -> None:
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, CREATE_FROM_STDIN="true")
+    creator = CreatorService(CreatorSettings.from_env(env), stdin=io.StringIO("a\n\nb\n  c \na\n"))
+    creator.queue.enqueue(["b"])
+    assert creator.run() == 0
+    assert (creator.sent, creator.created, creator.duplicates) == (4, 2, 2)
+    assert creator.m.jobs_created._value.get() == 2 and creator.m.jobs_duplicate._value.get() == 2
+    assert creator.queue.stats()["todos"] == 3
+    creator.close()
+
+
+def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) -> None:
+    env = base_env(
+        REDIS_URL=redis_url,
+        QUEUE_NAME=queue_name,
+        METRICS_PORT=0,
+        CREATE_RATE=200,
+        CREATE_TOTAL=100,
+        CREATE_ID_PREFIX="p",
+    )
+    creator = CreatorService(CreatorSettings.from_env(env))
+    started = time.monotonic()
+    assert creator.run() == 0
+    # A lower bound only: 100 ids at 200/s cannot all be out before the schedule allows it.
+    assert time.monotonic() - started >= 0.4
+    assert creator.created == 100
+    assert creator.queue.redis.sismember(creator.queue.keys.todos, "p-100")
+    creator.close()
