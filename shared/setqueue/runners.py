@@ -149,6 +149,7 @@ class WorkerService(Service[WorkerSettings]):
     ) -> None:
         self.m = WorkerMetrics(new_registry())
         super().__init__(settings, queue or _queue(settings), self.m)
+        self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
         self._held: dict[tuple[str, str], Lease] = {}
         self._held_lock = threading.Lock()
@@ -167,7 +168,9 @@ class WorkerService(Service[WorkerSettings]):
         self.m.leases_lost.inc()
 
     def _configure_handler(self) -> None:
-        module = sys.modules.get(getattr(self.handler, "__module__", "") or "")
+        # The module JOB_HANDLER names (the function may have been imported into it from elsewhere).
+        name = self.settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
+        module = sys.modules.get(name or "")
         hook = getattr(module, "configure_worker", None)
         if callable(hook):
             hook(self.settings)
