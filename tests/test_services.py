@@ -325,3 +325,16 @@ def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) 
     assert creator.created == 100
     assert creator.queue.redis.sismember(creator.queue.keys.todos, "p-100")
     creator.close()
+
+
+@pytest.mark.slow
+def test_idle_worker_stops_at_once_on_sigterm(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    # Idle, it blocks on the wake-up list for up to 20 s; a signal interrupts that wait.
+    worker = start(procs, "worker", tmp_path, IDLE_WAIT_SECONDS=60, **common(redis_url, queue_name))
+    worker.wait_ready()
+    wait_until(lambda: "working with handler" in worker.log(), 15, "the worker loop")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.log()
+    assert "Traceback" not in worker.log()

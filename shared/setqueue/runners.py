@@ -75,7 +75,7 @@ class CreatorService(Service[CreatorSettings]):
         # more than about 20 calls per second, and never more than CREATE_BATCH ids per call.
         chunk = s.create_batch if rate == 0 else min(s.create_batch, max(1, math.ceil(rate / 20)))
         ids = self._ids()
-        source = "stdin" if s.create_from_stdin else f"ids {self.prefix}-<n>"
+        source = "ids from stdin" if s.create_from_stdin else f"ids {self.prefix}-<n>"
         self.log.info(
             "creating %s at %s, %s in batches of up to %d",
             source,
@@ -199,13 +199,14 @@ class WorkerService(Service[WorkerSettings]):
         self.log.info(
             "working with handler %s, claim batch %d, lease %gs", s.job_handler, s.claim_batch, s.lease_seconds
         )
+        block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         self.keeper.start()
         try:
             while not self.stop_event.is_set():
                 self.beat()
                 leases = self.retry(lambda: self.queue.claim(s.claim_batch), "claim")
                 if not leases:
-                    self.retry(lambda: self.queue.wait_for_work(min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)), "wait")
+                    self.retry(lambda: self.idle_wait(lambda: self.queue.wait_for_work(block)), "wait")
                     continue
                 self._hold(leases)
                 self.m.jobs_claimed.inc(len(leases))

@@ -170,6 +170,7 @@ class Service(Generic[S]):
         self._last_beat = time.monotonic()
         self._busy_since: float | None = None
         self._signals = 0
+        self._interruptible = False
         self._health_client: redis.Redis | None = None
         self.metrics.redis_up.set(1)
 
@@ -305,10 +306,25 @@ class Service(Generic[S]):
             self.log.info("%s received: stopping (send it again to exit at once)", name)
             self.stop_event.set()
             self.on_stop_requested()
+            if self._interruptible:
+                # The main thread is blocked in an idle wait (BLPOP): leave it now rather than when
+                # the wait times out. redis-py drops the connection the exception interrupts.
+                self._interruptible = False
+                raise Stopping(name)
         else:
             self.log.warning("second %s received: exiting now", name)
             flush_logs()
             os._exit(128 + signum)
+
+    def idle_wait(self, wait: Callable[[], T]) -> T:
+        """Run a blocking wait that a stop signal may interrupt at once (raising ``Stopping``)."""
+        if self.stop_event.is_set():
+            raise Stopping("idle wait")
+        self._interruptible = True
+        try:
+            return wait()
+        finally:
+            self._interruptible = False
 
     def request_stop(self) -> None:
         """Stop as on a first SIGTERM (for embedding and tests)."""
