@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         default="setqueue,naive,rq,rq-simple,dramatiq,celery,arq",
         help=f"comma-separated, from: {', '.join(SYSTEMS)}; 'all' for every one",
     )
-    p.add_argument("--claim-batch", type=int, default=50, help="setqueue worker's CLAIM_BATCH (default 50)")
+    p.add_argument("--claim-batch", type=int, default=100, help="setqueue worker's CLAIM_BATCH (default 100)")
     p.add_argument("--max-seconds", type=float, default=15, help="time limit of one throughput run (default 15)")
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                 s.close()
         server.stop()
     after = machine()
-    settings = {n: {"workers": {wc: systems[n].settings(wc) for wc in worker_counts}} for n in names}
+    settings: dict[str, dict[str, str]] = {n: {"workers": systems[n].settings("W")} for n in names}  # type: ignore[arg-type]
     for n in names:
         settings[n]["enqueue"] = systems[n].enqueue_api()
     data = {

@@ -56,11 +56,11 @@ class Command:
 class System:
     name: str
     url: str
-    claim_batch: int = 50
+    claim_batch: int = 100
     state: dict[str, Any] = field(default_factory=dict)
 
     # -- what the report says about the settings --------------------------------------------
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         raise NotImplementedError
 
     def enqueue_api(self) -> str:
@@ -98,7 +98,7 @@ class SetQueue(System):
             "python -m worker" if setqueue_worker_module_exists() else "bench/workers/bench_sq_worker.py (library API)"
         )
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         return (
             f"{workers} x `{self.runner()}`, CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, lease renewal on "
             f"(LEASE_SECONDS=30 default), LOG_LEVEL=WARNING"
@@ -140,7 +140,7 @@ class Naive(System):
             self.state["r"] = redis.Redis.from_url(self.url)
         return self.state["r"]
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         return (
             f"{workers} x bench/workers/bench_naive_worker.py: SRANDMEMBER, SMOVE, SETEX, job, SMOVE, DEL "
             "(one job per claim, each its own round trip), idle poll 1 ms"
@@ -172,7 +172,7 @@ class RQ(System):
             self.state["q"] = Queue(QUEUE, connection=redis.Redis.from_url(self.url))
         return self.state["q"]
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         import rq
 
         return f"{workers} x `rq worker -w {self.worker_class} -q` (rq {rq.__version__}; defaults otherwise)"
@@ -217,7 +217,7 @@ class Dramatiq(System):
             self.state["actor"] = bench_dramatiq_jobs.job
         return self.state["actor"]
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         import dramatiq
 
         return (
@@ -248,7 +248,7 @@ class Celery(System):
             self.state["task"] = bench_celery_jobs.job
         return self.state["task"]
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         import celery
 
         return (
@@ -286,7 +286,7 @@ class Arq(System):
             self.state["pool"] = loop.run_until_complete(create_pool(RedisSettings.from_dsn(self.url)))
         return self.state["loop"], self.state["pool"]
 
-    def settings(self, workers: int) -> str:
+    def settings(self, workers: int | str) -> str:
         import arq.version
 
         return (
