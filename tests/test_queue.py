@@ -225,7 +225,7 @@ def test_sweep_dead_letters_past_max_attempts(make_queue: Callable[..., Queue], 
     q = make_queue(max_attempts=2)
     q.enqueue(["a"])
     for _ in range(2):
-        [lease] = q.claim()
+        q.claim()
         client.delete(q.keys.lock("a"))
         result = q.sweep()
     assert result.dead_lettered == ["a"]
@@ -275,7 +275,7 @@ def test_stats(queue: Queue) -> None:
     assert queue.stats() == {"todos": 0, "in_progress": 0, "done": 0, "failed": 0, "oldest_pending_age_seconds": 0.0}
     queue.enqueue(["a", "b", "c"])
     time.sleep(0.05)
-    [lease] = queue.claim()
+    queue.claim()
     stats = queue.stats()
     assert (stats["todos"], stats["in_progress"]) == (2, 1)
     assert stats["oldest_pending_age_seconds"] >= 0.05
