@@ -156,8 +156,12 @@ def write_markdown(data: dict, path: Path) -> None:
             if "error" in lat:
                 L.append(f"| {lat['system']} | {lat['error']} | | | | |")
             else:
+                w1 = groups.get((lat["system"], lw))
+                rate = mean([r["steady_jobs_per_s"] for r in w1]) if w1 else None
+                slow = rate is not None and rate < 1 / args["latency_spacing"]
+                note = f" (drains {rate:,.0f} jobs/s < the arrival rate: includes queueing)" if slow else ""
                 L.append(
-                    f"| {lat['system']} | {lat['p50_ms']:.2f} | {lat['p90_ms']:.2f} | {lat['p99_ms']:.2f} | "
+                    f"| {lat['system']}{note} | {lat['p50_ms']:.2f} | {lat['p90_ms']:.2f} | {lat['p99_ms']:.2f} | "
                     f"{lat['max_ms']:.2f} | {lat['ran']}/{lat['jobs']} |"
                 )
         L.append("")
@@ -214,7 +218,7 @@ def write_plot(data: dict, path: Path) -> None:
         return  # the smoke test's environment has no matplotlib
     groups = by_key(data["runs"])
     systems = list(dict.fromkeys(r["system"] for r in data["runs"]))
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
     for s in systems:
         ws = sorted({w for (sys_, w) in groups if sys_ == s})
         ys = [mean([r["steady_jobs_per_s"] for r in groups[(s, w)]]) or 0 for w in ws]
@@ -226,7 +230,7 @@ def write_plot(data: dict, path: Path) -> None:
     m = data["machine_before"]
     ax.set_title(f"no-op jobs, redis {data['redis_version']}, {m['nproc']} cores, {m['date']}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
