@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import REPO_ROOT, RedisServer, free_port
@@ -152,39 +151,4 @@ class PersistentRedisServer(RedisServer):
     """A RedisServer with the append-only file on (fsync always), so a stop and start on the same
     port keeps every acknowledged write: an outage, not a data loss."""
 
-    def start(self) -> PersistentRedisServer:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                self.dir,
-                "--protected-mode",
-                "no",
-                "--loglevel",
-                "warning",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:  # includes BusyLoadingError while the AOF loads
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.05)
-        client.close()
-        return self
+    persistence = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")

@@ -8,7 +8,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 import pytest
 import redis
@@ -37,47 +39,32 @@ def redis_server_binary() -> str:
 
 class RedisServer:
     """A redis-server on a free loopback port, persistence off, that can be stopped and restarted
-    on the same port (to play an outage)."""
+    on the same port (to play an outage). ``args`` are added to (and override) the defaults."""
 
-    def __init__(self, port: int | None = None) -> None:
+    persistence: tuple[str, ...] = ("--save", "", "--appendonly", "no")
+
+    def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
         self.binary = redis_server_binary()
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="setqueue-redis-")
+        self.args = list(args)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-                "--protected-mode",
-                "no",
-                "--loglevel",
-                "warning",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    def start(self) -> Self:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir]
+        command += ["--protected-mode", "no", "--loglevel", "warning", *self.persistence, *self.args]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 10
         while True:
             try:
                 client.ping()
                 break
-            except redis.ConnectionError:
+            except redis.ConnectionError:  # includes BusyLoadingError while an AOF loads
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {self.port}") from None
                 time.sleep(0.05)

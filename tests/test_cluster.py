@@ -4,7 +4,6 @@ so the whole API runs on a real Redis Cluster node through redis-py's cluster cl
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,40 +23,11 @@ def cluster() -> Iterator[RedisCluster]:
     port = free_port()
     while port > 55535:  # redis-server refuses cluster mode above it (the bus used to be port + 10000)
         port = free_port()
-    server = RedisServer(port)
-    conf = Path(server.dir) / "nodes.conf"
-    server.process = subprocess.Popen(
-        [
-            server.binary,
-            "--port",
-            str(server.port),
-            "--bind",
-            "127.0.0.1",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            str(conf),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            server.dir,
-        ],
-        stdout=open(Path(server.dir) / "server.log", "w"),  # noqa: SIM115 - closed with the process
-        stderr=subprocess.STDOUT,
-    )
+    server = RedisServer(port, ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]).start()
     plain = redis.Redis(port=server.port, decode_responses=True)
     try:
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-                break
-            except redis.ConnectionError:
-                log = (Path(server.dir) / "server.log").read_text()
-                assert time.monotonic() < deadline, f"the cluster node did not start: {log}"
-                time.sleep(0.05)
+        plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
         while plain.cluster("info")["cluster_state"] != "ok":
             assert time.monotonic() < deadline, "the one-node cluster did not come up"
             time.sleep(0.1)
