@@ -20,31 +20,47 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
 local results = {}
-local acked = 0
+local owned_ids, slots, seen = {}, {}, {}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local lock = KEYS[10 + (i - 3) / 2]
-  local holder = redis.call('GET', lock)
-  local owned
-  if holder then
-    owned = holder == token
-  else
-    owned = redis.call('HGET', KEYS[9], id) == token
+  local owned = false
+  if not seen[id] then  -- the same lease twice in one call: the second one is stale
+    local holder = redis.call('GET', lock)
+    if holder then
+      owned = holder == token
+    else
+      owned = redis.call('HGET', KEYS[9], id) == token
+    end
   end
   if owned then
+    seen[id] = true
     redis.call('SMOVE', KEYS[2], KEYS[3], id)
     redis.call('DEL', lock)
-    results[#results + 1] = tonumber(redis.call('ZSCORE', KEYS[5], id)) or -1
-    redis.call('ZREM', KEYS[5], id)
-    redis.call('HDEL', KEYS[6], id)
-    redis.call('HDEL', KEYS[7], id)
-    redis.call('HDEL', KEYS[8], id)
-    redis.call('HDEL', KEYS[9], id)
-    redis.call('ZADD', KEYS[4], now, id)
-    acked = acked + 1
+    owned_ids[#owned_ids + 1] = id
+    results[#results + 1] = -1
+    slots[#slots + 1] = #results
   else
     results[#results + 1] = -2
   end
+end
+
+-- The bookkeeping of every acked id in one command per key, not one per id.
+local acked = #owned_ids
+if acked > 0 then
+  local enqueued = redis.call('ZMSCORE', KEYS[5], unpack(owned_ids))
+  local scored = {}
+  for j = 1, acked do
+    results[slots[j]] = tonumber(enqueued[j]) or -1
+    scored[2 * j - 1] = now
+    scored[2 * j] = owned_ids[j]
+  end
+  redis.call('ZREM', KEYS[5], unpack(owned_ids))
+  redis.call('HDEL', KEYS[6], unpack(owned_ids))
+  redis.call('HDEL', KEYS[7], unpack(owned_ids))
+  redis.call('HDEL', KEYS[8], unpack(owned_ids))
+  redis.call('HDEL', KEYS[9], unpack(owned_ids))
+  redis.call('ZADD', KEYS[4], unpack(scored))
 end
 
 local keep = tonumber(ARGV[2])

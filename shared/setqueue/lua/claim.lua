@@ -21,15 +21,29 @@ if cached then return cached end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
-local claimed = {}
+local moved, attempts = {}, {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   if redis.call('SMOVE', KEYS[2], KEYS[3], id) == 1 then
-    local attempt = redis.call('HINCRBY', KEYS[5], id, 1)
+    moved[#moved + 1] = id
+    attempts[#attempts + 1] = redis.call('HINCRBY', KEYS[5], id, 1)
     redis.call('SET', KEYS[i + 4], ARGV[2], 'PX', ARGV[3])
-    redis.call('HSET', KEYS[7], id, ARGV[2])
-    local enqueued = tonumber(redis.call('ZSCORE', KEYS[4], id)) or -1
-    claimed[#claimed + 1] = {id, attempt, enqueued, redis.call('HGET', KEYS[6], id)}
+  end
+end
+
+-- The bookkeeping of every claimed id in one command per key, not one per id.
+local claimed = {}
+if #moved > 0 then
+  local owners = {}
+  for j = 1, #moved do
+    owners[2 * j - 1] = moved[j]
+    owners[2 * j] = ARGV[2]
+  end
+  redis.call('HSET', KEYS[7], unpack(owners))
+  local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(moved))
+  local payloads = redis.call('HMGET', KEYS[6], unpack(moved))
+  for j = 1, #moved do
+    claimed[j] = {moved[j], attempts[j], tonumber(enqueued[j]) or -1, payloads[j]}
   end
 end
 
