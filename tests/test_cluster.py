@@ -27,7 +27,7 @@ def cluster() -> Iterator[RedisCluster]:
     plain = redis.Redis(port=server.port, decode_responses=True)
     try:
         deadline = time.monotonic() + 10
-        plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
         while plain.cluster("info")["cluster_state"] != "ok":
             assert time.monotonic() < deadline, "the one-node cluster did not come up"
             time.sleep(0.1)
@@ -54,7 +54,7 @@ def test_the_whole_api_runs_on_redis_cluster(cluster: RedisCluster) -> None:
     assert info is not None and info.state == "todos"
     assert q.delete("b") == "todos"
     assert q.wait_for_work(0.05)
-    slots = {cluster.keyslot(key) for key in cluster.scan_iter(match=q.keys.prefix + "*")}
+    slots = {cluster.keyslot(key) for key in cluster.scan_iter(match=q.keys.prefix + "*")}  # type: ignore[no-untyped-call]
     assert len(slots) == 1  # one queue, one slot
 
 

@@ -5,6 +5,7 @@ check that every panel's PromQL returns data is tests/compose/test_stack.py."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -27,11 +28,11 @@ EXPECTED_DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
 
 
 @pytest.fixture(scope="module")
-def dashboard() -> dict:
+def dashboard() -> dict[str, Any]:
     return load_dashboard()
 
 
-def test_dashboard_is_self_contained_with_a_fixed_uid(dashboard: dict) -> None:
+def test_dashboard_is_self_contained_with_a_fixed_uid(dashboard: dict[str, Any]) -> None:
     assert dashboard["uid"] == DASHBOARD_UID
     assert "__inputs" not in dashboard, "an exported-for-sharing dashboard needs import inputs; provision it plainly"
     assert "__requires" not in dashboard
@@ -40,12 +41,12 @@ def test_dashboard_is_self_contained_with_a_fixed_uid(dashboard: dict) -> None:
     assert dashboard["title"]
 
 
-def test_dashboard_refreshes_and_shows_recent_data(dashboard: dict) -> None:
+def test_dashboard_refreshes_and_shows_recent_data(dashboard: dict[str, Any]) -> None:
     assert dashboard["refresh"] == "5s"
     assert dashboard["time"] == {"from": "now-15m", "to": "now"}
 
 
-def test_every_panel_has_title_description_unit_and_the_fixed_datasource(dashboard: dict) -> None:
+def test_every_panel_has_title_description_unit_and_the_fixed_datasource(dashboard: dict[str, Any]) -> None:
     problems = []
     for panel in data_panels(dashboard):
         name = panel.get("title") or f"panel id {panel.get('id')}"
@@ -67,7 +68,7 @@ def test_every_panel_has_title_description_unit_and_the_fixed_datasource(dashboa
     assert not problems, "\n".join(problems)
 
 
-def test_panel_ids_unique_and_layout_fits_the_grid(dashboard: dict) -> None:
+def test_panel_ids_unique_and_layout_fits_the_grid(dashboard: dict[str, Any]) -> None:
     ids = [p["id"] for p in panels(dashboard)]
     assert len(ids) == len(set(ids)), "duplicate panel ids"
     for panel in panels(dashboard):
@@ -75,12 +76,12 @@ def test_panel_ids_unique_and_layout_fits_the_grid(dashboard: dict) -> None:
         assert pos["x"] + pos["w"] <= 24, f"{panel['title']} overflows the 24-column grid"
 
 
-def test_rates_use_the_rate_interval_variable(dashboard: dict) -> None:
+def test_rates_use_the_rate_interval_variable(dashboard: dict[str, Any]) -> None:
     problems = [f"{where}: {w}" for where, expr in dashboard_queries(dashboard) for w in fixed_range_windows(expr)]
     assert not problems, "use [$__rate_interval], not a fixed window:\n" + "\n".join(problems)
 
 
-def test_dashboard_shows_what_operators_need(dashboard: dict) -> None:
+def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
     exprs = "\n".join(expr for _, expr in dashboard_queries(dashboard))
     titles = {p["title"] for p in data_panels(dashboard)}
     assert {"Workers up", "Backlog", "In flight", "Completed / s", "Failure %", "Dead letters", "Oldest wait"} <= titles
@@ -100,7 +101,7 @@ def test_dashboard_shows_what_operators_need(dashboard: dict) -> None:
     assert any("drain" in t.lower() for t in titles)
 
 
-def test_stat_panels_have_thresholds(dashboard: dict) -> None:
+def test_stat_panels_have_thresholds(dashboard: dict[str, Any]) -> None:
     for panel in data_panels(dashboard):
         if panel["type"] == "stat":
             steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]

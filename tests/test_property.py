@@ -148,7 +148,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def sets_match_the_model(self) -> None:
-            actual = {state: set(self.client.smembers(key)) for state, key in self.q.keys.sets.items()}  # type: ignore[arg-type]
+            actual = {state: {str(i) for i in self.client.smembers(key)} for state, key in self.q.keys.sets.items()}  # type: ignore[union-attr]
             seen: dict[str, str] = {}
             for state, ids in actual.items():
                 for i in ids:

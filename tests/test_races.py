@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import redis
 
-from setqueue import FailOutcome, Queue
+from setqueue import FailOutcome, Lease, Queue
 from tests.support import REPO_ROOT
 
 
@@ -36,7 +36,7 @@ def test_no_cleaner_can_run_between_claim_and_lock(
     q = make_queue(lease_seconds=60)
     q.enqueue([f"j{i}" for i in range(2000)])
     sweepers = [actor("sweep", redis_url, queue_name, "4") for _ in range(2)]
-    leases = []
+    leases: list[Lease] = []
     while len(leases) < 2000:
         leases += q.claim(1)
     requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]

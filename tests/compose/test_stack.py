@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from python_on_whales import DockerClient
@@ -142,7 +143,7 @@ def test_every_dashboard_query_is_valid_and_returns_data(stack: Stack) -> None:
 def test_every_alert_rule_is_loaded_evaluates_and_parses(stack: Stack) -> None:
     rules = alert_rules()
 
-    def loaded() -> dict[str, dict]:
+    def loaded() -> dict[str, dict[str, Any]]:
         groups = stack.prom_api("/api/v1/rules")["data"]["groups"]
         return {r["name"]: r for g in groups for r in g["rules"] if r["type"] == "alerting"}
 
