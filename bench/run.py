@@ -27,6 +27,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procstat import tree_cpu_seconds
+from report import fmt
 from systems import SYSTEMS, System, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -380,14 +381,6 @@ def machine() -> dict[str, Any]:
         "load_avg": [round(x, 2) for x in load],
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(),
     }
-
-
-def fmt(v: Any, digits: int = 0) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
 
 
 def main(argv: list[str] | None = None) -> int:
