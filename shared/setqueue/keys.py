@@ -84,8 +84,9 @@ class QueueKeys:
 
     @property
     def owners(self) -> str:
-        """HASH id -> lease token of the claim that owns an in_progress id. Unlike the lock it
-        does not expire, so a worker whose lease ran out can still ack while nobody took over."""
+        """HASH id -> lease token of the claim that owns an in_progress id: ack and fail check it.
+        Unlike the lock it does not expire, so a worker whose lease ran out can still ack while
+        nobody took over; the lock only carries the TTL that the cleaner and renewals look at."""
         return self.prefix + "owners"
 
     @property

@@ -28,14 +28,6 @@ CHUNK = 500
 _SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
 _SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
 
-_QUEUE_OPTIONS = (
-    "lease_seconds",
-    "max_attempts",
-    "done_max_count",
-    "done_max_age_seconds",
-    "request_ttl_seconds",
-    "wake_cap",
-)
 STALE = -2  # ack.lua's marker for a lease that is no longer ours
 
 
@@ -150,9 +142,8 @@ class Queue:
 
         The client resends a command after a connection error or timeout (a few times, with
         backoff): every script is safe to resend. Socket timeouts stop a call from hanging
-        forever on a dead connection. ``options`` other than the queue's own go to redis-py.
+        forever on a dead connection. ``options`` go to the constructor.
         """
-        queue_options = {k: options.pop(k) for k in list(options) if k in _QUEUE_OPTIONS}
         client = redis.Redis.from_url(
             url,
             retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
@@ -161,9 +152,8 @@ class Queue:
             socket_timeout=30,
             socket_keepalive=True,
             health_check_interval=30,
-            **options,
         )
-        return cls(client, name, **queue_options)
+        return cls(client, name, **options)
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
         return json.loads(self._scripts[script](keys=keys, args=args))

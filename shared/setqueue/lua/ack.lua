@@ -1,7 +1,7 @@
 -- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
--- A caller owns a job while the lock holds its token, or once the lock has expired as long as
--- nobody claimed the job since (owners still names its token: the cleaner has not requeued it).
--- A stale ack changes nothing.
+-- A caller owns a job while owners names its token: from its claim until the job leaves
+-- in_progress. That covers a lock that expired while nobody took the job over (the cleaner
+-- clears owners when it requeues, a new claim overwrites it). A stale ack changes nothing.
 --
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress   KEYS[3] done
@@ -24,16 +24,8 @@ local owned_ids, slots, seen = {}, {}, {}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local lock = KEYS[10 + (i - 3) / 2]
-  local owned = false
-  if not seen[id] then  -- the same lease twice in one call: the second one is stale
-    local holder = redis.call('GET', lock)
-    if holder then
-      owned = holder == token
-    else
-      owned = redis.call('HGET', KEYS[9], id) == token
-    end
-  end
-  if owned then
+  -- The same lease twice in one call: the second one is stale (owners is cleared further down).
+  if not seen[id] and redis.call('HGET', KEYS[9], id) == token then
     seen[id] = true
     redis.call('SMOVE', KEYS[2], KEYS[3], id)
     redis.call('DEL', lock)

@@ -23,14 +23,7 @@ local retried = 0
 for i = 4, #ARGV, 4 do
   local id, token, mode, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local lock = KEYS[10 + (i - 4) / 4]
-  local holder = redis.call('GET', lock)
-  local owned
-  if holder then
-    owned = holder == token
-  else
-    owned = redis.call('HGET', KEYS[9], id) == token
-  end
-  if not owned then
+  if redis.call('HGET', KEYS[9], id) ~= token then
     outcomes[#outcomes + 1] = 'stale'
   else
     redis.call('DEL', lock)
