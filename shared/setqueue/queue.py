@@ -28,9 +28,6 @@ CHUNK = 500
 _SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
 _SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
 
-STALE = -2  # ack.lua's marker for a lease that is no longer ours
-
-
 def new_request_id() -> str:
     return os.urandom(12).hex()
 
@@ -244,12 +241,15 @@ class Queue:
             args: list[Any] = [self._request_ttl_ms, self.done_max_count]
             for lease in chunk:
                 args += [lease.id, lease.token]
-            now_ms, enqueued = self._run("ack", keys, args)
-            for enq in enqueued:
-                if enq == STALE:
+            now, acked = self._run("ack", keys, args)
+            now /= 1000
+            for lease, ok in zip(chunk, acked, strict=True):
+                if not ok:
                     results.append(AckResult(False, None))
+                elif lease.enqueued_at is None:
+                    results.append(AckResult(True, None))
                 else:
-                    results.append(AckResult(True, (now_ms - enq) / 1000 if enq >= 0 else None))
+                    results.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
         return results
 
     def fail(self, lease: Lease, reason: str = "", *, retry: bool = True) -> FailOutcome:

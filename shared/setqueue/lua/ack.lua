@@ -12,46 +12,44 @@
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] most ids kept in done (0 = no limit); the oldest are dropped beyond it
 -- ARGV[3..] id, token of each lease
--- Returns a JSON string: [now ms, [enqueue ms (or -1 if unknown) of each acked job, or -2 if stale]]
+-- Returns a JSON string: [now ms, [1 for each lease acked, 0 for each stale one]]
 local cached = redis.call('GET', KEYS[1])
 if cached then return cached end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
-local results = {}
-local owned_ids, slots, seen = {}, {}, {}
-for i = 3, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local lock = KEYS[10 + (i - 3) / 2]
-  -- The same lease twice in one call: the second one is stale (owners is cleared further down).
-  if not seen[id] and redis.call('HGET', KEYS[9], id) == token then
+local ids = {}
+for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+local owner = redis.call('HMGET', KEYS[9], unpack(ids))
+
+-- One command per key for the whole batch, not one per id (see claim.lua).
+local results, owned, locks, scored, seen = {}, {}, {}, {}, {}
+for j = 1, #ids do
+  local id = ids[j]
+  -- The same lease twice in one call: the second one is stale (owners is cleared below).
+  if not seen[id] and owner[j] == ARGV[2 * j + 2] then
     seen[id] = true
-    redis.call('SMOVE', KEYS[2], KEYS[3], id)
-    redis.call('DEL', lock)
-    owned_ids[#owned_ids + 1] = id
-    results[#results + 1] = -1
-    slots[#slots + 1] = #results
+    owned[#owned + 1] = id
+    locks[#locks + 1] = KEYS[9 + j]
+    scored[#scored + 1] = now
+    scored[#scored + 1] = id
+    results[j] = 1
   else
-    results[#results + 1] = -2
+    results[j] = 0
   end
 end
 
--- The bookkeeping of every acked id in one command per key, not one per id.
-local acked = #owned_ids
+local acked = #owned
 if acked > 0 then
-  local enqueued = redis.call('ZMSCORE', KEYS[5], unpack(owned_ids))
-  local scored = {}
-  for j = 1, acked do
-    results[slots[j]] = tonumber(enqueued[j]) or -1
-    scored[2 * j - 1] = now
-    scored[2 * j] = owned_ids[j]
-  end
-  redis.call('ZREM', KEYS[5], unpack(owned_ids))
-  redis.call('HDEL', KEYS[6], unpack(owned_ids))
-  redis.call('HDEL', KEYS[7], unpack(owned_ids))
-  redis.call('HDEL', KEYS[8], unpack(owned_ids))
-  redis.call('HDEL', KEYS[9], unpack(owned_ids))
+  redis.call('SREM', KEYS[2], unpack(owned))
+  redis.call('SADD', KEYS[3], unpack(owned))
+  redis.call('DEL', unpack(locks))
+  redis.call('ZREM', KEYS[5], unpack(owned))
+  redis.call('HDEL', KEYS[6], unpack(owned))
+  redis.call('HDEL', KEYS[7], unpack(owned))
+  redis.call('HDEL', KEYS[8], unpack(owned))
+  redis.call('HDEL', KEYS[9], unpack(owned))
   redis.call('ZADD', KEYS[4], unpack(scored))
 end
 
@@ -60,7 +58,11 @@ if acked > 0 and keep > 0 then
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     local oldest = redis.call('ZPOPMIN', KEYS[4], excess)
-    for j = 1, #oldest, 2 do redis.call('SREM', KEYS[3], oldest[j]) end
+    local dropped = {}
+    for j = 1, #oldest, 2 do dropped[#dropped + 1] = oldest[j] end
+    for s = 1, #dropped, 1000 do  -- unpack() has a limit: a lowered retention may drop many
+      redis.call('SREM', KEYS[3], unpack(dropped, s, math.min(s + 999, #dropped)))
+    end
   end
 end
 

@@ -13,7 +13,7 @@
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] lease token (random, fresh for every call)
 -- ARGV[3] lease duration in ms
--- ARGV[4..] candidate ids
+-- ARGV[4..] candidate ids (distinct)
 -- Returns a JSON string: [now ms, [[id, attempt, enqueue ms or -1, payload or false], ...]]
 local cached = redis.call('GET', KEYS[1])
 if cached then return cached end
@@ -21,29 +21,38 @@ if cached then return cached end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
-local moved, attempts = {}, {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  if redis.call('SMOVE', KEYS[2], KEYS[3], id) == 1 then
-    moved[#moved + 1] = id
-    attempts[#attempts + 1] = redis.call('HINCRBY', KEYS[5], id, 1)
-    redis.call('SET', KEYS[i + 4], ARGV[2], 'PX', ARGV[3])
+local candidates = {}
+for i = 4, #ARGV do candidates[#candidates + 1] = ARGV[i] end
+
+-- One command per key for the whole batch, not one per id: in Redis, a call from Lua costs
+-- more than the work it does on one member. Only the locks are one key per id.
+local present = redis.call('SMISMEMBER', KEYS[2], unpack(candidates))
+local moved = {}
+for j = 1, #candidates do
+  if present[j] == 1 then
+    moved[#moved + 1] = candidates[j]
+    redis.call('SET', KEYS[7 + j], ARGV[2], 'PX', ARGV[3])
   end
 end
 
--- The bookkeeping of every claimed id in one command per key, not one per id.
 local claimed = {}
 if #moved > 0 then
-  local owners = {}
+  redis.call('SREM', KEYS[2], unpack(moved))
+  redis.call('SADD', KEYS[3], unpack(moved))
+  local before = redis.call('HMGET', KEYS[5], unpack(moved))
+  local counts, owners = {}, {}
   for j = 1, #moved do
-    owners[2 * j - 1] = moved[j]
-    owners[2 * j] = ARGV[2]
+    local attempt = (tonumber(before[j]) or 0) + 1
+    before[j] = attempt
+    counts[2 * j - 1], counts[2 * j] = moved[j], attempt
+    owners[2 * j - 1], owners[2 * j] = moved[j], ARGV[2]
   end
+  redis.call('HSET', KEYS[5], unpack(counts))
   redis.call('HSET', KEYS[7], unpack(owners))
   local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(moved))
   local payloads = redis.call('HMGET', KEYS[6], unpack(moved))
   for j = 1, #moved do
-    claimed[j] = {moved[j], attempts[j], tonumber(enqueued[j]) or -1, payloads[j]}
+    claimed[j] = {moved[j], before[j], tonumber(enqueued[j]) or -1, payloads[j]}
   end
 end
 
