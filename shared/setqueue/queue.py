@@ -28,6 +28,7 @@ CHUNK = 500
 _SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
 _SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
 
+
 def new_request_id() -> str:
     return os.urandom(12).hex()
 
