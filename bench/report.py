@@ -24,9 +24,10 @@ def by_key(runs: list[dict]) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
-def mean(values: list[float | None]) -> float | None:
+def median(values: list[float | None]) -> float | None:
+    """What a cell reports: the median of its trials (and repeats); see run.cell_trials."""
     vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
+    return statistics.median(vals) if vals else None
 
 
 def spread(values: list[float | None]) -> float | None:
@@ -38,7 +39,20 @@ def spread(values: list[float | None]) -> float | None:
 
 
 def busy(rs: list[dict]) -> float | None:
-    return mean([100 * r["redis_cpu_utilisation"] if "redis_cpu_utilisation" in r else None for r in rs])
+    return median([100 * r["redis_cpu_utilisation"] if "redis_cpu_utilisation" in r else None for r in rs])
+
+
+def steady(rs: list[dict]) -> float | None:
+    return median([r["steady_jobs_per_s"] for r in rs])
+
+
+def steal_percent(data: dict) -> float | None:
+    """Share of the machine's CPU time the hypervisor gave to others during the run."""
+    t0, t1 = data["machine_before"].get("cpu_ticks"), data["machine_after"].get("cpu_ticks")
+    if not t0 or not t1 or "steal" not in t0:
+        return None
+    total = sum(t1.values()) - sum(t0.values())
+    return 100 * (t1["steal"] - t0["steal"]) / total if total > 0 else None
 
 
 PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq")
@@ -48,8 +62,8 @@ def targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[str]:
     """The issue's targets, checked against this run."""
     out = ["## Targets\n"]
     sq = groups.get(("setqueue", 2))
-    sq_rate = mean([r["steady_jobs_per_s"] for r in sq]) if sq else None
-    peers = {s: mean([r["steady_jobs_per_s"] for r in groups[(s, 2)]]) for s in PEERS if (s, 2) in groups}
+    sq_rate = steady(sq) if sq else None
+    peers = {s: steady(groups[(s, 2)]) for s in PEERS if (s, 2) in groups}
     peers = {s: v for s, v in peers.items() if v is not None}
     if sq_rate is not None:
         out.append(
@@ -86,9 +100,14 @@ def write_markdown(data: dict, path: Path) -> None:
     L.append(f"- machine: nproc {m0['nproc']}, {m0['arch']}, Linux {m0['kernel']}, Python {m0['python']}")
     L.append(f"- redis-server {data['redis_version']} (persistence off, loopback), redis-py {data['redis_py']}")
     L.append(f"- load average before: {m0['load_avg']}, after: {m1['load_avg']} (1, 5, 15 min)")
+    steal = steal_percent(data)
+    if steal is not None:
+        L.append(f"- CPU steal (time the hypervisor gave this VM's cores to others) during the run: {steal:.1f}%")
     L.append(
         f"- {args['jobs']:,} no-op jobs per run (each one Redis INCR), workers {args['workers']}, "
-        f"time limit {args['max_seconds']:.0f} s per run, repeats {args['repeat']}"
+        f"time limit {args['max_seconds']:.0f} s per run; each cell runs trials until they took "
+        f"{args.get('cell_seconds', 0):g} s (at most {args.get('trials', 1)}; one when it hits the time limit) "
+        f"and reports their median; repeats of the whole matrix: {args['repeat']}"
     )
     L.append("")
     L.extend(targets(data, groups))
@@ -97,15 +116,16 @@ def write_markdown(data: dict, path: Path) -> None:
         "enqueue: jobs/s of the system's producer API; drain: jobs/s from spawning the first worker to the last "
         "job executed (includes start-up); steady: jobs/s between 10% and 90% executed (counter sampled every "
         "5 ms). CPU and commands per job are measured from the first job executed to the end. "
-        "`*` = did not finish within the time limit: drain and steady are over what ran in it."
+        "`*` = did not finish within the time limit: drain and steady are over what ran in it. Every figure "
+        "is the median of the cell's trials; `steady range` is their lowest and highest."
     )
     L.append("")
     head = (
-        "| system | W | enqueue jobs/s | drain jobs/s | steady jobs/s | start-up s | worker CPU ms/job | "
-        "Redis CPU ms/job | Redis cmds/job | Redis CPU busy | executed (dup/missing) |"
+        "| system | W | enqueue jobs/s | drain jobs/s | steady jobs/s | trials | steady range | start-up s | "
+        "worker CPU ms/job | Redis CPU ms/job | Redis cmds/job | Redis CPU busy | executed (dup/missing) |"
     )
     L.append(head)
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for s in systems:
         for w in sorted({r["workers"] for r in runs if r["system"] == s}):
             rs = groups[(s, w)]
@@ -114,26 +134,28 @@ def write_markdown(data: dict, path: Path) -> None:
                 f"{r['executed']:,}" + (f" ({r['duplicates']}/{r['missing']})" if r["complete"] else " (partial)")
                 for r in rs
             )
+            rates = [r["steady_jobs_per_s"] for r in rs if r["steady_jobs_per_s"] is not None]
+            low_high = f"{min(rates):,.0f} to {max(rates):,.0f}" if len(rates) > 1 else "-"
             L.append(
-                f"| {s} | {w} | {fmt(mean([r['enqueue_jobs_per_s'] for r in rs]))} | "
-                f"{fmt(mean([r['drain_jobs_per_s'] for r in rs]))}{star} | "
-                f"{fmt(mean([r['steady_jobs_per_s'] for r in rs]))}{star} | "
-                f"{fmt(mean([r['startup_seconds'] for r in rs]), 2)} | "
-                f"{fmt(mean([r.get('worker_cpu_ms_per_job') for r in rs]), 3)} | "
-                f"{fmt(mean([r.get('redis_cpu_ms_per_job') for r in rs]), 3)} | "
-                f"{fmt(mean([r.get('redis_commands_per_job') for r in rs]), 1)} | "
+                f"| {s} | {w} | {fmt(median([r['enqueue_jobs_per_s'] for r in rs]))} | "
+                f"{fmt(median([r['drain_jobs_per_s'] for r in rs]))}{star} | "
+                f"{fmt(steady(rs))}{star} | {len(rs)} | {low_high} | "
+                f"{fmt(median([r['startup_seconds'] for r in rs]), 2)} | "
+                f"{fmt(median([r.get('worker_cpu_ms_per_job') for r in rs]), 3)} | "
+                f"{fmt(median([r.get('redis_cpu_ms_per_job') for r in rs]), 3)} | "
+                f"{fmt(median([r.get('redis_commands_per_job') for r in rs]), 1)} | "
                 f"{fmt(busy(rs))}% | "
                 f"{executed} |"
             )
     L.append("")
     if args["repeat"] > 1:
-        L.append("## Repeatability (steady jobs/s of each repeat)\n")
+        L.append("## Repeatability (steady jobs/s of each repeat: the median of its trials)\n")
         L.append(
             "| system | W | " + " | ".join(f"run {i + 1}" for i in range(args["repeat"])) + " | spread | within 15%? |"
         )
         L.append("|---|---:|" + "---:|" * args["repeat"] + "---:|---|")
         for (s, w), rs in groups.items():
-            vals = [r["steady_jobs_per_s"] for r in sorted(rs, key=lambda r: r["repeat"])]
+            vals = [steady([r for r in rs if r["repeat"] == rep]) for rep in range(args["repeat"])]
             sp = spread(vals)
             ok = "-" if sp is None else ("yes" if sp <= 0.15 else "**no**")
             L.append(
@@ -157,7 +179,7 @@ def write_markdown(data: dict, path: Path) -> None:
                 L.append(f"| {lat['system']} | {lat['error']} | | | | |")
             else:
                 w1 = groups.get((lat["system"], lw))
-                rate = mean([r["steady_jobs_per_s"] for r in w1]) if w1 else None
+                rate = steady(w1) if w1 else None
                 slow = rate is not None and rate < 1 / args["latency_spacing"]
                 note = f" (drains {rate:,.0f} jobs/s < the arrival rate: includes queueing)" if slow else ""
                 L.append(
@@ -185,7 +207,7 @@ def write_markdown(data: dict, path: Path) -> None:
         sq = groups.get(("setqueue", 2))
         incr = ceil["results"].get("INCR -P 1")
         if sq and incr:
-            rate = mean([r["steady_jobs_per_s"] for r in sq]) or 0.0
+            rate = steady(sq) or 0.0
             busy_ = busy(sq)
             floor2 = floor.get("W=2")
             L.append(
@@ -199,9 +221,9 @@ def write_markdown(data: dict, path: Path) -> None:
     for s, st in data["settings"].items():
         L.append(f"- **{s}**: workers: {st['workers']}; enqueue: {st['enqueue']}")
     L.append("")
-    L.append("## Redis commands per job, by command (first repeat)\n")
+    L.append("## Redis commands per job, by command (first trial)\n")
     for r in runs:
-        if r["repeat"] == 0 and r.get("commands_per_job_by_name"):
+        if r["repeat"] == 0 and r.get("trial", 0) == 0 and r.get("commands_per_job_by_name"):
             top = ", ".join(f"{k} {v}" for k, v in list(r["commands_per_job_by_name"].items())[:8])
             L.append(f"- {r['system']} W={r['workers']}: {top}")
     L.append("")
@@ -221,10 +243,10 @@ def write_plot(data: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9.5, 5))
     for s in systems:
         ws = sorted({w for (sys_, w) in groups if sys_ == s})
-        ys = [mean([r["steady_jobs_per_s"] for r in groups[(s, w)]]) or 0 for w in ws]
+        ys = [steady(groups[(s, w)]) or 0 for w in ws]
         ax.plot(ws, ys, marker="o", label=s)
     ax.set_xlabel("worker processes (W)")
-    ax.set_ylabel("steady drain, jobs/s")
+    ax.set_ylabel("steady drain, jobs/s (median of trials)")
     ax.set_yscale("log")
     ax.set_xticks(sorted({w for (_, w) in groups}))
     m = data["machine_before"]
