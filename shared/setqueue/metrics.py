@@ -8,7 +8,13 @@ comes from the cleaner alone and is not multiplied by the number of worker repli
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 # Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
 PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -17,6 +23,43 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 
 SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 QUEUE_STATES = ("todos", "in_progress", "done", "failed")
+
+
+class BatchHistogram:
+    """A Prometheus histogram for the worker's hot path: ``observe_many`` takes its lock once
+    per batch of jobs, where prometheus_client's Histogram takes two locks per observation.
+    Exported through the registry as an ordinary histogram (``_bucket``, ``_count``, ``_sum``)."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._bounds = tuple(sorted(float(b) for b in buckets))  # the +Inf bucket is the extra slot
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.observe_many((value,))
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        bounds, counts = self._bounds, self._counts
+        with self._lock:
+            for value in values:
+                counts[bisect_left(bounds, value)] += 1  # le is inclusive: value <= bound
+                self._sum += value
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
 
 class ServiceMetrics:
@@ -81,23 +124,14 @@ class WorkerMetrics(ServiceMetrics):
         self.jobs_in_progress = Gauge(
             "setqueue_jobs_in_progress", "Jobs this worker holds right now.", registry=registry
         )
-        self.processing_seconds = Histogram(
-            "setqueue_job_processing_seconds",
-            "Time the handler took per job.",
-            buckets=PROCESSING_BUCKETS,
-            registry=registry,
+        self.processing_seconds = BatchHistogram(
+            "setqueue_job_processing_seconds", "Time the handler took per job.", PROCESSING_BUCKETS, registry
         )
-        self.queue_wait_seconds = Histogram(
-            "setqueue_job_queue_wait_seconds",
-            "Enqueue to claim, by the Redis clock.",
-            buckets=WAIT_BUCKETS,
-            registry=registry,
+        self.queue_wait_seconds = BatchHistogram(
+            "setqueue_job_queue_wait_seconds", "Enqueue to claim, by the Redis clock.", WAIT_BUCKETS, registry
         )
-        self.end_to_end_seconds = Histogram(
-            "setqueue_job_end_to_end_seconds",
-            "Enqueue to done, by the Redis clock.",
-            buckets=WAIT_BUCKETS,
-            registry=registry,
+        self.end_to_end_seconds = BatchHistogram(
+            "setqueue_job_end_to_end_seconds", "Enqueue to done, by the Redis clock.", WAIT_BUCKETS, registry
         )
 
 

@@ -156,6 +156,7 @@ class WorkerService(Service[WorkerSettings]):
         self._finished = threading.Event()
         self._abandoned = threading.Event()
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
+        self._succeeded = self.m.jobs_completed.labels("success")
 
     @property
     def stall_seconds(self) -> float:
@@ -210,9 +211,9 @@ class WorkerService(Service[WorkerSettings]):
                     continue
                 self._hold(leases)
                 self.m.jobs_claimed.inc(len(leases))
-                for lease in leases:
-                    if lease.queue_wait_seconds is not None:
-                        self.m.queue_wait_seconds.observe(lease.queue_wait_seconds)
+                self.m.queue_wait_seconds.observe_many(
+                    wait for lease in leases if (wait := lease.queue_wait_seconds) is not None
+                )
                 self._process(leases)
         except Stopping:
             pass
@@ -227,42 +228,49 @@ class WorkerService(Service[WorkerSettings]):
 
     def _process(self, leases: list[Lease]) -> None:
         to_ack: list[Lease] = []
+        durations: list[float] = []  # observed together, once per ack: metrics stay off the per-job path
         oldest = 0.0
-        for lease in leases:
-            if self._abandoned.is_set():
-                return
-            self.busy(True)
-            started = time.monotonic()
-            error: Exception | None = None
-            try:
-                self.handler(lease)
-            except Exception as exc:  # the handler is user code: any exception fails the attempt
-                error = exc
-            finally:
-                self.busy(False)
-            self.m.processing_seconds.observe(time.monotonic() - started)
-            if error is None:
-                if not to_ack:
-                    oldest = time.monotonic()
-                to_ack.append(lease)
-            else:
-                self._fail(lease, error)
-            last = lease is leases[-1]
-            if to_ack and (last or self.stop_event.is_set() or time.monotonic() - oldest >= ACK_DELAY_SECONDS):
-                self._ack(to_ack)
-                to_ack = []
+        try:
+            for lease in leases:
+                if self._abandoned.is_set():
+                    return
+                self.busy(True)
+                started = time.monotonic()
+                error: Exception | None = None
+                try:
+                    self.handler(lease)
+                except Exception as exc:  # the handler is user code: any exception fails the attempt
+                    error = exc
+                finally:
+                    self.busy(False)
+                finished = time.monotonic()
+                durations.append(finished - started)
+                if error is None:
+                    if not to_ack:
+                        oldest = finished
+                    to_ack.append(lease)
+                else:
+                    self._fail(lease, error)
+                last = lease is leases[-1]
+                if to_ack and (last or self.stop_event.is_set() or finished - oldest >= ACK_DELAY_SECONDS):
+                    self.m.processing_seconds.observe_many(durations)
+                    durations = []
+                    self._ack(to_ack)
+                    to_ack = []
+        finally:
+            self.m.processing_seconds.observe_many(durations)
 
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the grace deadline still applies).
         results = self.retry(lambda: self.queue.ack_many(leases), "ack", until_stopped=False)
-        for result in results:
-            if result.acked:
-                self.m.jobs_completed.labels("success").inc()
-                if result.end_to_end_seconds is not None:
-                    self.m.end_to_end_seconds.observe(result.end_to_end_seconds)
-            else:
-                self.m.stale_acks.inc()
+        acked = sum(1 for result in results if result.acked)
+        self._succeeded.inc(acked)
+        if acked < len(results):
+            self.m.stale_acks.inc(len(results) - acked)
+        self.m.end_to_end_seconds.observe_many(
+            seconds for result in results if (seconds := result.end_to_end_seconds) is not None
+        )
         self._drop(leases)
 
     def _fail(self, lease: Lease, error: Exception) -> None:
