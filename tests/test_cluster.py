@@ -62,7 +62,7 @@ def test_scripts_touch_only_keys_passed_in_keys() -> None:
     """Every redis.call names its key as KEYS[...], as a local bound to a KEYS entry, or as
     unpack() of a table filled only with KEYS entries; every script's header documents KEYS and ARGV."""
     key_commands = (
-        "GET|SET|DEL|EXISTS|PEXPIRE|SADD|SREM|SMOVE|SISMEMBER|SMISMEMBER|SCARD|HGET|HMGET|HSET|HDEL|HINCRBY"
+        "GET|SET|DEL|EXISTS|PEXPIRE|DECRBY|SADD|SREM|SPOP|SMOVE|SISMEMBER|SMISMEMBER|SCARD|HGET|HMGET|HSET|HDEL|HINCRBY"
         "|ZADD|ZREM|ZSCORE|ZMSCORE|ZCARD|ZRANGE|ZPOPMIN|LPUSH|LTRIM"
     )
     for script in sorted(LUA_DIR.glob("*.lua")):

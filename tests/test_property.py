@@ -2,9 +2,9 @@
 checked against a model after every step (hypothesis, real Redis).
 
 Invariants: every id the queue knows is in exactly one of todos, in_progress, done and failed;
-the sets hold exactly the model's ids (so enqueued = todos + in_progress + done + failed); a lock
-exists only for an id in in_progress; and an operation succeeds exactly when its lease is the
-current owner of the id.
+the sets hold exactly the model's ids (so enqueued = todos + in_progress + done + failed); a
+claim's lock exists exactly while it has not expired and still owns a job in in_progress, and
+counts those jobs; and an operation succeeds exactly when its lease is the current owner of the id.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Model:
     state: dict[str, str] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
     owner: dict[str, str] = field(default_factory=dict)  # id -> token of the current claim
-    lock_alive: dict[str, bool] = field(default_factory=dict)
+    lock_alive: dict[str, bool] = field(default_factory=dict)  # token -> its lock has not expired
 
     def owns(self, lease: Lease) -> bool:
         return self.state.get(lease.id) == "in_progress" and self.owner.get(lease.id) == lease.token
@@ -38,7 +38,9 @@ class Model:
     def leave_in_progress(self, job_id: str, state: str) -> None:
         self.state[job_id] = state
         self.owner.pop(job_id, None)
-        self.lock_alive[job_id] = False
+
+    def held(self, token: str) -> int:
+        return sum(1 for i, t in self.owner.items() if t == token and self.state[i] == "in_progress")
 
 
 def make_machine(url: str) -> type[RuleBasedStateMachine]:
@@ -82,21 +84,21 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 self.model.attempts[lease.id] += 1
                 assert lease.attempt == self.model.attempts[lease.id]
                 self.model.owner[lease.id] = lease.token
-                self.model.lock_alive[lease.id] = True
+                self.model.lock_alive[lease.token] = True
             self.leases += leases
 
         @rule(index=st.integers(0, 100))
         def expire(self, index: int) -> None:
             lease = self.pick(index)
             if lease is not None and self.model.owns(lease):
-                self.client.delete(self.q.keys.lock(lease.id))  # what the TTL does, on demand
-                self.model.lock_alive[lease.id] = False
+                self.client.delete(self.q.keys.lock(lease.token))  # what the TTL does, on demand
+                self.model.lock_alive[lease.token] = False  # for every job of that claim
 
         @rule(index=st.integers(0, 100))
         def renew(self, index: int) -> None:
             lease = self.pick(index)
             if lease is not None:
-                assert self.q.renew(lease) == (self.model.owns(lease) and self.model.lock_alive[lease.id])
+                assert self.q.renew(lease) == (self.model.owns(lease) and self.model.lock_alive[lease.token])
 
         @rule(index=st.integers(0, 100))
         def ack(self, index: int) -> None:
@@ -136,7 +138,11 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
 
         @rule()
         def sweep(self) -> None:
-            expired = {i for i, s in self.model.state.items() if s == "in_progress" and not self.model.lock_alive[i]}
+            expired = {
+                i
+                for i, s in self.model.state.items()
+                if s == "in_progress" and not self.model.lock_alive[self.model.owner[i]]
+            }
             result = self.q.sweep()
             assert set(result.requeued) | set(result.dead_lettered) == expired
             for i in result.requeued:
@@ -160,9 +166,11 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def locks_only_for_live_claims(self) -> None:
-            locked = {k.rsplit("lock:", 1)[1] for k in self.client.scan_iter(match=self.q.keys.prefix + "lock:*")}
-            assert locked == {i for i, alive in self.model.lock_alive.items() if alive}
-            assert all(self.model.state[i] == "in_progress" for i in locked)
+            locks = {k.rsplit("lock:", 1)[1]: k for k in self.client.scan_iter(match=self.q.keys.prefix + "lock:*")}
+            live = {t for t, alive in self.model.lock_alive.items() if alive and self.model.held(t) > 0}
+            assert set(locks) == live
+            for token, key in locks.items():
+                assert self.client.get(key) == str(self.model.held(token))
 
     return QueueMachine
 

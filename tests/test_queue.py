@@ -21,14 +21,20 @@ def test_key_layout_is_the_documented_one(queue: Queue, client: redis.Redis, que
     p = f"setqueue:{{{queue_name}}}:"
     assert client.type(p + "todos") == "set"
     assert client.type(p + "pending") == "zset"
-    [lease] = [lease for lease in queue.claim(3) if lease.id == "a"]
+    leases = {lease.id: lease for lease in queue.claim(3)}
+    lease = leases["a"]
     assert client.type(p + "in_progress") == "set"
-    assert client.get(p + "lock:a") == lease.token
-    assert 0 < client.pttl(p + "lock:a") <= 30_000
+    # One lease for the whole claim: its lock counts the claim's jobs still held.
+    assert {other.token for other in leases.values()} == {lease.token}
+    assert client.hget(p + "owners", "a") == lease.token
+    assert client.get(p + "lock:" + lease.token) == "3"
+    assert 0 < client.pttl(p + "lock:" + lease.token) <= 30_000
     assert client.hget(p + "payloads", "a") == "payload-a"
     queue.ack(lease)
     assert client.sismember(p + "done", "a")
-    assert not client.exists(p + "lock:a")
+    assert client.get(p + "lock:" + lease.token) == "2"
+    queue.ack_many([leases["b"], leases["c"]])
+    assert not client.exists(p + "lock:" + lease.token)
     # Every key of the queue shares the prefix (and so the Cluster hash tag).
     assert all(key.startswith(p) for key in client.scan_iter(match=f"*{queue_name}*"))
 
@@ -111,20 +117,22 @@ def test_renew_extends_only_the_owners_lock(make_queue: Callable[..., Queue], cl
     q = make_queue(lease_seconds=1)
     q.enqueue(["a"])
     [lease] = q.claim()
-    client.pexpire(q.keys.lock("a"), 100)
+    client.pexpire(q.keys.lock(lease.token), 100)
     assert q.renew(lease)
-    assert client.pttl(q.keys.lock("a")) > 500
+    assert client.pttl(q.keys.lock(lease.token)) > 500
     forged = Lease("a", "not-the-token", 1, None, None, 0.0)
     assert not q.renew(forged)
-    assert client.get(q.keys.lock("a")) == lease.token
+    assert not client.exists(q.keys.lock("not-the-token"))
+    q.ack(lease)
+    assert not q.renew(lease)  # acked: no longer ours, even if the claim's lock still stood
 
 
 def test_renew_never_recreates_an_expired_lock(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue(["a"])
     [lease] = queue.claim()
-    client.delete(queue.keys.lock("a"))
+    client.delete(queue.keys.lock(lease.token))
     assert not queue.renew(lease)
-    assert not client.exists(queue.keys.lock("a"))
+    assert not client.exists(queue.keys.lock(lease.token))
 
 
 def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> None:
@@ -135,7 +143,8 @@ def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> N
     assert result.end_to_end_seconds is not None and result.end_to_end_seconds >= 0
     assert members(client, queue)["done"] == {"a"}
     k = queue.keys
-    assert not client.exists(k.lock("a"))
+    assert not client.exists(k.lock(lease.token))
+    assert client.hget(k.owners, "a") is None
     assert client.hget(k.payloads, "a") is None
     assert client.hget(k.attempts, "a") is None
     assert client.zscore(k.pending, "a") is None
@@ -144,8 +153,9 @@ def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> N
 def test_ack_after_lock_expiry_succeeds_while_nobody_else_claimed(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue(["a"])
     [lease] = queue.claim()
-    client.delete(queue.keys.lock("a"))  # the lease ran out, no cleaner came by yet
+    client.delete(queue.keys.lock(lease.token))  # the lease ran out, no cleaner came by yet
     assert queue.ack(lease)
+    assert not client.exists(queue.keys.lock(lease.token))  # not re-created by the ack
     assert members(client, queue)["done"] == {"a"}
 
 
@@ -209,15 +219,15 @@ def test_release_hands_jobs_back_without_using_an_attempt(queue: Queue) -> None:
 
 def test_sweep_requeues_only_expired_claims(make_queue: Callable[..., Queue], client: redis.Redis) -> None:
     q = make_queue(max_attempts=5)
-    q.enqueue(["live", "dead-worker"])
-    leases = {lease.id: lease for lease in q.claim(2)}
-    client.delete(q.keys.lock("dead-worker"))
+    q.enqueue(["a", "b"])
+    [live], [dead] = q.claim(), q.claim()  # two claims, two leases
+    client.delete(q.keys.lock(dead.token))
     result = q.sweep()
-    assert result.requeued == ["dead-worker"] and result.dead_lettered == [] and result.total == 1
-    assert members(client, q)["todos"] == {"dead-worker"}
-    assert q.ack(leases["live"])
+    assert result.requeued == [dead.id] and result.dead_lettered == [] and result.total == 1
+    assert members(client, q)["todos"] == {dead.id}
+    assert q.ack(live)
     # The swept job's old lease can no longer be acked: it is back in todos.
-    assert not q.ack(leases["dead-worker"])
+    assert not q.ack(dead)
     assert q.sweep().total == 0
 
 
@@ -225,8 +235,8 @@ def test_sweep_dead_letters_past_max_attempts(make_queue: Callable[..., Queue], 
     q = make_queue(max_attempts=2)
     q.enqueue(["a"])
     for _ in range(2):
-        q.claim()
-        client.delete(q.keys.lock("a"))
+        [lease] = q.claim()
+        client.delete(q.keys.lock(lease.token))
         result = q.sweep()
     assert result.dead_lettered == ["a"]
     info = q.inspect("a")
@@ -235,8 +245,8 @@ def test_sweep_dead_letters_past_max_attempts(make_queue: Callable[..., Queue], 
 
 def test_sweep_covers_a_large_in_progress_set_over_several_calls(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue([str(i) for i in range(1200)])
-    queue.claim(500), queue.claim(500), queue.claim(500)
-    client.delete(*(queue.keys.lock(str(i)) for i in range(1200)))
+    tokens = {lease.token for _ in range(3) for lease in queue.claim(500)}
+    client.delete(*(queue.keys.lock(token) for token in tokens))
     total = 0
     for _ in range(20):
         total += queue.sweep(limit=300).total
@@ -310,10 +320,11 @@ def test_delete_from_any_state(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue(["a", "b"])
     [lease] = [lease for lease in queue.claim(2) if lease.id == "a"]
     assert queue.delete("a") == "in_progress"
-    assert not client.exists(queue.keys.lock("a"))
+    assert client.get(queue.keys.lock(lease.token)) == "1"  # the claim holds one job less
     assert not queue.ack(lease)  # the worker still running it finds its lease stale
     assert queue.delete("a") is None
     assert queue.delete("b") == "in_progress"
+    assert not client.exists(queue.keys.lock(lease.token))
     assert queue.stats()["in_progress"] == 0
 
 
@@ -328,7 +339,7 @@ def test_nothing_is_left_behind_when_jobs_leave(make_queue: Callable[..., Queue]
     q.delete("b")
     leftovers = [key for key in client.scan_iter(match=q.keys.prefix + "*") if ":req:" not in key]
     assert leftovers == [] or all(client.type(k) != "hash" or client.hlen(k) == 0 for k in leftovers)
-    assert all(not k.endswith(("lock:a", "lock:b", "lock:c")) for k in leftovers)
+    assert not [k for k in leftovers if ":lock:" in k]
 
 
 def test_queue_rejects_bad_options(client: redis.Redis) -> None:

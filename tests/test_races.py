@@ -55,12 +55,13 @@ def test_late_ack_after_another_worker_reclaimed_changes_nothing(
     assert q.sweep().requeued == ["a"]  # ... the cleaner requeues ...
     [fast] = q.claim()  # ... and another worker claims the job.
     assert fast.attempt == 2 and fast.token != slow.token
-    ttl_before = client.pttl(q.keys.lock("a"))
+    ttl_before = client.pttl(q.keys.lock(fast.token))
     assert not q.renew(slow)
     assert not q.ack(slow)
     assert q.fail(slow, "late") is FailOutcome.STALE
-    assert client.get(q.keys.lock("a")) == fast.token
-    assert client.pttl(q.keys.lock("a")) <= ttl_before
+    assert not client.exists(q.keys.lock(slow.token))  # not re-created by the late calls
+    assert client.get(q.keys.lock(fast.token)) == "1"  # the new claim's lease is untouched
+    assert client.pttl(q.keys.lock(fast.token)) <= ttl_before
     assert q.inspect("a").state == "in_progress"  # type: ignore[union-attr]
     assert q.ack(fast)
 
@@ -118,11 +119,12 @@ def test_concurrent_cleaners_requeue_each_id_once(
     q = make_queue(lease_seconds=30)
     ids = [f"j{i}" for i in range(3000)]
     q.enqueue(ids)
-    while q.claim(500):
-        pass
+    tokens = []
+    while leases := q.claim(500):
+        tokens.append(leases[0].token)
     sweepers = [actor("sweep", redis_url, queue_name, "3") for _ in range(3)]
     time.sleep(0.5)  # the sweepers are running: now the leases expire, all at once
-    client.delete(*(q.keys.lock(i) for i in ids))
+    client.delete(*(q.keys.lock(token) for token in tokens))
     requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]
     everything = [job_id for part in requeued for job_id in part]
     assert sorted(everything) == sorted(ids)  # each id requeued exactly once, by one cleaner
@@ -137,11 +139,11 @@ def test_after_release_and_reclaim_the_first_lease_stays_stale(
     q = make_queue()
     q.enqueue(["a"])
     [first] = q.claim()
-    client.delete(q.keys.lock("a"))
+    client.delete(q.keys.lock(first.token))
     assert q.release([first]) == [FailOutcome.RELEASED]
     [second] = q.claim()
     assert second.attempt == first.attempt == 1
-    client.delete(q.keys.lock("a"))  # the second lease runs out too
+    client.delete(q.keys.lock(second.token))  # the second lease runs out too
     assert not q.ack(first)
     assert q.fail(first, "late") is FailOutcome.STALE
     assert q.ack(second)

@@ -45,7 +45,7 @@ def test_every_key_of_the_layout_is_documented() -> None:
         "owners",
     ):
         assert f"`{getattr(keys, attribute)}`" in README, attribute
-    assert f"`{keys.lock('<id>')}`" in README
+    assert f"`{keys.lock('<token>')}`" in README
     assert f"`{keys.request('<request id>')}`" in README
 
 

@@ -99,8 +99,10 @@ def test_a_resent_claim_returns_the_same_leases_and_claims_once(
     assert len(leases) == 4
     stats = queue.stats()
     assert (stats["todos"], stats["in_progress"]) == (6, 4)  # not 8 claimed
+    [token] = {lease.token for lease in leases}  # one claim, one lease for its four jobs
+    assert client.get(queue.keys.lock(token)) == "4"
     for lease in leases:
-        assert client.get(queue.keys.lock(lease.id)) == lease.token
+        assert client.hget(queue.keys.owners, lease.id) == token
         assert client.hget(queue.keys.attempts, lease.id) == "1"
         assert lease.attempt == 1
     assert [r.acked for r in queue.ack_many(leases)] == [True] * 4

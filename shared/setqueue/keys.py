@@ -86,7 +86,8 @@ class QueueKeys:
     def owners(self) -> str:
         """HASH id -> lease token of the claim that owns an in_progress id: ack and fail check it.
         Unlike the lock it does not expire, so a worker whose lease ran out can still ack while
-        nobody took over; the lock only carries the TTL that the cleaner and renewals look at."""
+        nobody took over; the claim's lock only carries the TTL that the cleaner and renewals
+        look at."""
         return self.prefix + "owners"
 
     @property
@@ -99,9 +100,11 @@ class QueueKeys:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"
 
-    def lock(self, job_id: str) -> str:
-        """STRING holding the lease token of the worker that owns ``job_id``, with a TTL."""
-        return f"{self.prefix}lock:{job_id}"
+    def lock(self, token: str) -> str:
+        """STRING: the lease of one claim (the call that claimed a batch of ids, named by its
+        token): how many of its jobs are still held, with the lease TTL. Renewing it extends all
+        of them; the cleaner requeues an in_progress id whose claim's lock is gone."""
+        return f"{self.prefix}lock:{token}"
 
     def request(self, request_id: str) -> str:
         """STRING holding the result of one script call for a short while (idempotent resends)."""

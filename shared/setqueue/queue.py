@@ -42,6 +42,14 @@ def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
+def _by_claim(tokens: Iterable[str]) -> dict[str, int]:
+    """Each distinct claim token -> its number (1, 2, ...) in the scripts' list of claims."""
+    numbers: dict[str, int] = {}
+    for token in tokens:
+        numbers.setdefault(token, len(numbers) + 1)
+    return numbers
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A claim on one job. ``token`` proves ownership; ``attempt`` counts claims (1 = first)."""
@@ -193,26 +201,27 @@ class Queue:
     # -- workers -----------------------------------------------------------------------------
 
     def claim(self, count: int = 1) -> list[Lease]:
-        """Claim up to ``count`` jobs: each moves todos -> in_progress and gets a lock with a TTL."""
+        """Claim up to ``count`` random jobs from todos in one script call: each moves to
+        in_progress, and one lease (a lock with a TTL) covers them all until each is acked,
+        failed or released."""
         if count < 1:
             raise ValueError("count must be at least 1")
         k = self.keys
-        for _ in range(3):  # candidates can all be taken by other workers; try a fresh draw
-            drawn: list[str | bytes] = self.redis.srandmember(k.todos, min(count, CHUNK))  # type: ignore[assignment]
-            candidates = [_text(c) for c in drawn]
-            if not candidates:
-                return []
-            token = new_request_id()
-            keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners]
-            keys += [k.lock(c) for c in candidates]
-            now_ms, claimed = self._run("claim", keys, [self._request_ttl_ms, token, self._lease_ms, *candidates])
-            if claimed:
-                now = now_ms / 1000
-                return [
-                    Lease(job_id, token, attempt, payload or None, enq / 1000 if enq >= 0 else None, now)
-                    for job_id, attempt, enq, payload in claimed
-                ]
-        return []
+        token = new_request_id()
+        keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
+        reply = self._scripts["claim"](keys=keys, args=[self._request_ttl_ms, token, self._lease_ms, min(count, CHUNK)])
+        now = reply[0] / 1000
+        return [
+            Lease(
+                _text(job_id),
+                token,
+                attempt,
+                _text(payload) if payload else None,
+                enq / 1000 if enq >= 0 else None,
+                now,
+            )
+            for job_id, attempt, enq, payload in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
+        ]
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue (or a requeue) wakes us, or ``timeout`` seconds pass."""
@@ -223,11 +232,16 @@ class Queue:
         return self.renew_many([lease])[0]
 
     def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        if not leases:
-            return []
-        keys = [self.keys.lock(lease.id) for lease in leases]
-        renewed = self._scripts["renew"](keys=keys, args=[self._lease_ms, *(lease.token for lease in leases)])
-        return [bool(r) for r in renewed]
+        """One PEXPIRE per claim extends all of its jobs that are still ours."""
+        renewed: list[bool] = []
+        for chunk in _chunks(leases):
+            claims = _by_claim(lease.token for lease in chunk)
+            keys = [self.keys.owners, *(self.keys.lock(token) for token in claims)]
+            args: list[Any] = [self._lease_ms, len(claims), *claims]
+            for lease in chunk:
+                args += [lease.id, claims[lease.token]]
+            renewed += [bool(r) for r in self._scripts["renew"](keys=keys, args=args)]
+        return renewed
 
     def ack(self, lease: Lease) -> bool:
         """Move the job to done. False when the lease is stale: then nothing changed."""
@@ -237,15 +251,16 @@ class Queue:
         k = self.keys
         results: list[AckResult] = []
         for chunk in _chunks(leases):
+            claims = _by_claim(lease.token for lease in chunk)
             keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-            keys += [k.payloads, k.errors, k.owners, *(k.lock(lease.id) for lease in chunk)]
-            args: list[Any] = [self._request_ttl_ms, self.done_max_count]
+            keys += [k.payloads, k.errors, k.owners, *(k.lock(token) for token in claims)]
+            args: list[Any] = [self._request_ttl_ms, self.done_max_count, len(claims), *claims]
             for lease in chunk:
-                args += [lease.id, lease.token]
-            now, acked = self._run("ack", keys, args)
-            now /= 1000
-            for lease, ok in zip(chunk, acked, strict=True):
-                if not ok:
+                args += [lease.id, claims[lease.token]]
+            now_ms, flags = _text(self._scripts["ack"](keys=keys, args=args)).split(" ")
+            now = int(now_ms) / 1000
+            for lease, flag in zip(chunk, flags, strict=True):
+                if flag != "1":
                     results.append(AckResult(False, None))
                 elif lease.enqueued_at is None:
                     results.append(AckResult(True, None))
@@ -269,12 +284,13 @@ class Queue:
         k = self.keys
         outcomes: list[FailOutcome] = []
         for chunk in _chunks(items):
+            claims = _by_claim(lease.token for lease, _, _ in chunk)
             keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-            keys += [k.errors, k.wake, k.owners, *(k.lock(lease.id) for lease, _, _ in chunk)]
-            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap]
+            keys += [k.errors, k.wake, k.owners, *(k.lock(token) for token in claims)]
+            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, len(claims), *claims]
             for lease, mode, reason in chunk:
-                args += [lease.id, lease.token, mode, reason]
-            outcomes += [FailOutcome(o) for o in self._run("fail", keys, args)]
+                args += [lease.id, claims[lease.token], mode, reason]
+            outcomes += [FailOutcome(o) for o in _text(self._scripts["fail"](keys=keys, args=args)).split(" ")]
         return outcomes
 
     # -- the cleaner -------------------------------------------------------------------------
@@ -296,10 +312,20 @@ class Queue:
             self._sweep_cursor, page = self.redis.sscan(k.in_progress, self._sweep_cursor, count=page_size)  # type: ignore[misc]
             candidates = [_text(c) for c in page]
             if candidates or trim_pending:
+                # Who owned each candidate as we read it: the script checks that this still holds.
+                owners = (
+                    [None if o is None else _text(o) for o in self.redis.hmget(k.owners, candidates)]
+                    if candidates
+                    else []
+                )
+                claims = _by_claim(o for o in owners if o is not None)
                 keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *(k.lock(c) for c in candidates)]
+                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *(k.lock(token) for token in claims)]
                 max_age_ms = round(self.done_max_age_seconds * 1000) if trim_pending else 0
-                args = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK, *candidates]
+                args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK]
+                args += [len(claims), *claims]
+                for candidate, owner in zip(candidates, owners, strict=True):
+                    args += [candidate, 0 if owner is None else claims[owner]]
                 page_requeued, page_dead, page_trimmed = self._run("sweep", keys, args)
                 requeued += page_requeued
                 dead += page_dead
@@ -335,12 +361,13 @@ class Queue:
         pipe.hget(k.errors, job_id)
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
-        pipe.get(k.lock(job_id))
-        pipe.pttl(k.lock(job_id))
-        *member, attempts, payload, error, enqueued, done_at, token, ttl_ms = pipe.execute()
+        pipe.hget(k.owners, job_id)
+        *member, attempts, payload, error, enqueued, done_at, owner = pipe.execute()
         states = [name for name, is_member in zip(k.sets, member, strict=True) if is_member]
         if not states:
             return None
+        token = None if owner is None else _text(owner)
+        ttl_ms = self.redis.pttl(k.lock(token)) if token is not None else -2
         return JobInfo(
             id=job_id,
             state=states[0],
@@ -349,8 +376,8 @@ class Queue:
             error=None if error is None else _text(error),
             enqueued_at=None if enqueued is None else enqueued / 1000,
             done_at=None if done_at is None else done_at / 1000,
-            lock_token=None if token is None else _text(token),
-            lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
+            lock_token=token if ttl_ms >= 0 else None,  # type: ignore[operator]
+            lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,  # type: ignore[operator]
         )
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
@@ -373,9 +400,11 @@ class Queue:
     def delete(self, job_id: str) -> str | None:
         """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
         k = self.keys
+        owner = self.redis.hget(k.owners, validate_job_id(job_id))
+        token = "" if owner is None else _text(owner)  # type: ignore[arg-type]
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(validate_job_id(job_id)), k.owners]
-        state = self._run("delete", keys, [self._request_ttl_ms, job_id])[0]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners]
+        state = self._run("delete", keys, [self._request_ttl_ms, job_id, token])[0]
         return state or None
 
     def ping(self) -> bool:

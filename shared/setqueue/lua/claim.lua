@@ -1,7 +1,7 @@
--- claim.lua: move candidate ids todos -> in_progress and lock each one, in one step.
--- The candidates come from SRANDMEMBER todos; a candidate that another worker took first is
--- skipped. Because the move and the lock happen in one script, no cleaner can ever see an id in
--- in_progress without its lock.
+-- claim.lua: draw up to N random ids from todos, move them to in_progress and lease them, in one
+-- step. One lease covers the whole claim: its lock key, named after the claim's token, holds the
+-- number of the claim's jobs still held and carries the TTL. Because the move and the lock happen
+-- in one script, no cleaner can ever see a claimed id in in_progress without its lock.
 --
 -- KEYS[1] request record  setqueue:{Q}:req:<token>  (a resent call returns the same leases)
 -- KEYS[2] todos      KEYS[3] in_progress
@@ -9,53 +9,56 @@
 -- KEYS[5] attempts   (hash: id -> number of claims so far)
 -- KEYS[6] payloads   (hash: id -> payload)
 -- KEYS[7] owners     (hash: id -> lease token of its current claim)
--- KEYS[8..] lock key setqueue:{Q}:lock:<id> of each candidate, in the order of ARGV[4..]
+-- KEYS[8] lock       setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] lease token (random, fresh for every call)
 -- ARGV[3] lease duration in ms
--- ARGV[4..] candidate ids (distinct)
--- Returns a JSON string: [now ms, [[id, attempt, enqueue ms or -1, payload or false], ...]]
-local cached = redis.call('GET', KEYS[1])
-if cached then return cached end
-
+-- ARGV[4] most ids to claim
+-- Returns an array: now ms, then id, attempt, enqueue ms (-1 if unknown), payload (nil if none)
+-- for each claimed id. A resend returns the ids of the first call that this claim still owns.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
-local candidates = {}
-for i = 4, #ARGV do candidates[#candidates + 1] = ARGV[i] end
-
--- One command per key for the whole batch, not one per id: in Redis, a call from Lua costs
--- more than the work it does on one member. Only the locks are one key per id.
-local present = redis.call('SMISMEMBER', KEYS[2], unpack(candidates))
-local moved = {}
-for j = 1, #candidates do
-  if present[j] == 1 then
-    moved[#moved + 1] = candidates[j]
-    redis.call('SET', KEYS[7 + j], ARGV[2], 'PX', ARGV[3])
+local ids = {}
+local record = redis.call('GET', KEYS[1])
+if record then
+  -- A resend: the record lists the ids the first call claimed (ids hold no line breaks).
+  local listed = {}
+  for id in string.gmatch(record, '[^\n]+') do listed[#listed + 1] = id end
+  if #listed > 0 then
+    local owner = redis.call('HMGET', KEYS[7], unpack(listed))
+    for j = 1, #listed do
+      if owner[j] == ARGV[2] then ids[#ids + 1] = listed[j] end
+    end
   end
+else
+  ids = redis.call('SPOP', KEYS[2], tonumber(ARGV[4]))
+  -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
+  if #ids > 0 then
+    redis.call('SADD', KEYS[3], unpack(ids))
+    local before = redis.call('HMGET', KEYS[5], unpack(ids))
+    local counts, owners = {}, {}
+    for j = 1, #ids do
+      counts[2 * j - 1], counts[2 * j] = ids[j], (tonumber(before[j]) or 0) + 1
+      owners[2 * j - 1], owners[2 * j] = ids[j], ARGV[2]
+    end
+    redis.call('HSET', KEYS[5], unpack(counts))
+    redis.call('HSET', KEYS[7], unpack(owners))
+    redis.call('SET', KEYS[8], #ids, 'PX', ARGV[3])
+  end
+  redis.call('SET', KEYS[1], table.concat(ids, '\n'), 'PX', ARGV[1])
 end
 
-local claimed = {}
-if #moved > 0 then
-  redis.call('SREM', KEYS[2], unpack(moved))
-  redis.call('SADD', KEYS[3], unpack(moved))
-  local before = redis.call('HMGET', KEYS[5], unpack(moved))
-  local counts, owners = {}, {}
-  for j = 1, #moved do
-    local attempt = (tonumber(before[j]) or 0) + 1
-    before[j] = attempt
-    counts[2 * j - 1], counts[2 * j] = moved[j], attempt
-    owners[2 * j - 1], owners[2 * j] = moved[j], ARGV[2]
-  end
-  redis.call('HSET', KEYS[5], unpack(counts))
-  redis.call('HSET', KEYS[7], unpack(owners))
-  local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(moved))
-  local payloads = redis.call('HMGET', KEYS[6], unpack(moved))
-  for j = 1, #moved do
-    claimed[j] = {moved[j], before[j], tonumber(enqueued[j]) or -1, payloads[j]}
+local reply = {now}
+if #ids > 0 then
+  local attempts = redis.call('HMGET', KEYS[5], unpack(ids))
+  local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(ids))
+  local payloads = redis.call('HMGET', KEYS[6], unpack(ids))
+  for j = 1, #ids do
+    reply[#reply + 1] = ids[j]
+    reply[#reply + 1] = tonumber(attempts[j])
+    reply[#reply + 1] = tonumber(enqueued[j]) or -1
+    reply[#reply + 1] = payloads[j]
   end
 end
-
-local result = cjson.encode({now, claimed})
-redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
-return result
+return reply

@@ -1,32 +1,33 @@
 -- fail.lua: give up on jobs the caller owns. Mode "retry": back to todos while attempts remain,
 -- else into failed (the dead-letter set) with the reason kept. Mode "dead": into failed at once.
 -- Mode "release": back to todos without using up an attempt (a worker shutting down).
--- Ownership as in ack.lua; failing a lease that is not owned (stale, or already failed)
--- changes nothing.
+-- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
+-- already failed) changes nothing.
 --
 -- KEYS[1] request record  setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
 -- KEYS[8] wake   KEYS[9] owners (hash: id -> lease token of its current claim)
--- KEYS[10..] lock key of each lease, in the order of the groups in ARGV[4..]
+-- KEYS[10..T+9] lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] request record TTL in ms
 -- ARGV[2] max attempts (a job claimed this many times is dead-lettered instead of retried)
 -- ARGV[3] wake list cap
--- ARGV[4..] id, token, mode ("retry", "dead" or "release"), reason of each lease
--- Returns a JSON string: [outcome of each lease: "retried", "dead", "released" or "stale"]
-local cached = redis.call('GET', KEYS[1])
-if cached then return cached end
+-- ARGV[4] T, the number of claims;  ARGV[5..T+4] their tokens
+-- ARGV[T+5..] id, claim number (1..T), mode ("retry", "dead" or "release"), reason of each lease
+-- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
+local record = redis.call('GET', KEYS[1])
+if record then return record end
 
 local max_attempts = tonumber(ARGV[2])
-local outcomes = {}
+local claims = tonumber(ARGV[4])
+local outcomes, held_less = {}, {}
 local retried = 0
-for i = 4, #ARGV, 4 do
-  local id, token, mode, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local lock = KEYS[10 + (i - 4) / 4]
-  if redis.call('HGET', KEYS[9], id) ~= token then
+for i = claims + 5, #ARGV, 4 do
+  local id, c, mode, reason = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+  if redis.call('HGET', KEYS[9], id) ~= ARGV[c + 4] then
     outcomes[#outcomes + 1] = 'stale'
   else
-    redis.call('DEL', lock)
+    held_less[c] = (held_less[c] or 0) + 1
     redis.call('HDEL', KEYS[9], id)
     if mode == 'release' then
       redis.call('SMOVE', KEYS[3], KEYS[2], id)
@@ -47,11 +48,17 @@ for i = 4, #ARGV, 4 do
   end
 end
 
+for c, n in pairs(held_less) do
+  local lock = KEYS[c + 9]
+  -- An expired lock stays gone: DECRBY would re-create it without a TTL.
+  if redis.call('EXISTS', lock) == 1 and redis.call('DECRBY', lock, n) <= 0 then redis.call('DEL', lock) end
+end
+
 if retried > 0 then
   redis.call('LPUSH', KEYS[8], '1')
   redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[3]) - 1)
 end
 
-local result = cjson.encode(outcomes)
-redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
-return result
+record = table.concat(outcomes, ' ')
+redis.call('SET', KEYS[1], record, 'PX', ARGV[1])
+return record
