@@ -21,14 +21,18 @@ def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-unty
         need("redis-server", "the benchmark starts its own")
     cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--workers", "1"]
     cmd += ["--systems", "setqueue,naive", "--latency-jobs", "10", "--no-ceiling", "--out", str(tmp_path)]
-    cmd += ["--max-seconds", "60"]
+    cmd += ["--max-seconds", "60", "--trials", "2", "--cell-seconds", "60"]  # two trials per cell, both checked
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "latest.md").is_file()
     data = json.loads((tmp_path / "latest.json").read_text())
-    runs = {r["system"]: r for r in data["runs"]}
-    assert set(runs) == {"setqueue", "naive"}
-    for run in runs.values():
+    assert sorted((r["system"], r["trial"]) for r in data["runs"]) == [
+        ("naive", 0),
+        ("naive", 1),
+        ("setqueue", 0),
+        ("setqueue", 1),
+    ]
+    for run in data["runs"]:
         assert run["complete"], run
         assert run["executed"] == JOBS and run["missing"] == 0 and run["duplicates"] == 0, run
     assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive"}
