@@ -431,12 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
     p.add_argument("--latency-spacing", type=float, default=0.015, help="seconds between latency jobs")
-    p.add_argument("--trials", type=int, default=5, help="most trials of one (system, W) cell (default 5)")
+    p.add_argument("--trials", type=int, default=7, help="most trials of one (system, W) cell (default 7)")
     p.add_argument(
         "--cell-seconds",
         type=float,
-        default=8,
-        help="run a cell's trials until they have taken this long (default 8); the report takes the median",
+        default=10,
+        help="run a cell's trials until they have taken this long (default 10); the report takes the median",
     )
     p.add_argument("--repeat", type=int, default=1, help="run the throughput matrix this many times back to back")
     p.add_argument("--no-ceiling", action="store_true", help="skip redis-benchmark")
