@@ -28,10 +28,11 @@ from systems import SYSTEMS
 RULES = [
     ("handler: the job's one INCR (redis-py round trip)", "bench_common.py"),
     ("lease keeper thread (renewals)", "LeaseKeeper"),
-    ("claim: SRANDMEMBER + claim.lua via redis-py, JSON decode, Lease objects", "Queue.claim ("),
-    ("ack: ack.lua via redis-py, JSON decode", "Queue.ack_many ("),
+    ("claim: claim.lua via redis-py (one call per batch), Lease objects", "Queue.claim ("),
+    ("ack: ack.lua via redis-py (one call per batch), AckResult objects", "Queue.ack_many ("),
     ("idle: BLPOP on the wake list", "Queue.wait_for_work ("),
-    ("metrics: prometheus_client counters, gauges, histograms", "prometheus_client"),
+    ("metrics: prometheus_client counters and gauges, setqueue's batch histograms", "prometheus_client"),
+    ("metrics: prometheus_client counters and gauges, setqueue's batch histograms", "setqueue/metrics.py"),
     ("metrics HTTP server thread", "http.server"),
     ("worker loop bookkeeping (runners.py, service.py, lease.py hold/drop)", "setqueue/"),
 ]
