@@ -42,12 +42,13 @@ def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _by_claim(tokens: Iterable[str]) -> dict[str, int]:
-    """Each distinct claim token -> its number (1, 2, ...) in the scripts' list of claims."""
+def _by_claim(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
+    """The scripts' list of claims: each distinct token -> its number (1, 2, ...), the claims'
+    lock keys in that order (for KEYS), and ``T, token, ...`` (for ARGV)."""
     numbers: dict[str, int] = {}
     for token in tokens:
         numbers.setdefault(token, len(numbers) + 1)
-    return numbers
+    return numbers, [keys.lock(token) for token in numbers], [len(numbers), *numbers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +236,9 @@ class Queue:
         """One PEXPIRE per claim extends all of its jobs that are still ours."""
         renewed: list[bool] = []
         for chunk in _chunks(leases):
-            claims = _by_claim(lease.token for lease in chunk)
-            keys = [self.keys.owners, *(self.keys.lock(token) for token in claims)]
-            args: list[Any] = [self._lease_ms, len(claims), *claims]
+            claims, locks, listed = _by_claim(self.keys, (lease.token for lease in chunk))
+            keys = [self.keys.owners, *locks]
+            args: list[Any] = [self._lease_ms, *listed]
             for lease in chunk:
                 args += [lease.id, claims[lease.token]]
             renewed += [bool(r) for r in self._scripts["renew"](keys=keys, args=args)]
@@ -251,10 +252,10 @@ class Queue:
         k = self.keys
         results: list[AckResult] = []
         for chunk in _chunks(leases):
-            claims = _by_claim(lease.token for lease in chunk)
+            claims, locks, listed = _by_claim(k, (lease.token for lease in chunk))
             keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-            keys += [k.payloads, k.errors, k.owners, *(k.lock(token) for token in claims)]
-            args: list[Any] = [self._request_ttl_ms, self.done_max_count, len(claims), *claims]
+            keys += [k.payloads, k.errors, k.owners, *locks]
+            args: list[Any] = [self._request_ttl_ms, self.done_max_count, *listed]
             for lease in chunk:
                 args += [lease.id, claims[lease.token]]
             now_ms, flags = _text(self._scripts["ack"](keys=keys, args=args)).split(" ")
@@ -284,10 +285,10 @@ class Queue:
         k = self.keys
         outcomes: list[FailOutcome] = []
         for chunk in _chunks(items):
-            claims = _by_claim(lease.token for lease, _, _ in chunk)
+            claims, locks, listed = _by_claim(k, (lease.token for lease, _, _ in chunk))
             keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-            keys += [k.errors, k.wake, k.owners, *(k.lock(token) for token in claims)]
-            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, len(claims), *claims]
+            keys += [k.errors, k.wake, k.owners, *locks]
+            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, *listed]
             for lease, mode, reason in chunk:
                 args += [lease.id, claims[lease.token], mode, reason]
             outcomes += [FailOutcome(o) for o in _text(self._scripts["fail"](keys=keys, args=args)).split(" ")]
@@ -318,12 +319,11 @@ class Queue:
                     if candidates
                     else []
                 )
-                claims = _by_claim(o for o in owners if o is not None)
+                claims, locks, listed = _by_claim(k, (o for o in owners if o is not None))
                 keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *(k.lock(token) for token in claims)]
+                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *locks]
                 max_age_ms = round(self.done_max_age_seconds * 1000) if trim_pending else 0
-                args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK]
-                args += [len(claims), *claims]
+                args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK, *listed]
                 for candidate, owner in zip(candidates, owners, strict=True):
                     args += [candidate, 0 if owner is None else claims[owner]]
                 page_requeued, page_dead, page_trimmed = self._run("sweep", keys, args)
