@@ -19,7 +19,7 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
-local ids = {}
+local ids, attempts = {}, {}
 local record = redis.call('GET', KEYS[1])
 if record then
   -- A resend: the record lists the ids the first call claimed (ids hold no line breaks).
@@ -31,6 +31,7 @@ if record then
       if owner[j] == ARGV[2] then ids[#ids + 1] = listed[j] end
     end
   end
+  if #ids > 0 then attempts = redis.call('HMGET', KEYS[5], unpack(ids)) end
 else
   ids = redis.call('SPOP', KEYS[2], tonumber(ARGV[4]))
   -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
@@ -39,7 +40,8 @@ else
     local before = redis.call('HMGET', KEYS[5], unpack(ids))
     local counts, owners = {}, {}
     for j = 1, #ids do
-      counts[2 * j - 1], counts[2 * j] = ids[j], (tonumber(before[j]) or 0) + 1
+      attempts[j] = (tonumber(before[j]) or 0) + 1
+      counts[2 * j - 1], counts[2 * j] = ids[j], attempts[j]
       owners[2 * j - 1], owners[2 * j] = ids[j], ARGV[2]
     end
     redis.call('HSET', KEYS[5], unpack(counts))
@@ -51,7 +53,6 @@ end
 
 local reply = {now}
 if #ids > 0 then
-  local attempts = redis.call('HMGET', KEYS[5], unpack(ids))
   local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(ids))
   local payloads = redis.call('HMGET', KEYS[6], unpack(ids))
   for j = 1, #ids do
