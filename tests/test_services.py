@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 import redis
 
-from setqueue import Lease, Queue
+from cleaner.service import CleanerService
+from creator.service import CreatorService
+from setqueue import Lease, PermanentJobError, Queue
 from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
-from setqueue.runners import CleanerService, CreatorService, PermanentJobError, WorkerService
 from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
 from tests.support import free_port
+from worker.service import WorkerService
 
 SUCCESS = 'setqueue_jobs_completed_total{outcome="success"}'
 FAILURE = 'setqueue_jobs_completed_total{outcome="failure"}'
@@ -267,10 +269,10 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
     assert stats["done"] == 2 and stats["failed"] == 2 and stats["todos"] == 0 and stats["in_progress"] == 0
     info = q.inspect("bad")
     assert info is not None and "always fails" in (info.error or "")
-    m = service.m
-    assert m.jobs_completed.labels("success")._value.get() == 2
-    assert m.jobs_dead_lettered._value.get() == 2
-    assert m.jobs_retried._value.get() == 1
+    sample = service.metrics.registry.get_sample_value
+    assert sample("setqueue_jobs_completed_total", {"outcome": "success"}) == 2
+    assert sample("setqueue_jobs_dead_lettered_total") == 2
+    assert sample("setqueue_jobs_retried_total") == 1
     service.close()
 
 
@@ -293,7 +295,7 @@ def test_retry_waits_out_errors_without_raising(
     lines = [r.getMessage() for r in caplog.records]
     assert len([line for line in lines if "unavailable" in line]) == 3
     assert len([line for line in lines if "reachable again" in line]) == 1
-    assert service.m.redis_up._value.get() == 1
+    assert service.metrics.registry.get_sample_value("setqueue_redis_up") == 1
     service.close()
 
 
@@ -303,7 +305,8 @@ def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queu
     creator.queue.enqueue(["b"])
     assert creator.run() == 0
     assert (creator.sent, creator.created, creator.duplicates) == (4, 2, 2)
-    assert creator.m.jobs_created._value.get() == 2 and creator.m.jobs_duplicate._value.get() == 2
+    sample = creator.metrics.registry.get_sample_value
+    assert sample("setqueue_jobs_created_total") == 2 and sample("setqueue_jobs_duplicate_total") == 2
     assert creator.queue.stats()["todos"] == 3
     creator.close()
 

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
-from setqueue.service import JsonFormatter, configure_logging, load_settings, redact_url
+from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings, redact_url
+from setqueue.logs import JsonFormatter, configure_logging
+from setqueue.service import load_settings
 from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
 

@@ -1,10 +1,13 @@
-"""`python -m worker`: the worker service. Settings come from the environment (see the README)."""
+"""`python -m worker` (or `setqueue-worker`): the worker service. Settings come from the environment
+(see the README's configuration table)."""
 
-from setqueue.runners import main_worker
+from setqueue.config import WorkerSettings
+from setqueue.service import main as run_service
+from worker.service import WorkerService
 
 
 def main() -> int:
-    return main_worker()
+    return run_service(WorkerSettings, WorkerService, "setqueue-worker")
 
 
 if __name__ == "__main__":

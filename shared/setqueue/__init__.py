@@ -8,10 +8,12 @@ for lease in q.claim(count=10):
     q.ack(lease)
 """
 
+import logging
+
 from setqueue.backoff import Backoff
 from setqueue.keys import QueueKeys
 from setqueue.lease import LeaseKeeper
-from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
+from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, PermanentJobError, Queue, SweepResult
 
 __all__ = [
     "AckResult",
@@ -20,13 +22,12 @@ __all__ = [
     "JobInfo",
     "Lease",
     "LeaseKeeper",
+    "PermanentJobError",
     "Queue",
     "QueueKeys",
     "SweepResult",
 ]
 __version__ = "0.1.0"
 
-# Raise it from a job handler to dead-letter the job at once (see setqueue.demo for the convention).
-from setqueue.runners import PermanentJobError
-
-__all__ += ["PermanentJobError"]
+# A library stays quiet unless the application configures logging (the services do).
+logging.getLogger("setqueue").addHandler(logging.NullHandler())

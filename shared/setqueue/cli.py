@@ -25,10 +25,9 @@ from typing import TextIO
 
 import redis
 
-from setqueue.config import SettingError, validate_redis_url
+from setqueue.config import SettingError, redact_url, validate_redis_url
 from setqueue.keys import validate_queue_name
 from setqueue.queue import Queue
-from setqueue.service import redact_url
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 PROG = "setqueue"

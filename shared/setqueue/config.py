@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from setqueue.keys import validate_queue_name
 
@@ -145,6 +145,21 @@ def validate_redis_url(url: str) -> str:
     if db and not db.isdigit():
         raise SettingError("REDIS_URL", f"{url!r}: the database after the / must be a number")
     return url
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unparsable URL>"
 
 
 def load_handler(spec: str) -> Callable[..., Any]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 # Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
@@ -23,6 +24,13 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 
 SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 QUEUE_STATES = ("todos", "in_progress", "done", "failed")
+
+
+def new_registry() -> CollectorRegistry:
+    """A fresh registry per service instance, with the process collector (CPU, memory, fds)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return registry
 
 
 class BatchHistogram:

@@ -80,6 +80,10 @@ class FailOutcome(enum.StrEnum):
     STALE = "stale"  # the lease was no longer ours; nothing changed
 
 
+class PermanentJobError(Exception):
+    """Raise from a job handler to dead-letter the job at once, without retries."""
+
+
 @dataclass(frozen=True, slots=True)
 class SweepResult:
     requeued: list[str]

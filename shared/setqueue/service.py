@@ -1,9 +1,10 @@
-"""What the three services share: settings, logging, /metrics and /healthz, signals, Redis outages.
+"""The runtime the three services share: signals, Redis outages, liveness, and ``main()``.
 
-A service is a ``Service`` subclass (see ``setqueue.runners``) with a ``run()`` main loop. ``main()``
-drives one: it loads the settings (a bad one is one line on stderr and exit code 2, before anything
-touches Redis), sets up logging, starts the HTTP server on ``METRICS_PORT`` (0 = none), installs
-the signal handlers and returns ``run()``'s exit code.
+A service is a ``Service`` subclass (``worker/``, ``creator/`` and ``cleaner/`` each hold one)
+with a ``run()`` main loop. ``main()`` drives one: it loads the settings (a bad one is one line on
+stderr and exit code 2, before anything touches Redis), sets up logging (``setqueue.logs``),
+starts the HTTP server on ``METRICS_PORT`` (``setqueue.metrics_server``; 0 = none), installs the
+signal handlers and returns ``run()``'s exit code.
 
 Signals: the first SIGTERM or SIGINT asks the main loop to stop gracefully; a second one exits at
 once with code 128 + the signal number.
@@ -23,8 +24,6 @@ coming round: a long job is not a stuck worker.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import signal
@@ -32,25 +31,24 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, ClassVar, Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.process_collector import ProcessCollector
 from redis import exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from setqueue.backoff import Backoff
-from setqueue.config import CommonSettings, SettingError
+from setqueue.config import CommonSettings, SettingError, redact_url
+from setqueue.logs import configure_logging, flush_logs
 from setqueue.metrics import ServiceMetrics
+from setqueue.metrics_server import MetricsServer
 from setqueue.queue import Queue
 
 T = TypeVar("T")
 S = TypeVar("S", bound=CommonSettings)
+M = TypeVar("M", bound=ServiceMetrics)
 
 log = logging.getLogger("setqueue.service")
 
@@ -64,74 +62,11 @@ TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
     rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
 )
 
-EXIT_OK = 0
 EXIT_SETTING = 2
 
 
 class Stopping(Exception):
     """Raised by ``Service.retry`` when a stop was requested while Redis was unreachable."""
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        return "<unparsable URL>"
-
-
-# -- logging ---------------------------------------------------------------------------------------
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the traceback if any)."""
-
-    def __init__(self, service: str) -> None:
-        super().__init__()
-        self.service = service
-
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "service": self.service,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
-        return json.dumps(data, ensure_ascii=False)
-
-
-def configure_logging(level: str, fmt: str, service: str, stream: Any = None) -> None:
-    """Log to stderr at ``level``; ``fmt`` is ``text`` or ``json`` (one object per line)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter(service))
-    else:
-        handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
-        )
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-    # redis-py and urllib3-style libraries are chatty at DEBUG; keep them at WARNING unless asked.
-    logging.getLogger("redis").setLevel(max(logging.WARNING, logging.getLevelName(level)))
-
-
-def flush_logs() -> None:
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):  # a closed stream must not stop an exit
-            handler.flush()
 
 
 # -- settings --------------------------------------------------------------------------------------
@@ -151,16 +86,17 @@ def load_settings(
 # -- the service -----------------------------------------------------------------------------------
 
 
-class Service(Generic[S]):
-    """Base of the creator, worker and cleaner: a main loop plus the shared runtime."""
+class Service(Generic[S, M]):
+    """Base of the creator, worker and cleaner: a main loop plus the shared runtime.
+
+    ``queue`` defaults to a new ``Queue`` on the settings' Redis URL and queue options."""
 
     role: ClassVar[str] = "service"
 
-    def __init__(self, settings: S, queue: Queue, metrics: ServiceMetrics) -> None:
+    def __init__(self, settings: S, metrics: M, queue: Queue | None = None) -> None:
         self.settings = settings
-        self.queue = queue
+        self.queue = queue if queue is not None else Queue.from_url(settings.redis_url, **settings.queue_options())
         self.metrics = metrics
-        self.registry: CollectorRegistry = metrics.registry
         self.stop_event = threading.Event()
         self.log = logging.getLogger(f"setqueue.{self.role}")
         self._backoff = Backoff(base=0.1, cap=5.0)
@@ -339,64 +275,12 @@ class Service(Generic[S]):
         self.queue.close()
 
 
-# -- /metrics and /healthz -------------------------------------------------------------------------
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: MetricsServer
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        service = self.server.service
-        if path == "/metrics":
-            self._send(200, generate_latest(service.registry), CONTENT_TYPE_LATEST)
-        elif path in ("/healthz", "/health"):
-            ok, body = service.health()
-            self._send(200 if ok else 503, (json.dumps(body) + "\n").encode(), "application/json")
-        else:
-            self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # no access log: Prometheus scrapes every few seconds
-
-
-class MetricsServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, port: int, service: Service[Any], host: str = "") -> None:
-        self.service = service
-        super().__init__((host, port), _Handler)
-
-    def start(self) -> MetricsServer:
-        threading.Thread(target=self.serve_forever, name="metrics-http", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
 # -- the entry point of a service ------------------------------------------------------------------
-
-
-def new_registry() -> CollectorRegistry:
-    """A fresh registry per service instance, with the process collector (CPU, memory, fds)."""
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    return registry
 
 
 def main(
     settings_cls: type[S],
-    build: Callable[[S], Service[S]],
+    build: Callable[[S], Service[S, Any]],
     program: str,
     env: Mapping[str, str] | None = None,
 ) -> int:
@@ -409,7 +293,7 @@ def main(
     server: MetricsServer | None = None
     if settings.metrics_port:
         try:
-            server = MetricsServer(settings.metrics_port, service).start()
+            server = MetricsServer(settings.metrics_port, service.metrics.registry, service.health).start()
         except OSError as exc:
             print(
                 f"{program}: invalid setting METRICS_PORT: cannot listen on {settings.metrics_port}: {exc}",

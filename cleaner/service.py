@@ -1,0 +1,73 @@
+"""The cleaner's main loop: every SWEEP_INTERVAL, requeue the jobs whose lease expired (their
+worker died or hung past the lease), apply the retention of done, and publish the queue depth."""
+
+from __future__ import annotations
+
+import time
+
+from setqueue.config import CleanerSettings
+from setqueue.metrics import QUEUE_STATES, CleanerMetrics, new_registry
+from setqueue.queue import Queue
+from setqueue.service import Service, Stopping
+
+MAX_SWEEP_ROUNDS = 100  # sweeps back to back while each one hits SWEEP_BATCH
+
+
+class CleanerService(Service[CleanerSettings, CleanerMetrics]):
+    role = "cleaner"
+
+    def __init__(self, settings: CleanerSettings, queue: Queue | None = None) -> None:
+        super().__init__(settings, CleanerMetrics(new_registry()), queue)
+
+    @property
+    def stall_seconds(self) -> float:
+        return max(60.0, 3 * self.settings.sweep_interval)
+
+    def run(self) -> int:
+        s = self.settings
+        self.log.info("sweeping every %gs, up to %d ids per sweep", s.sweep_interval, s.sweep_batch)
+        next_at = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                self.beat()
+                self.sweep_once()
+                self.update_depth()
+                next_at += s.sweep_interval
+                now = time.monotonic()
+                next_at = max(next_at, now)  # after a slow sweep or an outage: do not try to catch up
+                self.stop_event.wait(next_at - now)
+        except Stopping:
+            pass
+        return 0
+
+    def sweep_once(self) -> None:
+        s = self.settings
+        started = time.monotonic()
+        requeued = dead = trimmed = 0
+        for _ in range(MAX_SWEEP_ROUNDS):
+            result = self.retry(lambda: self.queue.sweep(s.sweep_batch), "sweep")
+            requeued += len(result.requeued)
+            dead += len(result.dead_lettered)
+            trimmed += result.done_trimmed
+            if result.total < s.sweep_batch:
+                break
+        self.metrics.sweep_seconds.observe(time.monotonic() - started)
+        self.metrics.last_sweep_timestamp.set(time.time())
+        self.metrics.requeued.inc(requeued)
+        self.metrics.jobs_dead_lettered.inc(dead)
+        self.metrics.done_trimmed.inc(trimmed)
+        if requeued or dead:
+            self.log.info(
+                "sweep: requeued %d jobs whose lease expired, dead-lettered %d, dropped %d old ids from done",
+                requeued,
+                dead,
+                trimmed,
+            )
+        elif trimmed:
+            self.log.debug("sweep: dropped %d old ids from done", trimmed)
+
+    def update_depth(self) -> None:
+        stats = self.retry(self.queue.stats, "stats")
+        for state in QUEUE_STATES:
+            self.metrics.queue_depth.labels(state).set(stats[state])
+        self.metrics.oldest_pending_age.set(stats["oldest_pending_age_seconds"])

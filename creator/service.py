@@ -1,0 +1,108 @@
+"""The creator's main loop: enqueue ``<prefix>-<n>`` ids (or ids read from stdin).
+
+Ids go out at CREATE_RATE per second in batches of at most CREATE_BATCH, on a monotonic schedule;
+the creator stops after CREATE_TOTAL (0 = never) or at the end of stdin. A batch that hit a Redis
+error is sent again (enqueue is idempotent: an id the queue knows is not added twice).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from typing import TextIO
+
+from setqueue.config import CreatorSettings
+from setqueue.metrics import CreatorMetrics, new_registry
+from setqueue.queue import Queue
+from setqueue.service import Service, Stopping
+
+
+class CreatorService(Service[CreatorSettings, CreatorMetrics]):
+    role = "creator"
+
+    def __init__(self, settings: CreatorSettings, queue: Queue | None = None, stdin: TextIO | None = None) -> None:
+        super().__init__(settings, CreatorMetrics(new_registry()), queue)
+        self.stdin = stdin
+        self.prefix = settings.create_id_prefix or f"run-{secrets.token_hex(4)}"
+        self.sent = 0
+        self.created = 0
+        self.duplicates = 0
+
+    def _ids(self) -> Iterator[str]:
+        if self.settings.create_from_stdin:
+            stream = self.stdin if self.stdin is not None else sys.stdin
+            for line in stream:
+                job_id = line.strip()
+                if job_id:
+                    yield job_id
+            return
+        numbers = itertools.count(1)
+        if self.settings.create_total:
+            numbers = iter(range(1, self.settings.create_total + 1))  # type: ignore[assignment]
+        for n in numbers:
+            yield f"{self.prefix}-{n}"
+
+    def run(self) -> int:
+        s = self.settings
+        rate = s.create_rate
+        # Small rates send small batches often rather than one big batch now and then: aim at no
+        # more than about 20 calls per second, and never more than CREATE_BATCH ids per call.
+        chunk = s.create_batch if rate == 0 else min(s.create_batch, max(1, math.ceil(rate / 20)))
+        ids = self._ids()
+        source = "ids from stdin" if s.create_from_stdin else f"ids {self.prefix}-<n>"
+        self.log.info(
+            "creating %s at %s, %s in batches of up to %d",
+            source,
+            f"{rate:g}/s" if rate else "full speed",
+            f"{s.create_total} in total" if s.create_total and not s.create_from_stdin else "without end",
+            s.create_batch,
+        )
+        started = time.monotonic()
+        origin = started  # the schedule: id number k is due at origin + k / rate
+        exhausted = False
+        batch: list[str] = []
+        try:
+            while not self.stop_event.is_set() and not exhausted:
+                self.beat()
+                want = s.create_batch
+                if rate > 0:
+                    now = time.monotonic()
+                    due = math.floor((now - origin) * rate) - self.sent
+                    if due > rate + s.create_batch:
+                        # Far behind (a Redis outage): do not burst to catch up on more than ~1 s.
+                        origin = now - (self.sent + min(rate, s.create_batch)) / rate
+                        due = math.floor((now - origin) * rate) - self.sent
+                    if due < chunk:
+                        wake_at = origin + (self.sent + chunk) / rate
+                        self.stop_event.wait(max(0.0, min(wake_at - now, 1.0)))
+                        continue
+                    want = min(s.create_batch, due)
+                batch = list(itertools.islice(ids, want))
+                if len(batch) < want:
+                    exhausted = True
+                if batch:
+                    self._send(batch)
+        except Stopping:
+            self.log.warning("stopped during a Redis outage: %d ids read were not enqueued", len(batch))
+        elapsed = time.monotonic() - started
+        self.log.info(
+            "created %d new jobs (%d duplicates) from %d ids in %.1fs",
+            self.created,
+            self.duplicates,
+            self.sent,
+            elapsed,
+        )
+        return 0
+
+    def _send(self, batch: list[str]) -> None:
+        added = self.retry(lambda: self.queue.enqueue(batch), "enqueue")
+        self.sent += len(batch)
+        self.created += added
+        self.duplicates += len(batch) - added
+        self.metrics.jobs_created.inc(added)
+        if added < len(batch):
+            self.metrics.jobs_duplicate.inc(len(batch) - added)
