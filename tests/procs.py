@@ -16,36 +16,13 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from setqueue.config import SETTINGS
 from tests.support import REPO_ROOT, RedisServer, free_port
 
 T = TypeVar("T")
 
 # Settings a developer's shell might set; a test starts from none of them.
-SERVICE_VARS = [
-    "REDIS_URL",
-    "QUEUE_NAME",
-    "LEASE_SECONDS",
-    "MAX_ATTEMPTS",
-    "DONE_MAX_COUNT",
-    "DONE_MAX_AGE_SECONDS",
-    "METRICS_PORT",
-    "LOG_LEVEL",
-    "LOG_FORMAT",
-    "CREATE_RATE",
-    "CREATE_TOTAL",
-    "CREATE_BATCH",
-    "CREATE_ID_PREFIX",
-    "CREATE_FROM_STDIN",
-    "CLAIM_BATCH",
-    "JOB_HANDLER",
-    "WORK_SECONDS",
-    "WORK_JITTER",
-    "FAIL_RATE",
-    "SHUTDOWN_GRACE_SECONDS",
-    "IDLE_WAIT_SECONDS",
-    "SWEEP_INTERVAL",
-    "SWEEP_BATCH",
-]
+SERVICE_VARS = [setting.name for setting in SETTINGS]
 
 
 def base_env(**settings: Any) -> dict[str, str]:

@@ -25,7 +25,7 @@ from typing import TextIO
 
 import redis
 
-from setqueue.config import SettingError, redact_url, validate_redis_url
+from setqueue.config import SettingError, default, redact_url, validate_redis_url
 from setqueue.keys import validate_queue_name
 from setqueue.queue import Queue
 
@@ -47,13 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis-url",
-        default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"),
-        help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0)",
+        default=os.environ.get("REDIS_URL", default("REDIS_URL")),
+        help=f"Redis URL (default: $REDIS_URL or {default('REDIS_URL')})",
     )
     parser.add_argument(
         "--queue",
-        default=os.environ.get("QUEUE_NAME", "default"),
-        help="queue name (default: $QUEUE_NAME or 'default')",
+        default=os.environ.get("QUEUE_NAME", default("QUEUE_NAME")),
+        help=f"queue name (default: $QUEUE_NAME or {default('QUEUE_NAME')!r})",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -1,8 +1,9 @@
 """Settings of the three services, from environment variables, parsed once and validated.
 
-Each setting is declared once in ``SETTINGS`` (name, default, meaning, who reads it); the
-dataclasses below are built from it, and the README's configuration table lists the same names
-(a test keeps the two in step). A bad value raises ``SettingError`` naming the variable; the
+Each setting is declared once in ``SETTINGS`` (name, type, default, bounds, meaning, who reads
+it); the dataclasses below take their fields from it, ``default()`` gives its defaults to the
+library and the CLI, and the README's configuration table lists the same names and defaults (a
+test keeps the two in step). A bad value raises ``SettingError`` naming the variable; the
 services turn that into one line on stderr and exit code 2.
 """
 
@@ -12,13 +13,11 @@ import importlib
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from setqueue.keys import validate_queue_name
-
-T = TypeVar("T")
+from setqueue.keys import MAX_IDS_PER_CALL, validate_queue_name
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -34,94 +33,199 @@ class SettingError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
+    """One environment variable: its type, default (as text, as in the README), bounds and use.
+
+    The settings dataclasses below take their fields from this table (field = name in lower
+    case); ``Queue``, the CLI and the tests take their defaults from it through ``default()``."""
+
     name: str
+    kind: type  # int, float, str or bool
     default: str
     meaning: str
     services: str  # who reads it: "all", or a comma-separated list
+    low: float | None = None  # numbers: inclusive bounds
+    high: float | None = None
+    choices: tuple[str, ...] = ()  # text: the allowed values (LOG_LEVEL in upper case, LOG_FORMAT lower)
+    check: Callable[[str], object] | None = None  # text: raises ValueError (or SettingError) if bad
+
+    @property
+    def field(self) -> str:
+        return self.name.lower()
+
+    def read(self, env: Mapping[str, str]) -> Any:
+        """The value from ``env`` (or the default), parsed and checked; SettingError if bad."""
+        return self.parse(env.get(self.name, self.default).strip())
+
+    def parse(self, raw: str) -> Any:
+        if self.kind is bool:
+            return _flag(self.name, raw)
+        if self.kind in (int, float):
+            return _number(self.name, raw, self.kind, self.low, self.high)
+        if self.choices:
+            folded = raw.upper() if self.choices[0].isupper() else raw.lower()
+            if folded not in self.choices:
+                raise SettingError(self.name, f"{folded!r} is not one of {', '.join(self.choices)}")
+            return folded
+        if self.check is not None:
+            try:
+                self.check(raw)
+            except SettingError:
+                raise
+            except ValueError as exc:
+                raise SettingError(self.name, str(exc)) from None
+        return raw
+
+
+def _number(name: str, raw: str, kind: type, low: float | None, high: float | None) -> Any:
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise SettingError(name, f"{raw!r} is not a {'whole ' if kind is int else ''}number") from None
+    low = -math.inf if low is None else low
+    high = math.inf if high is None else high
+    if not (low <= value <= high):
+        bounds = f"at least {low}" if high == math.inf else f"between {low} and {high}"
+        raise SettingError(name, f"{raw} is out of range (must be {bounds})")
+    return value
+
+
+def _flag(name: str, raw: str) -> bool:
+    raw = raw.lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingError(name, f"{raw!r} is not true or false")
+
+
+def _check_redis_url(url: str) -> None:
+    validate_redis_url(url)
+
+
+def _check_job_handler(spec: str) -> None:
+    load_handler(spec)  # fail at start, not on the first job
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "REDIS_URL",
+        str,
         "redis://localhost:6379/0",
         "Redis to use: redis://[:password@]host:port/db, rediss:// or unix://",
         "all",
+        check=_check_redis_url,
     ),
-    Setting("QUEUE_NAME", "default", "Queue name; every key is setqueue:{QUEUE_NAME}:…", "all"),
-    Setting("LEASE_SECONDS", "30", "Lease (lock TTL) of a claimed job; workers renew at a third of it", "all"),
-    Setting("MAX_ATTEMPTS", "5", "Claims a job gets before it is dead-lettered into failed", "all"),
-    Setting("DONE_MAX_COUNT", "1000000", "Most ids kept in done (oldest dropped first; 0 = no limit)", "all"),
     Setting(
-        "DONE_MAX_AGE_SECONDS", "604800", "Ids older than this are dropped from done by the cleaner (0 = keep)", "all"
+        "QUEUE_NAME",
+        str,
+        "default",
+        "Queue name; every key is setqueue:{QUEUE_NAME}:…",
+        "all",
+        check=validate_queue_name,
     ),
-    Setting("METRICS_PORT", "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all"),
-    Setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR", "all"),
-    Setting("LOG_FORMAT", "text", "text, or json for one JSON object per line", "all"),
-    Setting("CREATE_RATE", "50", "Jobs per second the creator enqueues (0 = as fast as possible)", "creator"),
-    Setting("CREATE_TOTAL", "0", "Jobs the creator enqueues before it stops (0 = forever)", "creator"),
-    Setting("CREATE_BATCH", "100", "Most ids per enqueue call", "creator"),
+    Setting(
+        "LEASE_SECONDS",
+        float,
+        "30",
+        "Lease (lock TTL) of a claimed job; workers renew at a third of it",
+        "all",
+        low=0.1,
+        high=86400,
+    ),
+    Setting(
+        "MAX_ATTEMPTS", int, "5", "Claims a job gets before it is dead-lettered into failed", "all", low=1, high=1000
+    ),
+    Setting(
+        "DONE_MAX_COUNT", int, "1000000", "Most ids kept in done (oldest dropped first; 0 = no limit)", "all", low=0
+    ),
+    Setting(
+        "DONE_MAX_AGE_SECONDS",
+        float,
+        "604800",
+        "Ids older than this are dropped from done by the cleaner (0 = keep)",
+        "all",
+        low=0,
+    ),
+    Setting(
+        "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
+    ),
+    Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
+    Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
+    Setting(
+        "CREATE_RATE", float, "50", "Jobs per second the creator enqueues (0 = as fast as possible)", "creator", low=0
+    ),
+    Setting("CREATE_TOTAL", int, "0", "Jobs the creator enqueues before it stops (0 = forever)", "creator", low=0),
+    Setting("CREATE_BATCH", int, "100", "Most ids per enqueue call", "creator", low=1, high=10_000),
     Setting(
         "CREATE_ID_PREFIX",
+        str,
         "",
         "Prefix of generated ids (default: a random run id, so ids are unique per run)",
         "creator",
     ),
     Setting(
         "CREATE_FROM_STDIN",
+        bool,
         "false",
         "true: enqueue the ids read from stdin (one per line) instead of generating",
         "creator",
     ),
-    Setting("CLAIM_BATCH", "10", "Most jobs a worker claims per call", "worker"),
+    Setting("CLAIM_BATCH", int, "10", "Most jobs a worker claims per call", "worker", low=1, high=MAX_IDS_PER_CALL),
     Setting(
         "JOB_HANDLER",
+        str,
         "setqueue.demo:simulated_work",
         "The job function, as module:function; called with each Lease",
         "worker",
+        check=_check_job_handler,
     ),
-    Setting("WORK_SECONDS", "0.2", "Demo handler: mean duration of a job", "worker"),
-    Setting("WORK_JITTER", "0.5", "Demo handler: duration varies uniformly by ± this fraction", "worker"),
-    Setting("FAIL_RATE", "0.0", "Demo handler: fraction of jobs that raise (retried, then dead-lettered)", "worker"),
-    Setting("SHUTDOWN_GRACE_SECONDS", "20", "On SIGTERM, time to finish held jobs before releasing the rest", "worker"),
+    Setting("WORK_SECONDS", float, "0.2", "Demo handler: mean duration of a job", "worker", low=0),
     Setting(
-        "IDLE_WAIT_SECONDS", "1", "Longest an idle worker blocks on the wake-up list before looking again", "worker"
+        "WORK_JITTER",
+        float,
+        "0.5",
+        "Demo handler: duration varies uniformly by ± this fraction",
+        "worker",
+        low=0,
+        high=1,
     ),
-    Setting("SWEEP_INTERVAL", "5", "Seconds between two sweeps of the cleaner", "cleaner"),
-    Setting("SWEEP_BATCH", "1000", "Most in_progress ids examined per sweep", "cleaner"),
+    Setting(
+        "FAIL_RATE",
+        float,
+        "0.0",
+        "Demo handler: fraction of jobs that raise (retried, then dead-lettered)",
+        "worker",
+        low=0,
+        high=1,
+    ),
+    Setting(
+        "SHUTDOWN_GRACE_SECONDS",
+        float,
+        "20",
+        "On SIGTERM, time to finish held jobs before releasing the rest",
+        "worker",
+        low=0,
+    ),
+    Setting(
+        "IDLE_WAIT_SECONDS",
+        float,
+        "1",
+        "Longest an idle worker blocks on the wake-up list before looking again",
+        "worker",
+        low=0.01,
+        high=60,
+    ),
+    Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
+    Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
 )
-_DEFAULTS = {s.name: s.default for s in SETTINGS}
+SETTING_BY_NAME = {s.name: s for s in SETTINGS}
+_BY_FIELD = {s.field: s for s in SETTINGS}
 
 
-def _get(env: Mapping[str, str], name: str) -> str:
-    return env.get(name, _DEFAULTS[name]).strip()
-
-
-def _number(env: Mapping[str, str], name: str, kind: Callable[[str], T], low: float, high: float = math.inf) -> T:
-    raw = _get(env, name)
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise SettingError(name, f"{raw!r} is not a {'whole ' if kind is int else ''}number") from None
-    if not (low <= value <= high):  # type: ignore[operator]
-        bounds = f"at least {low}" if high == math.inf else f"between {low} and {high}"
-        raise SettingError(name, f"{raw} is out of range (must be {bounds})")
-    return value
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], fold: Callable[[str], str]) -> str:
-    raw = fold(_get(env, name))
-    if raw not in choices:
-        raise SettingError(name, f"{raw!r} is not one of {', '.join(choices)}")
-    return raw
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = _get(env, name).lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off", ""):
-        return False
-    raise SettingError(name, f"{raw!r} is not true or false")
+def default(name: str) -> Any:
+    """The parsed default of setting ``name`` (defaults are written once, in ``SETTINGS``)."""
+    setting = SETTING_BY_NAME[name]
+    return setting.parse(setting.default)
 
 
 def validate_redis_url(url: str) -> str:
@@ -177,8 +281,13 @@ def load_handler(spec: str) -> Callable[..., Any]:
     return handler  # type: ignore[no-any-return]
 
 
+SettingsT = TypeVar("SettingsT", bound="CommonSettings")
+
+
 @dataclass(frozen=True)
 class CommonSettings:
+    """What every service reads. Each field is the setting of the same name in ``SETTINGS``."""
+
     redis_url: str
     queue_name: str
     lease_seconds: float
@@ -189,28 +298,11 @@ class CommonSettings:
     log_level: str
     log_format: str
 
-    @staticmethod
-    def common_from_env(env: Mapping[str, str]) -> dict[str, Any]:
-        queue_name = _get(env, "QUEUE_NAME")
-        try:
-            validate_queue_name(queue_name)
-        except ValueError as exc:
-            raise SettingError("QUEUE_NAME", str(exc)) from None
-        return {
-            "redis_url": validate_redis_url(_get(env, "REDIS_URL")),
-            "queue_name": queue_name,
-            "lease_seconds": _number(env, "LEASE_SECONDS", float, 0.1, 86400),
-            "max_attempts": _number(env, "MAX_ATTEMPTS", int, 1, 1000),
-            "done_max_count": _number(env, "DONE_MAX_COUNT", int, 0),
-            "done_max_age_seconds": _number(env, "DONE_MAX_AGE_SECONDS", float, 0),
-            "metrics_port": _number(env, "METRICS_PORT", int, 0, 65535),
-            "log_level": _choice(env, "LOG_LEVEL", LOG_LEVELS, str.upper),
-            "log_format": _choice(env, "LOG_FORMAT", LOG_FORMATS, str.lower),
-        }
-
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CommonSettings:
-        return cls(**cls.common_from_env(os.environ if env is None else env))
+    def from_env(cls: type[SettingsT], env: Mapping[str, str] | None = None) -> SettingsT:
+        """Read and check every field's setting; the first bad one raises SettingError."""
+        env = os.environ if env is None else env
+        return cls(**{f.name: _BY_FIELD[f.name].read(env) for f in fields(cls)})
 
     def queue_options(self) -> dict[str, Any]:
         """Keyword arguments for ``Queue.from_url`` besides the URL."""
@@ -231,18 +323,6 @@ class CreatorSettings(CommonSettings):
     create_id_prefix: str
     create_from_stdin: bool
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CreatorSettings:
-        env = os.environ if env is None else env
-        return cls(
-            **cls.common_from_env(env),
-            create_rate=_number(env, "CREATE_RATE", float, 0),
-            create_total=_number(env, "CREATE_TOTAL", int, 0),
-            create_batch=_number(env, "CREATE_BATCH", int, 1, 10_000),
-            create_id_prefix=_get(env, "CREATE_ID_PREFIX"),
-            create_from_stdin=_flag(env, "CREATE_FROM_STDIN"),
-        )
-
 
 @dataclass(frozen=True)
 class WorkerSettings(CommonSettings):
@@ -254,33 +334,8 @@ class WorkerSettings(CommonSettings):
     shutdown_grace_seconds: float
     idle_wait_seconds: float
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
-        env = os.environ if env is None else env
-        handler = _get(env, "JOB_HANDLER")
-        load_handler(handler)  # fail at start, not on the first job
-        return cls(
-            **cls.common_from_env(env),
-            claim_batch=_number(env, "CLAIM_BATCH", int, 1, 500),
-            job_handler=handler,
-            work_seconds=_number(env, "WORK_SECONDS", float, 0),
-            work_jitter=_number(env, "WORK_JITTER", float, 0, 1),
-            fail_rate=_number(env, "FAIL_RATE", float, 0, 1),
-            shutdown_grace_seconds=_number(env, "SHUTDOWN_GRACE_SECONDS", float, 0),
-            idle_wait_seconds=_number(env, "IDLE_WAIT_SECONDS", float, 0.01, 60),
-        )
-
 
 @dataclass(frozen=True)
 class CleanerSettings(CommonSettings):
     sweep_interval: float
     sweep_batch: int
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CleanerSettings:
-        env = os.environ if env is None else env
-        return cls(
-            **cls.common_from_env(env),
-            sweep_interval=_number(env, "SWEEP_INTERVAL", float, 0.01, 3600),
-            sweep_batch=_number(env, "SWEEP_BATCH", int, 1, 100_000),
-        )

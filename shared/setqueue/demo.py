@@ -22,7 +22,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from setqueue.config import WorkerSettings
+from setqueue.config import WorkerSettings, default
 from setqueue.queue import Lease
 
 
@@ -32,9 +32,9 @@ class SimulatedFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class DemoSettings:
-    work_seconds: float = 0.2
-    work_jitter: float = 0.5
-    fail_rate: float = 0.0
+    work_seconds: float = default("WORK_SECONDS")
+    work_jitter: float = default("WORK_JITTER")
+    fail_rate: float = default("FAIL_RATE")
 
 
 _settings = DemoSettings()

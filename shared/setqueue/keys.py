@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_ID_LENGTH = 1024
+# The most ids one script call takes (the largest claim, and the chunk size of every batched call):
+# it bounds one call's run time, and so the latency Redis adds for everyone else.
+MAX_IDS_PER_CALL = 500
 
 
 def validate_queue_name(name: str) -> str:
