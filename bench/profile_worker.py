@@ -34,7 +34,8 @@ RULES = [
     ("metrics: prometheus_client counters and gauges, setqueue's batch histograms", "prometheus_client"),
     ("metrics: prometheus_client counters and gauges, setqueue's batch histograms", "setqueue/metrics.py"),
     ("metrics HTTP server thread", "http.server"),
-    ("worker loop bookkeeping (runners.py, service.py, lease.py hold/drop)", "setqueue/"),
+    ("worker loop bookkeeping (worker/service.py, setqueue's service.py and lease.py)", "worker/service.py"),
+    ("worker loop bookkeeping (worker/service.py, setqueue's service.py and lease.py)", "setqueue/"),
 ]
 
 

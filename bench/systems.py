@@ -81,10 +81,6 @@ class System:
         pass
 
 
-def setqueue_worker_module_exists() -> bool:
-    return (REPO / "worker" / "__main__.py").exists()
-
-
 class SetQueue(System):
     def _queue(self) -> Any:
         if "queue" not in self.state:
@@ -94,9 +90,7 @@ class SetQueue(System):
         return self.state["queue"]
 
     def runner(self) -> str:
-        return (
-            "python -m worker" if setqueue_worker_module_exists() else "bench/workers/bench_sq_worker.py (library API)"
-        )
+        return "python -m worker"
 
     def settings(self, workers: int | str) -> str:
         return (
@@ -122,11 +116,7 @@ class SetQueue(System):
                 METRICS_PORT=str(free_port()),
                 LOG_LEVEL="WARNING",
             )
-            if setqueue_worker_module_exists():
-                argv = [sys.executable, "-m", "worker"]
-            else:
-                argv = [sys.executable, str(WORKERS_DIR / "bench_sq_worker.py")]
-            cmds.append(Command(argv, env))
+            cmds.append(Command([sys.executable, "-m", "worker"], env))
         return cmds
 
     def close(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 
 
 class Backoff:
@@ -22,9 +21,3 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
-
-    def wait(self, stop: threading.Event) -> float:
-        """Sleep the next delay unless ``stop`` is set first; returns the delay."""
-        delay = self.next()
-        stop.wait(delay)
-        return delay

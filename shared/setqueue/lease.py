@@ -35,7 +35,6 @@ class LeaseKeeper:
         self._on_renewed = on_renewed
         self._on_lost = on_lost
         self._held: dict[tuple[str, str], Lease] = {}
-        self._lost: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,16 +64,6 @@ class LeaseKeeper:
         with self._lock:
             for lease in leases:
                 self._held.pop((lease.id, lease.token), None)
-                self._lost.discard((lease.id, lease.token))
-
-    def is_lost(self, lease: Lease) -> bool:
-        with self._lock:
-            return (lease.id, lease.token) in self._lost
-
-    @property
-    def held(self) -> int:
-        with self._lock:
-            return len(self._held)
 
     def renew_now(self) -> None:
         with self._lock:
@@ -89,7 +78,6 @@ class LeaseKeeper:
                 # A lease dropped meanwhile (acked while we renewed) was not lost: its lock is gone
                 # because the job is done.
                 if self._held.pop((lease.id, lease.token), None) is not None:
-                    self._lost.add((lease.id, lease.token))
                     lost.append(lease)
         if self._on_renewed is not None:
             self._on_renewed(len(leases) - len(refused))
