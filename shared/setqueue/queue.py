@@ -4,17 +4,15 @@ Every transition that touches more than one key is one Lua script (see ``lua/``)
 and no concurrent cleaner can observe a half-done step. Mutating scripts take a fresh request
 id and keep their result under ``setqueue:{Q}:req:<id>`` for ``request_ttl_seconds``: redis-py
 resends a command after a connection error, and a resent claim, ack or fail then returns the
-first result instead of applying twice.
+first result instead of applying twice. How each script is called (its KEYS, ARGV and reply) is
+``setqueue.scripts``'s business; this module batches the calls and shapes their results.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis
@@ -22,33 +20,16 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from setqueue.keys import QueueKeys, validate_job_id
+from setqueue.scripts import QueueScripts
+from setqueue.scripts import text as _text
 
 # Ids per script call: keeps one call's run time (and so Redis's latency for others) small.
 CHUNK = 500
-_SCRIPT_NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
-_SCRIPT_SOURCES = {n: resources.files("setqueue").joinpath(f"lua/{n}.lua").read_text() for n in _SCRIPT_NAMES}
-
-
-def new_request_id() -> str:
-    return os.urandom(12).hex()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _by_claim(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
-    """The scripts' list of claims: each distinct token -> its number (1, 2, ...), the claims'
-    lock keys in that order (for KEYS), and ``T, token, ...`` (for ARGV)."""
-    numbers: dict[str, int] = {}
-    for token in tokens:
-        numbers.setdefault(token, len(numbers) + 1)
-    return numbers, [keys.lock(token) for token in numbers], [len(numbers), *numbers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +125,7 @@ class Queue:
         self.wake_cap = wake_cap
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
-        self._scripts = {n: client.register_script(src) for n, src in _SCRIPT_SOURCES.items()}
+        self._scripts = QueueScripts(client, self.keys)
         self._sweep_cursor = 0
 
     @classmethod
@@ -166,9 +147,6 @@ class Queue:
         )
         return cls(client, name, **options)
 
-    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        return json.loads(self._scripts[script](keys=keys, args=args))
-
     # -- producers ---------------------------------------------------------------------------
 
     def enqueue(self, ids: Iterable[str] | Mapping[str, str]) -> int:
@@ -176,7 +154,6 @@ class Queue:
 
         An id already in todos, in_progress, done or failed is not added again.
         """
-        k = self.keys
         with_payload = isinstance(ids, Mapping)
         items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
         for job_id, payload in items:
@@ -185,22 +162,9 @@ class Queue:
                 raise TypeError(f"payload of {job_id!r} must be a str")
         added = 0
         for chunk in _chunks(items):
-            args: list[Any] = [self._request_ttl_ms, self.wake_cap, "1" if with_payload else "0"]
-            for job_id, payload in chunk:
-                args.append(job_id)
-                if with_payload:
-                    args.append(payload)
-            keys = [
-                k.request(new_request_id()),
-                k.todos,
-                k.in_progress,
-                k.done,
-                k.failed,
-                k.pending,
-                k.payloads,
-                k.wake,
-            ]
-            added += self._run("enqueue", keys, args)[0]
+            added += self._scripts.enqueue(
+                chunk, with_payloads=with_payload, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap
+            )
         return added
 
     # -- workers -----------------------------------------------------------------------------
@@ -211,22 +175,9 @@ class Queue:
         failed or released."""
         if count < 1:
             raise ValueError("count must be at least 1")
-        k = self.keys
-        token = new_request_id()
-        keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
-        reply = self._scripts["claim"](keys=keys, args=[self._request_ttl_ms, token, self._lease_ms, min(count, CHUNK)])
-        now = reply[0] / 1000
-        return [
-            Lease(
-                _text(job_id),
-                token,
-                attempt,
-                _text(payload) if payload else None,
-                enq / 1000 if enq >= 0 else None,
-                now,
-            )
-            for job_id, attempt, enq, payload in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
-        ]
+        return self._scripts.claim(
+            min(count, CHUNK), Lease, request_ttl_ms=self._request_ttl_ms, lease_ms=self._lease_ms
+        )
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue (or a requeue) wakes us, or ``timeout`` seconds pass."""
@@ -240,12 +191,7 @@ class Queue:
         """One PEXPIRE per claim extends all of its jobs that are still ours."""
         renewed: list[bool] = []
         for chunk in _chunks(leases):
-            claims, locks, listed = _by_claim(self.keys, (lease.token for lease in chunk))
-            keys = [self.keys.owners, *locks]
-            args: list[Any] = [self._lease_ms, *listed]
-            for lease in chunk:
-                args += [lease.id, claims[lease.token]]
-            renewed += [bool(r) for r in self._scripts["renew"](keys=keys, args=args)]
+            renewed += self._scripts.renew(chunk, lease_ms=self._lease_ms)
         return renewed
 
     def ack(self, lease: Lease) -> bool:
@@ -253,19 +199,13 @@ class Queue:
         return self.ack_many([lease])[0].acked
 
     def ack_many(self, leases: Sequence[Lease]) -> list[AckResult]:
-        k = self.keys
         results: list[AckResult] = []
         for chunk in _chunks(leases):
-            claims, locks, listed = _by_claim(k, (lease.token for lease in chunk))
-            keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-            keys += [k.payloads, k.errors, k.owners, *locks]
-            args: list[Any] = [self._request_ttl_ms, self.done_max_count, *listed]
-            for lease in chunk:
-                args += [lease.id, claims[lease.token]]
-            now_ms, flags = _text(self._scripts["ack"](keys=keys, args=args)).split(" ")
-            now = int(now_ms) / 1000
-            for lease, flag in zip(chunk, flags, strict=True):
-                if flag != "1":
+            now, acked = self._scripts.ack(
+                chunk, request_ttl_ms=self._request_ttl_ms, done_max_count=self.done_max_count
+            )
+            for lease, ok in zip(chunk, acked, strict=True):
+                if not ok:
                     results.append(AckResult(False, None))
                 elif lease.enqueued_at is None:
                     results.append(AckResult(True, None))
@@ -286,16 +226,12 @@ class Queue:
         return self._fail([(lease, "release", "") for lease in leases])
 
     def _fail(self, items: Sequence[tuple[Lease, str, str]]) -> list[FailOutcome]:
-        k = self.keys
         outcomes: list[FailOutcome] = []
         for chunk in _chunks(items):
-            claims, locks, listed = _by_claim(k, (lease.token for lease, _, _ in chunk))
-            keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-            keys += [k.errors, k.wake, k.owners, *locks]
-            args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, *listed]
-            for lease, mode, reason in chunk:
-                args += [lease.id, claims[lease.token], mode, reason]
-            outcomes += [FailOutcome(o) for o in _text(self._scripts["fail"](keys=keys, args=args)).split(" ")]
+            replied = self._scripts.fail(
+                chunk, request_ttl_ms=self._request_ttl_ms, max_attempts=self.max_attempts, wake_cap=self.wake_cap
+            )
+            outcomes += [FailOutcome(o) for o in replied]
         return outcomes
 
     # -- the cleaner -------------------------------------------------------------------------
@@ -323,14 +259,15 @@ class Queue:
                     if candidates
                     else []
                 )
-                claims, locks, listed = _by_claim(k, (o for o in owners if o is not None))
-                keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-                keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *locks]
-                max_age_ms = round(self.done_max_age_seconds * 1000) if trim_pending else 0
-                args: list[Any] = [self._request_ttl_ms, self.max_attempts, self.wake_cap, max_age_ms, CHUNK, *listed]
-                for candidate, owner in zip(candidates, owners, strict=True):
-                    args += [candidate, 0 if owner is None else claims[owner]]
-                page_requeued, page_dead, page_trimmed = self._run("sweep", keys, args)
+                page_requeued, page_dead, page_trimmed = self._scripts.sweep(
+                    candidates,
+                    owners,
+                    request_ttl_ms=self._request_ttl_ms,
+                    max_attempts=self.max_attempts,
+                    wake_cap=self.wake_cap,
+                    done_max_age_ms=round(self.done_max_age_seconds * 1000) if trim_pending else 0,
+                    trim_limit=CHUNK,
+                )
                 requeued += page_requeued
                 dead += page_dead
                 trimmed += page_trimmed
@@ -343,9 +280,7 @@ class Queue:
 
     def stats(self) -> dict[str, float]:
         """Sizes of the four sets and the age of the oldest job not yet finished, in one snapshot."""
-        k = self.keys
-        keys = [k.todos, k.in_progress, k.done, k.failed, k.pending]
-        todos, in_progress, done, failed, age_ms = self._scripts["stats"](keys=keys)
+        todos, in_progress, done, failed, age_ms = self._scripts.stats()
         return {
             "todos": todos,
             "in_progress": in_progress,
@@ -397,19 +332,14 @@ class Queue:
             wanted = [validate_job_id(i) for i in ids]
         moved = 0
         for chunk in _chunks(wanted):
-            keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake]
-            moved += self._run("requeue_failed", keys, [self._request_ttl_ms, self.wake_cap, *chunk])[0]
+            moved += self._scripts.requeue_failed(chunk, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
         return moved
 
     def delete(self, job_id: str) -> str | None:
         """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
-        k = self.keys
-        owner = self.redis.hget(k.owners, validate_job_id(job_id))
-        token = "" if owner is None else _text(owner)  # type: ignore[arg-type]
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners]
-        state = self._run("delete", keys, [self._request_ttl_ms, job_id, token])[0]
-        return state or None
+        owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
+        token = None if owner is None else _text(owner)  # type: ignore[arg-type]
+        return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms)
 
     def ping(self) -> bool:
         return bool(self.redis.ping())

@@ -3,63 +3,69 @@
 -- number of the claim's jobs still held and carries the TTL. Because the move and the lock happen
 -- in one script, no cleaner can ever see a claimed id in in_progress without its lock.
 --
--- KEYS[1] request record  setqueue:{Q}:req:<token>  (a resent call returns the same leases)
--- KEYS[2] todos      KEYS[3] in_progress
--- KEYS[4] pending    (zset: id -> enqueue time in ms)
--- KEYS[5] attempts   (hash: id -> number of claims so far)
--- KEYS[6] payloads   (hash: id -> payload)
--- KEYS[7] owners     (hash: id -> lease token of its current claim)
--- KEYS[8] lock       setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
--- ARGV[1] request record TTL in ms
--- ARGV[2] lease token (random, fresh for every call)
--- ARGV[3] lease duration in ms
--- ARGV[4] most ids to claim
+-- KEYS[1] request      request record setqueue:{Q}:req:<token>  (a resent call returns the same leases)
+-- KEYS[2] todos        KEYS[3] in_progress
+-- KEYS[4] pending      (zset: id -> enqueue time in ms)
+-- KEYS[5] attempts     (hash: id -> number of claims so far)
+-- KEYS[6] payloads     (hash: id -> payload)
+-- KEYS[7] owners       (hash: id -> lease token of its current claim)
+-- KEYS[8] lock         setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
+-- ARGV[1] record_ttl   request record TTL in ms
+-- ARGV[2] token        lease token (random, fresh for every call)
+-- ARGV[3] lease_ms     lease duration in ms
+-- ARGV[4] most         most ids to claim
 -- Returns an array: now ms, then id, attempt, enqueue ms (-1 if unknown), payload (nil if none)
 -- for each claimed id. A resend returns the ids of the first call that this claim still owns.
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- The request record holds the claimed ids, one a line (ids hold no line breaks).
+local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local attempts, payloads, owners, lock = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+-- @include "request_record"
+-- @include "now_ms"
 
-local ids, attempts = {}, {}
-local record = redis.call('GET', KEYS[1])
-if record then
-  -- A resend: the record lists the ids the first call claimed (ids hold no line breaks).
-  local listed = {}
-  for id in string.gmatch(record, '[^\n]+') do listed[#listed + 1] = id end
-  if #listed > 0 then
-    local owner = redis.call('HMGET', KEYS[7], unpack(listed))
-    for j = 1, #listed do
-      if owner[j] == ARGV[2] then ids[#ids + 1] = listed[j] end
+local now = now_ms()
+
+local ids, tries = {}, {}
+local listed = recorded(request)
+if listed then
+  -- A resend: keep the ids of the first call that this claim still owns.
+  local first = {}
+  for id in string.gmatch(listed, '[^\n]+') do first[#first + 1] = id end
+  if #first > 0 then
+    local owner = redis.call('HMGET', owners, unpack(first))
+    for j = 1, #first do
+      if owner[j] == token then ids[#ids + 1] = first[j] end
     end
   end
-  if #ids > 0 then attempts = redis.call('HMGET', KEYS[5], unpack(ids)) end
+  if #ids > 0 then tries = redis.call('HMGET', attempts, unpack(ids)) end
 else
-  ids = redis.call('SPOP', KEYS[2], tonumber(ARGV[4]))
+  ids = redis.call('SPOP', todos, most)
   -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
   if #ids > 0 then
-    redis.call('SADD', KEYS[3], unpack(ids))
-    local before = redis.call('HMGET', KEYS[5], unpack(ids))
-    local counts, owners = {}, {}
+    redis.call('SADD', in_progress, unpack(ids))
+    local before = redis.call('HMGET', attempts, unpack(ids))
+    local counts, owned = {}, {}
     for j = 1, #ids do
-      attempts[j] = (tonumber(before[j]) or 0) + 1
-      counts[2 * j - 1], counts[2 * j] = ids[j], attempts[j]
-      owners[2 * j - 1], owners[2 * j] = ids[j], ARGV[2]
+      tries[j] = (tonumber(before[j]) or 0) + 1
+      counts[2 * j - 1], counts[2 * j] = ids[j], tries[j]
+      owned[2 * j - 1], owned[2 * j] = ids[j], token
     end
-    redis.call('HSET', KEYS[5], unpack(counts))
-    redis.call('HSET', KEYS[7], unpack(owners))
-    redis.call('SET', KEYS[8], #ids, 'PX', ARGV[3])
+    redis.call('HSET', attempts, unpack(counts))
+    redis.call('HSET', owners, unpack(owned))
+    redis.call('SET', lock, #ids, 'PX', lease_ms)
   end
-  redis.call('SET', KEYS[1], table.concat(ids, '\n'), 'PX', ARGV[1])
+  record(request, table.concat(ids, '\n'), record_ttl)
 end
 
 local reply = {now}
 if #ids > 0 then
-  local enqueued = redis.call('ZMSCORE', KEYS[4], unpack(ids))
-  local payloads = redis.call('HMGET', KEYS[6], unpack(ids))
+  local enqueued = redis.call('ZMSCORE', pending, unpack(ids))
+  local payload = redis.call('HMGET', payloads, unpack(ids))
   for j = 1, #ids do
     reply[#reply + 1] = ids[j]
-    reply[#reply + 1] = tonumber(attempts[j])
+    reply[#reply + 1] = tonumber(tries[j])
     reply[#reply + 1] = tonumber(enqueued[j]) or -1
-    reply[#reply + 1] = payloads[j]
+    reply[#reply + 1] = payload[j]
   end
 end
 return reply

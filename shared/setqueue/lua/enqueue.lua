@@ -1,43 +1,45 @@
 -- enqueue.lua: add job ids to todos; an id the queue already knows is left alone.
 --
--- KEYS[1] request record  setqueue:{Q}:req:<request id>  (holds this call's result for a while,
---         so a command resent after a connection error returns it instead of applying again)
--- KEYS[2] todos        KEYS[3] in_progress   KEYS[4] done       KEYS[5] failed
--- KEYS[6] pending      (zset: id -> enqueue time in ms, for ids in todos or in_progress)
--- KEYS[7] payloads     (hash: id -> payload)
--- KEYS[8] wake         (list that idle workers block on)
--- ARGV[1] request record TTL in ms
--- ARGV[2] wake list cap (how many idle workers one call may wake)
--- ARGV[3] "1" when every id is followed by its payload, "0" when no payloads are given
--- ARGV[4..] id [payload], id [payload], ...
+-- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
+--                   while, so a command resent after a connection error returns it instead of applying again)
+-- KEYS[2] todos     KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
+-- KEYS[6] pending   (zset: id -> enqueue time in ms, for ids in todos or in_progress)
+-- KEYS[7] payloads  (hash: id -> payload)
+-- KEYS[8] wake      (list that idle workers block on)
+-- ARGV[1] record_ttl     request record TTL in ms
+-- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
+-- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
+-- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
 -- Returns a JSON string: [number of ids added]
-local cached = redis.call('GET', KEYS[1])
+local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pending, payloads, wake = KEYS[6], KEYS[7], KEYS[8]
+local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
+local FIRST_JOB = 4  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+-- @include "request_record"
+-- @include "now_ms"
+-- @include "fields"
+-- @include "wake"
+
+local cached = recorded(request)
 if cached then return cached end
 
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local step = 1
-if ARGV[3] == '1' then step = 2 end
+local now = now_ms()
+local width = 1
+if with_payloads == '1' then width = 2 end
+local jobs = read_fields(FIRST_JOB, width)
+local ids, given = jobs[1], jobs[2]
 
 local added = 0
-for i = 4, #ARGV, step do
-  local id = ARGV[i]
-  if redis.call('SISMEMBER', KEYS[3], id) == 0 and redis.call('SISMEMBER', KEYS[4], id) == 0
-      and redis.call('SISMEMBER', KEYS[5], id) == 0 and redis.call('SADD', KEYS[2], id) == 1 then
+for j = 1, #ids do
+  local id = ids[j]
+  if redis.call('SISMEMBER', in_progress, id) == 0 and redis.call('SISMEMBER', done, id) == 0
+      and redis.call('SISMEMBER', failed, id) == 0 and redis.call('SADD', todos, id) == 1 then
     added = added + 1
-    redis.call('ZADD', KEYS[6], now, id)
-    if step == 2 then redis.call('HSET', KEYS[7], id, ARGV[i + 1]) end
+    redis.call('ZADD', pending, now, id)
+    if given then redis.call('HSET', payloads, id, given[j]) end
   end
 end
 
-if added > 0 then
-  local cap = tonumber(ARGV[2])
-  local tokens = {}
-  for i = 1, math.min(added, cap) do tokens[i] = '1' end
-  redis.call('LPUSH', KEYS[8], unpack(tokens))
-  redis.call('LTRIM', KEYS[8], 0, cap - 1)
-end
+if added > 0 then wake_workers(wake, added, wake_cap) end
 
-local result = cjson.encode({added})
-redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
-return result
+return record(request, cjson.encode({added}), record_ttl)

@@ -4,61 +4,61 @@
 -- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
 -- already failed) changes nothing.
 --
--- KEYS[1] request record  setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
--- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
--- KEYS[8] wake   KEYS[9] owners (hash: id -> lease token of its current claim)
--- KEYS[10..T+9] lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] request record TTL in ms
--- ARGV[2] max attempts (a job claimed this many times is dead-lettered instead of retried)
--- ARGV[3] wake list cap
--- ARGV[4] T, the number of claims;  ARGV[5..T+4] their tokens
--- ARGV[T+5..] id, claim number (1..T), mode ("retry", "dead" or "release"), reason of each lease
+-- KEYS[1] request        request record setqueue:{Q}:req:<request id>
+-- KEYS[2] todos          KEYS[3] in_progress   KEYS[4] failed
+-- KEYS[5] pending        KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
+-- KEYS[8] wake           KEYS[9] owners (hash: id -> lease token of its current claim)
+-- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
+-- ARGV[1] record_ttl     request record TTL in ms
+-- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
+-- ARGV[3] wake_cap       wake list cap
+-- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then id, claim number (1..T),
+--                        mode ("retry", "dead" or "release"), reason of each lease (see includes/claims.lua)
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
-local record = redis.call('GET', KEYS[1])
-if record then return record end
+local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local attempts, errors, wake, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..] lock key of each claim
+local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason
+-- @include "request_record"
+-- @include "claims"
+-- @include "lock_countdown"
+-- @include "wake"
 
-local max_attempts = tonumber(ARGV[2])
-local claims = tonumber(ARGV[4])
+local cached = recorded(request)
+if cached then return cached end
+
+local locks, tokens, ids, claim_of, modes, reasons = read_claims(FIRST_LOCK, CLAIMS, 4)
 local outcomes, held_less = {}, {}
 local retried = 0
-for i = claims + 5, #ARGV, 4 do
-  local id, c, mode, reason = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
-  if redis.call('HGET', KEYS[9], id) ~= ARGV[c + 4] then
+for j = 1, #ids do
+  local id, c, mode, reason = ids[j], claim_of[j], modes[j], reasons[j]
+  if redis.call('HGET', owners, id) ~= tokens[c] then
     outcomes[#outcomes + 1] = 'stale'
   else
     held_less[c] = (held_less[c] or 0) + 1
-    redis.call('HDEL', KEYS[9], id)
+    redis.call('HDEL', owners, id)
     if mode == 'release' then
-      redis.call('SMOVE', KEYS[3], KEYS[2], id)
-      redis.call('HINCRBY', KEYS[6], id, -1)
+      redis.call('SMOVE', in_progress, todos, id)
+      redis.call('HINCRBY', attempts, id, -1)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'released'
-    elseif mode == 'retry' and (tonumber(redis.call('HGET', KEYS[6], id)) or 0) < max_attempts then
-      redis.call('HSET', KEYS[7], id, reason)
-      redis.call('SMOVE', KEYS[3], KEYS[2], id)
+    elseif mode == 'retry' and (tonumber(redis.call('HGET', attempts, id)) or 0) < max_attempts then
+      redis.call('HSET', errors, id, reason)
+      redis.call('SMOVE', in_progress, todos, id)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'retried'
     else
-      redis.call('HSET', KEYS[7], id, reason)
-      redis.call('SMOVE', KEYS[3], KEYS[4], id)
-      redis.call('ZREM', KEYS[5], id)
+      redis.call('HSET', errors, id, reason)
+      redis.call('SMOVE', in_progress, failed, id)
+      redis.call('ZREM', pending, id)
       outcomes[#outcomes + 1] = 'dead'
     end
   end
 end
 
-for c, n in pairs(held_less) do
-  local lock = KEYS[c + 9]
-  -- An expired lock stays gone: DECRBY would re-create it without a TTL.
-  if redis.call('EXISTS', lock) == 1 and redis.call('DECRBY', lock, n) <= 0 then redis.call('DEL', lock) end
-end
+for c, n in pairs(held_less) do count_down(locks[c], n) end
 
-if retried > 0 then
-  redis.call('LPUSH', KEYS[8], '1')
-  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[3]) - 1)
-end
+if retried > 0 then wake_workers(wake, 1, wake_cap) end
 
-record = table.concat(outcomes, ' ')
-redis.call('SET', KEYS[1], record, 'PX', ARGV[1])
-return record
+return record(request, table.concat(outcomes, ' '), record_ttl)

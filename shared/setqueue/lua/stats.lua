@@ -4,13 +4,16 @@
 --
 -- KEYS[1] todos   KEYS[2] in_progress   KEYS[3] done   KEYS[4] failed
 -- KEYS[5] pending (zset: id -> enqueue time in ms)
+-- No ARGV.
 -- Returns an array: [todos, in_progress, done, failed, age of the oldest pending job in ms (0 if none)]
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+local todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- @include "now_ms"
+
+local now = now_ms()
+local oldest = redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')
 local age = 0
 if #oldest == 2 then age = math.max(0, now - tonumber(oldest[2])) end
 return {
-  redis.call('SCARD', KEYS[1]), redis.call('SCARD', KEYS[2]),
-  redis.call('SCARD', KEYS[3]), redis.call('SCARD', KEYS[4]), age,
+  redis.call('SCARD', todos), redis.call('SCARD', in_progress),
+  redis.call('SCARD', done), redis.call('SCARD', failed), age,
 }

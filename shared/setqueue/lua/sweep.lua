@@ -6,68 +6,68 @@
 -- no longer in in_progress: so concurrent sweeps are safe. Also drops ids from done that are
 -- older than the age retention.
 --
--- KEYS[1] request record  setqueue:{Q}:req:<request id>
+-- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors   KEYS[8] wake
 -- KEYS[9] done    KEYS[10] done_log   KEYS[11] owners
--- KEYS[12..T+11] lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] request record TTL in ms
--- ARGV[2] max attempts
--- ARGV[3] wake list cap
--- ARGV[4] done retention age in ms (0 = keep forever)
--- ARGV[5] most ids to drop from done in this call
--- ARGV[6] T, the number of claims;  ARGV[7..T+6] their tokens
--- ARGV[T+7..] candidate id, claim number (1..T, or 0: no owner) of each candidate
+-- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
+-- ARGV[1] record_ttl     request record TTL in ms
+-- ARGV[2] max_attempts
+-- ARGV[3] wake_cap       wake list cap
+-- ARGV[4] max_age        done retention age in ms (0 = keep forever)
+-- ARGV[5] trim_limit     most ids to drop from done in this call
+-- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then candidate id, claim number
+--                        (1..T, or 0: no owner) of each candidate (see includes/claims.lua)
 -- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done]
-local cached = redis.call('GET', KEYS[1])
+local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
+local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+-- @include "request_record"
+-- @include "now_ms"
+-- @include "claims"
+-- @include "wake"
+
+local cached = recorded(request)
 if cached then return cached end
 
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local max_attempts = tonumber(ARGV[2])
-local claims = tonumber(ARGV[6])
+local now = now_ms()
+local locks, tokens, ids, claim_of = read_claims(FIRST_LOCK, CLAIMS, 2)
 
 local requeued, dead, lock_gone = {}, {}, {}
-for i = claims + 7, #ARGV, 2 do
-  local id, c = ARGV[i], tonumber(ARGV[i + 1])
-  local owner = redis.call('HGET', KEYS[11], id)
+for j = 1, #ids do
+  local id, c = ids[j], claim_of[j]
+  local owner = redis.call('HGET', owners, id)
   local expected = false
-  if c > 0 then expected = ARGV[c + 6] end
-  if redis.call('SISMEMBER', KEYS[3], id) == 1 and owner == expected then
-    if c > 0 and lock_gone[c] == nil then
-      local lock = KEYS[c + 11]
-      lock_gone[c] = redis.call('EXISTS', lock) == 0
-    end
+  if c > 0 then expected = tokens[c] end
+  if redis.call('SISMEMBER', in_progress, id) == 1 and owner == expected then
+    if c > 0 and lock_gone[c] == nil then lock_gone[c] = redis.call('EXISTS', locks[c]) == 0 end
     if c == 0 or lock_gone[c] then
-      redis.call('HDEL', KEYS[11], id)
-      local attempts = tonumber(redis.call('HGET', KEYS[6], id)) or 0
-      if attempts >= max_attempts then
-        redis.call('SMOVE', KEYS[3], KEYS[4], id)
-        redis.call('ZREM', KEYS[5], id)
-        redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts .. ' of ' .. max_attempts)
+      redis.call('HDEL', owners, id)
+      local tries = tonumber(redis.call('HGET', attempts, id)) or 0
+      if tries >= max_attempts then
+        redis.call('SMOVE', in_progress, failed, id)
+        redis.call('ZREM', pending, id)
+        redis.call('HSET', errors, id, 'lease expired on attempt ' .. tries .. ' of ' .. max_attempts)
         dead[#dead + 1] = id
       else
-        redis.call('SMOVE', KEYS[3], KEYS[2], id)
+        redis.call('SMOVE', in_progress, todos, id)
         requeued[#requeued + 1] = id
       end
     end
   end
 end
 
-if #requeued > 0 then
-  redis.call('LPUSH', KEYS[8], '1')
-  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[3]) - 1)
-end
+if #requeued > 0 then wake_workers(wake, 1, wake_cap) end
 
 local trimmed = 0
-local max_age = tonumber(ARGV[4])
 if max_age > 0 then
-  local old = redis.call('ZRANGE', KEYS[10], '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[5]))
-  for j = 1, #old do redis.call('SREM', KEYS[9], old[j]) end
-  if #old > 0 then redis.call('ZREM', KEYS[10], unpack(old)) end
+  local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
+  for j = 1, #old do redis.call('SREM', done, old[j]) end
+  if #old > 0 then redis.call('ZREM', done_log, unpack(old)) end
   trimmed = #old
 end
 
-local result = cjson.encode({requeued, dead, trimmed})
-redis.call('SET', KEYS[1], result, 'PX', ARGV[1])
-return result
+return record(request, cjson.encode({requeued, dead, trimmed}), record_ttl)

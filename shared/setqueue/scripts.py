@@ -1,0 +1,369 @@
+"""The Lua scripts of ``lua/`` and their Python side: the one place that knows how each is called.
+
+The contract between a script and Python is its header. A comment block documents every key, every
+arg and the reply; right below it, locals name each entry of KEYS and ARGV::
+
+    local request, todos, in_progress = KEYS[1], KEYS[2], KEYS[3]
+    local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..] lock key of each claim
+    local record_ttl, max_attempts = ARGV[1], tonumber(ARGV[2])
+
+A variable-length list (the lock keys of the claims, the tokens, the leases) starts at a named constant
+like ``FIRST_LOCK``, and the body reads it in a loop from there: no body line indexes KEYS or ARGV
+with a number or with arithmetic. Helpers several scripts share live in ``lua/includes/<name>.lua``
+and are pulled in by a ``-- @include "<name>"`` line (after BullMQ's ``src/commands/includes``): each
+include is inlined once per script, an include may include others, and a missing or circular one
+fails the import of this module.
+
+:class:`Script` runs one script on one client and checks the number of KEYS and ARGV of every call
+against its header. :class:`QueueScripts` holds one wrapper per script: it builds the script's KEYS
+and ARGV and decodes its reply, whose format the script's header states.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol, TypeVar
+
+import redis
+
+from setqueue.keys import QueueKeys
+
+NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
+
+
+class ScriptContractError(RuntimeError):
+    """A script whose includes or header do not hold together, or a call that does not match its header."""
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+_INCLUDE_LINE = re.compile(r"\s*-{2,3}\s*@include\b.*")
+_INCLUDE = re.compile(r'\s*-{2,3}\s*@include\s+"([\w-]+)"\s*')
+
+
+def resolve_includes(source: str, read_include: Callable[[str], str], origin: str) -> str:
+    """``source`` with each ``-- @include "<name>"`` line replaced by the text ``read_include(name)``
+    (itself resolved), once per script: a second include of the same name adds nothing. Raises
+    :class:`ScriptContractError` on a malformed include line, a missing include (``read_include``
+    raises FileNotFoundError) or a circular one."""
+    seen: set[str] = set()
+
+    def expand(text: str, stack: tuple[str, ...]) -> list[str]:
+        lines: list[str] = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not _INCLUDE_LINE.fullmatch(line):
+                lines.append(line)
+                continue
+            where = f"{' -> '.join(stack)}, line {number}"
+            match = _INCLUDE.fullmatch(line)
+            if match is None:
+                raise ScriptContractError(f'{where}: malformed include {line.strip()!r} (want: -- @include "<name>")')
+            name = match[1]
+            if name in stack:
+                raise ScriptContractError(f"{where}: circular include {' -> '.join((*stack, name))}")
+            if name in seen:
+                continue
+            seen.add(name)
+            try:
+                included = read_include(name)
+            except FileNotFoundError:
+                raise ScriptContractError(f'{where}: -- @include "{name}": no file includes/{name}.lua') from None
+            lines += expand(included, (*stack, name))
+        return lines
+
+    return "\n".join(expand(source, (origin,))) + "\n"
+
+
+def _read_packaged(path: str) -> str:
+    file = resources.files("setqueue").joinpath("lua", *path.split("/"))
+    if not file.is_file():
+        raise FileNotFoundError(path)
+    return file.read_text()
+
+
+def load(name: str, read: Callable[[str], str] = _read_packaged) -> str:
+    """The source of ``lua/<name>.lua`` with its includes resolved. ``read`` reads a path under ``lua/``."""
+    return resolve_includes(read(f"{name}.lua"), lambda include: read(f"includes/{include}.lua"), f"{name}.lua")
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a script's header says about how it is called."""
+
+    keys: tuple[str, ...]  # the names of KEYS[1], KEYS[2], ...
+    args: tuple[str, ...]  # the names of ARGV[1], ARGV[2], ...
+    key_tail: str | None  # the constant that starts a variable-length list in KEYS (at len(keys) + 1)
+    arg_tail: str | None  # likewise in ARGV
+
+
+_TAIL = re.compile(r"local\s+([A-Z][A-Z0-9_]*)\s*=\s*(\d+)\s*--\s*(KEYS|ARGV)\[\1\.\.\].*")
+_LOCALS = re.compile(r"local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*(.+?)\s*(?:--.*)?")
+_ENTRY = re.compile(r"(?:tonumber\(\s*)?(KEYS|ARGV)\[(\d+)\](?:\s*\))?")
+_INDEXED = re.compile(r"\b(KEYS|ARGV)\[([^\]]*)\]")
+_ARITHMETIC = re.compile(r"[-+*/%]")
+
+
+def parse_contract(name: str, source: str) -> Contract:
+    """The names a script's header gives KEYS and ARGV. The header is the first lines of the script:
+    comments, then ``local <names> = KEYS[i], ...`` (or ``ARGV[i]``, ``tonumber(ARGV[i])``) and the
+    constants that start a variable-length list. Each table's entries must be named in order from 1,
+    a tail constant must follow the last named entry, and after the header no line may index KEYS or
+    ARGV with a number, nor anywhere with arithmetic."""
+    named: dict[str, list[tuple[int, str]]] = {"KEYS": [], "ARGV": []}
+    tails: dict[str, tuple[str, int]] = {}
+    lines = source.splitlines()
+    body_starts = len(lines)
+    for number, raw in enumerate(lines):
+        line = raw.strip()
+        if not line or line.startswith(("--", "#!")):
+            continue
+        tail = _TAIL.fullmatch(line)
+        if tail is not None:
+            if tail[3] in tails:
+                raise ScriptContractError(f"{name}.lua: two variable-length lists in {tail[3]}")
+            tails[tail[3]] = (tail[1], int(tail[2]))
+            continue
+        statement = _LOCALS.fullmatch(line)
+        if statement is None:
+            body_starts = number
+            break
+        names = [n.strip() for n in statement[1].split(",")]
+        values = [v.strip() for v in statement[2].split(",")]
+        entries = [entry for entry in map(_ENTRY.fullmatch, values) if entry is not None]
+        if not entries:
+            body_starts = number
+            break
+        if len(names) != len(values) or len(entries) != len(values):
+            raise ScriptContractError(f"{name}.lua line {number + 1}: name each KEYS/ARGV entry alone: {line}")
+        for local, entry in zip(names, entries, strict=True):
+            named[entry[1]].append((int(entry[2]), local))
+    for table, listed in named.items():
+        if [index for index, _ in listed] != list(range(1, len(listed) + 1)):
+            raise ScriptContractError(f"{name}.lua: the header names {table} out of order: {listed}")
+        if table in tails and tails[table][1] != len(listed) + 1:
+            constant, first = tails[table]
+            raise ScriptContractError(
+                f"{name}.lua: {constant} = {first}, but the header names {len(listed)} {table} entries before it"
+            )
+    for number, raw in enumerate(lines, 1):
+        code = raw.split("--", 1)[0]
+        for table, index in _INDEXED.findall(code):
+            if _ARITHMETIC.search(index):
+                raise ScriptContractError(f"{name}.lua line {number}: {table}[{index}]: index arithmetic")
+            if index.strip().isdigit() and number > body_starts:
+                raise ScriptContractError(f"{name}.lua line {number}: {table}[{index}] below the header")
+    return Contract(
+        keys=tuple(local for _, local in named["KEYS"]),
+        args=tuple(local for _, local in named["ARGV"]),
+        key_tail=tails["KEYS"][0] if "KEYS" in tails else None,
+        arg_tail=tails["ARGV"][0] if "ARGV" in tails else None,
+    )
+
+
+SOURCES: dict[str, str] = {name: load(name) for name in NAMES}
+CONTRACTS: dict[str, Contract] = {name: parse_contract(name, SOURCES[name]) for name in NAMES}
+
+
+# -- calling ----------------------------------------------------------------------------------
+
+
+def new_request_id() -> str:
+    return os.urandom(12).hex()
+
+
+def text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Script:
+    """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT)."""
+
+    def __init__(self, name: str, client: redis.Redis) -> None:
+        self.name = name
+        self.source = SOURCES[name]
+        self.contract = CONTRACTS[name]
+        self._keys = len(self.contract.keys)
+        self._args = len(self.contract.args)
+        self._more_keys = self.contract.key_tail is not None
+        self._more_args = self.contract.arg_tail is not None
+        self._evalsha = client.register_script(self.source)
+
+    def call(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        """Run the script. Raises ScriptContractError, before sending anything, when the number of
+        KEYS or ARGV does not match the header."""
+        if len(keys) != self._keys and not (self._more_keys and len(keys) > self._keys):
+            self._mismatch("KEYS", len(keys))
+        if len(args) != self._args and not (self._more_args and len(args) > self._args):
+            self._mismatch("ARGV", len(args))
+        return self._evalsha(keys=keys, args=args)
+
+    def _mismatch(self, table: str, given: int) -> None:
+        named = self.contract.keys if table == "KEYS" else self.contract.args
+        tail = self.contract.key_tail if table == "KEYS" else self.contract.arg_tail
+        wanted = f"{len(named)}{' or more' if tail else ''}"
+        raise ScriptContractError(f"{self.name}.lua takes {wanted} {table} ({', '.join(named)}), given {given}")
+
+
+class Held(Protocol):
+    """A lease as the scripts see it (Lease has these)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def token(self) -> str: ...
+
+
+L = TypeVar("L")
+
+
+def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
+    """The list of claims that ack, fail, renew and sweep take (see lua/includes/claims.lua): each
+    distinct token -> its claim number (1, 2, ...), the claims' lock keys in that order (the tail of
+    KEYS), and ``T, token, ...`` (the start of ARGV's tail)."""
+    numbers: dict[str, int] = {}
+    for token in tokens:
+        numbers.setdefault(token, len(numbers) + 1)
+    return numbers, [keys.lock(token) for token in numbers], [len(numbers), *numbers]
+
+
+class QueueScripts:
+    """The scripts of one queue on one client: one wrapper each, which builds its KEYS and ARGV (in
+    the order of the script's header) and decodes its reply (the format the header's "Returns" line
+    states). Each wrapper is one script call; batching is the caller's."""
+
+    def __init__(self, client: redis.Redis, keys: QueueKeys) -> None:
+        self.k = keys
+        self.by_name = {name: Script(name, client) for name in NAMES}
+        self._enqueue = self.by_name["enqueue"]
+        self._claim = self.by_name["claim"]
+        self._renew = self.by_name["renew"]
+        self._ack = self.by_name["ack"]
+        self._fail = self.by_name["fail"]
+        self._sweep = self.by_name["sweep"]
+        self._requeue_failed = self.by_name["requeue_failed"]
+        self._delete = self.by_name["delete"]
+        self._stats = self.by_name["stats"]
+
+    def enqueue(
+        self, jobs: Sequence[tuple[str, str | None]], *, with_payloads: bool, request_ttl_ms: int, wake_cap: int
+    ) -> int:
+        """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads)."""
+        k = self.k
+        args: list[Any] = [request_ttl_ms, wake_cap, "1" if with_payloads else "0"]
+        for job_id, payload in jobs:
+            args.append(job_id)
+            if with_payloads:
+                args.append(payload)
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending, k.payloads, k.wake]
+        added: int = json.loads(self._enqueue.call(keys, args))[0]
+        return added
+
+    def claim(
+        self,
+        most: int,
+        make: Callable[[str, str, int, str | None, float | None, float], L],
+        *,
+        request_ttl_ms: int,
+        lease_ms: int,
+    ) -> list[L]:
+        """claim.lua: up to ``most`` jobs under one fresh token, each made into
+        ``make(id, token, attempt, payload, enqueued_at, claimed_at)`` (times in seconds, Redis clock)."""
+        k = self.k
+        token = new_request_id()
+        keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
+        reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most])
+        now = reply[0] / 1000
+        return [
+            make(
+                text(job_id), token, attempt, text(payload) if payload else None, enq / 1000 if enq >= 0 else None, now
+            )
+            for job_id, attempt, enq, payload in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
+        ]
+
+    def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[bool]:
+        """renew.lua: for each lease, whether it was extended (False: lost)."""
+        claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
+        args: list[Any] = [lease_ms, *listed]
+        for lease in leases:
+            args += [lease.id, claims[lease.token]]
+        return [bool(r) for r in self._renew.call([self.k.owners, *locks], args)]
+
+    def ack(self, leases: Sequence[Held], *, request_ttl_ms: int, done_max_count: int) -> tuple[float, list[bool]]:
+        """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale)."""
+        k = self.k
+        claims, locks, listed = _claims(k, (lease.token for lease in leases))
+        keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
+        keys += [k.payloads, k.errors, k.owners, *locks]
+        args: list[Any] = [request_ttl_ms, done_max_count, *listed]
+        for lease in leases:
+            args += [lease.id, claims[lease.token]]
+        now_ms, flags = text(self._ack.call(keys, args)).split(" ")
+        return int(now_ms) / 1000, [flag == "1" for flag in flags]
+
+    def fail(
+        self, items: Sequence[tuple[Held, str, str]], *, request_ttl_ms: int, max_attempts: int, wake_cap: int
+    ) -> list[str]:
+        """fail.lua: for each (lease, mode, reason), mode "retry", "dead" or "release", the outcome:
+        "retried", "dead", "released" or "stale"."""
+        k = self.k
+        claims, locks, listed = _claims(k, (lease.token for lease, _, _ in items))
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
+        keys += [k.errors, k.wake, k.owners, *locks]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
+        for lease, mode, reason in items:
+            args += [lease.id, claims[lease.token], mode, reason]
+        return text(self._fail.call(keys, args)).split(" ")
+
+    def sweep(
+        self,
+        candidates: Sequence[str],
+        owners: Sequence[str | None],
+        *,
+        request_ttl_ms: int,
+        max_attempts: int,
+        wake_cap: int,
+        done_max_age_ms: int,
+        trim_limit: int,
+    ) -> tuple[list[str], list[str], int]:
+        """sweep.lua: of the in_progress ``candidates``, each with the token that owned it as the caller
+        read owners (None: no owner), the ids requeued and dead-lettered; and the number of ids dropped
+        from done (at most ``trim_limit``, older than ``done_max_age_ms``; 0 = no trimming)."""
+        k = self.k
+        claims, locks, listed = _claims(k, (o for o in owners if o is not None))
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
+        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *locks]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
+        for candidate, owner in zip(candidates, owners, strict=True):
+            args += [candidate, 0 if owner is None else claims[owner]]
+        requeued, dead, trimmed = json.loads(self._sweep.call(keys, args))
+        return list(requeued), list(dead), int(trimmed)
+
+    def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
+        """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
+        k = self.k
+        keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake]
+        moved: int = json.loads(self._requeue_failed.call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
+        return moved
+
+    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
+        """delete.lua: the state ``job_id`` was in, or None if the queue did not know it. ``token``
+        names the claim that owned it as the caller read owners (None: no owner)."""
+        k = self.k
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners]
+        state: str | None = json.loads(self._delete.call(keys, [request_ttl_ms, job_id, token or ""]))[0]
+        return state or None
+
+    def stats(self) -> tuple[int, int, int, int, int]:
+        """stats.lua: the sizes of todos, in_progress, done and failed, and the age (ms) of the oldest
+        pending job."""
+        k = self.k
+        todos, in_progress, done, failed, age_ms = self._stats.call(
+            [k.todos, k.in_progress, k.done, k.failed, k.pending]
+        )
+        return todos, in_progress, done, failed, age_ms
