@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
 import json
 import subprocess
 import sys
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from setqueue import Queue
+from setqueue.config import SETTINGS, CleanerSettings, CreatorSettings, WorkerSettings, default
 from tests.support import REPO_ROOT
 
 SERVICES = ("worker", "creator", "cleaner")
@@ -91,3 +95,16 @@ def test_each_service_folder_holds_its_service(service: str) -> None:
     assert len(code.splitlines()) > 50
     shared = "\n".join(p.read_text() for p in (REPO_ROOT / "shared" / "setqueue").glob("*.py"))
     assert f"class {service.capitalize()}Service" not in shared
+
+
+def test_the_library_takes_its_defaults_from_the_settings_table() -> None:
+    parameters = inspect.signature(Queue.__init__).parameters
+    for name in ("lease_seconds", "max_attempts", "done_max_count", "done_max_age_seconds"):
+        assert parameters[name].default == default(name.upper()), name
+    assert parameters["name"].default == default("QUEUE_NAME")
+    assert inspect.signature(Queue.from_url).parameters["name"].default == default("QUEUE_NAME")
+
+
+def test_every_setting_is_a_field_of_a_settings_class() -> None:
+    fields = {f.name for cls in (CreatorSettings, WorkerSettings, CleanerSettings) for f in dataclasses.fields(cls)}
+    assert fields == {setting.field for setting in SETTINGS}

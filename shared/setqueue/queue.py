@@ -19,15 +19,13 @@ import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
-from setqueue.keys import QueueKeys, validate_job_id
+from setqueue.config import default
+from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys, validate_job_id
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
 
-# Ids per script call: keeps one call's run time (and so Redis's latency for others) small.
-CHUNK = 500
 
-
-def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -96,12 +94,12 @@ class Queue:
     def __init__(
         self,
         client: redis.Redis,
-        name: str = "default",
+        name: str = default("QUEUE_NAME"),
         *,
-        lease_seconds: float = 30.0,
-        max_attempts: int = 5,
-        done_max_count: int = 1_000_000,
-        done_max_age_seconds: float = 7 * 86400,
+        lease_seconds: float = default("LEASE_SECONDS"),
+        max_attempts: int = default("MAX_ATTEMPTS"),
+        done_max_count: int = default("DONE_MAX_COUNT"),
+        done_max_age_seconds: float = default("DONE_MAX_AGE_SECONDS"),
         request_ttl_seconds: float = 120.0,
         wake_cap: int = 64,
     ) -> None:
@@ -129,7 +127,7 @@ class Queue:
         self._sweep_cursor = 0
 
     @classmethod
-    def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
+    def from_url(cls, url: str, name: str = default("QUEUE_NAME"), **options: Any) -> Queue:
         """A queue on a new client for ``url`` (redis:// rediss:// unix://).
 
         The client resends a command after a connection error or timeout (a few times, with
@@ -176,7 +174,7 @@ class Queue:
         if count < 1:
             raise ValueError("count must be at least 1")
         return self._scripts.claim(
-            min(count, CHUNK), Lease, request_ttl_ms=self._request_ttl_ms, lease_ms=self._lease_ms
+            min(count, MAX_IDS_PER_CALL), Lease, request_ttl_ms=self._request_ttl_ms, lease_ms=self._lease_ms
         )
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -249,7 +247,7 @@ class Queue:
         examined = 0
         trim_pending = True
         while True:
-            page_size = max(1, min(CHUNK, limit - examined))
+            page_size = max(1, min(MAX_IDS_PER_CALL, limit - examined))
             self._sweep_cursor, page = self.redis.sscan(k.in_progress, self._sweep_cursor, count=page_size)  # type: ignore[misc]
             candidates = [_text(c) for c in page]
             if candidates or trim_pending:
@@ -266,7 +264,7 @@ class Queue:
                     max_attempts=self.max_attempts,
                     wake_cap=self.wake_cap,
                     done_max_age_ms=round(self.done_max_age_seconds * 1000) if trim_pending else 0,
-                    trim_limit=CHUNK,
+                    trim_limit=MAX_IDS_PER_CALL,
                 )
                 requeued += page_requeued
                 dead += page_dead
@@ -324,7 +322,7 @@ class Queue:
         k = self.keys
         if ids is None:
             wanted: list[str] = []
-            for job_id in self.redis.sscan_iter(k.failed, count=CHUNK):
+            for job_id in self.redis.sscan_iter(k.failed, count=MAX_IDS_PER_CALL):
                 wanted.append(_text(job_id))
                 if len(wanted) >= limit:
                     break
