@@ -151,3 +151,51 @@ def test_stats_watch_until_ctrl_c(redis_url: str, queue_name: str, queue: Queue)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_push_with_a_payload(cli: Cli, queue: Queue) -> None:
+    assert cli("push", "job-1", "--payload", '{"to": "ann@example.com"}') == (0, "1 new, 0 already known\n", "")
+    info = queue.inspect("job-1")
+    assert info is not None and info.payload == '{"to": "ann@example.com"}'
+    code, _, err = cli("push", "a", "b", "--payload", "x")
+    assert code == 2 and "--payload goes with exactly one ID" in err
+
+
+def test_push_reads_tab_separated_payloads_from_stdin(cli: Cli, queue: Queue) -> None:
+    assert cli("push", stdin='a\tfirst payload\nb\n\nc\t{"n": 1}\twith a tab\n') == (0, "3 new, 0 already known\n", "")
+    payloads = {i: getattr(queue.inspect(i), "payload", "?") for i in "abc"}
+    assert payloads == {"a": "first payload", "b": None, "c": '{"n": 1}\twith a tab'}
+
+
+def test_push_reads_json_lines(cli: Cli, queue: Queue) -> None:
+    lines = '{"id": "a", "payload": "text"}\n{"id": "b", "payload": {"n": 1}}\n{"id": "c"}\n'
+    assert cli("push", "--jsonl", stdin=lines) == (0, "3 new, 0 already known\n", "")
+    payloads = {i: getattr(queue.inspect(i), "payload", "?") for i in "abc"}
+    assert payloads == {"a": "text", "b": '{"n":1}', "c": None}
+
+
+@pytest.mark.parametrize(
+    ("flags", "stdin", "line"),
+    [
+        (["--jsonl"], '{"id": "a"}\nnot json\n', 2),
+        (["--jsonl"], '{"id": "a"}\n\n{"payload": "no id"}\n', 3),
+        (["--jsonl"], '{"id": "a", "colour": "red"}\n', 1),
+        ([], "a\tok\n" + "x" * 2000 + "\tpayload\n", 2),
+    ],
+)
+def test_a_bad_push_line_names_its_number_and_writes_nothing(
+    cli: Cli, queue: Queue, flags: list[str], stdin: str, line: int
+) -> None:
+    code, out, err = cli("push", *flags, stdin=stdin)
+    assert code == 2 and out == ""
+    assert err.startswith(f"setqueue: line {line}: ") and len(err.strip().splitlines()) == 1
+    assert queue.stats()["todos"] == 0
+
+
+def test_requeue_failed_says_it_resets_attempts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["requeue-failed", "--help"])
+    assert "attempt count reset" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "attempt count reset" in " ".join(capsys.readouterr().out.split())

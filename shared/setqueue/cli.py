@@ -3,9 +3,13 @@
     setqueue [--redis-url URL] [--queue NAME] COMMAND ...
 
     push [ID ...]            enqueue ids (from stdin, one per line, when none are given or ID is -)
+         ID --payload TEXT   enqueue one id with its payload
+         [--jsonl]           stdin lines are "id<TAB>payload" (or just "id"), or with --jsonl
+                             JSON objects {"id": ..., "payload": ...}
     stats [--json] [--watch [SECONDS]]
     inspect ID               everything the queue knows about one id, as JSON
-    requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given)
+    requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given),
+                             their attempt count reset: each gets MAX_ATTEMPTS claims again
     delete ID                remove a job whatever its state
 
 --redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
@@ -26,7 +30,7 @@ from typing import TextIO
 import redis
 
 from setqueue.config import SettingError, default, redact_url, validate_redis_url
-from setqueue.keys import validate_queue_name
+from setqueue.keys import validate_job_id, validate_queue_name
 from setqueue.queue import Queue
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
@@ -57,8 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    push = sub.add_parser("push", help="enqueue job ids; prints how many were new")
+    push = sub.add_parser(
+        "push",
+        help="enqueue job ids, with payloads if given; prints how many were new",
+        description="Enqueue job ids. Without ID (or with -) they are read from stdin, one per line: "
+        "'id' or 'id<TAB>payload' (the payload is the rest of the line), or with --jsonl one JSON object "
+        'per line, {"id": "...", "payload": ...} (a payload that is not a string is stored as its JSON '
+        "text). A bad line is reported with its number and nothing is written.",
+    )
     push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads them from stdin")
+    push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given (may be JSON text)")
+    push.add_argument("--jsonl", action="store_true", help='stdin holds JSON lines: {"id": ..., "payload": ...}')
 
     stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -75,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="everything the queue knows about one id (JSON)")
     inspect.add_argument("id", metavar="ID")
 
-    requeue = sub.add_parser("requeue-failed", help="move dead-lettered jobs back to todos")
+    requeue_help = "move dead-lettered jobs back to todos, their attempt count reset (MAX_ATTEMPTS claims again)"
+    requeue = sub.add_parser(
+        "requeue-failed", help=requeue_help, description=requeue_help[0].upper() + requeue_help[1:]
+    )
     requeue.add_argument("ids", nargs="*", metavar="ID", help="ids to requeue (default: every failed job)")
 
     delete = sub.add_parser("delete", help="remove a job whatever its state")
@@ -83,8 +99,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_ids(stream: TextIO) -> list[str]:
-    return [line.strip() for line in stream if line.strip()]
+def _read_jobs(stream: TextIO, jsonl: bool) -> list[tuple[str, str | None]]:
+    """(id, payload or None) from stdin lines; a bad line is a usage error naming its number."""
+    jobs: list[tuple[str, str | None]] = []
+    for number, line in enumerate(stream, 1):
+        text = line.rstrip("\r\n")
+        if not text.strip():
+            continue
+        try:
+            job_id, payload = _parse_json_line(text) if jsonl else _parse_line(text)
+            validate_job_id(job_id)
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"line {number}: {exc}; nothing was enqueued", EXIT_USAGE) from None
+        jobs.append((job_id, payload))
+    return jobs
+
+
+def _parse_line(text: str) -> tuple[str, str | None]:
+    """'id' or 'id<TAB>payload' (the payload is the rest of the line, tabs included)."""
+    job_id, tab, payload = text.partition("\t")
+    return job_id.strip(), payload if tab else None
+
+
+def _parse_json_line(text: str) -> tuple[str, str | None]:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+        raise ValueError('expected an object with a string "id", like {"id": "job-1", "payload": "..."}')
+    unknown = sorted(set(record) - {"id", "payload"})
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r} (only id and payload)")
+    payload = record.get("payload")
+    if payload is None or isinstance(payload, str):
+        return record["id"], payload
+    return record["id"], json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, int]:
+    """Enqueue what push was given; (new, submitted)."""
+    from_stdin = not args.ids or args.ids == ["-"]
+    if args.jsonl and not from_stdin:
+        raise CliError("--jsonl reads stdin: give no ID (or -)", EXIT_USAGE)
+    if args.payload is not None:
+        if from_stdin or len(args.ids) != 1:
+            raise CliError("--payload goes with exactly one ID", EXIT_USAGE)
+        jobs: list[tuple[str, str | None]] = [(args.ids[0], args.payload)]
+    elif from_stdin:
+        jobs = _read_jobs(stdin, args.jsonl)
+    else:
+        jobs = [(job_id, None) for job_id in args.ids]
+    try:
+        for job_id, _ in jobs:  # all checked before anything is written
+            validate_job_id(job_id)
+        plain = [job_id for job_id, payload in jobs if payload is None]
+        with_payload = {job_id: payload for job_id, payload in jobs if payload is not None}
+        added = (queue.enqueue(plain) if plain else 0) + (queue.enqueue(with_payload) if with_payload else 0)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
+    return added, len(jobs)
 
 
 def _print_stats(stats: dict[str, float], as_json: bool, out: TextIO) -> None:
@@ -98,14 +172,8 @@ def _print_stats(stats: dict[str, float], as_json: bool, out: TextIO) -> None:
 
 def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> int:
     if args.command == "push":
-        ids = args.ids
-        if not ids or ids == ["-"]:
-            ids = _read_ids(stdin)
-        try:
-            added = queue.enqueue(ids)
-        except (TypeError, ValueError) as exc:
-            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
-        print(f"{added} new, {len(ids) - added} already known", file=out)
+        added, submitted = _push(args, queue, stdin)
+        print(f"{added} new, {submitted - added} already known", file=out)
         return EXIT_OK
 
     if args.command == "stats":
