@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import io
 import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -341,3 +345,106 @@ def test_idle_worker_stops_at_once_on_sigterm(
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0, worker.log()
     assert "Traceback" not in worker.log()
+
+
+# -- what a newcomer trips on ------------------------------------------------------------------
+
+
+ASYNC_JOBS = """
+async def handle(lease):
+    raise RuntimeError("an async handler that would fail if it ever ran")
+"""
+
+
+def test_an_async_handler_is_refused_at_start(tmp_path: Path, redis_url: str, queue_name: str) -> None:
+    (tmp_path / "asyncjobs.py").write_text(ASYNC_JOBS)
+    q = Queue.from_url(redis_url, name=queue_name)
+    q.enqueue(["a", "b", "c"])
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, JOB_HANDLER="asyncjobs:handle")
+    result = subprocess.run(
+        [sys.executable, "-m", "worker"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "invalid setting JOB_HANDLER" in lines[0] and "async" in lines[0], lines
+    assert q.stats()["todos"] == 3 and q.stats()["done"] == 0
+    q.close()
+
+
+def test_a_handler_returning_an_awaitable_is_never_acked(redis_url: str, queue_name: str) -> None:
+    ran: list[str] = []
+
+    async def work(lease: Lease) -> None:
+        ran.append(lease.id)
+
+    def handler(lease: Lease) -> Any:
+        return work(lease)  # a plain function that hands back a coroutine nobody awaits
+
+    settings = WorkerSettings.from_env(
+        base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
+    )
+    service = WorkerService(settings, handler=handler)
+    q = service.queue
+    q.enqueue(["a", "b", "c"])
+    thread = threading.Thread(target=service.run)
+    thread.start()
+    wait_until(lambda: q.stats()["failed"] == 3, 30, "the three jobs to be dead-lettered")
+    service.request_stop()
+    thread.join(30)
+    assert q.stats()["done"] == 0 and ran == []
+    info = q.inspect("a")
+    assert info is not None and info.state == "failed" and "async" in (info.error or "")
+    service.close()
+
+
+MY_JOBS = """
+from pathlib import Path
+
+def handle(lease):
+    Path(lease.id + ".ran").write_text("ran")
+"""
+
+
+def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "myjobs.py").write_text(MY_JOBS)
+    q = Queue.from_url(redis_url, name=queue_name)
+    q.enqueue(["a", "b"])
+    command = str(Path(sys.executable).parent / "setqueue-worker")
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, JOB_HANDLER="myjobs:handle")
+    worker = subprocess.Popen([command], env=env, cwd=jobs, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: q.stats()["done"] == 2 or worker.poll() is not None, 30, "both jobs done")
+        assert worker.poll() is None, worker.communicate()[1]
+        assert sorted(p.name for p in jobs.glob("*.ran")) == ["a.ran", "b.ran"]
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.communicate()
+        q.close()
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@pytest.mark.parametrize(("extra", "outside"), [({}, True), ({"METRICS_HOST": "127.0.0.1"}, False)])
+def test_metrics_host_decides_where_metrics_listen(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, *, extra: dict[str, str], outside: bool
+) -> None:
+    # 127.0.0.2 is this host too, but not the address 127.0.0.1: it stands for "another interface".
+    cleaner = start(procs, "cleaner", tmp_path, **common(redis_url, queue_name), **extra)
+    cleaner.wait_ready()
+    assert reachable("127.0.0.1", cleaner.port)
+    assert reachable("127.0.0.2", cleaner.port) is outside

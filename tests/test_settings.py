@@ -24,6 +24,9 @@ COMMON = [
     ("REDIS_URL", "http://localhost:6379"),
     ("REDIS_URL", "redis://localhost:notaport/0"),
     ("QUEUE_NAME", "has space"),
+    ("QUEUE_NAME", "emails,reports"),  # reserved: a list will name several queues
+    ("METRICS_HOST", "not a host!"),
+    ("METRICS_HOST", ""),
     ("LEASE_SECONDS", "-1"),
     ("LEASE_SECONDS", "soon"),
     ("MAX_ATTEMPTS", "0"),

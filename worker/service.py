@@ -8,14 +8,15 @@ SHUTDOWN_GRACE_SECONDS, then hands what is left back to todos and exits 0.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from setqueue.config import WorkerSettings, load_handler
+from setqueue.config import SettingError, WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
 from setqueue.metrics import WorkerMetrics, new_registry
@@ -28,6 +29,27 @@ ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has w
 MAX_BLOCK_SECONDS = 20.0
 
 
+def refuse_async(function: Callable[..., Any], what: str) -> None:
+    """A coroutine function would "succeed" at once without running: refuse it at start."""
+    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
+    if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
+        raise SettingError(
+            "JOB_HANDLER",
+            f"{what} {getattr(function, '__qualname__', function)!r} is async (async def); this worker runs "
+            "plain functions only: wrap the coroutine in asyncio.run() or make it a plain def",
+        )
+
+
+def _unawaited(result: Awaitable[Any]) -> PermanentJobError:
+    """A handler returned an awaitable: it never ran, so the job must not be acked. Dead-letter it
+    (no retry can fix the handler) with a reason that says why."""
+    if inspect.iscoroutine(result):
+        result.close()  # no "coroutine was never awaited" warning: we say it ourselves
+    return PermanentJobError(
+        f"the handler returned {type(result).__name__} instead of running the job; async handlers are not supported"
+    )
+
+
 class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     role = "worker"
 
@@ -37,9 +59,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         queue: Queue | None = None,
         handler: Callable[[Lease], Any] | None = None,
     ) -> None:
-        super().__init__(settings, WorkerMetrics(new_registry()), queue)
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
+        refuse_async(self.handler, "the job handler")
+        self._configure = self._configure_hook(settings)
+        super().__init__(settings, WorkerMetrics(new_registry()), queue)
         self._held: dict[tuple[str, str], Lease] = {}
         self._held_lock = threading.Lock()
         self._finished = threading.Event()
@@ -57,13 +81,15 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _lost(self, lease: Lease) -> None:
         self.metrics.leases_lost.inc()
 
-    def _configure_handler(self) -> None:
-        # The module JOB_HANDLER names (the function may have been imported into it from elsewhere).
-        name = self.settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
-        module = sys.modules.get(name or "")
-        hook = getattr(module, "configure_worker", None)
-        if callable(hook):
-            hook(self.settings)
+    def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
+        """``configure_worker`` of the module JOB_HANDLER names (the function may have been imported
+        into it from elsewhere), if it has one."""
+        name = settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
+        hook = getattr(sys.modules.get(name or ""), "configure_worker", None)
+        if not callable(hook):
+            return None
+        refuse_async(hook, f"{name}.configure_worker")
+        return hook  # type: ignore[no-any-return]
 
     # -- held leases -------------------------------------------------------------------------
 
@@ -85,7 +111,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def run(self) -> int:
         s = self.settings
-        self._configure_handler()
+        if self._configure is not None:
+            self._configure(self.settings)
         self.log.info(
             "working with handler %s, claim batch %d, lease %gs", s.job_handler, s.claim_batch, s.lease_seconds
         )
@@ -127,7 +154,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 started = time.monotonic()
                 error: Exception | None = None
                 try:
-                    self.handler(lease)
+                    result = self.handler(lease)
+                    if result is not None and inspect.isawaitable(result):
+                        error = _unawaited(result)
                 except Exception as exc:  # the handler is user code: any exception fails the attempt
                     error = exc
                 finally:

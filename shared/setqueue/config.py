@@ -9,9 +9,13 @@ services turn that into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import ipaddress
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -102,6 +106,17 @@ def _check_redis_url(url: str) -> None:
     validate_redis_url(url)
 
 
+def _check_host(host: str) -> None:
+    """An IP address or a host name: what a socket can bind (whether it can is known at listen)."""
+    if not host:
+        raise ValueError("must not be empty (0.0.0.0 listens on every interface, 127.0.0.1 on this host only)")
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?", host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name")
+
+
 def _check_job_handler(spec: str) -> None:
     load_handler(spec)  # fail at start, not on the first job
 
@@ -148,6 +163,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
+    ),
+    Setting(
+        "METRICS_HOST",
+        str,
+        "0.0.0.0",
+        "Address /metrics and /healthz listen on: 0.0.0.0 = every interface (containers); 127.0.0.1 = this host only",
+        "all",
+        check=_check_host,
     ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
     Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
@@ -267,10 +290,15 @@ def redact_url(url: str) -> str:
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
-    """Import ``module:function``; a SettingError for JOB_HANDLER if that is impossible."""
+    """Import ``module:function``; a SettingError for JOB_HANDLER if that is impossible.
+
+    The current directory is importable, as under ``python -m worker`` (and as celery and rq do),
+    so that the ``setqueue-worker`` entry point finds the same modules."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SettingError("JOB_HANDLER", f"{spec!r} must look like package.module:function")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # an import can fail in any way; the user needs the reason
@@ -295,6 +323,7 @@ class CommonSettings:
     done_max_count: int
     done_max_age_seconds: float
     metrics_port: int
+    metrics_host: str
     log_level: str
     log_format: str
 

@@ -19,6 +19,9 @@ def validate_queue_name(name: str) -> str:
         raise ValueError("queue name must be 1 to 200 characters")
     if any(c in name for c in "{}") or any(c.isspace() for c in name):
         raise ValueError(f"queue name {name!r} must not contain braces or white space")
+    if "," in name:
+        # Reserved: a comma-separated list will name several queues for one worker.
+        raise ValueError(f"queue name {name!r} must not contain a comma (one worker serves one queue for now)")
     return name
 
 

@@ -7,6 +7,7 @@ It knows nothing of the services: it serves a registry and asks a health callabl
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,6 +49,8 @@ class MetricsServer(ThreadingHTTPServer):
     def __init__(self, port: int, registry: CollectorRegistry, health: Health, host: str = "") -> None:
         self.registry = registry
         self.health = health
+        if ":" in host:
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
 
     def start(self) -> MetricsServer:

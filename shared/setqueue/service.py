@@ -24,6 +24,7 @@ coming round: a long job is not a stuck worker.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -289,17 +290,22 @@ def main(
     if settings is None:
         return EXIT_SETTING
     configure_logging(settings.log_level, settings.log_format, program)
-    service = build(settings)
+    try:
+        service = build(settings)
+    except SettingError as exc:  # what only the service can check (e.g. the handler's kind)
+        print(f"{program}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_SETTING
     server: MetricsServer | None = None
     if settings.metrics_port:
         try:
-            server = MetricsServer(settings.metrics_port, service.metrics.registry, service.health).start()
+            server = MetricsServer(
+                settings.metrics_port, service.metrics.registry, service.health, host=settings.metrics_host
+            ).start()
         except OSError as exc:
-            print(
-                f"{program}: invalid setting METRICS_PORT: cannot listen on {settings.metrics_port}: {exc}",
-                file=sys.stderr,
-                flush=True,
-            )
+            # A port in use is the port's fault; an address this host does not have is the host's.
+            name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
+            where = f"{settings.metrics_host}:{settings.metrics_port}"
+            print(f"{program}: invalid setting {name}: cannot listen on {where}: {exc}", file=sys.stderr, flush=True)
             service.close()
             return EXIT_SETTING
     service.install_signal_handlers()
@@ -308,7 +314,7 @@ def main(
         program,
         settings.queue_name,
         redact_url(settings.redis_url),
-        f":{settings.metrics_port}" if settings.metrics_port else "off",
+        f"{settings.metrics_host}:{settings.metrics_port}" if settings.metrics_port else "off",
     )
     try:
         code = service.run()
