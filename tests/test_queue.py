@@ -146,8 +146,43 @@ def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> N
     assert not client.exists(k.lock(lease.token))
     assert client.hget(k.owners, "a") is None
     assert client.hget(k.payloads, "a") is None
-    assert client.hget(k.attempts, "a") is None
     assert client.zscore(k.pending, "a") is None
+
+
+def test_a_finished_job_keeps_its_attempts_and_times_while_retained(
+    make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
+    q = make_queue(max_attempts=2, done_max_count=1)
+    q.enqueue(["ok", "bad"])
+    time.sleep(0.01)
+    leases = {lease.id: lease for lease in q.claim(2)}
+    assert q.fail(leases["ok"], "first try fails") is FailOutcome.RETRIED
+    assert q.fail(leases["bad"], "first try fails") is FailOutcome.RETRIED
+    leases = {lease.id: lease for lease in q.claim(2)}
+    assert q.ack(leases["ok"])
+    assert q.fail(leases["bad"], "second try fails") is FailOutcome.DEAD
+    for job_id, state in (("ok", "done"), ("bad", "failed")):
+        info = q.inspect(job_id)
+        assert info is not None and info.state == state
+        assert info.attempts == 2, info
+        assert info.enqueued_at is not None and info.finished_at is not None
+        assert info.enqueued_at < info.finished_at
+    # Trimmed from done by the retention: forgotten with it, so enqueued again it starts afresh.
+    q.enqueue(["next"])
+    q.ack(q.claim()[0])
+    assert q.inspect("ok") is None
+    assert client.hget(q.keys.finished, "ok") is None
+    assert q.enqueue(["ok"]) == 1
+    assert q.claim()[0].attempt == 1
+
+
+def test_a_job_finished_without_kept_history_shows_attempts_as_unknown(queue: Queue, client: redis.Redis) -> None:
+    queue.enqueue(["old"])
+    queue.ack(queue.claim()[0])
+    # as an id acked before finished records were kept:
+    client.hdel(queue.keys.finished, "old")
+    info = queue.inspect("old")
+    assert info is not None and info.attempts is None and info.enqueued_at is None and info.finished_at is None
 
 
 def test_ack_after_lock_expiry_succeeds_while_nobody_else_claimed(queue: Queue, client: redis.Redis) -> None:
@@ -303,6 +338,7 @@ def test_inspect(queue: Queue) -> None:
     queue.ack(lease)
     info = queue.inspect("a")
     assert info is not None and info.state == "done" and info.done_at is not None
+    assert info.attempts == 1 and info.enqueued_at is not None and info.finished_at == info.done_at
 
 
 def test_requeue_failed(make_queue: Callable[..., Queue]) -> None:

@@ -43,6 +43,7 @@ def test_every_key_of_the_layout_is_documented() -> None:
         "done_log",
         "wake",
         "owners",
+        "finished",
     ):
         assert f"`{getattr(keys, attribute)}`" in README, attribute
     assert f"`{keys.lock('<token>')}`" in README

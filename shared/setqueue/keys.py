@@ -102,6 +102,13 @@ class QueueKeys:
         return self.prefix + "done_log"
 
     @property
+    def finished(self) -> str:
+        """HASH id -> "<enqueued ms>:<finished ms>" (Redis clock; enqueued empty if unknown) of an id
+        in done or failed, kept as long as the id is, so that inspect can tell when a finished job
+        was enqueued and finished. Its attempt count stays in attempts for as long."""
+        return self.prefix + "finished"
+
+    @property
     def wake(self) -> str:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"

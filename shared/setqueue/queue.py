@@ -79,11 +79,12 @@ class SweepResult:
 class JobInfo:
     id: str
     state: str  # todos, in_progress, done or failed
-    attempts: int
+    attempts: int | None  # claims so far (0: never claimed); None: not known (finished before 0.2)
     payload: str | None
     error: str | None
-    enqueued_at: float | None
-    done_at: float | None
+    enqueued_at: float | None  # Redis clock, seconds; None: not known
+    done_at: float | None  # when it was acked into done
+    finished_at: float | None  # when it reached done or failed
     lock_token: str | None
     lock_ttl_seconds: float | None
 
@@ -299,20 +300,36 @@ class Queue:
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
         pipe.hget(k.owners, job_id)
-        *member, attempts, payload, error, enqueued, done_at, owner = pipe.execute()
+        pipe.hget(k.finished, job_id)
+        *member, attempts, payload, error, enqueued, done_at, owner, finished = pipe.execute()
         states = [name for name, is_member in zip(k.sets, member, strict=True) if is_member]
         if not states:
             return None
+        state = states[0]
+        finished_at: float | None = None
+        if state in ("done", "failed"):
+            # What is kept of a finished job, in one field: "<enqueued ms>:<finished ms>:<attempts>".
+            # A finished job without it is shown as unknown (None), never as 0.
+            enqueued_ms, finished_ms, attempts = ([*_text(finished).split(":"), "", ""] if finished else ["", "", ""])[
+                :3
+            ]
+            enqueued = int(enqueued_ms) if enqueued_ms else None
+            finished_at = int(finished_ms) / 1000 if finished_ms else None
+            attempts = attempts or None
         token = None if owner is None else _text(owner)
         ttl_ms = self.redis.pttl(k.lock(token)) if token is not None else -2
         return JobInfo(
             id=job_id,
-            state=states[0],
-            attempts=int(attempts or 0),
+            state=state,
+            # A finished job without a count finished before counts were kept: unknown, not 0.
+            attempts=int(attempts)
+            if attempts is not None
+            else (None if finished_at is None and state in ("done", "failed") else 0),
             payload=None if payload is None else _text(payload),
             error=None if error is None else _text(error),
             enqueued_at=None if enqueued is None else enqueued / 1000,
             done_at=None if done_at is None else done_at / 1000,
+            finished_at=finished_at,
             lock_token=token if ttl_ms >= 0 else None,  # type: ignore[operator]
             lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,  # type: ignore[operator]
         )

@@ -216,6 +216,10 @@ class Held(Protocol):
     def id(self) -> str: ...
     @property
     def token(self) -> str: ...
+    @property
+    def enqueued_at(self) -> float | None: ...
+    @property
+    def attempt(self) -> int: ...
 
 
 L = TypeVar("L")
@@ -298,10 +302,11 @@ class QueueScripts:
         k = self.k
         claims, locks, listed = _claims(k, (lease.token for lease in leases))
         keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-        keys += [k.payloads, k.errors, k.owners, *locks]
+        keys += [k.payloads, k.errors, k.owners, k.finished, *locks]
         args: list[Any] = [request_ttl_ms, done_max_count, *listed]
         for lease in leases:
-            args += [lease.id, claims[lease.token]]
+            enqueued = lease.enqueued_at
+            args += [lease.id, claims[lease.token], "" if enqueued is None else round(enqueued * 1000), lease.attempt]
         now_ms, flags = text(self._ack.call(keys, args)).split(" ")
         return int(now_ms) / 1000, [flag == "1" for flag in flags]
 
@@ -313,7 +318,7 @@ class QueueScripts:
         k = self.k
         claims, locks, listed = _claims(k, (lease.token for lease, _, _ in items))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.owners, *locks]
+        keys += [k.errors, k.wake, k.owners, k.finished, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
         for lease, mode, reason in items:
             args += [lease.id, claims[lease.token], mode, reason]
@@ -336,7 +341,7 @@ class QueueScripts:
         k = self.k
         claims, locks, listed = _claims(k, (o for o in owners if o is not None))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, *locks]
+        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
@@ -346,7 +351,7 @@ class QueueScripts:
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
         k = self.k
-        keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake]
+        keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake, k.finished]
         moved: int = json.loads(self._requeue_failed.call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
         return moved
 
@@ -355,7 +360,7 @@ class QueueScripts:
         names the claim that owned it as the caller read owners (None: no owner)."""
         k = self.k
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners, k.finished]
         state: str | None = json.loads(self._delete.call(keys, [request_ttl_ms, job_id, token or ""]))[0]
         return state or None
 

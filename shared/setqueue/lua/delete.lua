@@ -8,12 +8,14 @@
 -- KEYS[11] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
 --                      caller read owners (any lock key of the queue if none did)
 -- KEYS[12] owners      (hash: id -> lease token of its current claim)
+-- KEYS[13] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local finished = KEYS[13]
 local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -36,5 +38,6 @@ redis.call('HDEL', payloads, id)
 redis.call('HDEL', errors, id)
 redis.call('ZREM', done_log, id)
 redis.call('HDEL', owners, id)
+redis.call('HDEL', finished, id)
 
 return record(request, cjson.encode({state}), record_ttl)

@@ -8,6 +8,7 @@
 -- KEYS[2] todos          KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending        KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
 -- KEYS[8] wake           KEYS[9] owners (hash: id -> lease token of its current claim)
+-- KEYS[10] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
@@ -16,11 +17,13 @@
 --                        mode ("retry", "dead" or "release"), reason of each lease (see includes/claims.lua)
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local attempts, errors, wake, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..] lock key of each claim
+local attempts, errors, wake, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local FIRST_LOCK = 11  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason
 -- @include "request_record"
+-- @include "now_ms"
+-- @include "finish"
 -- @include "claims"
 -- @include "lock_countdown"
 -- @include "wake"
@@ -29,6 +32,7 @@ local cached = recorded(request)
 if cached then return cached end
 
 local locks, tokens, ids, claim_of, modes, reasons = read_claims(FIRST_LOCK, CLAIMS, 4)
+local now = now_ms()
 local outcomes, held_less = {}, {}
 local retried = 0
 for j = 1, #ids do
@@ -49,9 +53,7 @@ for j = 1, #ids do
       retried = retried + 1
       outcomes[#outcomes + 1] = 'retried'
     else
-      redis.call('HSET', errors, id, reason)
-      redis.call('SMOVE', in_progress, failed, id)
-      redis.call('ZREM', pending, id)
+      dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
       outcomes[#outcomes + 1] = 'dead'
     end
   end

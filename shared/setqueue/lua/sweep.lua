@@ -10,6 +10,7 @@
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors   KEYS[8] wake
 -- KEYS[9] done    KEYS[10] done_log   KEYS[11] owners
+-- KEYS[12] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts
@@ -21,7 +22,8 @@
 -- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done]
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
+local finished = KEYS[12]
+local FIRST_LOCK = 13  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -29,6 +31,7 @@ local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim n
 -- @include "now_ms"
 -- @include "claims"
 -- @include "wake"
+-- @include "finish"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -48,9 +51,8 @@ for j = 1, #ids do
       redis.call('HDEL', owners, id)
       local tries = tonumber(redis.call('HGET', attempts, id)) or 0
       if tries >= max_attempts then
-        redis.call('SMOVE', in_progress, failed, id)
-        redis.call('ZREM', pending, id)
-        redis.call('HSET', errors, id, 'lease expired on attempt ' .. tries .. ' of ' .. max_attempts)
+        local reason = 'lease expired on attempt ' .. tries .. ' of ' .. max_attempts
+        dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
         dead[#dead + 1] = id
       else
         redis.call('SMOVE', in_progress, todos, id)
@@ -65,8 +67,10 @@ if #requeued > 0 then wake_workers(wake, 1, wake_cap) end
 local trimmed = 0
 if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
-  for j = 1, #old do redis.call('SREM', done, old[j]) end
-  if #old > 0 then redis.call('ZREM', done_log, unpack(old)) end
+  if #old > 0 then
+    forget_done(done, finished, old)
+    redis.call('ZREM', done_log, unpack(old))
+  end
   trimmed = #old
 end
 

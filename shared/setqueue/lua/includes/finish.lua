@@ -1,0 +1,29 @@
+-- includes/finish.lua: what the queue keeps of a job that finished (done or failed), and forgets
+-- with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>" (the enqueue
+-- time empty when unknown); the job's entry in attempts goes, so a finished job costs one field.
+local function finished_record(enqueued_ms, now, attempts)
+  return (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
+end
+
+-- forget_done(done, finished, ids): drop ids from done with what is kept of them, in slices:
+-- unpack() has a limit, and a lowered retention may drop many at once.
+local function forget_done(done, finished, ids)
+  for s = 1, #ids, 1000 do
+    local last = math.min(s + 999, #ids)
+    redis.call('SREM', done, unpack(ids, s, last))
+    redis.call('HDEL', finished, unpack(ids, s, last))
+  end
+end
+
+-- dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now): the job
+-- goes in_progress -> failed with its reason; its enqueue time (from pending) and attempt count
+-- go into its finished record.
+local function dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
+  local enqueued = redis.call('ZSCORE', pending, id)
+  local tries = redis.call('HGET', attempts, id)
+  redis.call('SMOVE', in_progress, failed, id)
+  redis.call('ZREM', pending, id)
+  redis.call('HDEL', attempts, id)
+  redis.call('HSET', errors, id, reason)
+  redis.call('HSET', finished, id, finished_record(enqueued, now, tries))
+end
