@@ -146,6 +146,7 @@ def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> N
     assert not client.exists(k.lock(lease.token))
     assert client.hget(k.owners, "a") is None
     assert client.hget(k.payloads, "a") is None
+    assert client.hget(k.attempts, "a") is None
     assert client.zscore(k.pending, "a") is None
 
 
