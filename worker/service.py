@@ -1,53 +1,49 @@
-"""The worker's main loop: claim CLAIM_BATCH jobs, run the handler on each, ack or fail them.
+"""The worker: claim jobs for free slots, run them CONCURRENCY at a time, ack or fail them.
 
-The handler convention is in ``setqueue.demo``. Successes are acked together (at the end of a
-claim, or once the oldest has waited ACK_DELAY_SECONDS); an idle worker blocks on the wake-up
-list. On SIGTERM the worker stops claiming, finishes the jobs it holds within
-SHUTDOWN_GRACE_SECONDS, then hands what is left back to todos and exits 0.
+Three kinds of thread (``worker.engine`` has the slots):
+
+- the **claimer** claims when slots are free (at most CLAIM_BATCH per call, and while jobs keep
+  starting up to CLAIM_BATCH more as a prefetch buffer), and blocks on the wake-up list when the
+  queue is empty;
+- the **slots** (CONCURRENCY threads, or one event loop for an ``async def`` handler) run jobs;
+- the **supervisor**, the main thread, every TICK_SECONDS: acks finished jobs in batches, fails
+  failed ones, times out jobs past JOB_TIMEOUT_SECONDS, hands back buffered jobs that waited
+  HANDBACK (a third of the lease) without a slot, counts zombie slots, and runs the shutdown.
+
+Shutdown (first SIGTERM/SIGINT): stop claiming; ack what finished, then hand back the unstarted
+jobs at once; let running jobs finish within SHUTDOWN_GRACE_SECONDS, acking as they do; when the
+grace ends, ack what finished and only then hand back the jobs still running (no attempt used),
+and exit 0. A second signal exits at once. A finished job is never run again because of a
+shutdown. When more than half of the slots are zombies the worker shuts down the same way and
+exits with EXIT_ZOMBIES so that its supervisor (compose ``restart``) starts a fresh process.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from setqueue.config import SettingError, WorkerSettings, load_handler
+from setqueue.config import WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
 from setqueue.metrics import WorkerMetrics, new_registry
-from setqueue.queue import FailOutcome, Lease, PermanentJobError, Queue
+from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue
 from setqueue.service import Service, Stopping
+from worker.engine import Engine, Running
 
+TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
 ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
+ZOMBIE_AFTER_SECONDS = 1.0  # a job still running this long after its timeout makes its slot a zombie
+PREFETCH_WINDOW_SECONDS = 1.0  # claim beyond the free slots only while a job started this recently
+BACKSTOP_SECONDS = 10.0  # past the grace: exit even if Redis never answered the last acks
+EXIT_ZOMBIES = 4
 
 # BLPOP must return before redis-py's socket timeout (30 s) would fire on the idle connection.
 MAX_BLOCK_SECONDS = 20.0
-
-
-def refuse_async(function: Callable[..., Any], what: str) -> None:
-    """A coroutine function would "succeed" at once without running: refuse it at start."""
-    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
-    if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
-        raise SettingError(
-            "JOB_HANDLER",
-            f"{what} {getattr(function, '__qualname__', function)!r} is async (async def); this worker runs "
-            "plain functions only: wrap the coroutine in asyncio.run() or make it a plain def",
-        )
-
-
-def _unawaited(result: Awaitable[Any]) -> PermanentJobError:
-    """A handler returned an awaitable: it never ran, so the job must not be acked. Dead-letter it
-    (no retry can fix the handler) with a reason that says why."""
-    if inspect.iscoroutine(result):
-        result.close()  # no "coroutine was never awaited" warning: we say it ourselves
-    return PermanentJobError(
-        f"the handler returned {type(result).__name__} instead of running the job; async handlers are not supported"
-    )
 
 
 class WorkerService(Service[WorkerSettings, WorkerMetrics]):
@@ -61,15 +57,20 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     ) -> None:
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
-        refuse_async(self.handler, "the job handler")
         self._configure = self._configure_hook(settings)
         super().__init__(settings, WorkerMetrics(new_registry()), queue)
-        self._held: dict[tuple[str, str], Lease] = {}
-        self._held_lock = threading.Lock()
-        self._finished = threading.Event()
-        self._abandoned = threading.Event()
+        self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
+        self._ended_lock = threading.Lock()
+        self._acks: list[Lease] = []  # finished jobs not acked yet
+        self._fails: list[tuple[Lease, BaseException]] = []
+        self._durations: list[float] = []
+        self._oldest_ack = 0.0
+        self._handback_seconds = settings.lease_seconds / 3
+        self._shutting_down = False
+        self._exit_code = 0
         self._succeeded = self.metrics.jobs_completed.labels("success")
+        self.metrics.worker_slots.set(settings.concurrency)
 
     @property
     def stall_seconds(self) -> float:
@@ -83,104 +84,110 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
         """``configure_worker`` of the module JOB_HANDLER names (the function may have been imported
-        into it from elsewhere), if it has one."""
+        into it from elsewhere), if it has one. It may be ``async def``."""
         name = settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
         hook = getattr(sys.modules.get(name or ""), "configure_worker", None)
-        if not callable(hook):
-            return None
-        refuse_async(hook, f"{name}.configure_worker")
-        return hook  # type: ignore[no-any-return]
+        return hook if callable(hook) else None
 
-    # -- held leases -------------------------------------------------------------------------
-
-    def _hold(self, leases: list[Lease]) -> None:
-        with self._held_lock:
-            for lease in leases:
-                self._held[(lease.id, lease.token)] = lease
-            self.metrics.jobs_in_progress.set(len(self._held))
-        self.keeper.hold(leases)
-
-    def _drop(self, leases: list[Lease]) -> None:
-        self.keeper.drop(leases)
-        with self._held_lock:
-            for lease in leases:
-                self._held.pop((lease.id, lease.token), None)
-            self.metrics.jobs_in_progress.set(len(self._held))
-
-    # -- the loop ----------------------------------------------------------------------------
+    # -- the supervisor (main thread) ---------------------------------------------------------
 
     def run(self) -> int:
         s = self.settings
-        if self._configure is not None:
-            self._configure(self.settings)
+        configure = self._configure
+        self.engine.start(None if configure is None else lambda: configure(s))
         self.log.info(
-            "working with handler %s, claim batch %d, lease %gs", s.job_handler, s.claim_batch, s.lease_seconds
+            "working with handler %s (%s), concurrency %d, claim batch %d, lease %gs, job timeout %s",
+            s.job_handler,
+            "async, one event loop" if self.engine.asynchronous else "threads",
+            s.concurrency,
+            s.claim_batch,
+            s.lease_seconds,
+            f"{s.job_timeout_seconds:g}s" if s.job_timeout_seconds else "none",
         )
-        block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         self.keeper.start()
+        claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
+        claimer.start()
+        grace_ends = float("inf")
         try:
-            while not self.stop_event.is_set():
+            while True:
+                now = time.monotonic()
                 self.beat()
-                leases = self.retry(lambda: self.queue.claim(s.claim_batch), "claim")
-                if not leases:
-                    self.retry(lambda: self.idle_wait(lambda: self.queue.wait_for_work(block)), "wait")
-                    continue
-                self._hold(leases)
-                self.metrics.jobs_claimed.inc(len(leases))
-                self.metrics.queue_wait_seconds.observe_many(
-                    wait for lease in leases if (wait := lease.queue_wait_seconds) is not None
-                )
-                self._process(leases)
-        except Stopping:
-            pass
+                if self.stop_event.is_set() and not self._shutting_down:
+                    grace_ends = now + s.shutdown_grace_seconds
+                    self._begin_shutdown()
+                self._supervise(now)
+                if self._shutting_down and (not self.engine.running_leases() or now >= grace_ends):
+                    break
+                time.sleep(TICK_SECONDS)
+            self._end_shutdown(grace_over=time.monotonic() >= grace_ends)
         finally:
-            self._finished.set()
             self.keeper.stop()
-        with self._held_lock:
-            left = list(self._held.values())
-        if left and not self._abandoned.is_set():  # only after an unexpected exit from _process
-            self._release(left)
-        return 0
+            self.engine.stop_loop()
+        return self._exit_code
 
-    def _process(self, leases: list[Lease]) -> None:
-        to_ack: list[Lease] = []
-        durations: list[float] = []  # observed together, once per ack: metrics stay off the per-job path
-        oldest = 0.0
-        try:
-            for lease in leases:
-                if self._abandoned.is_set():
-                    return
-                self.busy(True)
-                started = time.monotonic()
-                error: Exception | None = None
-                try:
-                    result = self.handler(lease)
-                    if result is not None and inspect.isawaitable(result):
-                        error = _unawaited(result)
-                except Exception as exc:  # the handler is user code: any exception fails the attempt
-                    error = exc
-                finally:
-                    self.busy(False)
-                finished = time.monotonic()
-                durations.append(finished - started)
-                if error is None:
-                    if not to_ack:
-                        oldest = finished
-                    to_ack.append(lease)
-                else:
-                    self._fail(lease, error)
-                last = lease is leases[-1]
-                if to_ack and (last or self.stop_event.is_set() or finished - oldest >= ACK_DELAY_SECONDS):
-                    self.metrics.processing_seconds.observe_many(durations)
-                    durations = []
-                    self._ack(to_ack)
-                    to_ack = []
-        finally:
-            self.metrics.processing_seconds.observe_many(durations)
+    def _supervise(self, now: float) -> None:
+        for record in self.engine.overdue(now):
+            self._time_out(record)
+        zombies = self.engine.new_zombies(now, ZOMBIE_AFTER_SECONDS)
+        self.metrics.zombie_threads.set(zombies)
+        if zombies * 2 > self.settings.concurrency and not self._shutting_down:
+            self.log.error(
+                "%d of %d slots are zombies (jobs that ignored their timeout): stopping, to be restarted",
+                zombies,
+                self.settings.concurrency,
+            )
+            self._exit_code = EXIT_ZOMBIES
+            self.request_stop()
+            return
+        stale = self.engine.take_stale(now - self._handback_seconds)
+        if stale:
+            self._flush(now, force=True)  # nothing is released before what finished is acked
+            self.log.info(
+                "handing back %d jobs that waited %.1fs without a free slot", len(stale), self._handback_seconds
+            )
+            self._release(stale)
+        self._flush(now, force=self._shutting_down)
+        _, running, _ = self.engine.counts()
+        self.metrics.jobs_running.set(running)
+        self.metrics.jobs_in_progress.set(len(self.keeper))
+
+    def _time_out(self, record: Running) -> None:
+        lease, timeout = record.lease, self.settings.job_timeout_seconds
+        self.engine.interrupt(record)
+        self.metrics.job_timeouts.inc()
+        self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
+        self._fail(lease, f"timeout: the job ran longer than JOB_TIMEOUT_SECONDS ({timeout:g}s)")
+
+    # -- jobs that ended (called from the slots) ---------------------------------------------------
+
+    def _job_ended(self, record: Running, error: BaseException | None) -> None:
+        duration = time.monotonic() - record.started
+        with self._ended_lock:
+            self._durations.append(duration)
+            if error is None:
+                if not self._acks:
+                    self._oldest_ack = time.monotonic()
+                self._acks.append(record.lease)
+            else:
+                self._fails.append((record.lease, error))
+
+    def _flush(self, now: float, *, force: bool) -> None:
+        with self._ended_lock:
+            if not (self._fails or (self._acks and (force or now - self._oldest_ack >= ACK_DELAY_SECONDS))):
+                return
+            acks, self._acks = self._acks, []
+            fails, self._fails = self._fails, []
+            durations, self._durations = self._durations, []
+        self.metrics.processing_seconds.observe_many(durations)
+        if acks:
+            self._ack(acks)
+        for lease, error in fails:
+            reason = "timeout: JobTimeout raised by the handler" if isinstance(error, JobTimeout) else repr(error)
+            self._fail(lease, reason[:2000], retry=not isinstance(error, PermanentJobError))
 
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
-        # The work is done: keep trying through an outage (the grace deadline still applies).
+        # The work is done: keep trying through an outage (the shutdown backstop still applies).
         results = self.retry(lambda: self.queue.ack_many(leases), "ack", until_stopped=False)
         acked = sum(1 for result in results if result.acked)
         self._succeeded.inc(acked)
@@ -189,13 +196,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.metrics.end_to_end_seconds.observe_many(
             seconds for result in results if (seconds := result.end_to_end_seconds) is not None
         )
-        self._drop(leases)
 
-    def _fail(self, lease: Lease, error: Exception) -> None:
-        permanent = isinstance(error, PermanentJobError)
-        reason = repr(error)[:2000]
+    def _fail(self, lease: Lease, reason: str, *, retry: bool = True) -> None:
         self.keeper.drop([lease])
-        outcome = self.retry(lambda: self.queue.fail(lease, reason, retry=not permanent), "fail", until_stopped=False)
+        outcome = self.retry(lambda: self.queue.fail(lease, reason, retry=retry), "fail", until_stopped=False)
         if outcome is FailOutcome.STALE:
             self.metrics.stale_acks.inc()
         else:
@@ -206,34 +210,97 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self.metrics.jobs_dead_lettered.inc()
                 self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, reason)
         self.log.debug("job %s attempt %d failed (%s): %s", lease.id, lease.attempt, outcome, reason)
-        self._drop([lease])
 
-    # -- graceful shutdown -------------------------------------------------------------------
+    # -- the claimer thread -----------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        s = self.settings
+        block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
+        try:
+            while not self.stop_event.is_set():
+                count = self._wanted()
+                if count == 0:
+                    continue
+                leases = self.retry(lambda n=count: self.queue.claim(n), "claim")  # type: ignore[misc]
+                if not leases:
+                    self.retry(lambda: self.queue.wait_for_work(block), "wait")
+                    continue
+                self.keeper.hold(leases)
+                self.metrics.jobs_claimed.inc(len(leases))
+                self.metrics.queue_wait_seconds.observe_many(
+                    wait for lease in leases if (wait := lease.queue_wait_seconds) is not None
+                )
+                try:
+                    self.engine.put(leases)
+                except RuntimeError:  # the engine closed while we claimed: straight back
+                    self._release(leases)
+        except Stopping:
+            pass
+        except Exception:  # never die silently: the supervisor would wait for jobs that never come
+            self.log.exception("the claimer failed; stopping")
+            self._exit_code = 1
+            self.request_stop()
+
+    def _wanted(self) -> int:
+        """How many jobs to claim now (0 after waiting a while: ask again). Free slots, plus up to
+        CLAIM_BATCH buffered while jobs keep starting; at most CLAIM_BATCH per call."""
+        batch = self.settings.claim_batch
+        slots = self.engine.slots
+        with slots.lock:
+            for _ in range(10):
+                if slots.closed or self.stop_event.is_set():
+                    return 0
+                buffered = len(slots.buffer)
+                free = slots.free
+                turning = time.monotonic() - slots.last_start < PREFETCH_WINDOW_SECONDS
+                want = min(batch, free + (batch if turning else 0) - buffered)
+                if want > 0 and (buffered < free or want * 2 >= batch):
+                    return want
+                slots.room.wait(0.1)
+        return 0
+
+    # -- shutdown ---------------------------------------------------------------------------------
 
     def on_stop_requested(self) -> None:
-        threading.Thread(target=self._shutdown_watchdog, name="shutdown-grace", daemon=True).start()
+        threading.Thread(target=self._backstop, name="shutdown-backstop", daemon=True).start()
 
-    def _shutdown_watchdog(self) -> None:
-        grace = self.settings.shutdown_grace_seconds
-        if self._finished.wait(grace):
-            return
-        self._abandoned.set()
-        with self._held_lock:
-            left = list(self._held.values())
-        running = self._busy_since is not None
-        self.log.warning(
-            "shutdown grace of %gs is over with %d jobs held%s: handing them back",
-            grace,
-            len(left),
-            " (one still running)" if running else "",
-        )
-        self._release(left)
+    def _begin_shutdown(self) -> None:
+        self._shutting_down = True
+        unstarted = self.engine.close()
+        self._flush(time.monotonic(), force=True)
+        if unstarted:
+            self.log.info("stopping: handing back %d jobs not started yet", len(unstarted))
+            self._release(unstarted)
+
+    def _end_shutdown(self, *, grace_over: bool) -> None:
+        # In this order: what is still running is given up on (a job ending from now on is not
+        # acked), every job that finished is acked, and only then do the given-up ones go back.
+        running = self.engine.abandon_running()
+        self._flush(time.monotonic(), force=True)
+        if running:
+            self.log.warning(
+                "shutdown grace of %gs is over with %d jobs still running: handing them back",
+                self.settings.shutdown_grace_seconds,
+                len(running),
+            )
+            self._release(running)
+        if running or self.engine.counts()[2]:
+            # Threads still in a handler: do not wait for them (they are daemons; exit now).
+            self.keeper.stop()
+            flush_logs()
+            os._exit(self._exit_code)
+
+    def _backstop(self) -> None:
+        """If the supervisor is stuck (Redis gone while it acks), exit anyway after the grace."""
+        time.sleep(self.settings.shutdown_grace_seconds + BACKSTOP_SECONDS)
+        self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
-        os._exit(0)
+        os._exit(self._exit_code or 1)
 
     def _release(self, leases: list[Lease]) -> None:
         if not leases:
             return
+        self.keeper.drop(leases)
         try:
             outcomes = self.queue.release(leases)
         except Exception as exc:  # Redis down: the leases expire and the cleaner requeues the jobs

@@ -13,13 +13,23 @@ import logging
 from setqueue.backoff import Backoff
 from setqueue.keys import QueueKeys
 from setqueue.lease import LeaseKeeper
-from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, PermanentJobError, Queue, SweepResult
+from setqueue.queue import (
+    AckResult,
+    FailOutcome,
+    JobInfo,
+    JobTimeout,
+    Lease,
+    PermanentJobError,
+    Queue,
+    SweepResult,
+)
 
 __all__ = [
     "AckResult",
     "Backoff",
     "FailOutcome",
     "JobInfo",
+    "JobTimeout",
     "Lease",
     "LeaseKeeper",
     "PermanentJobError",

@@ -193,7 +193,33 @@ SETTINGS: tuple[Setting, ...] = (
         "true: enqueue the ids read from stdin (one per line) instead of generating",
         "creator",
     ),
-    Setting("CLAIM_BATCH", int, "10", "Most jobs a worker claims per call", "worker", low=1, high=MAX_IDS_PER_CALL),
+    Setting(
+        "CONCURRENCY",
+        int,
+        "10",
+        "Jobs one worker process runs at once: threads for a plain handler, tasks for an async one",
+        "worker",
+        low=1,
+        high=1000,
+    ),
+    Setting(
+        "CLAIM_BATCH",
+        int,
+        "10",
+        "Most jobs a worker claims per call, and how many it may hold beyond its free slots",
+        "worker",
+        low=1,
+        high=MAX_IDS_PER_CALL,
+    ),
+    Setting(
+        "JOB_TIMEOUT_SECONDS",
+        float,
+        "300",
+        "A job running longer fails with reason timeout (0 = no limit)",
+        "worker",
+        low=0,
+        high=30 * 86400,
+    ),
     Setting(
         "JOB_HANDLER",
         str,
@@ -355,7 +381,9 @@ class CreatorSettings(CommonSettings):
 
 @dataclass(frozen=True)
 class WorkerSettings(CommonSettings):
+    concurrency: int
     claim_batch: int
+    job_timeout_seconds: float
     job_handler: str
     work_seconds: float
     work_jitter: float

@@ -11,9 +11,10 @@ If the handler's module defines ``configure_worker(settings)``, the worker calls
 before the first job, with its ``setqueue.config.WorkerSettings``: the hook to read settings, open
 connections or warm caches. This module uses it to pick up WORK_SECONDS, WORK_JITTER and FAIL_RATE.
 
-Handlers run one at a time in the worker's main thread; a worker process runs one job at a time
-(scale with replicas). Leases are renewed in the background while a job runs, so a job may take
-longer than LEASE_SECONDS.
+A worker runs CONCURRENCY jobs at once: a plain function on that many threads, an ``async def``
+one on an event loop; ``configure_worker`` may be async too. Leases are renewed in the background,
+so a job may take longer than LEASE_SECONDS; a job longer than JOB_TIMEOUT_SECONDS fails with
+reason timeout (``setqueue.JobTimeout`` is raised in its thread).
 """
 
 from __future__ import annotations

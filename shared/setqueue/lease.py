@@ -65,6 +65,11 @@ class LeaseKeeper:
             for lease in leases:
                 self._held.pop((lease.id, lease.token), None)
 
+    def __len__(self) -> int:
+        """How many leases are held."""
+        with self._lock:
+            return len(self._held)
+
     def renew_now(self) -> None:
         with self._lock:
             leases = list(self._held.values())

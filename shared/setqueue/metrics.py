@@ -132,6 +132,22 @@ class WorkerMetrics(ServiceMetrics):
         self.jobs_in_progress = Gauge(
             "setqueue_jobs_in_progress", "Jobs this worker holds right now.", registry=registry
         )
+        self.jobs_running = Gauge(
+            "setqueue_jobs_running", "Jobs running in this worker's slots right now.", registry=registry
+        )
+        self.worker_slots = Gauge(
+            "setqueue_worker_slots", "Jobs this worker can run at once (CONCURRENCY).", registry=registry
+        )
+        self.job_timeouts = Counter(
+            "setqueue_job_timeouts_total",
+            "Jobs that ran past JOB_TIMEOUT_SECONDS: failed with reason timeout.",
+            registry=registry,
+        )
+        self.zombie_threads = Gauge(
+            "setqueue_worker_zombie_threads",
+            "Slots whose job timed out but has not returned: lost until it does.",
+            registry=registry,
+        )
         self.processing_seconds = BatchHistogram(
             "setqueue_job_processing_seconds", "Time the handler took per job.", PROCESSING_BUCKETS, registry
         )

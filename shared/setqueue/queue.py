@@ -63,6 +63,12 @@ class PermanentJobError(Exception):
     """Raise from a job handler to dead-letter the job at once, without retries."""
 
 
+class JobTimeout(BaseException):
+    """Raised in a job's thread when it runs past JOB_TIMEOUT_SECONDS (an async job is cancelled
+    instead). A BaseException, as Dramatiq's time limit is, so that a handler's ``except
+    Exception`` does not swallow it; catch it to clean up, then let it go."""
+
+
 @dataclass(frozen=True, slots=True)
 class SweepResult:
     requeued: list[str]

@@ -1,0 +1,87 @@
+"""Job handlers for the worker engine tests, with an execution log kept from the handler's side.
+
+JOB_HANDLER=tests.engine_jobs:handle (threads) or tests.engine_jobs:handle_async (event loop).
+The job id says what the job does:
+
+    sleep-<seconds>-<n>   waits that long (time.sleep, or asyncio.sleep in the async handler)
+    spin-<n>              never returns, in Python code (a JobTimeout raised in it lands)
+    stuck-<n>             never returns, in C code (time.sleep: a JobTimeout never lands)
+    anything else         returns at once
+
+Each run appends one line to $EXEC_LOG when it starts and one when it ends:
+``start <id> <pid> <time>`` / ``end <id> <pid> <time>`` (O_APPEND writes of one line are atomic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def _log(event: str, job_id: str) -> None:
+    line = f"{event} {job_id} {os.getpid()} {time.time():.6f}\n"
+    fd = os.open(os.environ["EXEC_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def handle(lease: Any) -> None:
+    _log("start", lease.id)
+    kind = lease.id.split("-")[0]
+    if kind == "sleep":
+        time.sleep(float(lease.id.split("-")[1]))
+    elif kind == "spin":
+        while True:
+            sum(range(1000))
+    elif kind == "stuck":
+        time.sleep(3600)
+    _log("end", lease.id)
+
+
+async def handle_async(lease: Any) -> None:
+    _log("start", lease.id)
+    kind = lease.id.split("-")[0]
+    if kind == "sleep":
+        await asyncio.sleep(float(lease.id.split("-")[1]))
+    elif kind in ("spin", "stuck"):
+        await asyncio.sleep(3600)
+    _log("end", lease.id)
+
+
+class ExecutionLog:
+    """What the handlers wrote: runs per id, and when jobs ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def events(self) -> list[tuple[str, str, int, float]]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            event, job_id, pid, at = line.split(" ")
+            rows.append((event, job_id, int(pid), float(at)))
+        return rows
+
+    def starts(self) -> Counter[str]:
+        return Counter(job_id for event, job_id, _, _ in self.events() if event == "start")
+
+    def ends(self) -> Counter[str]:
+        return Counter(job_id for event, job_id, _, _ in self.events() if event == "end")
+
+    def most_at_once(self) -> int:
+        """The most jobs that were running at the same moment."""
+        running = best = 0
+        for event, *_ in sorted(self.events(), key=lambda row: (row[3], row[0] == "start")):
+            running += 1 if event == "start" else -1
+            best = max(best, running)
+        return best
+
+    def pids(self, job_id: str) -> set[int]:
+        return {pid for event, i, pid, _ in self.events() if i == job_id and event == "start"}

@@ -1,0 +1,299 @@
+"""Where the worker's jobs run: CONCURRENCY slots fed from a small buffer of claimed jobs.
+
+A plain function handler runs on CONCURRENCY threads; an ``async def`` handler runs on one asyncio
+event loop (its own thread) with up to CONCURRENCY jobs in flight. Either way:
+
+- claimed jobs wait in a FIFO buffer (``take`` / ``put``) and a free slot takes the oldest;
+- every running job is a ``Running`` record with its deadline, so the supervisor (the worker's
+  main thread) can time it out whatever the handler does: ``interrupt`` raises ``JobTimeout`` in
+  the job's thread (best effort, as Dramatiq's TimeLimit: a thread blocked in C code, such as
+  ``time.sleep``, only sees it when it comes back to Python) or cancels the job's task;
+- a job whose slot has not come back a while after its timeout is a zombie: its slot stays taken.
+
+The engine knows nothing of Redis: it calls ``finish(record, error)`` when a job returns or raises,
+and the worker decides what that means (ack, fail, or nothing when the job was timed out already).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from setqueue import JobTimeout, Lease
+
+Finish = Callable[["Running", BaseException | None], None]
+
+
+def is_async(function: Callable[..., Any]) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def raise_in_thread(thread_id: int, exception: type[BaseException]) -> bool:
+    """Ask CPython to raise ``exception`` in that thread at its next Python instruction."""
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
+    if done > 1:  # more than one thread state touched: undo, as the C API asks
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
+        return False
+    return bool(done == 1)
+
+
+@dataclass(eq=False)
+class Running:
+    """One job in a slot."""
+
+    lease: Lease
+    claimed: float  # monotonic time the job entered the buffer
+    started: float = 0.0  # monotonic
+    deadline: float = float("inf")  # monotonic; inf = no timeout
+    thread_id: int | None = None
+    task: asyncio.Task[Any] | None = None
+    timed_out: float | None = None  # monotonic time the supervisor gave up on it
+    zombie: bool = False
+    abandoned: bool = False  # handed back at the end of a shutdown: its outcome no longer counts
+
+
+@dataclass
+class Buffered:
+    lease: Lease
+    claimed: float
+
+
+@dataclass
+class Slots:
+    """The buffer and the running jobs, under one lock; counts the worker reads to decide a claim."""
+
+    concurrency: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    buffer: collections.deque[Buffered] = field(default_factory=collections.deque)
+    running: dict[int, Running] = field(default_factory=dict)  # id(record) -> record
+    zombies: int = 0
+    closed: bool = False  # no job starts any more (shutdown)
+    last_start: float = 0.0  # monotonic time the latest job started
+
+    def __post_init__(self) -> None:
+        self.work = threading.Condition(self.lock)  # a job was buffered (or the engine closed)
+        self.room = threading.Condition(self.lock)  # a slot or buffer room came free
+
+    @property
+    def free(self) -> int:
+        """Slots neither running a job nor lost to a zombie (call with the lock held)."""
+        return self.concurrency - len(self.running)
+
+
+class Engine:
+    """Runs claimed jobs in CONCURRENCY slots: threads for a plain handler, an event loop for an
+    async one. ``put`` buffers jobs; ``finish`` is called from the job's thread (or the loop)."""
+
+    def __init__(self, handler: Callable[[Lease], Any], concurrency: int, timeout: float, finish: Finish) -> None:
+        self.handler = handler
+        self.timeout = timeout  # seconds; 0 = none
+        self.finish = finish
+        self.slots = Slots(concurrency)
+        self.asynchronous = is_async(handler)
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- start and stop ------------------------------------------------------------------------
+
+    def start(self, configure: Callable[[], Any] | None = None) -> None:
+        """Start the slots; ``configure`` (the handler module's configure_worker, bound to the
+        settings) runs first, on the event loop when it is a coroutine function."""
+        if self.asynchronous:
+            self._loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=self._loop.run_forever, name="job-loop", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if configure is not None:
+            result = configure()
+            if inspect.isawaitable(result):
+                self.run_coroutine(result)
+        if not self.asynchronous:
+            for n in range(self.slots.concurrency):
+                thread = threading.Thread(target=self._slot, name=f"job-slot-{n + 1}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def run_coroutine(self, awaitable: Awaitable[Any]) -> Any:
+        """Run it to its end on the job loop (or on a loop of its own when there is none)."""
+        if self._loop is None:
+            return asyncio.run(_awaited(awaitable))
+        return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop).result()
+
+    def close(self) -> list[Lease]:
+        """No job starts any more; returns the buffered (unstarted) leases, now out of the buffer."""
+        with self.slots.lock:
+            self.slots.closed = True
+            left = [b.lease for b in self.slots.buffer]
+            self.slots.buffer.clear()
+            self.slots.work.notify_all()
+            self.slots.room.notify_all()
+        return left
+
+    def stop_loop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # -- the buffer ----------------------------------------------------------------------------
+
+    def put(self, leases: list[Lease]) -> None:
+        now = time.monotonic()
+        with self.slots.lock:
+            if self.slots.closed:
+                raise RuntimeError("engine closed")
+            self.slots.buffer.extend(Buffered(lease, now) for lease in leases)
+            self.slots.work.notify(len(leases))
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._pump)
+
+    def take_stale(self, older_than: float) -> list[Lease]:
+        """Buffered leases claimed before ``older_than`` (monotonic), out of the buffer: they have
+        waited for a slot too long and go back to the queue."""
+        stale: list[Lease] = []
+        with self.slots.lock:
+            buffer = self.slots.buffer
+            while buffer and buffer[0].claimed < older_than:
+                stale.append(buffer.popleft().lease)
+            if stale:
+                self.slots.room.notify_all()
+        return stale
+
+    # -- a thread slot -------------------------------------------------------------------------
+
+    def _slot(self) -> None:
+        while True:
+            try:
+                if not self._serve_one():
+                    return
+            except JobTimeout:
+                continue  # a timeout that landed between two jobs: the job it was meant for is over
+
+    def _serve_one(self) -> bool:
+        """Take the oldest buffered job and run it; False once the engine is closed."""
+        slots = self.slots
+        with slots.lock:
+            while not slots.buffer and not slots.closed:
+                slots.work.wait()
+            if slots.closed:
+                return False
+            record = self._start(slots.buffer.popleft(), threading.get_ident())
+        error: BaseException | None = None
+        try:
+            result = self.handler(record.lease)
+            if inspect.isawaitable(result):  # a plain function that hands back a coroutine: await it
+                self.run_coroutine(result)
+        except JobTimeout as exc:
+            error = exc
+        except Exception as exc:  # the handler is user code: any exception fails the attempt
+            error = exc
+        try:
+            self._end(record, error)
+        except JobTimeout:  # raised in this thread just as its job returned: the job is over
+            self._end(record, JobTimeout("job timed out"))
+        if record.zombie:  # came back after all: this thread may serve again
+            with slots.lock:
+                slots.zombies -= 1
+        return True
+
+    def _start(self, buffered: Buffered, thread_id: int | None) -> Running:
+        """Call with the lock held: the job leaves the buffer for a slot."""
+        now = time.monotonic()
+        deadline = now + self.timeout if self.timeout > 0 else float("inf")
+        record = Running(buffered.lease, buffered.claimed, now, deadline, thread_id)
+        self.slots.running[id(record)] = record
+        self.slots.last_start = now
+        return record
+
+    def _end(self, record: Running, error: BaseException | None) -> None:
+        with self.slots.lock:
+            self.slots.running.pop(id(record), None)
+            self.slots.room.notify()
+            # A timed-out job was failed by the supervisor already; an abandoned one handed back.
+            counts = record.timed_out is None and not record.abandoned
+        if counts:
+            self.finish(record, error)
+
+    # -- the async slots -----------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """On the loop: start buffered jobs while slots are free."""
+        assert self._loop is not None
+        slots = self.slots
+        with slots.lock:
+            while slots.buffer and not slots.closed and slots.free > 0:
+                record = self._start(slots.buffer.popleft(), None)
+                record.task = self._loop.create_task(self._run_async(record))
+
+    async def _run_async(self, record: Running) -> None:
+        error: BaseException | None = None
+        try:
+            await self.handler(record.lease)
+        except asyncio.CancelledError:
+            error = JobTimeout("job timed out (cancelled)")
+        except Exception as exc:
+            error = exc
+        self._end(record, error)
+        self._pump()
+
+    # -- the supervisor's view -----------------------------------------------------------------
+
+    def overdue(self, now: float) -> list[Running]:
+        """Running jobs past their deadline that were not timed out yet, now marked timed out."""
+        late: list[Running] = []
+        with self.slots.lock:
+            for record in self.slots.running.values():
+                if record.timed_out is None and record.deadline <= now:
+                    record.timed_out = now
+                    late.append(record)
+        return late
+
+    def interrupt(self, record: Running) -> None:
+        """Stop a timed-out job: JobTimeout in its thread, or cancel its task."""
+        if record.task is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(record.task.cancel)
+        elif record.thread_id is not None:
+            raise_in_thread(record.thread_id, JobTimeout)
+
+    def new_zombies(self, now: float, after: float) -> int:
+        """Mark timed-out jobs still running ``after`` seconds later as zombies; how many are now."""
+        with self.slots.lock:
+            for record in self.slots.running.values():
+                if record.timed_out is not None and not record.zombie and now - record.timed_out >= after:
+                    record.zombie = True
+                    self.slots.zombies += 1
+            return self.slots.zombies
+
+    def abandon_running(self) -> list[Lease]:
+        """Close the engine and give up on every running job: whatever they do from now on is not
+        reported (the caller hands them back). Returns their leases."""
+        with self.slots.lock:
+            self.slots.closed = True
+            self.slots.buffer.clear()
+            left = []
+            for record in self.slots.running.values():
+                if record.timed_out is None and not record.abandoned:
+                    record.abandoned = True
+                    left.append(record.lease)
+            return left
+
+    def running_leases(self) -> list[Lease]:
+        """Leases of running jobs the supervisor has not given up on."""
+        with self.slots.lock:
+            return [r.lease for r in self.slots.running.values() if r.timed_out is None]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(buffered, running, zombies)"""
+        with self.slots.lock:
+            return len(self.slots.buffer), len(self.slots.running), self.slots.zombies
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
