@@ -17,6 +17,7 @@ REQUIRED_ALERTS = {
     "SetqueueHighRequeueRate",
     "SetqueueCleanerNotRunning",
     "SetqueueTargetDown",
+    "SetqueueZombieThreads",
 }
 
 

@@ -96,6 +96,9 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
         "setqueue_oldest_pending_age_seconds",
         'setqueue_queue_depth{state="in_progress"}',
         'setqueue_queue_depth{state="failed"}',
+        "sum by (instance) (setqueue_jobs_running) / sum by (instance) (setqueue_worker_slots)",
+        "setqueue_job_timeouts_total",
+        "setqueue_worker_zombie_threads",
     ):
         assert metric in exprs, metric
     assert any("drain" in t.lower() for t in titles)
