@@ -68,6 +68,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._oldest_ack = 0.0
         self._handback_seconds = settings.lease_seconds / 3
         self._shutting_down = False
+        self._stopped = threading.Event()  # run() has returned: the backstop stands down
         self._exit_code = 0
         self._succeeded = self.metrics.jobs_completed.labels("success")
         self.metrics.worker_slots.set(settings.concurrency)
@@ -121,6 +122,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 time.sleep(TICK_SECONDS)
             self._end_shutdown(grace_over=time.monotonic() >= grace_ends)
         finally:
+            self._stopped.set()
             self.keeper.stop()
             self.engine.stop_loop()
         return self._exit_code
@@ -292,7 +294,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _backstop(self) -> None:
         """If the supervisor is stuck (Redis gone while it acks), exit anyway after the grace."""
-        time.sleep(self.settings.shutdown_grace_seconds + BACKSTOP_SECONDS)
+        if self._stopped.wait(self.settings.shutdown_grace_seconds + BACKSTOP_SECONDS):
+            return
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
         os._exit(self._exit_code or 1)
