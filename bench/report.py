@@ -55,77 +55,144 @@ def steal_percent(data: dict) -> float | None:
     return 100 * (t1["steal"] - t0["steal"]) / total if total > 0 else None
 
 
-PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq")
+PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq", "saq")
+
+# The run the CPU-trivial targets were set on (bench/results/latest.md of 2026-11-22, in git
+# history): what the machine-bound figures showed then, to tell how fast this machine is today.
+REFERENCE = {
+    "date": "2026-11-22",
+    "setqueue_w2": 13_397,
+    "dramatiq_w2": 4_189,
+    "python_incr_loop_w2": 37_281,
+    "redis_incr_p1": 83_857,
+}
+TITLES = {
+    "cpu": "CPU-trivial jobs (one INCR)",
+    "io": "I/O-bound jobs (a {ms:g} ms wait, then one INCR)",
+}
 
 
-def targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[str]:
-    """The issue's targets, checked against this run."""
-    out = ["## Targets\n"]
+def matrix_runs(data: dict, matrix: str) -> list[dict]:
+    return [r for r in data["runs"] if r.get("matrix", "cpu") == matrix]
+
+
+def matrix_settings(data: dict) -> dict[str, dict[str, dict[str, str]]]:
+    """{matrix: {system: settings}}; results written before the I/O matrix have one level less."""
+    if "matrices" in data:
+        return data["settings"]
+    return {"cpu": data["settings"]}
+
+
+def verdict(ok: bool) -> str:
+    return f"**{'met' if ok else 'not met'}**"
+
+
+def cpu_targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[str]:
+    out: list[str] = []
     sq = groups.get(("setqueue", 2))
     sq_rate = steady(sq) if sq else None
+    if sq_rate is None:
+        return out
+    out.append(
+        f"- CPU-trivial, steady drain, W=2, at least 13,000 jobs/s: setqueue {sq_rate:,.0f} jobs/s: "
+        + verdict(sq_rate >= 13_000)
+    )
+    dq = groups.get(("dramatiq", 2))
+    dq_rate = steady(dq) if dq else None
+    if dq_rate:
+        ratio = sq_rate / dq_rate
+        out.append(
+            f"- CPU-trivial, steady drain, W=2, at least 3x Dramatiq: dramatiq {dq_rate:,.0f} jobs/s, setqueue "
+            f"{ratio:.1f}x: {verdict(ratio >= 3)}"
+        )
     peers = {s: steady(groups[(s, 2)]) for s in PEERS if (s, 2) in groups}
     peers = {s: v for s, v in peers.items() if v is not None}
-    if sq_rate is not None:
+    if peers:
+        best = max(peers, key=lambda s: peers[s])
         out.append(
-            f"- steady drain, W=2, at least 10,000 jobs/s: setqueue {sq_rate:,.0f} jobs/s: "
-            f"**{'met' if sq_rate >= 10_000 else 'not met'}**"
+            f"  - fastest peer at W=2 in this run: {best} {peers[best]:,.0f} jobs/s (setqueue "
+            f"{sq_rate / peers[best]:.1f}x)"
+            if peers[best]
+            else f"  - fastest peer: {best}"
         )
-        if peers:
-            best = max(peers, key=lambda s: peers[s])
-            ratio = sq_rate / peers[best] if peers[best] else float("inf")
+    floor = ((data.get("ceiling") or {}).get("python_incr_loop") or {}).get("W=2")
+    if floor:
+        speed = floor / REFERENCE["python_incr_loop_w2"]
+        out.append(
+            f"  - this machine today: the INCR-only Python loop with 2 processes does {floor:,.0f}/s against "
+            f"{REFERENCE['python_incr_loop_w2']:,} on {REFERENCE['date']} (the day setqueue did "
+            f"{REFERENCE['setqueue_w2']:,} and Dramatiq {REFERENCE['dramatiq_w2']:,}): {speed:.2f}x that day's speed, "
+            f"so 13,000 then is about {13_000 * speed:,.0f} now; setqueue did "
+            f"{sq_rate / REFERENCE['setqueue_w2']:.2f}x its {REFERENCE['date']} figure, Dramatiq "
+            + (f"{dq_rate / REFERENCE['dramatiq_w2']:.2f}x its." if dq_rate else "not run.")
+        )
+    return out
+
+
+def io_targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[str]:
+    out: list[str] = []
+    c = data["args"].get("concurrency")
+    equal = {s: steady(rs) for (s, w), rs in groups.items() if w == 2 and s.endswith(f"-c{c}")}
+    equal = {s: v for s, v in equal.items() if v}
+    defaults = {s: steady(rs) for (s, w), rs in groups.items() if w == 2 and s in PEERS}
+    defaults = {s: v for s, v in defaults.items() if v}
+    best = max(equal, key=lambda s: equal[s]) if equal else None
+    for name in ("setqueue-async", "setqueue-threads"):
+        rs = groups.get((name, 2))
+        rate = steady(rs) if rs else None
+        if rate is None:
+            continue
+        if name == "setqueue-async":
             out.append(
-                f"- steady drain, W=2, at least 3x the fastest peer: fastest peer {best} {peers[best]:,.0f} jobs/s, "
-                f"setqueue {ratio:.1f}x: **{'met' if ratio >= 3 else 'not met'}**"
+                f"- I/O-bound, steady drain, W=2, at least 5,000 jobs/s with the async handler: {name} "
+                f"{rate:,.0f} jobs/s: {verdict(rate >= 5_000)}"
             )
-    lat = next((x for x in data["latency"] if x["system"] == "setqueue" and "p50_ms" in x), None)
-    if lat:
-        out.append(
-            f"- idle pick-up p50 under 5 ms: setqueue p50 {lat['p50_ms']:.2f} ms (p99 {lat['p99_ms']:.2f} ms): "
-            f"**{'met' if lat['p50_ms'] < 5 else 'not met'}**"
-        )
+        if best is not None:
+            ratio = rate / equal[best]
+            out.append(
+                f"- I/O-bound, W=2, {name} at least 3x the fastest peer at equal concurrency ({c} per process): "
+                f"fastest {best} {equal[best]:,.0f} jobs/s, {name} {rate:,.0f} = {ratio:.1f}x: {verdict(ratio >= 3)}"
+            )
+    if defaults:
+        top = max(defaults, key=lambda s: defaults[s])
+        out.append(f"  - fastest peer at its defaults, W=2: {top} {defaults[top]:,.0f} jobs/s")
+    return out
+
+
+def targets(data: dict) -> list[str]:
+    """The targets, checked against this run."""
+    out = ["## Targets\n"]
+    matrices = data.get("matrices", ["cpu"])
+    if "cpu" in matrices:
+        out.extend(cpu_targets(data, by_key(matrix_runs(data, "cpu"))))
+    if "io" in matrices:
+        out.extend(io_targets(data, by_key(matrix_runs(data, "io"))))
+    for lat in data["latency"]:
+        if lat["system"].startswith("setqueue") and "p50_ms" in lat:
+            where = "CPU matrix, CONCURRENCY=1" if lat.get("matrix", "cpu") == "cpu" else "I/O matrix settings"
+            out.append(
+                f"- idle pick-up p50 under 5 ms: {lat['system']} ({where}) p50 {lat['p50_ms']:.2f} ms "
+                f"(p99 {lat['p99_ms']:.2f} ms): {verdict(lat['p50_ms'] < 5)}"
+            )
     out.append("- setqueue ran with metrics served (METRICS_PORT) and lease renewal on: yes (the real worker)")
     out.append("")
     return out
 
 
-def write_markdown(data: dict, path: Path) -> None:
-    m0, m1 = data["machine_before"], data["machine_after"]
-    args = data["args"]
-    runs = data["runs"]
+def throughput_table(data: dict, matrix: str) -> list[str]:
+    runs = matrix_runs(data, matrix)
     groups = by_key(runs)
     systems = list(dict.fromkeys(r["system"] for r in runs))
+    per_process = {n: st.get("per_process", "") for n, st in matrix_settings(data).get(matrix, {}).items()}
     L: list[str] = []
-    L.append("# setqueue benchmark results\n")
-    L.append(f"- date: {m0['date']}; run took {data['seconds']:.0f} s")
-    L.append(f"- machine: nproc {m0['nproc']}, {m0['arch']}, Linux {m0['kernel']}, Python {m0['python']}")
-    L.append(f"- redis-server {data['redis_version']} (persistence off, loopback), redis-py {data['redis_py']}")
-    L.append(f"- load average before: {m0['load_avg']}, after: {m1['load_avg']} (1, 5, 15 min)")
-    steal = steal_percent(data)
-    if steal is not None:
-        L.append(f"- CPU steal (time the hypervisor gave this VM's cores to others) during the run: {steal:.1f}%")
-    L.append(
-        f"- {args['jobs']:,} no-op jobs per run (each one Redis INCR), workers {args['workers']}, "
-        f"time limit {args['max_seconds']:.0f} s per run; each cell runs trials until they took "
-        f"{args.get('cell_seconds', 0):g} s (at most {args.get('trials', 1)}; one when it hits the time limit) "
-        f"and reports their median; repeats of the whole matrix: {args['repeat']}"
-    )
-    L.append("")
-    L.extend(targets(data, groups))
-    L.append("## Throughput and cost per job\n")
-    L.append(
-        "enqueue: jobs/s of the system's producer API; drain: jobs/s from spawning the first worker to the last "
-        "job executed (includes start-up); steady: jobs/s between 10% and 90% executed (counter sampled every "
-        "5 ms). CPU and commands per job are measured from the first job executed to the end. "
-        "`*` = did not finish within the time limit: drain and steady are over what ran in it. Every figure "
-        "is the median of the cell's trials; `steady range` is their lowest and highest."
-    )
-    L.append("")
-    head = (
-        "| system | W | enqueue jobs/s | drain jobs/s | steady jobs/s | trials | steady range | start-up s | "
+    io = matrix == "io"
+    head = "| system | W |" + (" jobs at once per process |" if io else "")
+    head += (
+        " enqueue jobs/s | drain jobs/s | steady jobs/s | trials | steady range | start-up s | "
         "worker CPU ms/job | Redis CPU ms/job | Redis cmds/job | Redis CPU busy | executed (dup/missing) |"
     )
     L.append(head)
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---:|" + ("---|" if io else "") + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for s in systems:
         for w in sorted({r["workers"] for r in runs if r["system"] == s}):
             rs = groups[(s, w)]
@@ -137,7 +204,9 @@ def write_markdown(data: dict, path: Path) -> None:
             rates = [r["steady_jobs_per_s"] for r in rs if r["steady_jobs_per_s"] is not None]
             low_high = f"{min(rates):,.0f} to {max(rates):,.0f}" if len(rates) > 1 else "-"
             L.append(
-                f"| {s} | {w} | {fmt(median([r['enqueue_jobs_per_s'] for r in rs]))} | "
+                f"| {s} | {w} | "
+                + (f"{per_process.get(s, '')} | " if io else "")
+                + f"{fmt(median([r['enqueue_jobs_per_s'] for r in rs]))} | "
                 f"{fmt(median([r['drain_jobs_per_s'] for r in rs]))}{star} | "
                 f"{fmt(steady(rs))}{star} | {len(rs)} | {low_high} | "
                 f"{fmt(median([r['startup_seconds'] for r in rs]), 2)} | "
@@ -148,44 +217,115 @@ def write_markdown(data: dict, path: Path) -> None:
                 f"{executed} |"
             )
     L.append("")
-    if args["repeat"] > 1:
-        L.append("## Repeatability (steady jobs/s of each repeat: the median of its trials)\n")
+    return L
+
+
+def repeat_table(data: dict, matrix: str) -> list[str]:
+    args = data["args"]
+    groups = by_key(matrix_runs(data, matrix))
+    L = ["### Repeatability (steady jobs/s of each repeat: the median of its trials)\n"]
+    L.append(
+        "| system | W | " + " | ".join(f"run {i + 1}" for i in range(args["repeat"])) + " | spread | within 15%? |"
+    )
+    L.append("|---|---:|" + "---:|" * args["repeat"] + "---:|---|")
+    for (s, w), rs in groups.items():
+        vals = [steady([r for r in rs if r["repeat"] == rep]) for rep in range(args["repeat"])]
+        sp = spread(vals)
+        ok = "-" if sp is None else ("yes" if sp <= 0.15 else "**no**")
         L.append(
-            "| system | W | " + " | ".join(f"run {i + 1}" for i in range(args["repeat"])) + " | spread | within 15%? |"
+            f"| {s} | {w} | "
+            + " | ".join(fmt(v) for v in vals)
+            + f" | {fmt(None if sp is None else 100 * sp)}% | {ok} |"
         )
-        L.append("|---|---:|" + "---:|" * args["repeat"] + "---:|---|")
-        for (s, w), rs in groups.items():
-            vals = [steady([r for r in rs if r["repeat"] == rep]) for rep in range(args["repeat"])]
-            sp = spread(vals)
-            ok = "-" if sp is None else ("yes" if sp <= 0.15 else "**no**")
+    L.append("")
+    return L
+
+
+def write_markdown(data: dict, path: Path) -> None:
+    m0, m1 = data["machine_before"], data["machine_after"]
+    args = data["args"]
+    matrices = data.get("matrices", ["cpu"])
+    io_ms = 1000 * args.get("io_seconds", 0.01)
+    L: list[str] = []
+    L.append("# setqueue benchmark results\n")
+    L.append(f"- date: {m0['date']}; run took {data['seconds']:.0f} s")
+    L.append(f"- machine: nproc {m0['nproc']}, {m0['arch']}, Linux {m0['kernel']}, Python {m0['python']}")
+    L.append(f"- redis-server {data['redis_version']} (persistence off, loopback), redis-py {data['redis_py']}")
+    L.append(f"- load average before: {m0['load_avg']}, after: {m1['load_avg']} (1, 5, 15 min)")
+    steal = steal_percent(data)
+    if steal is not None:
+        L.append(f"- CPU steal (time the hypervisor gave this VM's cores to others) during the run: {steal:.1f}%")
+    if "cpu" in matrices:
+        L.append(
+            f"- CPU-trivial matrix: {args['jobs']:,} jobs per run (each one Redis INCR), time limit "
+            f"{args['max_seconds']:g} s per run"
+        )
+    if "io" in matrices:
+        c = args["concurrency"]
+        L.append(
+            f"- I/O-bound matrix: {args['io_jobs']:,} jobs per run (each waits {io_ms:g} ms, then one Redis INCR), "
+            f"time limit {args['io_max_seconds']:g} s per run; shared concurrency C = {c} jobs at once per worker "
+            f"process (W processes x {c} slots / {io_ms:g} ms = {1000 * c / io_ms:,.0f} jobs/s per process at most)"
+        )
+    L.append(
+        f"- workers {args['workers']}; each cell runs trials until they took {args.get('cell_seconds', 0):g} s "
+        f"(at most {args.get('trials', 1)}; one when it hits the time limit) and reports their median; repeats "
+        f"of each matrix: {args['repeat']}"
+    )
+    L.append("")
+    L.extend(targets(data))
+    L.append(
+        "enqueue: jobs/s of the system's producer API; drain: jobs/s from spawning the first worker to the last "
+        "job executed (includes start-up); steady: jobs/s between 10% and 90% executed (counter sampled every "
+        "5 ms). CPU and commands per job are measured from the first job executed to the end. "
+        "`*` = did not finish within the time limit: drain and steady are over what ran in it. Every figure "
+        "is the median of the cell's trials; `steady range` is their lowest and highest. executed: the INCR "
+        "counter after each trial (duplicates/missing).\n"
+    )
+    for m in matrices:
+        L.append(f"## {TITLES[m].format(ms=io_ms)}: throughput and cost per job\n")
+        if m == "cpu":
             L.append(
-                f"| {s} | {w} | "
-                + " | ".join(fmt(v) for v in vals)
-                + f" | {fmt(None if sp is None else 100 * sp)}% | {ok} |"
+                "setqueue: one thread (CONCURRENCY=1): the setting for CPU-trivial jobs. Peers at their defaults.\n"
             )
-        L.append("")
+        else:
+            c = args["concurrency"]
+            L.append(
+                f"setqueue-threads: plain handler (time.sleep) on CONCURRENCY={c} threads; setqueue-async: async "
+                f"handler (asyncio.sleep) on one event loop, up to {c} in flight; both CLAIM_BATCH="
+                f"{args['io_claim_batch']}. Each peer at its defaults (`name`) and at {c} jobs at once per process "
+                f"(`name-c{c}`: Dramatiq `--threads {c}`, arq `max_jobs={c}`, Celery `-P threads -c {c}` (W worker "
+                f"processes), saq `concurrency={c}`). Threaded peers (Dramatiq, Celery) run the time.sleep job, "
+                "asyncio peers (arq, saq) the asyncio.sleep one.\n"
+            )
+        L.extend(throughput_table(data, m))
+        if args["repeat"] > 1:
+            L.extend(repeat_table(data, m))
+    cpu_groups = by_key(matrix_runs(data, "cpu"))
     if data["latency"]:
         L.append("## Idle pick-up latency\n")
         lw = args["latency_workers"]
         L.append(
             f"{args['latency_jobs']} jobs enqueued one at a time, {1000 * args['latency_spacing']:.0f} ms apart, "
             f"to {lw} idle worker process(es); enqueue (time.time() before the producer call) -> the job's first "
-            "line (time.time()), same machine clock.\n"
+            "line (time.time(), before any wait), same machine clock. Every system at its CPU-matrix settings; "
+            "setqueue also at its I/O-matrix settings.\n"
         )
-        L.append("| system | p50 ms | p90 ms | p99 ms | max ms | ran |")
-        L.append("|---|---:|---:|---:|---:|---:|")
+        L.append("| system | settings | p50 ms | p90 ms | p99 ms | max ms | ran |")
+        L.append("|---|---|---:|---:|---:|---:|---:|")
         for lat in data["latency"]:
+            m = lat.get("matrix", "cpu")
             if "error" in lat:
-                L.append(f"| {lat['system']} | {lat['error']} | | | | |")
-            else:
-                w1 = groups.get((lat["system"], lw))
-                rate = steady(w1) if w1 else None
-                slow = rate is not None and rate < 1 / args["latency_spacing"]
-                note = f" (drains {rate:,.0f} jobs/s < the arrival rate: includes queueing)" if slow else ""
-                L.append(
-                    f"| {lat['system']}{note} | {lat['p50_ms']:.2f} | {lat['p90_ms']:.2f} | {lat['p99_ms']:.2f} | "
-                    f"{lat['max_ms']:.2f} | {lat['ran']}/{lat['jobs']} |"
-                )
+                L.append(f"| {lat['system']} | {m} | {lat['error']} | | | | |")
+                continue
+            w1 = cpu_groups.get((lat["system"], lw)) if m == "cpu" else None
+            rate = steady(w1) if w1 else None
+            slow = rate is not None and rate < 1 / args["latency_spacing"]
+            note = f" (drains {rate:,.0f} jobs/s < the arrival rate: includes queueing)" if slow else ""
+            L.append(
+                f"| {lat['system']}{note} | {m} matrix | {lat['p50_ms']:.2f} | {lat['p90_ms']:.2f} | "
+                f"{lat['p99_ms']:.2f} | {lat['max_ms']:.2f} | {lat['ran']}/{lat['jobs']} |"
+            )
         L.append("")
     ceil = data.get("ceiling")
     if ceil:
@@ -204,28 +344,31 @@ def write_markdown(data: dict, path: Path) -> None:
                 + ", ".join(f"{k}: {v:,.0f}/s" for k, v in floor.items())
                 + ". No worker whose job is one INCR round trip can beat this on this machine.\n"
             )
-        sq = groups.get(("setqueue", 2))
+        sq = cpu_groups.get(("setqueue", 2))
         incr = ceil["results"].get("INCR -P 1")
         if sq and incr:
             rate = steady(sq) or 0.0
             busy_ = busy(sq)
             floor2 = floor.get("W=2")
             L.append(
-                f"setqueue W=2 steady {rate:,.0f} jobs/s = {100 * rate / incr:.0f}% of redis-benchmark's unpipelined "
-                f"INCR rate (50 clients)"
+                f"setqueue W=2 steady {rate:,.0f} jobs/s (CPU-trivial) = {100 * rate / incr:.0f}% of "
+                "redis-benchmark's unpipelined INCR rate (50 clients)"
                 + (f", {100 * rate / floor2:.0f}% of the INCR-only Python loop with 2 processes" if floor2 else "")
                 + (f"; Redis was {busy_:.0f}% busy (of one core) meanwhile" if busy_ is not None else "")
                 + ".\n"
             )
     L.append("## Settings\n")
-    for s, st in data["settings"].items():
-        L.append(f"- **{s}**: workers: {st['workers']}; enqueue: {st['enqueue']}")
-    L.append("")
+    for m, sts in matrix_settings(data).items():
+        if len(matrices) > 1 or m != "cpu":
+            L.append(f"{TITLES[m].format(ms=io_ms)}:\n")
+        for s, st in sts.items():
+            L.append(f"- **{s}**: workers: {st['workers']}; enqueue: {st['enqueue']}")
+        L.append("")
     L.append("## Redis commands per job, by command (first trial)\n")
-    for r in runs:
+    for r in data["runs"]:
         if r["repeat"] == 0 and r.get("trial", 0) == 0 and r.get("commands_per_job_by_name"):
             top = ", ".join(f"{k} {v}" for k, v in list(r["commands_per_job_by_name"].items())[:8])
-            L.append(f"- {r['system']} W={r['workers']}: {top}")
+            L.append(f"- {r.get('matrix', 'cpu')}: {r['system']} W={r['workers']}: {top}")
     L.append("")
     path.write_text("\n".join(L) + "\n")
 
@@ -238,21 +381,27 @@ def write_plot(data: dict, path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return  # the smoke test's environment has no matplotlib
-    groups = by_key(data["runs"])
-    systems = list(dict.fromkeys(r["system"] for r in data["runs"]))
-    fig, ax = plt.subplots(figsize=(9.5, 5))
-    for s in systems:
-        ws = sorted({w for (sys_, w) in groups if sys_ == s})
-        ys = [steady(groups[(s, w)]) or 0 for w in ws]
-        ax.plot(ws, ys, marker="o", label=s)
-    ax.set_xlabel("worker processes (W)")
-    ax.set_ylabel("steady drain, jobs/s (median of trials)")
-    ax.set_yscale("log")
-    ax.set_xticks(sorted({w for (_, w) in groups}))
+    matrices = data.get("matrices", ["cpu"])
+    io_ms = 1000 * data["args"].get("io_seconds", 0.01)
+    fig, axes = plt.subplots(len(matrices), 1, figsize=(10, 4.6 * len(matrices)), squeeze=False)
     m = data["machine_before"]
-    ax.set_title(f"no-op jobs, redis {data['redis_version']}, {m['nproc']} cores, {m['date']}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    for ax, matrix in zip(axes[:, 0], matrices, strict=True):
+        runs = matrix_runs(data, matrix)
+        groups = by_key(runs)
+        for s in dict.fromkeys(r["system"] for r in runs):
+            ws = sorted({w for (sys_, w) in groups if sys_ == s})
+            ys = [steady(groups[(s, w)]) or 0 for w in ws]
+            style = "-" if s.startswith("setqueue") else ("--" if "-c" in s else ":")
+            ax.plot(ws, ys, marker="o", linestyle=style, linewidth=2.2 if s.startswith("setqueue") else 1.4, label=s)
+        ax.set_xlabel("worker processes (W)")
+        ax.set_ylabel("steady drain, jobs/s (median)")
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({w for (_, w) in groups}))
+        ax.set_title(
+            f"{TITLES[matrix].format(ms=io_ms)}; redis {data['redis_version']}, {m['nproc']} cores, {m['date']}"
+        )
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

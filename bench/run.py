@@ -2,7 +2,9 @@
 
 Run it with `bash bench/run` (makes bench/.venv with the peers). Every system runs on one
 redis-server this script starts on a free loopback port (persistence off), one after another,
-with FLUSHALL in between. See bench/README.md for what is measured and how.
+with FLUSHALL in between. Two matrices (--matrix cpu|io|both): CPU-trivial jobs (one INCR) and
+I/O-bound jobs (a 10 ms wait, then the INCR) at each system's defaults and at one shared
+concurrency. See bench/README.md for what is measured and how.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procstat import tree_cpu_seconds
 from report import fmt
 from systems import SYSTEMS, System, free_port
+
+MATRICES = ("cpu", "io")
+# The I/O matrix: setqueue with a plain (threaded) and an async handler, and these peers, each
+# at its defaults and at the shared concurrency.
+IO_BASES = ("setqueue", "dramatiq", "arq", "celery", "saq")
 
 REPO = Path(__file__).resolve().parent.parent
 COUNTER = "bench:counter"
@@ -252,7 +259,9 @@ def thin(samples: list[tuple[float, int]], keep: int = 200) -> list[list[float]]
     return out
 
 
-def cell_trials(server: Server, system: System, workers: int, a: argparse.Namespace, logdir: Path) -> list[dict]:
+def cell_trials(
+    server: Server, system: System, workers: int, a: argparse.Namespace, logdir: Path, *, jobs: int, max_seconds: float
+) -> list[dict]:
     """Trials of one (system, W) cell: a 20,000-job drain at ~10k jobs/s lasts about 2 s, and
     the rate swings by tens of per cent from one 100 ms to the next on a shared 2-core VM, so a
     fast cell is run again until it has used --cell-seconds (at most --trials times) and the
@@ -260,14 +269,14 @@ def cell_trials(server: Server, system: System, workers: int, a: argparse.Namesp
     out: list[dict] = []
     used = 0.0
     for trial in range(a.trials):
-        res = throughput_run(server, system, jobs=a.jobs, workers=workers, max_seconds=a.max_seconds, logdir=logdir)
+        res = throughput_run(server, system, jobs=jobs, workers=workers, max_seconds=max_seconds, logdir=logdir)
         res["trial"] = trial
         out.append(res)
         used += res["window_seconds"]
         log(
-            f"{system.name:10s} W={workers} #{trial + 1} enqueue {res['enqueue_jobs_per_s']:>9,.0f}/s  drain "
+            f"{system.name:16s} W={workers} #{trial + 1} enqueue {res['enqueue_jobs_per_s']:>9,.0f}/s  drain "
             f"{res['drain_jobs_per_s']:>9,.0f}/s  steady {fmt(res['steady_jobs_per_s'])}/s  "
-            f"executed {res['executed']}/{a.jobs}{'' if res['complete'] else ' (time limit)'}"
+            f"executed {res['executed']}/{jobs}{'' if res['complete'] else ' (time limit)'}"
         )
         if not res["complete"] or used >= a.cell_seconds:
             break
@@ -417,17 +426,60 @@ def machine() -> dict[str, Any]:
     }
 
 
+def build_matrix(matrix: str, names: list[str], url: str, a: argparse.Namespace) -> dict[str, System]:
+    """The systems of one matrix, by the name the report shows.
+
+    cpu: every system named, at its defaults (setqueue: CONCURRENCY=1, CLAIM_BATCH=--claim-batch).
+    io: the job waits --io-seconds first; setqueue runs twice (plain handler on CONCURRENCY
+    threads, async handler on one event loop) at CONCURRENCY=--concurrency, CLAIM_BATCH=
+    --io-claim-batch; each peer runs at its defaults and again at --concurrency per process."""
+    if matrix == "cpu":
+        return {n: SYSTEMS[n](n, url, claim_batch=a.claim_batch) for n in names}
+    c, io = a.concurrency, a.io_seconds
+    out: dict[str, System] = {}
+    for n in names:
+        if n not in IO_BASES:
+            continue
+        if n == "setqueue":
+            for name, cls in (("setqueue-threads", SYSTEMS["setqueue"]), ("setqueue-async", SYSTEMS["setqueue-async"])):
+                out[name] = cls(name, url, claim_batch=a.io_claim_batch, concurrency=c, io_seconds=io)
+        else:
+            out[n] = SYSTEMS[n](n, url, io_seconds=io)
+            out[f"{n}-c{c}"] = SYSTEMS[n](f"{n}-c{c}", url, concurrency=c, io_seconds=io)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", type=int, default=20_000, help="jobs per throughput run (default 20000)")
+    p.add_argument(
+        "--matrix",
+        choices=("cpu", "io", "both"),
+        default="both",
+        help="cpu: CPU-trivial jobs (one INCR); io: I/O-bound jobs (a wait, then the INCR); both (default)",
+    )
+    p.add_argument("--jobs", type=int, default=20_000, help="jobs per throughput run, CPU matrix (default 20000)")
+    p.add_argument("--io-jobs", type=int, default=10_000, help="jobs per throughput run, I/O matrix (default 10000)")
+    p.add_argument("--io-seconds", type=float, default=0.01, help="the I/O job's wait before its INCR (default 0.01)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=100,
+        help="I/O matrix: setqueue's CONCURRENCY, and the peers' threads/max_jobs/concurrency in their "
+        "equal-concurrency runs (default 100)",
+    )
     p.add_argument("--workers", default="1,2,4", help="worker process counts, comma-separated (default 1,2,4)")
     p.add_argument(
         "--systems",
-        default="setqueue,naive,rq,rq-simple,dramatiq,celery,arq",
-        help=f"comma-separated, from: {', '.join(SYSTEMS)}; 'all' for every one",
+        default="setqueue,naive,rq,rq-simple,dramatiq,celery,arq,saq",
+        help=f"comma-separated, from: {', '.join(SYSTEMS)}; 'all' for every one. The I/O matrix runs those of "
+        f"{', '.join(IO_BASES)} named here",
     )
-    p.add_argument("--claim-batch", type=int, default=100, help="setqueue worker's CLAIM_BATCH (default 100)")
+    p.add_argument("--claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH, CPU matrix (default 100)")
+    p.add_argument("--io-claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH, I/O matrix (default 100)")
     p.add_argument("--max-seconds", type=float, default=15, help="time limit of one throughput run (default 15)")
+    p.add_argument(
+        "--io-max-seconds", type=float, default=10, help="time limit of one I/O matrix throughput run (default 10)"
+    )
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
     p.add_argument("--latency-spacing", type=float, default=0.015, help="seconds between latency jobs")
@@ -444,10 +496,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="latest", help="base name of the result files (default latest)")
     a = p.parse_args(argv)
 
-    names = list(SYSTEMS) if a.systems == "all" else [s.strip() for s in a.systems.split(",") if s.strip()]
+    names = [n for n in SYSTEMS if n != "setqueue-async"] if a.systems == "all" else a.systems.split(",")
+    names = [n.strip() for n in names if n.strip()]
     for n in names:
         if n not in SYSTEMS:
             p.error(f"unknown system {n!r}")
+    matrices = list(MATRICES) if a.matrix == "both" else [a.matrix]
     worker_counts = [int(x) for x in a.workers.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -457,49 +511,67 @@ def main(argv: list[str] | None = None) -> int:
     before = machine()
     server = Server()
     log(f"redis-server {server.version} on port {server.port}; worker logs in {logdir}")
-    systems = {n: SYSTEMS[n](n, server.url, claim_batch=a.claim_batch) for n in names}
+    systems = {m: build_matrix(m, names, server.url, a) for m in matrices}
     runs: list[dict] = []
     latency: list[dict] = []
     ceil = None
     try:
-        for rep in range(a.repeat):
-            for n in names:
-                for wc in worker_counts:
-                    for res in cell_trials(server, systems[n], wc, a, logdir):
-                        res["repeat"] = rep
-                        runs.append(res)
-        if a.latency_jobs > 0:
-            for n in names:
+        for m in matrices:
+            mlogs = logdir / m
+            mlogs.mkdir()
+            jobs, limit = (a.jobs, a.max_seconds) if m == "cpu" else (a.io_jobs, a.io_max_seconds)
+            log(f"{m} matrix: {', '.join(systems[m])}; {jobs:,} jobs per run")
+            for rep in range(a.repeat):
+                for system in systems[m].values():
+                    for wc in worker_counts:
+                        for res in cell_trials(server, system, wc, a, mlogs, jobs=jobs, max_seconds=limit):
+                            res["repeat"] = rep
+                            res["matrix"] = m
+                            runs.append(res)
+            if a.latency_jobs <= 0:
+                continue
+            # Pick-up latency does not depend on the job's length (its start is taken before the
+            # wait): the CPU matrix measures every system; the I/O matrix only setqueue at CONCURRENCY=C.
+            for n, system in systems[m].items():
+                if m == "io" and not n.startswith("setqueue"):
+                    continue
                 lat = latency_run(
                     server,
-                    systems[n],
+                    system,
                     count=a.latency_jobs,
                     workers=a.latency_workers,
                     spacing=a.latency_spacing,
-                    logdir=logdir,
+                    logdir=mlogs,
                 )
+                lat["matrix"] = m
                 latency.append(lat)
-                log(f"{n:10s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
+                log(f"{n:16s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
         if not a.no_ceiling:
             ceil = ceiling(server, quick=a.jobs < 5000)
             if ceil is not None:
                 ceil["python_incr_loop"] = incr_floor(server, worker_counts)
             log(f"ceiling: {ceil['results'] if ceil else None}")
     finally:
-        for s in systems.values():
-            with contextlib.suppress(Exception):
-                s.close()
+        for ms in systems.values():
+            for s in ms.values():
+                with contextlib.suppress(Exception):
+                    s.close()
         server.stop()
     after = machine()
-    settings: dict[str, dict[str, str]] = {n: {"workers": systems[n].settings("W")} for n in names}  # type: ignore[arg-type]
-    for n in names:
-        settings[n]["enqueue"] = systems[n].enqueue_api()
+    settings = {
+        m: {
+            n: {"workers": s.settings("W"), "enqueue": s.enqueue_api(), "per_process": s.per_process()}
+            for n, s in ms.items()
+        }
+        for m, ms in systems.items()
+    }
     data = {
         "machine_before": before,
         "machine_after": after,
         "redis_version": server.version,
         "redis_py": redis.__version__,
         "args": vars(a),
+        "matrices": matrices,
         "settings": settings,
         "runs": runs,
         "latency": latency,

@@ -1,7 +1,12 @@
 """The systems under test: how each one enqueues and how its workers are started.
 
-Peers (rq, dramatiq, celery, arq) are imported only inside their own methods, so the benchmark
-runs with setqueue and naive alone in an environment that lacks them (the smoke test does).
+Peers (rq, dramatiq, celery, arq, saq) are imported only inside their own methods, so the
+benchmark runs with setqueue and naive alone in an environment that lacks them (the smoke test
+does).
+
+A System carries the job it runs (``io_seconds``: 0 for the CPU-trivial job, 0.01 for the I/O
+matrix's job) and its concurrency per worker process (``concurrency``: None = the system's own
+default; setqueue always gets one).
 """
 
 # ruff: noqa: PLC0415  (peers are imported lazily: the smoke test runs without them)
@@ -21,6 +26,13 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 WORKERS_DIR = REPO / "bench" / "workers"
 QUEUE = "bench"
+# The checkout this file sits in is the one measured (its worker/ and shared/setqueue), producer
+# and workers alike, even when the venv has another checkout installed editable: the editable
+# finder comes after sys.path, so these win.
+CODE_PATH = [str(REPO / "shared"), str(REPO)]
+for _p in reversed(CODE_PATH):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 
 def free_port() -> int:
@@ -41,7 +53,7 @@ def tool(name: str) -> str:
 def base_env(url: str) -> dict[str, str]:
     env = dict(os.environ)
     env["BENCH_REDIS_URL"] = url
-    env["PYTHONPATH"] = os.pathsep.join([str(WORKERS_DIR), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(WORKERS_DIR), *CODE_PATH, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -58,10 +70,29 @@ class System:
     url: str
     claim_batch: int = 100
     state: dict[str, Any] = field(default_factory=dict)
+    concurrency: int | None = None  # jobs at once per worker process; None = the system's default
+    io_seconds: float = 0.0  # the job waits this long before its INCR (the I/O-bound matrix)
+
+    def __post_init__(self) -> None:
+        pass
+
+    def env(self) -> dict[str, str]:
+        """The workers' environment: the job's wait and, for peers configured from the
+        environment (arq, saq), the concurrency."""
+        env = base_env(self.url)
+        if self.io_seconds:
+            env["BENCH_IO_SECONDS"] = repr(self.io_seconds)
+        if self.concurrency is not None:
+            env["BENCH_CONCURRENCY"] = str(self.concurrency)
+        return env
 
     # -- what the report says about the settings --------------------------------------------
     def settings(self, workers: int | str) -> str:
         raise NotImplementedError
+
+    def per_process(self) -> str:
+        """Jobs one worker process runs at once, for the report."""
+        return "1"
 
     def enqueue_api(self) -> str:
         raise NotImplementedError
@@ -82,6 +113,12 @@ class System:
 
 
 class SetQueue(System):
+    asynchronous = False  # SetQueueAsync: JOB_HANDLER=bench_sq_handler:handle_async (an async def)
+
+    def __post_init__(self) -> None:
+        if self.concurrency is None:
+            self.concurrency = 1  # one thread: what a user picks for CPU-trivial jobs
+
     def _queue(self) -> Any:
         if "queue" not in self.state:
             from setqueue import Queue
@@ -92,11 +129,19 @@ class SetQueue(System):
     def runner(self) -> str:
         return "python -m worker"
 
+    def handler(self) -> str:
+        return "bench_sq_handler:handle_async" if self.asynchronous else "bench_sq_handler:handle"
+
     def settings(self, workers: int | str) -> str:
+        kind = "async def handler (one event loop)" if self.asynchronous else "plain handler (threads)"
         return (
-            f"{workers} x `{self.runner()}`, CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, lease renewal on "
-            f"(LEASE_SECONDS=30 default), LOG_LEVEL=WARNING"
+            f"{workers} x `{self.runner()}`, JOB_HANDLER={self.handler()}, {kind}, CONCURRENCY={self.concurrency}, "
+            f"CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, lease renewal on (LEASE_SECONDS=30 default), "
+            "LOG_LEVEL=WARNING"
         )
+
+    def per_process(self) -> str:
+        return f"{self.concurrency} ({'async tasks' if self.asynchronous else 'threads'})"
 
     def enqueue_api(self) -> str:
         return "Queue.enqueue(ids) (500 ids per script call)"
@@ -107,11 +152,12 @@ class SetQueue(System):
     def commands(self, workers: int) -> list[Command]:
         cmds = []
         for _ in range(workers):
-            env = base_env(self.url)
+            env = self.env()
             env.update(
                 REDIS_URL=self.url,
                 QUEUE_NAME=QUEUE,
-                JOB_HANDLER="bench_sq_handler:handle",
+                JOB_HANDLER=self.handler(),
+                CONCURRENCY=str(self.concurrency),
                 CLAIM_BATCH=str(self.claim_batch),
                 METRICS_PORT=str(free_port()),
                 LOG_LEVEL="WARNING",
@@ -122,6 +168,10 @@ class SetQueue(System):
     def close(self) -> None:
         if "queue" in self.state:
             self.state.pop("queue").close()
+
+
+class SetQueueAsync(SetQueue):
+    asynchronous = True
 
 
 class Naive(System):
@@ -145,7 +195,7 @@ class Naive(System):
             r.sadd("naive:todos", *args[i : i + 500])
 
     def commands(self, workers: int) -> list[Command]:
-        return [Command([sys.executable, str(WORKERS_DIR / "bench_naive_worker.py")], base_env(self.url))] * workers
+        return [Command([sys.executable, str(WORKERS_DIR / "bench_naive_worker.py")], self.env())] * workers
 
     def close(self) -> None:
         if "r" in self.state:
@@ -190,7 +240,7 @@ class RQ(System):
 
     def commands(self, workers: int) -> list[Command]:
         argv = [tool("rq"), "worker", "-u", self.url, "-w", self.worker_class, "-q", QUEUE]
-        return [Command(argv, base_env(self.url))] * workers
+        return [Command(argv, self.env())] * workers
 
 
 class RQSimple(RQ):
@@ -207,13 +257,20 @@ class Dramatiq(System):
             self.state["actor"] = bench_dramatiq_jobs.job
         return self.state["actor"]
 
+    def threads(self) -> int:
+        return self.concurrency or 8  # 8 is Dramatiq's default
+
     def settings(self, workers: int | str) -> str:
         import dramatiq
 
+        note = "8 threads is its default" if self.concurrency is None else "threads set to the shared concurrency"
         return (
-            f"`dramatiq bench_dramatiq_jobs --processes {workers} --threads 8` "
-            f"(dramatiq {dramatiq.__version__}; 8 threads is its default)"
+            f"`dramatiq bench_dramatiq_jobs --processes {workers} --threads {self.threads()}` "
+            f"(dramatiq {dramatiq.__version__}; {note})"
         )
+
+    def per_process(self) -> str:
+        return f"{self.threads()} threads" + (" (default)" if self.concurrency is None else "")
 
     def enqueue_api(self) -> str:
         return "actor.send per job (no batch API)"
@@ -224,8 +281,8 @@ class Dramatiq(System):
             actor.send(a)
 
     def commands(self, workers: int) -> list[Command]:
-        argv = [tool("dramatiq"), "bench_dramatiq_jobs", "--processes", str(workers), "--threads", "8"]
-        return [Command(argv, base_env(self.url))]
+        argv = [tool("dramatiq"), "bench_dramatiq_jobs", "--processes", str(workers), "--threads", str(self.threads())]
+        return [Command(argv, self.env())]
 
 
 class Celery(System):
@@ -241,11 +298,22 @@ class Celery(System):
     def settings(self, workers: int | str) -> str:
         import celery
 
+        if self.concurrency is not None:
+            return (
+                f"{workers} x `celery worker -P threads -c {self.concurrency} -n bench<i>@%h` (celery "
+                f"{celery.__version__}; W worker processes with {self.concurrency} threads each, as setqueue's W "
+                "processes; every other setting default)"
+            )
         return (
             f"`celery worker -P prefork --concurrency {workers}` (celery {celery.__version__}; one worker with W "
             "pool processes, the usual way to run it; prefetch multiplier 4, acks early, mingle/gossip/heartbeat "
             "on: all defaults)"
         )
+
+    def per_process(self) -> str:
+        if self.concurrency is not None:
+            return f"{self.concurrency} threads"
+        return "1 (prefork: W pool processes, default)"
 
     def enqueue_api(self) -> str:
         return "task.apply_async per job on one producer"
@@ -260,9 +328,11 @@ class Celery(System):
         self._task().apply_async((arg,))
 
     def commands(self, workers: int) -> list[Command]:
-        argv = [tool("celery"), "-A", "bench_celery_jobs", "worker", "-P", "prefork", "--concurrency", str(workers)]
-        argv += ["-l", "WARNING", "-Q", QUEUE]
-        return [Command(argv, base_env(self.url))]
+        base = [tool("celery"), "-A", "bench_celery_jobs", "worker", "-l", "WARNING", "-Q", QUEUE]
+        if self.concurrency is not None:
+            pool = ["-P", "threads", "-c", str(self.concurrency)]
+            return [Command([*base, *pool, "-n", f"bench{i}@%h"], self.env()) for i in range(workers)]
+        return [Command([*base, "-P", "prefork", "--concurrency", str(workers)], self.env())]
 
 
 class Arq(System):
@@ -279,10 +349,18 @@ class Arq(System):
     def settings(self, workers: int | str) -> str:
         import arq.version
 
+        if self.concurrency is not None:
+            return (
+                f"{workers} x `arq bench_arq_jobs.WorkerSettings` (arq {arq.version.VERSION}; "
+                f"max_jobs={self.concurrency}, defaults otherwise: poll_delay 0.5 s)"
+            )
         return (
             f"{workers} x `arq bench_arq_jobs.WorkerSettings` "
             f"(arq {arq.version.VERSION}; defaults: max_jobs 10, poll_delay 0.5 s)"
         )
+
+    def per_process(self) -> str:
+        return f"{self.concurrency} (max_jobs)" if self.concurrency is not None else "10 (max_jobs default)"
 
     def enqueue_api(self) -> str:
         return "pool.enqueue_job, 50 concurrent calls at a time"
@@ -297,7 +375,7 @@ class Arq(System):
         loop.run_until_complete(go())
 
     def commands(self, workers: int) -> list[Command]:
-        return [Command([tool("arq"), "bench_arq_jobs.WorkerSettings"], base_env(self.url))] * workers
+        return [Command([tool("arq"), "bench_arq_jobs.WorkerSettings"], self.env())] * workers
 
     def close(self) -> None:
         if "pool" in self.state:
@@ -306,13 +384,59 @@ class Arq(System):
             loop.close()
 
 
+class Saq(System):
+    """saq, the asyncio peer: W x `saq bench_saq_jobs.settings` (one worker per process)."""
+
+    def _loop_queue(self) -> tuple[asyncio.AbstractEventLoop, Any]:
+        if "queue" not in self.state:
+            from saq import Queue
+
+            loop = asyncio.new_event_loop()
+            self.state["loop"] = loop
+            self.state["queue"] = Queue.from_url(self.url, name=QUEUE)
+            loop.run_until_complete(self.state["queue"].connect())
+        return self.state["loop"], self.state["queue"]
+
+    def settings(self, workers: int | str) -> str:
+        from importlib.metadata import version
+
+        conc = "concurrency 10 (its default)" if self.concurrency is None else f"concurrency={self.concurrency}"
+        return f"{workers} x `saq bench_saq_jobs.settings` (saq {version('saq')}; {conc}, defaults otherwise)"
+
+    def per_process(self) -> str:
+        return f"{self.concurrency}" if self.concurrency is not None else "10 (default)"
+
+    def enqueue_api(self) -> str:
+        return "queue.enqueue per job, 50 concurrent calls at a time (no batch API)"
+
+    def enqueue(self, args: list[str]) -> None:
+        loop, queue = self._loop_queue()
+
+        async def go() -> None:
+            for i in range(0, len(args), 50):
+                await asyncio.gather(*(queue.enqueue("job", arg=a) for a in args[i : i + 50]))
+
+        loop.run_until_complete(go())
+
+    def commands(self, workers: int) -> list[Command]:
+        return [Command([tool("saq"), "bench_saq_jobs.settings", "--quiet"], self.env())] * workers
+
+    def close(self) -> None:
+        if "queue" in self.state:
+            loop, queue = self.state.pop("loop"), self.state.pop("queue")
+            loop.run_until_complete(queue.disconnect())
+            loop.close()
+
+
 SYSTEMS: dict[str, type[System]] = {
     "setqueue": SetQueue,
+    "setqueue-async": SetQueueAsync,
     "naive": Naive,
     "rq": RQ,
     "rq-simple": RQSimple,
     "dramatiq": Dramatiq,
     "celery": Celery,
     "arq": Arq,
+    "saq": Saq,
 }
-PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq")
+PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq", "saq")

@@ -1,5 +1,7 @@
 """The benchmark script runs end to end on a tiny workload: setqueue and the naive reference only,
-so the peers (rq, dramatiq, celery, arq) need not be installed. No timing is asserted."""
+so the peers (rq, dramatiq, celery, arq, saq) need not be installed. Both matrices run: the
+CPU-trivial one (setqueue, naive) and the I/O-bound one (setqueue's threaded and async handlers).
+No timing is asserted."""
 
 from __future__ import annotations
 
@@ -19,21 +21,26 @@ JOBS = 200
 def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
     if not shutil.which("redis-server"):
         need("redis-server", "the benchmark starts its own")
-    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--workers", "1"]
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--io-jobs", str(JOBS)]
+    cmd += ["--workers", "1", "--io-max-seconds", "60"]
     cmd += ["--systems", "setqueue,naive", "--latency-jobs", "10", "--no-ceiling", "--out", str(tmp_path)]
     cmd += ["--max-seconds", "60", "--trials", "2", "--cell-seconds", "60"]  # two trials per cell, both checked
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "latest.md").is_file()
     data = json.loads((tmp_path / "latest.json").read_text())
-    assert sorted((r["system"], r["trial"]) for r in data["runs"]) == [
-        ("naive", 0),
-        ("naive", 1),
-        ("setqueue", 0),
-        ("setqueue", 1),
+    assert sorted((r["matrix"], r["system"], r["trial"]) for r in data["runs"]) == [
+        ("cpu", "naive", 0),
+        ("cpu", "naive", 1),
+        ("cpu", "setqueue", 0),
+        ("cpu", "setqueue", 1),
+        ("io", "setqueue-async", 0),
+        ("io", "setqueue-async", 1),
+        ("io", "setqueue-threads", 0),
+        ("io", "setqueue-threads", 1),
     ]
     for run in data["runs"]:
         assert run["complete"], run
         assert run["executed"] == JOBS and run["missing"] == 0 and run["duplicates"] == 0, run
-    assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive"}
+    assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive", "setqueue-threads", "setqueue-async"}
     assert all(lat.get("ran") == 10 for lat in data["latency"]), data["latency"]

@@ -1,4 +1,5 @@
-"""JOB_HANDLER for setqueue's worker: JOB_HANDLER=bench_sq_handler:handle (bench/workers on PYTHONPATH).
+"""JOB_HANDLER for setqueue's worker: JOB_HANDLER=bench_sq_handler:handle, or :handle_async for the
+async handler (bench/workers on PYTHONPATH).
 
 With BENCH_CPROFILE=<path> set, the worker's main thread runs under cProfile from the moment
 the worker imports this module (at start-up, when it loads its settings) and the stats are
@@ -11,7 +12,7 @@ import atexit
 import os
 from typing import Any
 
-from bench_common import run_job
+from bench_common import aclient, run_job, run_job_async
 
 if os.environ.get("BENCH_CPROFILE"):
     import cProfile
@@ -27,6 +28,12 @@ if os.environ.get("BENCH_CPROFILE"):
 
 def handle(lease: Any) -> None:
     run_job(lease.id)
+
+
+async def handle_async(lease: Any) -> None:
+    """The same job as an ``async def``: the worker runs it on one event loop (JOB_HANDLER=
+    bench_sq_handler:handle_async), up to CONCURRENCY at once; the INCR goes through redis.asyncio."""
+    await run_job_async(aclient(), lease.id)
 
 
 def noop(lease: Any) -> None:
