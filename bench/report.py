@@ -153,6 +153,13 @@ def io_targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[st
                 f"- I/O-bound, W=2, {name} at least 3x the fastest peer at equal concurrency ({c} per process): "
                 f"fastest {best} {equal[best]:,.0f} jobs/s, {name} {rate:,.0f} = {ratio:.1f}x: {verdict(ratio >= 3)}"
             )
+    floor = data.get("io_floor") or {}
+    if floor.get("async", {}).get("W=2"):
+        out.append(
+            f"  - the same job with no queue at all (W=2, {c} loops per process): async "
+            f"{floor['async']['W=2']:,.0f} jobs/s, threads {floor.get('threads', {}).get('W=2', 0):,.0f} jobs/s: "
+            "what this machine allows any Python worker"
+        )
     if defaults:
         top = max(defaults, key=lambda s: defaults[s])
         out.append(f"  - fastest peer at its defaults, W=2: {top} {defaults[top]:,.0f} jobs/s")
@@ -357,6 +364,31 @@ def write_markdown(data: dict, path: Path) -> None:
                 + (f"; Redis was {busy_:.0f}% busy (of one core) meanwhile" if busy_ is not None else "")
                 + ".\n"
             )
+    io_floor = data.get("io_floor")
+    if io_floor:
+        c = args["concurrency"]
+        L.append("## The I/O job without a queue\n")
+        L.append(
+            f"W Python processes each running {c} loops of the I/O job's body alone ({io_ms:g} ms wait, then one "
+            "INCR), no queue (bench/workers/bench_io_loop.py): as asyncio tasks on one event loop (asyncio.sleep, "
+            "redis.asyncio) or as threads (time.sleep, redis-py). jobs/s; measured once, after the matrices: a "
+            "reference for what the job itself costs here, not a hard bound (the machine's load moves it too).\n"
+        )
+        ws = list(next(iter(io_floor.values())).keys())
+        L.append("| loops | " + " | ".join(ws) + " |")
+        L.append("|---|" + "---:|" * len(ws))
+        for mode, vals in io_floor.items():
+            L.append(f"| {mode} | " + " | ".join(fmt(vals.get(w)) for w in ws) + " |")
+        L.append("")
+        io_groups = by_key(matrix_runs(data, "io"))
+        for name, mode in (("setqueue-async", "async"), ("setqueue-threads", "threads")):
+            rs = io_groups.get((name, 2))
+            floor2 = io_floor.get(mode, {}).get("W=2")
+            if rs and floor2 and steady(rs):
+                L.append(
+                    f"- {name} W=2: {steady(rs):,.0f} jobs/s = {100 * steady(rs) / floor2:.0f}% of the {mode} loop."
+                )
+        L.append("")
     L.append("## Settings\n")
     for m, sts in matrix_settings(data).items():
         if len(matrices) > 1 or m != "cpu":

@@ -375,8 +375,14 @@ def ceiling(server: Server, quick: bool) -> dict | None:
     return out
 
 
-def incr_floor(server: Server, workers: list[int], seconds: float = 3.0) -> dict[str, float]:
-    """INCRs/s of W Python processes doing nothing but the job's INCR: no worker can beat this."""
+def incr_floor(
+    server: Server,
+    workers: list[int],
+    seconds: float = 3.0,
+    script: str = "bench_incr_loop.py",
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """INCRs/s of W Python processes doing nothing but the job's body: no worker can beat this."""
     from systems import WORKERS_DIR, base_env  # noqa: PLC0415
 
     out: dict[str, float] = {}
@@ -384,9 +390,8 @@ def incr_floor(server: Server, workers: list[int], seconds: float = 3.0) -> dict
         server.r.flushall()
         env = base_env(server.url)
         env["BENCH_SECONDS"] = str(seconds)
-        procs = [
-            subprocess.Popen([sys.executable, str(WORKERS_DIR / "bench_incr_loop.py")], env=env) for _ in range(wc)
-        ]
+        env.update(extra_env or {})
+        procs = [subprocess.Popen([sys.executable, str(WORKERS_DIR / script)], env=env) for _ in range(wc)]
         time.sleep(0.5)  # past start-up
         n0, t0 = counter(server.r), time.perf_counter()
         time.sleep(seconds - 1.0)
@@ -515,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     latency: list[dict] = []
     ceil = None
+    io_floor: dict[str, dict[str, float]] | None = None
     try:
         for m in matrices:
             mlogs = logdir / m
@@ -551,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
             if ceil is not None:
                 ceil["python_incr_loop"] = incr_floor(server, worker_counts)
             log(f"ceiling: {ceil['results'] if ceil else None}")
+            if "io" in matrices:
+                io_floor = {}
+                for mode in ("async", "threads"):
+                    env = {"BENCH_IO_MODE": mode, "BENCH_CONCURRENCY": str(a.concurrency)}
+                    env["BENCH_IO_SECONDS"] = repr(a.io_seconds)
+                    io_floor[mode] = incr_floor(server, worker_counts, 4.0, "bench_io_loop.py", env)
+                log(f"I/O job without a queue: {io_floor}")
     finally:
         for ms in systems.values():
             for s in ms.values():
@@ -576,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "latency": latency,
         "ceiling": ceil,
+        "io_floor": io_floor,
         "seconds": time.perf_counter() - started,
     }
     (out / f"{a.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
