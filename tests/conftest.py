@@ -41,6 +41,9 @@ def make_queue(redis_url: str, queue_name: str) -> Iterator[Callable[..., Queue]
     made: list[Queue] = []
 
     def make(**options: Any) -> Queue:
+        # Retries go straight back to todos unless a test asks for backoff: most tests are about
+        # what happens next, not about waiting for it.
+        options.setdefault("retry_backoff_seconds", 0)
         q = Queue.from_url(redis_url, name=queue_name, **options)
         made.append(q)
         return q

@@ -86,6 +86,7 @@ def test_killed_workers_lose_nothing(
         "in_progress": 0,
         "done": JOBS,
         "failed": 0,
+        "scheduled": 0,
         "oldest_pending_age_seconds": 0,
     }
     executions = {k: int(v) for k, v in client.hgetall(executions_key(q)).items()}  # type: ignore[union-attr]

@@ -48,7 +48,11 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         def __init__(self) -> None:
             super().__init__()
             self.q = Queue.from_url(
-                url, name=f"prop-{uuid.uuid4().hex[:10]}", lease_seconds=60, max_attempts=MAX_ATTEMPTS
+                url,
+                name=f"prop-{uuid.uuid4().hex[:10]}",
+                lease_seconds=60,
+                max_attempts=MAX_ATTEMPTS,
+                retry_backoff_seconds=0,  # retries straight to todos: the model has no scheduled state yet
             )
             self.client = redis.Redis.from_url(url, decode_responses=True)
             self.model = Model()

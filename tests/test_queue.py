@@ -58,6 +58,7 @@ def test_enqueue_does_not_re_add_ids_in_progress_done_or_failed(make_queue: Call
         "in_progress": 1,
         "done": 1,
         "failed": 1,
+        "scheduled": 0,
         "oldest_pending_age_seconds": 0,
     }
 
@@ -318,7 +319,14 @@ def test_done_is_trimmed_by_age_on_sweep(make_queue: Callable[..., Queue], clien
 
 
 def test_stats(queue: Queue) -> None:
-    assert queue.stats() == {"todos": 0, "in_progress": 0, "done": 0, "failed": 0, "oldest_pending_age_seconds": 0.0}
+    assert queue.stats() == {
+        "todos": 0,
+        "in_progress": 0,
+        "done": 0,
+        "failed": 0,
+        "scheduled": 0,
+        "oldest_pending_age_seconds": 0.0,
+    }
     queue.enqueue(["a", "b", "c"])
     time.sleep(0.05)
     queue.claim()

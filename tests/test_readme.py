@@ -44,6 +44,7 @@ def test_every_key_of_the_layout_is_documented() -> None:
         "wake",
         "owners",
         "finished",
+        "scheduled",
     ):
         assert f"`{getattr(keys, attribute)}`" in README, attribute
     assert f"`{keys.lock('<token>')}`" in README

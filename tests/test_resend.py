@@ -84,7 +84,7 @@ def proxy(redis_server: RedisServer) -> Iterator[ReplyDroppingProxy]:
 @pytest.fixture
 def flaky_queue(proxy: ReplyDroppingProxy, queue_name: str) -> Iterator[Queue]:
     """A queue whose client goes through the proxy, with redis-py's default retry on."""
-    q = Queue.from_url(f"redis://127.0.0.1:{proxy.port}/0", name=queue_name, max_attempts=3)
+    q = Queue.from_url(f"redis://127.0.0.1:{proxy.port}/0", name=queue_name, max_attempts=3, retry_backoff_seconds=0)
     yield q
     q.close()
 

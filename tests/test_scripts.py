@@ -172,16 +172,17 @@ def test_a_header_with_a_tail_parses() -> None:
 def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.Redis) -> None:
     k = QueueKeys("contract-check")
     stats = Script("stats", client)
-    assert stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending]) == [0, 0, 0, 0, 0]
+    assert stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]) == [0, 0, 0, 0, 0, 0]
     with pytest.raises(
-        ScriptContractError, match=r"stats\.lua takes 5 KEYS \(todos, in_progress, done, failed, pending\), given 4"
+        ScriptContractError,
+        match=r"stats\.lua takes 6 KEYS \(todos, in_progress, done, failed, pending, scheduled\), given 5",
     ):
-        stats.call([k.todos, k.in_progress, k.done, k.failed])
+        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending])
     with pytest.raises(ScriptContractError, match=r"takes 0 ARGV"):
-        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending], [1])
+        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled], [1])
     renew = Script("renew", client)
     assert renew.call([k.owners, k.lock("t")], [1000, 1, "t", "nobody", 1]) == [0]  # one claim, one lease
     with pytest.raises(ScriptContractError, match=r"renew\.lua takes 1 or more KEYS \(owners\), given 0"):
         renew.call([], [1000, 0])
-    with pytest.raises(ScriptContractError, match=r"claim\.lua takes 4 ARGV"):
-        Script("claim", client).call([k.request("x"), *[k.todos] * 7], [1, 2, 3, 4, 5])
+    with pytest.raises(ScriptContractError, match=r"claim\.lua takes 6 ARGV"):
+        Script("claim", client).call([k.request("x"), *[k.todos] * 9], [1, 2, 3, 4, 5])

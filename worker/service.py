@@ -31,7 +31,7 @@ from setqueue.config import WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
 from setqueue.metrics import WorkerMetrics, new_registry
-from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue
+from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue, RetryLater
 from setqueue.service import Service, Stopping
 from worker.engine import Engine, Running
 
@@ -185,7 +185,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self._ack(acks)
         for lease, error in fails:
             reason = "timeout: JobTimeout raised by the handler" if isinstance(error, JobTimeout) else repr(error)
-            self._fail(lease, reason[:2000], retry=not isinstance(error, PermanentJobError))
+            delay = error.seconds if isinstance(error, RetryLater) else None
+            self._fail(lease, reason[:2000], retry=not isinstance(error, PermanentJobError), delay=delay)
 
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
@@ -199,9 +200,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             seconds for result in results if (seconds := result.end_to_end_seconds) is not None
         )
 
-    def _fail(self, lease: Lease, reason: str, *, retry: bool = True) -> None:
+    def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> None:
         self.keeper.drop([lease])
-        outcome = self.retry(lambda: self.queue.fail(lease, reason, retry=retry), "fail", until_stopped=False)
+        outcome = self.retry(
+            lambda: self.queue.fail(lease, reason, retry=retry, delay=delay), "fail", until_stopped=False
+        )
         if outcome is FailOutcome.STALE:
             self.metrics.stale_acks.inc()
         else:

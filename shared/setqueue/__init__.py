@@ -21,6 +21,7 @@ from setqueue.queue import (
     Lease,
     PermanentJobError,
     Queue,
+    RetryLater,
     SweepResult,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "PermanentJobError",
     "Queue",
     "QueueKeys",
+    "RetryLater",
     "SweepResult",
 ]
 __version__ = "0.1.0"

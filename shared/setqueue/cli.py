@@ -165,7 +165,7 @@ def _print_stats(stats: dict[str, float], as_json: bool, out: TextIO) -> None:
     if as_json:
         print(json.dumps(stats), file=out, flush=True)
         return
-    for name in ("todos", "in_progress", "done", "failed"):
+    for name in ("todos", "in_progress", "done", "failed", "scheduled"):
         print(f"{name:<12}{int(stats[name]):>12}", file=out)
     print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
 

@@ -221,6 +221,24 @@ SETTINGS: tuple[Setting, ...] = (
         high=30 * 86400,
     ),
     Setting(
+        "RETRY_BACKOFF_SECONDS",
+        float,
+        "1",
+        "Retry n of a failed job waits a random time in [d/2, d], d = min(max, this * 2^(n-1)); 0 = at once",
+        "worker",
+        low=0,
+        high=86400,
+    ),
+    Setting(
+        "RETRY_BACKOFF_MAX_SECONDS",
+        float,
+        "300",
+        "The cap d of the retry backoff",
+        "worker",
+        low=0,
+        high=30 * 86400,
+    ),
+    Setting(
         "JOB_HANDLER",
         str,
         "setqueue.demo:simulated_work",
@@ -384,12 +402,21 @@ class WorkerSettings(CommonSettings):
     concurrency: int
     claim_batch: int
     job_timeout_seconds: float
+    retry_backoff_seconds: float
+    retry_backoff_max_seconds: float
     job_handler: str
     work_seconds: float
     work_jitter: float
     fail_rate: float
     shutdown_grace_seconds: float
     idle_wait_seconds: float
+
+    def queue_options(self) -> dict[str, Any]:
+        return {
+            **super().queue_options(),
+            "retry_backoff_seconds": self.retry_backoff_seconds,
+            "retry_backoff_max_seconds": self.retry_backoff_max_seconds,
+        }
 
 
 @dataclass(frozen=True)

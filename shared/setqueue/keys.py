@@ -102,6 +102,12 @@ class QueueKeys:
         return self.prefix + "done_log"
 
     @property
+    def scheduled(self) -> str:
+        """ZSET id -> due time (ms, Redis clock) of ids that become claimable later (delayed
+        enqueue, retry backoff); claim and the cleaner's sweep move due ones into todos."""
+        return self.prefix + "scheduled"
+
+    @property
     def finished(self) -> str:
         """HASH id -> "<enqueued ms>:<finished ms>" (Redis clock; enqueued empty if unknown) of an id
         in done or failed, kept as long as the id is, so that inspect can tell when a finished job

@@ -23,7 +23,7 @@ PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
-QUEUE_STATES = ("todos", "in_progress", "done", "failed")
+QUEUE_STATES = ("todos", "in_progress", "done", "failed", "scheduled")
 
 
 def new_registry() -> CollectorRegistry:

@@ -11,6 +11,9 @@ first result instead of applying twice. How each script is called (its KEYS, ARG
 from __future__ import annotations
 
 import enum
+import math
+import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +66,17 @@ class PermanentJobError(Exception):
     """Raise from a job handler to dead-letter the job at once, without retries."""
 
 
+class RetryLater(Exception):
+    """Raise from a job handler to fail this attempt and retry the job after ``seconds`` (it uses
+    an attempt like any failure; once attempts are used up the job is dead-lettered)."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"RetryLater needs a finite number of seconds >= 0, got {seconds!r}")
+        super().__init__(reason or f"retry in {seconds:g}s")
+        self.seconds = float(seconds)
+
+
 class JobTimeout(BaseException):
     """Raised in a job's thread when it runs past JOB_TIMEOUT_SECONDS (an async job is cancelled
     instead). A BaseException, as Dramatiq's time limit is, so that a handler's ``except
@@ -84,15 +98,23 @@ class SweepResult:
 @dataclass(frozen=True, slots=True)
 class JobInfo:
     id: str
-    state: str  # todos, in_progress, done or failed
+    state: str  # todos, in_progress, done, failed or scheduled
     attempts: int | None  # claims so far (0: never claimed); None: not known (finished before 0.2)
     payload: str | None
     error: str | None
     enqueued_at: float | None  # Redis clock, seconds; None: not known
     done_at: float | None  # when it was acked into done
+    due_at: float | None  # scheduled: when it becomes claimable (Unix seconds, Redis clock)
     finished_at: float | None  # when it reached done or failed
     lock_token: str | None
     lock_ttl_seconds: float | None
+
+
+def _check_seconds(name: str, value: float) -> float:
+    """A time in seconds: finite and not negative, or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 class Queue:
@@ -107,6 +129,8 @@ class Queue:
         max_attempts: int = default("MAX_ATTEMPTS"),
         done_max_count: int = default("DONE_MAX_COUNT"),
         done_max_age_seconds: float = default("DONE_MAX_AGE_SECONDS"),
+        retry_backoff_seconds: float = default("RETRY_BACKOFF_SECONDS"),
+        retry_backoff_max_seconds: float = default("RETRY_BACKOFF_MAX_SECONDS"),
         request_ttl_seconds: float = 120.0,
         wake_cap: int = 64,
     ) -> None:
@@ -120,6 +144,8 @@ class Queue:
             raise ValueError("request_ttl_seconds must be at least 1")
         if wake_cap < 1:
             raise ValueError("wake_cap must be at least 1")
+        _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
+        _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
         self.redis = client
         self.keys = QueueKeys(name)
         self.name = name
@@ -128,6 +154,10 @@ class Queue:
         self.done_max_count = done_max_count
         self.done_max_age_seconds = float(done_max_age_seconds)
         self.wake_cap = wake_cap
+        self.retry_backoff_seconds = float(retry_backoff_seconds)
+        self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
+        self.next_due: float | None = None  # after an empty claim: when the next scheduled job is due
+        self._next_due_seen = 0.0  # monotonic time of that claim
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self._scripts = QueueScripts(client, self.keys)
@@ -154,11 +184,19 @@ class Queue:
 
     # -- producers ---------------------------------------------------------------------------
 
-    def enqueue(self, ids: Iterable[str] | Mapping[str, str]) -> int:
+    def enqueue(
+        self, ids: Iterable[str] | Mapping[str, str], *, delay: float | None = None, at: float | None = None
+    ) -> int:
         """Add job ids (or a mapping id -> payload) to todos; returns how many were new.
 
-        An id already in todos, in_progress, done or failed is not added again.
+        ``delay`` (seconds from now, Redis clock) or ``at`` (a Unix time in seconds) makes them due
+        later: they wait in scheduled until then. Not both; a time in the past means now. An id
+        already in todos, in_progress, done, failed or scheduled is not added again.
         """
+        if delay is not None and at is not None:
+            raise ValueError("give delay or at, not both")
+        delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
+        at_ms = None if at is None else round(_check_seconds("at", at) * 1000)
         with_payload = isinstance(ids, Mapping)
         items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
         for job_id, payload in items:
@@ -168,7 +206,12 @@ class Queue:
         added = 0
         for chunk in _chunks(items):
             added += self._scripts.enqueue(
-                chunk, with_payloads=with_payload, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap
+                chunk,
+                with_payloads=with_payload,
+                request_ttl_ms=self._request_ttl_ms,
+                wake_cap=self.wake_cap,
+                delay_ms=delay_ms,
+                at_ms=at_ms,
             )
         return added
 
@@ -177,16 +220,32 @@ class Queue:
     def claim(self, count: int = 1) -> list[Lease]:
         """Claim up to ``count`` random jobs from todos in one script call: each moves to
         in_progress, and one lease (a lock with a TTL) covers them all until each is acked,
-        failed or released."""
+        failed or released. Scheduled jobs that are due are moved into todos first."""
         if count < 1:
             raise ValueError("count must be at least 1")
-        return self._scripts.claim(
-            min(count, MAX_IDS_PER_CALL), Lease, request_ttl_ms=self._request_ttl_ms, lease_ms=self._lease_ms
+        leases, now, next_due = self._scripts.claim(
+            min(count, MAX_IDS_PER_CALL),
+            Lease,
+            request_ttl_ms=self._request_ttl_ms,
+            lease_ms=self._lease_ms,
+            promote=MAX_IDS_PER_CALL,
+            wake_cap=self.wake_cap,
         )
+        # Seconds until the next scheduled job is due, as of now: wait_for_work wakes up for it.
+        self.next_due = None if next_due is None else max(0.0, next_due - now)
+        self._next_due_seen = time.monotonic()
+        return leases
 
     def wait_for_work(self, timeout: float) -> bool:
-        """Block until an enqueue (or a requeue) wakes us, or ``timeout`` seconds pass."""
-        return self.redis.blpop([self.keys.wake], timeout=max(timeout, 0.01)) is not None
+        """Block until an enqueue (or a requeue) wakes us, ``timeout`` seconds pass, or the next
+        scheduled job (as the last empty claim saw it) is due."""
+        if self.next_due is not None:
+            due_in = self.next_due - (time.monotonic() - self._next_due_seen)
+            timeout = min(timeout, due_in)
+            if timeout <= 0:
+                return True
+        # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
+        return self.redis.blpop([self.keys.wake], timeout=max(timeout, 0.001)) is not None
 
     def renew(self, lease: Lease) -> bool:
         """Extend the lease if the lock still holds its token; never re-creates a lost lock."""
@@ -218,19 +277,32 @@ class Queue:
                     results.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
         return results
 
-    def fail(self, lease: Lease, reason: str = "", *, retry: bool = True) -> FailOutcome:
-        """Give up on this attempt: back to todos while attempts remain, else into failed.
+    def fail(self, lease: Lease, reason: str = "", *, retry: bool = True, delay: float | None = None) -> FailOutcome:
+        """Give up on this attempt. While attempts remain the job is retried (``RETRIED``): after
+        ``delay`` seconds when given, else after the backoff delay of its attempt (see
+        ``backoff_delay``), in scheduled until then, or at once in todos when that delay is 0.
+        Once attempts are used up it goes into failed (``DEAD``).
 
         ``retry=False`` dead-letters at once (an error that no retry can fix). Failing a stale
         lease, or the same lease twice, changes nothing and returns ``FailOutcome.STALE``.
         """
-        return self._fail([(lease, "retry" if retry else "dead", reason)])[0]
+        seconds = self.backoff_delay(lease.attempt) if delay is None else _check_seconds("delay", delay)
+        return self._fail([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))])[0]
+
+    def backoff_delay(self, attempt: int) -> float:
+        """The wait before retrying after failed attempt ``attempt`` (1 = the first): drawn uniformly
+        from [d/2, d], d = min(max, base * 2^(attempt-1)); 0 when the base is 0."""
+        if self.retry_backoff_seconds <= 0:
+            return 0.0
+        exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already
+        d = min(self.retry_backoff_max_seconds, self.retry_backoff_seconds * 2.0**exponent)
+        return random.uniform(d / 2, d)
 
     def release(self, leases: Sequence[Lease]) -> list[FailOutcome]:
         """Hand jobs back to todos unprocessed, without using up an attempt (graceful shutdown)."""
-        return self._fail([(lease, "release", "") for lease in leases])
+        return self._fail([(lease, "release", "", 0) for lease in leases])
 
-    def _fail(self, items: Sequence[tuple[Lease, str, str]]) -> list[FailOutcome]:
+    def _fail(self, items: Sequence[tuple[Lease, str, str, int]]) -> list[FailOutcome]:
         outcomes: list[FailOutcome] = []
         for chunk in _chunks(items):
             replied = self._scripts.fail(
@@ -264,7 +336,7 @@ class Queue:
                     if candidates
                     else []
                 )
-                page_requeued, page_dead, page_trimmed = self._scripts.sweep(
+                page_requeued, page_dead, page_trimmed, _ = self._scripts.sweep(
                     candidates,
                     owners,
                     request_ttl_ms=self._request_ttl_ms,
@@ -284,13 +356,14 @@ class Queue:
     # -- operators ---------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Sizes of the four sets and the age of the oldest job not yet finished, in one snapshot."""
-        todos, in_progress, done, failed, age_ms = self._scripts.stats()
+        """Sizes of the five states and the age of the oldest job not yet finished, in one snapshot."""
+        todos, in_progress, done, failed, age_ms, scheduled = self._scripts.stats()
         return {
             "todos": todos,
             "in_progress": in_progress,
             "done": done,
             "failed": failed,
+            "scheduled": scheduled,
             "oldest_pending_age_seconds": age_ms / 1000,
         }
 
@@ -307,8 +380,11 @@ class Queue:
         pipe.zscore(k.done_log, job_id)
         pipe.hget(k.owners, job_id)
         pipe.hget(k.finished, job_id)
-        *member, attempts, payload, error, enqueued, done_at, owner, finished = pipe.execute()
+        pipe.zscore(k.scheduled, job_id)
+        *member, attempts, payload, error, enqueued, done_at, owner, finished, due = pipe.execute()
         states = [name for name, is_member in zip(k.sets, member, strict=True) if is_member]
+        if due is not None:
+            states.append("scheduled")
         if not states:
             return None
         state = states[0]
@@ -316,26 +392,25 @@ class Queue:
         if state in ("done", "failed"):
             # What is kept of a finished job, in one field: "<enqueued ms>:<finished ms>:<attempts>".
             # A finished job without it is shown as unknown (None), never as 0.
-            enqueued_ms, finished_ms, attempts = ([*_text(finished).split(":"), "", ""] if finished else ["", "", ""])[
-                :3
-            ]
+            fields = _text(finished).split(":") if finished else []
+            enqueued_ms, finished_ms, attempts = [*fields, "", "", ""][:3]
             enqueued = int(enqueued_ms) if enqueued_ms else None
             finished_at = int(finished_ms) / 1000 if finished_ms else None
             attempts = attempts or None
+        elif attempts is None:
+            attempts = 0  # never claimed yet
         token = None if owner is None else _text(owner)
         ttl_ms = self.redis.pttl(k.lock(token)) if token is not None else -2
         return JobInfo(
             id=job_id,
             state=state,
-            # A finished job without a count finished before counts were kept: unknown, not 0.
-            attempts=int(attempts)
-            if attempts is not None
-            else (None if finished_at is None and state in ("done", "failed") else 0),
+            attempts=None if attempts is None else int(attempts),
             payload=None if payload is None else _text(payload),
             error=None if error is None else _text(error),
             enqueued_at=None if enqueued is None else enqueued / 1000,
             done_at=None if done_at is None else done_at / 1000,
             finished_at=finished_at,
+            due_at=None if due is None else due / 1000,
             lock_token=token if ttl_ms >= 0 else None,  # type: ignore[operator]
             lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,  # type: ignore[operator]
         )

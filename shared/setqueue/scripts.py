@@ -254,16 +254,31 @@ class QueueScripts:
         self._stats = self.by_name["stats"]
 
     def enqueue(
-        self, jobs: Sequence[tuple[str, str | None]], *, with_payloads: bool, request_ttl_ms: int, wake_cap: int
+        self,
+        jobs: Sequence[tuple[str, str | None]],
+        *,
+        with_payloads: bool,
+        request_ttl_ms: int,
+        wake_cap: int,
+        delay_ms: int = 0,
+        at_ms: int | None = None,
     ) -> int:
-        """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads)."""
+        """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
+        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``."""
         k = self.k
-        args: list[Any] = [request_ttl_ms, wake_cap, "1" if with_payloads else "0"]
+        args: list[Any] = [
+            request_ttl_ms,
+            wake_cap,
+            "1" if with_payloads else "0",
+            delay_ms,
+            "" if at_ms is None else at_ms,
+        ]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending, k.payloads, k.wake]
+        keys.append(k.scheduled)
         added: int = json.loads(self._enqueue.call(keys, args))[0]
         return added
 
@@ -274,20 +289,26 @@ class QueueScripts:
         *,
         request_ttl_ms: int,
         lease_ms: int,
-    ) -> list[L]:
+        promote: int,
+        wake_cap: int,
+    ) -> tuple[list[L], float, float | None]:
         """claim.lua: up to ``most`` jobs under one fresh token, each made into
-        ``make(id, token, attempt, payload, enqueued_at, claimed_at)`` (times in seconds, Redis clock)."""
+        ``make(id, token, attempt, payload, enqueued_at, claimed_at)``; the Redis clock now; and when
+        nothing was claimed, when the next scheduled job is due (None: none). Times in seconds."""
         k = self.k
         token = new_request_id()
         keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
-        reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most])
+        keys += [k.scheduled, k.wake]
+        reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
         now = reply[0] / 1000
-        return [
+        next_due = reply[1] / 1000 if reply[1] >= 0 else None
+        leases = [
             make(
                 text(job_id), token, attempt, text(payload) if payload else None, enq / 1000 if enq >= 0 else None, now
             )
-            for job_id, attempt, enq, payload in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
+            for job_id, attempt, enq, payload in zip(reply[2::4], reply[3::4], reply[4::4], reply[5::4], strict=True)
         ]
+        return leases, now, next_due
 
     def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[bool]:
         """renew.lua: for each lease, whether it was extended (False: lost)."""
@@ -311,17 +332,23 @@ class QueueScripts:
         return int(now_ms) / 1000, [flag == "1" for flag in flags]
 
     def fail(
-        self, items: Sequence[tuple[Held, str, str]], *, request_ttl_ms: int, max_attempts: int, wake_cap: int
+        self,
+        items: Sequence[tuple[Held, str, str, int]],
+        *,
+        request_ttl_ms: int,
+        max_attempts: int,
+        wake_cap: int,
     ) -> list[str]:
-        """fail.lua: for each (lease, mode, reason), mode "retry", "dead" or "release", the outcome:
-        "retried", "dead", "released" or "stale"."""
+        """fail.lua: for each (lease, mode, reason, retry delay in ms), mode "retry", "dead" or
+        "release", the outcome: "retried" (to todos, or to scheduled with a delay), "dead",
+        "released" or "stale"."""
         k = self.k
-        claims, locks, listed = _claims(k, (lease.token for lease, _, _ in items))
+        claims, locks, listed = _claims(k, (item[0].token for item in items))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.owners, k.finished, *locks]
+        keys += [k.errors, k.wake, k.owners, k.finished, k.scheduled, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
-        for lease, mode, reason in items:
-            args += [lease.id, claims[lease.token], mode, reason]
+        for lease, mode, reason, delay_ms in items:
+            args += [lease.id, claims[lease.token], mode, reason, delay_ms]
         return text(self._fail.call(keys, args)).split(" ")
 
     def sweep(
@@ -334,19 +361,20 @@ class QueueScripts:
         wake_cap: int,
         done_max_age_ms: int,
         trim_limit: int,
-    ) -> tuple[list[str], list[str], int]:
+    ) -> tuple[list[str], list[str], int, int]:
         """sweep.lua: of the in_progress ``candidates``, each with the token that owned it as the caller
-        read owners (None: no owner), the ids requeued and dead-lettered; and the number of ids dropped
-        from done (at most ``trim_limit``, older than ``done_max_age_ms``; 0 = no trimming)."""
+        read owners (None: no owner), the ids requeued and dead-lettered; the number of ids dropped
+        from done (at most ``trim_limit``, older than ``done_max_age_ms``; 0 = no trimming); and the
+        number of due ids promoted from scheduled into todos (at most ``trim_limit``)."""
         k = self.k
         claims, locks, listed = _claims(k, (o for o in owners if o is not None))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, *locks]
+        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, k.scheduled, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
-        requeued, dead, trimmed = json.loads(self._sweep.call(keys, args))
-        return list(requeued), list(dead), int(trimmed)
+        requeued, dead, trimmed, promoted = json.loads(self._sweep.call(keys, args))
+        return list(requeued), list(dead), int(trimmed), int(promoted)
 
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
@@ -360,15 +388,15 @@ class QueueScripts:
         names the claim that owned it as the caller read owners (None: no owner)."""
         k = self.k
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners, k.finished]
+        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners, k.finished, k.scheduled]
         state: str | None = json.loads(self._delete.call(keys, [request_ttl_ms, job_id, token or ""]))[0]
         return state or None
 
-    def stats(self) -> tuple[int, int, int, int, int]:
-        """stats.lua: the sizes of todos, in_progress, done and failed, and the age (ms) of the oldest
-        pending job."""
+    def stats(self) -> tuple[int, int, int, int, int, int]:
+        """stats.lua: the sizes of todos, in_progress, done and failed, the age (ms) of the oldest
+        pending job, and the size of scheduled."""
         k = self.k
-        todos, in_progress, done, failed, age_ms = self._stats.call(
-            [k.todos, k.in_progress, k.done, k.failed, k.pending]
+        todos, in_progress, done, failed, age_ms, scheduled = self._stats.call(
+            [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]
         )
-        return todos, in_progress, done, failed, age_ms
+        return todos, in_progress, done, failed, age_ms, scheduled

@@ -10,18 +10,26 @@
 -- KEYS[6] payloads     (hash: id -> payload)
 -- KEYS[7] owners       (hash: id -> lease token of its current claim)
 -- KEYS[8] lock         setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
+-- KEYS[9] scheduled    (zset: id -> due time in ms; due ids are promoted into todos first)
+-- KEYS[10] wake        (list idle workers block on: woken when more became due than this claim took)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] token        lease token (random, fresh for every call)
 -- ARGV[3] lease_ms     lease duration in ms
 -- ARGV[4] most         most ids to claim
--- Returns an array: now ms, then id, attempt, enqueue ms (-1 if unknown), payload (nil if none)
--- for each claimed id. A resend returns the ids of the first call that this claim still owns.
+-- ARGV[5] promote      most due ids to promote from scheduled into todos in this call
+-- ARGV[6] wake_cap     wake list cap
+-- Returns an array: now ms, the due time in ms of the next scheduled job when nothing was claimed
+-- (-1: none, or something was claimed), then id, attempt, enqueue ms (-1 if unknown), payload (nil
+-- if none) for each claimed id. A resend returns the ids of the first call that this claim still owns.
 -- The request record holds the claimed ids, one a line (ids hold no line breaks).
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local attempts, payloads, owners, lock = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
 -- @include "request_record"
 -- @include "now_ms"
+-- @include "promote"
+-- @include "wake"
 
 local now = now_ms()
 
@@ -39,7 +47,9 @@ if listed then
   end
   if #ids > 0 then tries = redis.call('HMGET', attempts, unpack(ids)) end
 else
+  local promoted = promote_due(scheduled, todos, pending, now, promote)
   ids = redis.call('SPOP', todos, most)
+  if promoted > #ids then wake_workers(wake, promoted - #ids, wake_cap) end
   -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
   if #ids > 0 then
     redis.call('SADD', in_progress, unpack(ids))
@@ -57,7 +67,12 @@ else
   record(request, table.concat(ids, '\n'), record_ttl)
 end
 
-local reply = {now}
+local next_due = -1
+if #ids == 0 then
+  local first = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+  if #first == 2 then next_due = tonumber(first[2]) end
+end
+local reply = {now, next_due}
 if #ids > 0 then
   local enqueued = redis.call('ZMSCORE', pending, unpack(ids))
   local payload = redis.call('HMGET', payloads, unpack(ids))

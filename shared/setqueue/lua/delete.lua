@@ -9,13 +9,15 @@
 --                      caller read owners (any lock key of the queue if none did)
 -- KEYS[12] owners      (hash: id -> lease token of its current claim)
 -- KEYS[13] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
+-- KEYS[14] scheduled   (zset: id -> due time in ms)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
--- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed", or false]
+-- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
+-- "scheduled", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local finished = KEYS[13]
+local finished, scheduled = KEYS[13], KEYS[14]
 local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -32,6 +34,7 @@ local state = false
 for i = 1, 4 do
   if redis.call('SREM', sets[i], id) == 1 then state = names[i] end
 end
+if redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled' end
 redis.call('ZREM', pending, id)
 redis.call('HDEL', attempts, id)
 redis.call('HDEL', payloads, id)

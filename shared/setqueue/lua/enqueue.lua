@@ -1,4 +1,5 @@
--- enqueue.lua: add job ids to todos; an id the queue already knows is left alone.
+-- enqueue.lua: add job ids to todos, or to scheduled when they are due later; an id the queue
+-- already knows (in any of the five states) is left alone.
 --
 -- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
 --                   while, so a command resent after a connection error returns it instead of applying again)
@@ -6,15 +7,19 @@
 -- KEYS[6] pending   (zset: id -> enqueue time in ms, for ids in todos or in_progress)
 -- KEYS[7] payloads  (hash: id -> payload)
 -- KEYS[8] wake      (list that idle workers block on)
+-- KEYS[9] scheduled (zset: id -> due time in ms)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
+-- ARGV[4] delay_ms       due this long after now by the Redis clock (0: now)
+-- ARGV[5] at_ms          due at this Unix time in ms ("": use delay_ms); a time past means now
 -- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pending, payloads, wake = KEYS[6], KEYS[7], KEYS[8]
+local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
-local FIRST_JOB = 4  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local delay_ms, at_ms = tonumber(ARGV[4]), ARGV[5]
+local FIRST_JOB = 6  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
@@ -29,17 +34,30 @@ if with_payloads == '1' then width = 2 end
 local jobs = read_fields(FIRST_JOB, width)
 local ids, given = jobs[1], jobs[2]
 
+local due = now + delay_ms
+if at_ms ~= '' then due = tonumber(at_ms) end
+local later = due > now
+
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
   if redis.call('SISMEMBER', in_progress, id) == 0 and redis.call('SISMEMBER', done, id) == 0
-      and redis.call('SISMEMBER', failed, id) == 0 and redis.call('SADD', todos, id) == 1 then
+      and redis.call('SISMEMBER', failed, id) == 0 and redis.call('SISMEMBER', todos, id) == 0
+      and not redis.call('ZSCORE', scheduled, id) then
     added = added + 1
-    redis.call('ZADD', pending, now, id)
+    if later then
+      redis.call('ZADD', scheduled, due, id)
+    else
+      redis.call('SADD', todos, id)
+      redis.call('ZADD', pending, now, id)
+    end
     if given then redis.call('HSET', payloads, id, given[j]) end
   end
 end
 
-if added > 0 then wake_workers(wake, added, wake_cap) end
+-- Jobs due later wake one idle worker: its empty claim learns the due time and it waits for it.
+if added > 0 then
+  if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, added, wake_cap) end
+end
 
 return record(request, cjson.encode({added}), record_ttl)

@@ -1,5 +1,5 @@
--- fail.lua: give up on jobs the caller owns. Mode "retry": back to todos while attempts remain,
--- else into failed (the dead-letter set) with the reason kept. Mode "dead": into failed at once.
+-- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos,
+-- or into scheduled when the lease comes with a delay (backoff, RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into failed at once.
 -- Mode "release": back to todos without using up an attempt (a worker shutting down).
 -- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
 -- already failed) changes nothing.
@@ -9,18 +9,20 @@
 -- KEYS[5] pending        KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
 -- KEYS[8] wake           KEYS[9] owners (hash: id -> lease token of its current claim)
 -- KEYS[10] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
+-- KEYS[11] scheduled     (zset: id -> due time in ms)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
 -- ARGV[3] wake_cap       wake list cap
 -- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then id, claim number (1..T),
---                        mode ("retry", "dead" or "release"), reason of each lease (see includes/claims.lua)
+--                        mode ("retry", "dead" or "release"), reason and retry delay in ms (0: none)
+--                        of each lease (see includes/claims.lua)
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local attempts, errors, wake, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local FIRST_LOCK = 11  -- KEYS[FIRST_LOCK..] lock key of each claim
+local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason
+local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "finish"
@@ -31,12 +33,12 @@ local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 local cached = recorded(request)
 if cached then return cached end
 
-local locks, tokens, ids, claim_of, modes, reasons = read_claims(FIRST_LOCK, CLAIMS, 4)
+local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
 local now = now_ms()
 local outcomes, held_less = {}, {}
-local retried = 0
+local retried, delayed = 0, 0
 for j = 1, #ids do
-  local id, c, mode, reason = ids[j], claim_of[j], modes[j], reasons[j]
+  local id, c, mode, reason, delay = ids[j], claim_of[j], modes[j], reasons[j], tonumber(delays[j])
   if redis.call('HGET', owners, id) ~= tokens[c] then
     outcomes[#outcomes + 1] = 'stale'
   else
@@ -49,8 +51,15 @@ for j = 1, #ids do
       outcomes[#outcomes + 1] = 'released'
     elseif mode == 'retry' and (tonumber(redis.call('HGET', attempts, id)) or 0) < max_attempts then
       redis.call('HSET', errors, id, reason)
-      redis.call('SMOVE', in_progress, todos, id)
-      retried = retried + 1
+      if delay > 0 then  -- back later: scheduled, out of pending until it is due again
+        redis.call('SREM', in_progress, id)
+        redis.call('ZREM', pending, id)
+        redis.call('ZADD', scheduled, now + delay, id)
+        delayed = delayed + 1
+      else
+        redis.call('SMOVE', in_progress, todos, id)
+        retried = retried + 1
+      end
       outcomes[#outcomes + 1] = 'retried'
     else
       dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
@@ -61,6 +70,8 @@ end
 
 for c, n in pairs(held_less) do count_down(locks[c], n) end
 
-if retried > 0 then wake_workers(wake, 1, wake_cap) end
+-- A delayed retry wakes one idle worker too: its empty claim learns when the job is due, and it
+-- sleeps until then instead of a whole IDLE_WAIT_SECONDS.
+if retried + delayed > 0 then wake_workers(wake, 1, wake_cap) end
 
 return record(request, table.concat(outcomes, ' '), record_ttl)

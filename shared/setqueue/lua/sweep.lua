@@ -4,26 +4,29 @@
 -- or into failed once its attempts are used up. An id with a live lock is never touched; an id
 -- whose owner changed meanwhile waits for the next sweep; an id another cleaner already moved is
 -- no longer in in_progress: so concurrent sweeps are safe. Also drops ids from done that are
--- older than the age retention.
+-- older than the age retention, and promotes scheduled jobs that are due (at most trim_limit) into
+-- todos, waking idle workers for them.
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
 -- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors   KEYS[8] wake
 -- KEYS[9] done    KEYS[10] done_log   KEYS[11] owners
 -- KEYS[12] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
+-- KEYS[13] scheduled     (zset: id -> due time in ms)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts
 -- ARGV[3] wake_cap       wake list cap
 -- ARGV[4] max_age        done retention age in ms (0 = keep forever)
--- ARGV[5] trim_limit     most ids to drop from done in this call
+-- ARGV[5] trim_limit     most ids to drop from done, and to promote from scheduled, in this call
 -- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then candidate id, claim number
 --                        (1..T, or 0: no owner) of each candidate (see includes/claims.lua)
--- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done]
+-- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done,
+-- number of scheduled ids promoted]
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local finished = KEYS[12]
-local FIRST_LOCK = 13  -- KEYS[FIRST_LOCK..] lock key of each claim
+local finished, scheduled = KEYS[12], KEYS[13]
+local FIRST_LOCK = 14  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -32,6 +35,7 @@ local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim n
 -- @include "claims"
 -- @include "wake"
 -- @include "finish"
+-- @include "promote"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -74,4 +78,7 @@ if max_age > 0 then
   trimmed = #old
 end
 
-return record(request, cjson.encode({requeued, dead, trimmed}), record_ttl)
+local promoted = promote_due(scheduled, todos, pending, now, trim_limit)
+if promoted > 0 then wake_workers(wake, promoted, wake_cap) end
+
+return record(request, cjson.encode({requeued, dead, trimmed, promoted}), record_ttl)
