@@ -199,3 +199,42 @@ def test_requeue_failed_says_it_resets_attempts(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "attempt count reset" in " ".join(capsys.readouterr().out.split())
+
+
+def test_push_with_a_delay_or_at_a_time_schedules(cli: Cli, queue: Queue) -> None:
+    assert cli("push", "a", "--delay", "15m")[0] == 0
+    assert cli("push", "b", "--at", "2999-12-01T09:00:00Z")[0] == 0
+    assert cli("push", "c", "--at", "2001-01-01T00:00:00+02:00")[0] == 0  # in the past: now
+    stats = queue.stats()
+    assert (stats["scheduled"], stats["todos"]) == (2, 1)
+    info = queue.inspect("a")
+    assert info is not None and info.state == "scheduled" and info.due_at is not None
+    code, out, _ = cli("inspect", "b")
+    assert code == 0 and json.loads(out)["state"] == "scheduled"
+    assert cli("delete", "a") == (0, "deleted a (was in scheduled)\n", "")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--delay", "soon"],
+        ["--delay=-5m"],
+        ["--delay", "nan"],
+        ["--delay", "inf"],
+        ["--at", "tomorrow"],
+        ["--at", "2026-12-01T09:00:00"],  # no zone: ambiguous
+        ["--delay", "1m", "--at", "2026-12-01T09:00:00Z"],
+    ],
+)
+def test_a_bad_delay_or_time_is_one_line_exit_2_and_nothing_written(
+    cli: Cli, queue: Queue, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code, _, err = cli("push", "x", *flags)
+    except SystemExit as exc:  # argparse refuses --delay with --at itself
+        code, err = int(str(exc.code)), capsys.readouterr().err
+    assert code == 2
+    # Our own errors are one line; argparse's (both flags given) print the usage above the line.
+    last = err.strip().splitlines()[-1]
+    assert "--delay" in last or "--at" in last
+    assert queue.inspect("x") is None

@@ -3,6 +3,7 @@
     setqueue [--redis-url URL] [--queue NAME] COMMAND ...
 
     push [ID ...]            enqueue ids (from stdin, one per line, when none are given or ID is -)
+         [--delay 90s|15m|2h|3d | --at 2026-12-01T09:00:00Z]   due later: kept in scheduled until then
          ID --payload TEXT   enqueue one id with its payload
          [--jsonl]           stdin lines are "id<TAB>payload" (or just "id"), or with --jsonl
                              JSON objects {"id": ..., "payload": ...}
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads them from stdin")
     push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given (may be JSON text)")
     push.add_argument("--jsonl", action="store_true", help='stdin holds JSON lines: {"id": ..., "payload": ...}')
+    when = push.add_mutually_exclusive_group()
+    when.add_argument("--delay", metavar="DURATION", help="due after this long: 90s, 15m, 2h, 3d (or seconds)")
+    when.add_argument("--at", metavar="TIME", help="due at this time, ISO 8601 with a zone: 2026-12-01T09:00:00Z")
 
     stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -137,6 +143,34 @@ def _parse_json_line(text: str) -> tuple[str, str | None]:
     return record["id"], json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``3d`` or plain seconds; a usage error otherwise."""
+    raw = text.strip().lower()
+    unit = DURATION_UNITS.get(raw[-1:])
+    number = raw[:-1] if unit is not None else raw
+    try:
+        seconds = float(number) * (unit or 1)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 <= seconds <= 366 * 86400):
+        raise CliError(f"--delay {text!r} is not a duration like 90s, 15m, 2h or 3d (at most a year)", EXIT_USAGE)
+    return seconds
+
+
+def parse_time(text: str) -> float:
+    """An ISO 8601 time with a zone (``2026-12-01T09:00:00Z``) as Unix seconds; a usage error otherwise."""
+    try:
+        parsed = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise CliError(f"--at {text!r} is not an ISO 8601 time with a zone, like 2026-12-01T09:00:00Z", EXIT_USAGE)
+    return parsed.timestamp()
+
+
 def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, int]:
     """Enqueue what push was given; (new, submitted)."""
     from_stdin = not args.ids or args.ids == ["-"]
@@ -150,12 +184,17 @@ def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, i
         jobs = _read_jobs(stdin, args.jsonl)
     else:
         jobs = [(job_id, None) for job_id in args.ids]
+    delay = None if args.delay is None else parse_duration(args.delay)
+    at = None if args.at is None else parse_time(args.at)
     try:
         for job_id, _ in jobs:  # all checked before anything is written
             validate_job_id(job_id)
         plain = [job_id for job_id, payload in jobs if payload is None]
         with_payload = {job_id: payload for job_id, payload in jobs if payload is not None}
-        added = (queue.enqueue(plain) if plain else 0) + (queue.enqueue(with_payload) if with_payload else 0)
+        added = 0
+        for batch in (plain, with_payload):
+            if batch:
+                added += queue.enqueue(batch, delay=delay, at=at)
     except (TypeError, ValueError) as exc:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
     return added, len(jobs)
