@@ -211,6 +211,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self.metrics.jobs_completed.labels("failure").inc()
             if outcome is FailOutcome.RETRIED:
                 self.metrics.jobs_retried.inc()
+                if (delay if delay is not None else self.queue.retry_backoff_seconds) > 0:
+                    self.metrics.jobs_scheduled.inc()
             elif outcome is FailOutcome.DEAD:
                 self.metrics.jobs_dead_lettered.inc()
                 self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, reason)

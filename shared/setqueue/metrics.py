@@ -116,6 +116,11 @@ class WorkerMetrics(ServiceMetrics):
             "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt.", registry=registry
         )
         self.jobs_dead_lettered = dead_lettered_counter(registry)
+        self.jobs_scheduled = Counter(
+            "setqueue_jobs_scheduled_total",
+            "Failed jobs put into scheduled to be retried later (backoff or RetryLater).",
+            registry=registry,
+        )
         self.lease_renewals = Counter(
             "setqueue_lease_renewals_total", "Lease renewals that succeeded.", registry=registry
         )
