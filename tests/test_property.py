@@ -1,8 +1,9 @@
-"""Random interleavings of enqueue, claim, renew, ack, fail, release, sweep and lease expiry,
-checked against a model after every step (hypothesis, real Redis).
+"""Random interleavings of enqueue (now or delayed), claim, renew, ack, fail (with or without a
+delay), release, sweep, delete, lease expiry and due times passing, checked against a model after
+every step (hypothesis, real Redis).
 
-Invariants: every id the queue knows is in exactly one of todos, in_progress, done and failed;
-the sets hold exactly the model's ids (so enqueued = todos + in_progress + done + failed); a
+Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed and
+scheduled; the states hold exactly the model's ids (so enqueued = the sum of the five); a
 claim's lock exists exactly while it has not expired and still owns a job in in_progress, and
 counts those jobs; and an operation succeeds exactly when its lease is the current owner of the id.
 """
@@ -31,6 +32,13 @@ class Model:
     attempts: dict[str, int] = field(default_factory=dict)
     owner: dict[str, str] = field(default_factory=dict)  # id -> token of the current claim
     lock_alive: dict[str, bool] = field(default_factory=dict)  # token -> its lock has not expired
+    due: set[str] = field(default_factory=set)  # scheduled ids whose due time has passed
+
+    def promote_due(self) -> None:
+        """What claim and sweep do first: due scheduled jobs move to todos."""
+        for job_id in self.due:
+            self.state[job_id] = "todos"
+        self.due.clear()
 
     def owns(self, lease: Lease) -> bool:
         return self.state.get(lease.id) == "in_progress" and self.owner.get(lease.id) == lease.token
@@ -52,7 +60,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 name=f"prop-{uuid.uuid4().hex[:10]}",
                 lease_seconds=60,
                 max_attempts=MAX_ATTEMPTS,
-                retry_backoff_seconds=0,  # retries straight to todos: the model has no scheduled state yet
+                retry_backoff_seconds=0,  # without an explicit delay, retries go straight to todos
             )
             self.client = redis.Redis.from_url(url, decode_responses=True)
             self.model = Model()
@@ -69,16 +77,32 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         def pick(self, index: int) -> Lease | None:
             return self.leases[index % len(self.leases)] if self.leases else None
 
-        @rule(ids=st.lists(IDS, max_size=4))
-        def enqueue(self, ids: list[str]) -> None:
+        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans())
+        def enqueue(self, ids: list[str], later: bool) -> None:
             new = {i for i in ids if i not in self.model.state}
-            assert self.q.enqueue(ids) == len(new)
+            assert self.q.enqueue(ids, delay=3600 if later else None) == len(new)
             for i in new:
-                self.model.state[i] = "todos"
+                self.model.state[i] = "scheduled" if later else "todos"
                 self.model.attempts[i] = 0
+
+        @rule(job_id=IDS)
+        def come_due(self, job_id: str) -> None:
+            if self.model.state.get(job_id) == "scheduled":
+                self.client.zadd(self.q.keys.scheduled, {job_id: 0})  # what time does, on demand
+                self.model.due.add(job_id)
+
+        @rule(job_id=IDS)
+        def delete(self, job_id: str) -> None:
+            assert self.q.delete(job_id) == self.model.state.get(job_id)
+            if job_id in self.model.state:
+                del self.model.state[job_id]
+                self.model.owner.pop(job_id, None)
+                self.model.attempts.pop(job_id, None)
+                self.model.due.discard(job_id)
 
         @rule(count=st.integers(1, 4))
         def claim(self, count: int) -> None:
+            self.model.promote_due()
             waiting = [i for i, s in self.model.state.items() if s == "todos"]
             leases = self.q.claim(count)
             assert len(leases) == min(count, len(waiting))
@@ -114,17 +138,17 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             if expected:
                 self.model.leave_in_progress(lease.id, "done")
 
-        @rule(index=st.integers(0, 100), retry=st.booleans())
-        def fail(self, index: int, retry: bool) -> None:
+        @rule(index=st.integers(0, 100), retry=st.booleans(), later=st.booleans())
+        def fail(self, index: int, retry: bool, later: bool) -> None:
             lease = self.pick(index)
             if lease is None:
                 return
-            outcome = self.q.fail(lease, "boom", retry=retry)
+            outcome = self.q.fail(lease, "boom", retry=retry, delay=3600 if later else None)
             if not self.model.owns(lease):
                 assert outcome is FailOutcome.STALE
-            elif retry and lease.attempt < MAX_ATTEMPTS:
+            elif retry and self.model.attempts[lease.id] < MAX_ATTEMPTS:
                 assert outcome is FailOutcome.RETRIED
-                self.model.leave_in_progress(lease.id, "todos")
+                self.model.leave_in_progress(lease.id, "scheduled" if later else "todos")
             else:
                 assert outcome is FailOutcome.DEAD
                 self.model.leave_in_progress(lease.id, "failed")
@@ -148,6 +172,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 if s == "in_progress" and not self.model.lock_alive[self.model.owner[i]]
             }
             result = self.q.sweep()
+            self.model.promote_due()
             assert set(result.requeued) | set(result.dead_lettered) == expired
             for i in result.requeued:
                 assert self.model.attempts[i] < MAX_ATTEMPTS
@@ -159,6 +184,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         @invariant()
         def sets_match_the_model(self) -> None:
             actual = {state: {str(i) for i in self.client.smembers(key)} for state, key in self.q.keys.sets.items()}  # type: ignore[union-attr]
+            actual["scheduled"] = {str(i) for i in self.client.zrange(self.q.keys.scheduled, 0, -1)}  # type: ignore[union-attr]
             seen: dict[str, str] = {}
             for state, ids in actual.items():
                 for i in ids:
