@@ -56,6 +56,15 @@ def test_the_whole_api_runs_on_redis_cluster(cluster: RedisCluster) -> None:
     assert info is not None and info.state == "todos"
     assert q.delete("b") == "todos"
     assert q.wait_for_work(0.05)
+    # The fifth state: a delayed job, a delayed retry, a due job promoted by a claim.
+    assert q.enqueue(["later"], delay=0.2) == 1 and q.stats()["scheduled"] == 1
+    q.delete("c")
+    q.enqueue(["r"])
+    [retry] = q.claim(5)
+    assert q.fail(retry, "again", delay=3600) is FailOutcome.RETRIED
+    time.sleep(0.3)
+    assert [lease.id for lease in q.claim(5)] == ["later"]
+    assert q.delete("r") == "scheduled"
     slots = {cluster.keyslot(key) for key in cluster.scan_iter(match=q.keys.prefix + "*")}  # type: ignore[no-untyped-call]
     assert len(slots) == 1  # one queue, one slot
 
