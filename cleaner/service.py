@@ -1,12 +1,14 @@
 """The cleaner's main loop: every SWEEP_INTERVAL, requeue the jobs whose lease expired (their
-worker died or hung past the lease), apply the retention of done, and publish the queue depth."""
+worker died or hung past the lease), apply the retention of done, create the runs of periodic jobs
+that are due (SCHEDULES), and publish the queue depth."""
 
 from __future__ import annotations
 
 import time
 
-from setqueue.config import CleanerSettings
+from setqueue.config import CleanerSettings, SettingError
 from setqueue.metrics import QUEUE_STATES, CleanerMetrics, new_registry
+from setqueue.periodic import PeriodicRuns, parse_schedules, redis_now
 from setqueue.queue import Queue
 from setqueue.service import Service, Stopping
 
@@ -17,7 +19,12 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     role = "cleaner"
 
     def __init__(self, settings: CleanerSettings, queue: Queue | None = None) -> None:
-        super().__init__(settings, CleanerMetrics(new_registry()), queue)
+        try:
+            schedules = parse_schedules(settings.schedules)
+        except ValueError as exc:  # checked with the settings already; a @file may have changed since
+            raise SettingError("SCHEDULES", str(exc)) from None
+        super().__init__(settings, CleanerMetrics(new_registry(), [s.name for s in schedules]), queue)
+        self.periodic = PeriodicRuns(self.queue.redis, self.queue.keys, schedules, wake_cap=self.queue.wake_cap)
 
     @property
     def stall_seconds(self) -> float:
@@ -26,11 +33,14 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     def run(self) -> int:
         s = self.settings
         self.log.info("sweeping every %gs, up to %d ids per sweep", s.sweep_interval, s.sweep_batch)
+        for schedule in self.periodic.schedules:
+            self.log.info("periodic job %s: %s (UTC)", schedule.name, schedule.expr)
         next_at = time.monotonic()
         try:
             while not self.stop_event.is_set():
                 self.beat()
                 self.sweep_once()
+                self.create_periodic_runs()
                 self.update_depth()
                 next_at += s.sweep_interval
                 now = time.monotonic()
@@ -65,6 +75,21 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             )
         elif trimmed:
             self.log.debug("sweep: dropped %d old ids from done", trimmed)
+
+    def create_periodic_runs(self, now: float | None = None) -> list[str]:
+        """Enqueue the run of each schedule's latest slot at or before ``now`` (default: the Redis
+        clock) unless it (or a later one) was created already, by this cleaner or another. Returns
+        the run ids this call created."""
+        if not self.periodic.schedules:
+            return []
+        at = now if now is not None else self.retry(lambda: redis_now(self.queue.redis), "time")
+        result = self.retry(lambda: self.periodic.create_due(at), "periodic")
+        for run_id in result.created:
+            self.metrics.periodic_runs.labels(run_id.partition("@")[0]).inc()
+            self.log.info("periodic: created %s", run_id)
+        for name in result.first_seen:
+            self.log.info("periodic job %s seen for the first time: its first run is its next slot", name)
+        return result.created
 
     def update_depth(self) -> None:
         stats = self.retry(self.queue.stats, "stats")

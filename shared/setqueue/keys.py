@@ -115,6 +115,12 @@ class QueueKeys:
         return self.prefix + "finished"
 
     @property
+    def periodic(self) -> str:
+        """HASH schedule name -> slot time (ms, UTC) of the latest run of that periodic schedule the
+        cleaners created: a run is created only for a later slot, once, however many cleaners run."""
+        return self.prefix + "periodic"
+
+    @property
     def wake(self) -> str:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"

@@ -165,7 +165,7 @@ class WorkerMetrics(ServiceMetrics):
 
 
 class CleanerMetrics(ServiceMetrics):
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, schedules: Iterable[str] = ()) -> None:
         super().__init__(registry)
         self.requeued = Counter(
             "setqueue_cleaner_requeued_total",
@@ -194,6 +194,14 @@ class CleanerMetrics(ServiceMetrics):
             "Age of the oldest job not yet done or dead-lettered (0 when there is none).",
             registry=registry,
         )
+        self.periodic_runs = Counter(
+            "setqueue_periodic_runs_total",
+            "Runs of periodic jobs (SCHEDULES) this cleaner created, by schedule name.",
+            ["schedule"],
+            registry=registry,
+        )
+        for name in schedules:
+            self.periodic_runs.labels(name)
 
 
 def dead_lettered_counter(registry: CollectorRegistry) -> Counter:

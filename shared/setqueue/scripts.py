@@ -33,7 +33,7 @@ import redis
 
 from setqueue.keys import QueueKeys
 
-NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats")
+NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats", "periodic")
 
 
 class ScriptContractError(RuntimeError):
@@ -400,3 +400,18 @@ class QueueScripts:
             [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]
         )
         return todos, in_progress, done, failed, age_ms, scheduled
+
+    def periodic(
+        self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
+    ) -> tuple[list[str], list[str]]:
+        """periodic.lua: for each (schedule name, latest slot in ms, run id, payload or None), create the
+        run unless a run of that slot or a later one was created already. Returns the names whose run
+        was created, and the names seen for the first time (their slot recorded, no run created)."""
+        k = self.k
+        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.scheduled, k.pending]
+        keys += [k.payloads, k.wake, k.periodic]
+        args: list[Any] = [request_ttl_ms, wake_cap]
+        for name, slot_ms, run_id, payload in runs:
+            args += [name, slot_ms, run_id, "" if payload is None else payload]
+        created, first_seen = json.loads(self.by_name["periodic"].call(keys, args))
+        return [text(n) for n in created or ()], [text(n) for n in first_seen or ()]

@@ -1,0 +1,183 @@
+"""Periodic jobs: named cron schedules whose runs the cleaner enqueues.
+
+``SCHEDULES`` declares them, ``name=cron expression`` separated by ``;`` (or newlines), or
+``@path`` of a file with one ``name=cron expression`` a line (blank lines and ``#`` comments
+ignored). Expressions are standard 5-field cron (minute hour day-of-month month day-of-week) or
+one of ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``, ``@monthly``, ``@yearly``,
+``@annually``, in UTC, parsed by croniter.
+
+The run of slot ``t`` of schedule ``name`` is the job ``<name>@<t, ISO 8601 UTC>`` (e.g.
+``report@2026-11-23T16:00:00Z``) with the payload ``{"schedule": name, "slot": "<t>"}``. Each
+cleaner round creates only the run of each schedule's latest slot at or before now (the Redis
+clock), in one script call that also records that slot in ``setqueue:{Q}:periodic``: a run is
+created once however many cleaners run, a slot is never created again once a later one was, and
+after downtime only the latest missed slot runs. A schedule seen for the first time records its
+slot without a run: its first run is its next slot.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from croniter import CroniterBadDateError, CroniterError, croniter  # type: ignore[import-untyped]
+
+from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys
+from setqueue.scripts import QueueScripts
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
+REQUEST_TTL_MS = 120_000
+
+
+def iso(t: float) -> str:
+    """Unix seconds as ISO 8601 UTC to the second: ``2026-11-23T16:00:00Z``."""
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _utc(t: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC)
+
+
+def latest_slot(expr: str, now: float) -> float:
+    """The latest time (Unix seconds, a whole minute) at or before ``now`` that ``expr`` matches."""
+    after_this_minute = math.floor(now / 60) * 60 + 60
+    return float(croniter(expr, _utc(after_this_minute)).get_prev(float))  # get_prev: strictly before
+
+
+def next_slot(expr: str, now: float) -> float:
+    """The first time (Unix seconds) after ``now`` that ``expr`` matches."""
+    return float(croniter(expr, _utc(now)).get_next(float))
+
+
+def check_cron(expr: str) -> str:
+    """``expr`` if it is a 5-field cron expression (or a keyword) that matches some time; else ValueError."""
+    if expr.startswith("@"):
+        if expr.lower() not in KEYWORDS:
+            raise ValueError(f"{expr!r} is not one of {', '.join(KEYWORDS)}")
+        return expr.lower()
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"{expr!r} has {len(fields)} fields, not the 5 of minute hour day-of-month month day-of-week")
+    try:
+        next_slot(expr, 0.0)  # parses it, and finds expressions that match no date (0 0 30 2 *)
+    except CroniterBadDateError:
+        raise ValueError(f"{expr!r} matches no date") from None
+    except (CroniterError, ValueError, KeyError, IndexError) as exc:
+        raise ValueError(f"{expr!r} is not a valid cron expression ({exc})") from None
+    return " ".join(fields)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One named schedule: its runs are the jobs ``<name>@<slot>``."""
+
+    name: str
+    expr: str
+
+    def latest_slot(self, now: float) -> float:
+        return latest_slot(self.expr, now)
+
+    def next_slot(self, now: float) -> float:
+        return next_slot(self.expr, now)
+
+    def run_id(self, slot: float) -> str:
+        return f"{self.name}@{iso(slot)}"
+
+    def payload(self, slot: float) -> str:
+        return json.dumps({"schedule": self.name, "slot": iso(slot)}, separators=(",", ":"))
+
+
+def parse_schedules(raw: str) -> tuple[Schedule, ...]:
+    """The schedules that ``SCHEDULES`` declares: ``name=cron;name2=cron``, or ``@path`` of a file
+    with one ``name=cron`` a line. ValueError (one line) if anything is wrong."""
+    raw = raw.strip()
+    where = ""
+    if raw.startswith("@"):
+        path = raw[1:].strip()
+        try:
+            raw = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"cannot read the schedules file {path!r}: {reason}") from None
+        where = f"{path}: "
+    schedules: list[Schedule] = []
+    seen: set[str] = set()
+    entries = [entry.strip() for line in raw.splitlines() for entry in line.split(";")]
+    for entry in entries:
+        if not entry or entry.startswith("#"):
+            continue
+        name, eq, expr = (part.strip() for part in entry.partition("="))
+        if not eq:
+            raise ValueError(f"{where}{entry!r} is not name=cron expression")
+        if not NAME.fullmatch(name):
+            raise ValueError(
+                f"{where}schedule name {name!r} must be 1 to 100 letters, digits, _ . : or - (starting with a letter "
+                "or digit)"
+            )
+        if name in seen:
+            raise ValueError(f"{where}schedule {name!r} is declared twice")
+        seen.add(name)
+        try:
+            schedules.append(Schedule(name, check_cron(expr)))
+        except ValueError as exc:
+            raise ValueError(f"{where}schedule {name!r}: {exc}") from None
+    return tuple(schedules)
+
+
+def redis_now(client: redis.Redis) -> float:
+    """The Redis clock (TIME) in Unix seconds: the queue's only clock."""
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicResult:
+    created: list[str]  # run ids created by this call
+    first_seen: list[str]  # names of schedules seen for the first time (slot recorded, no run)
+
+
+class PeriodicRuns:
+    """Creates the runs of ``schedules`` that are due in queue ``keys`` (one script call per round)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        schedules: Sequence[Schedule],
+        *,
+        wake_cap: int = 64,
+        request_ttl_ms: int = REQUEST_TTL_MS,
+    ) -> None:
+        self.schedules = tuple(schedules)
+        self.keys = keys
+        self._scripts = QueueScripts(client, keys)
+        self._wake_cap = wake_cap
+        self._request_ttl_ms = request_ttl_ms
+
+    def create_due(self, now: float) -> PeriodicResult:
+        """Create the run of each schedule's latest slot at or before ``now`` (Unix seconds, the
+        Redis clock), unless that slot's run or a later one was created already."""
+        if not self.schedules:
+            return PeriodicResult([], [])
+        runs: list[tuple[str, int, str, str | None]] = []
+        run_ids: dict[str, str] = {}
+        for schedule in self.schedules:
+            slot = schedule.latest_slot(now)
+            run_ids[schedule.name] = schedule.run_id(slot)
+            runs.append((schedule.name, round(slot * 1000), run_ids[schedule.name], schedule.payload(slot)))
+        created: list[str] = []
+        first_seen: list[str] = []
+        for start in range(0, len(runs), MAX_IDS_PER_CALL):
+            made, first = self._scripts.periodic(
+                runs[start : start + MAX_IDS_PER_CALL], request_ttl_ms=self._request_ttl_ms, wake_cap=self._wake_cap
+            )
+            created += [run_ids[name] for name in made]
+            first_seen += first
+        return PeriodicResult(created, first_seen)
