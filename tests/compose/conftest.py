@@ -133,10 +133,12 @@ class Stack:
         return (out or "").strip()
 
     def counts(self) -> dict[str, int]:
-        """SCARD of the four sets, straight from Redis."""
-        return {
+        """The size of each of the five states, straight from Redis."""
+        sizes = {
             state: int(self.redis("SCARD", self.key(state))) for state in ("todos", "in_progress", "done", "failed")
         }
+        sizes["scheduled"] = int(self.redis("ZCARD", self.key("scheduled")))
+        return sizes
 
     # -- containers -------------------------------------------------------------------------
 
