@@ -153,12 +153,22 @@ def io_targets(data: dict, groups: dict[tuple[str, int], list[dict]]) -> list[st
                 f"- I/O-bound, W=2, {name} at least 3x the fastest peer at equal concurrency ({c} per process): "
                 f"fastest {best} {equal[best]:,.0f} jobs/s, {name} {rate:,.0f} = {ratio:.1f}x: {verdict(ratio >= 3)}"
             )
+    if best is not None:
+        cpu = {
+            s: median([r.get("worker_cpu_ms_per_job") for r in groups[(s, 2)]])
+            for s in ("setqueue-async", "setqueue-threads", best)
+            if (s, 2) in groups
+        }
+        out.append(
+            "  - worker CPU per job at W=2 (less sensitive to the machine's load than jobs/s): "
+            + ", ".join(f"{s} {fmt(v, 3)} ms" for s, v in cpu.items())
+        )
     floor = data.get("io_floor") or {}
     if floor.get("async", {}).get("W=2"):
         out.append(
             f"  - the same job with no queue at all (W=2, {c} loops per process): async "
             f"{floor['async']['W=2']:,.0f} jobs/s, threads {floor.get('threads', {}).get('W=2', 0):,.0f} jobs/s: "
-            "what this machine allows any Python worker"
+            "a reference for the job's own cost here (measured once, after the matrices)"
         )
     if defaults:
         top = max(defaults, key=lambda s: defaults[s])
@@ -272,13 +282,21 @@ def write_markdown(data: dict, path: Path) -> None:
         L.append(
             f"- I/O-bound matrix: {args['io_jobs']:,} jobs per run (each waits {io_ms:g} ms, then one Redis INCR), "
             f"time limit {args['io_max_seconds']:g} s per run; shared concurrency C = {c} jobs at once per worker "
-            f"process (W processes x {c} slots / {io_ms:g} ms = {1000 * c / io_ms:,.0f} jobs/s per process at most)"
+            f"process ({c} slots / {io_ms:g} ms = {1000 * c / io_ms:,.0f} jobs/s per process at most)"
         )
     L.append(
         f"- workers {args['workers']}; each cell runs trials until they took {args.get('cell_seconds', 0):g} s "
-        f"(at most {args.get('trials', 1)}; one when it hits the time limit) and reports their median; repeats "
+        + (f"({args['io_cell_seconds']:g} s in the I/O matrix) " if "io" in matrices else "")
+        + f"(at most {args.get('trials', 1)}; one when it hits the time limit) and reports their median; repeats "
         f"of each matrix: {args['repeat']}"
     )
+    for m in matrices:
+        loads = [r["load_1min"] for r in matrix_runs(data, m) if "load_1min" in r]
+        if loads:
+            L.append(
+                f"- 1-minute load average at the start of each {m} trial: median {statistics.median(loads):.1f}, "
+                f"from {min(loads):.1f} to {max(loads):.1f} (2 cores: above 2 means something else was running too)"
+            )
     L.append("")
     L.extend(targets(data))
     L.append(

@@ -139,6 +139,7 @@ def throughput_run(
 ) -> dict:
     r = server.r
     r.flushall()
+    load = os.getloadavg()[0]
     args = [f"j{i}" for i in range(jobs)]
     e0 = server.snapshot()
     t0 = time.perf_counter()
@@ -189,6 +190,7 @@ def throughput_run(
         "system": system.name,
         "workers": workers,
         "jobs": jobs,
+        "load_1min": round(load, 2),
         "complete": complete,
         "stalled": stalled,
         "workers_alive_at_end": alive,
@@ -260,7 +262,15 @@ def thin(samples: list[tuple[float, int]], keep: int = 200) -> list[list[float]]
 
 
 def cell_trials(
-    server: Server, system: System, workers: int, a: argparse.Namespace, logdir: Path, *, jobs: int, max_seconds: float
+    server: Server,
+    system: System,
+    workers: int,
+    a: argparse.Namespace,
+    logdir: Path,
+    *,
+    jobs: int,
+    max_seconds: float,
+    cell_seconds: float,
 ) -> list[dict]:
     """Trials of one (system, W) cell: a 20,000-job drain at ~10k jobs/s lasts about 2 s, and
     the rate swings by tens of per cent from one 100 ms to the next on a shared 2-core VM, so a
@@ -278,7 +288,7 @@ def cell_trials(
             f"{res['drain_jobs_per_s']:>9,.0f}/s  steady {fmt(res['steady_jobs_per_s'])}/s  "
             f"executed {res['executed']}/{jobs}{'' if res['complete'] else ' (time limit)'}"
         )
-        if not res["complete"] or used >= a.cell_seconds:
+        if not res["complete"] or used >= cell_seconds:
             break
     return out
 
@@ -354,7 +364,7 @@ def ceiling(server: Server, quick: bool) -> dict | None:
     }
     out: dict[str, Any] = {"clients": 50, "results": {}}
     for pipeline in (1, 32):
-        n = (20_000 if pipeline == 1 else 200_000) if quick else (200_000 if pipeline == 1 else 2_000_000)
+        n = (20_000 if pipeline == 1 else 200_000) if quick else (100_000 if pipeline == 1 else 1_000_000)
         out[f"requests_P{pipeline}"] = n
         for name, cmd in tests.items():
             argv = [binary, "-p", str(server.port), "-n", str(n), "-P", str(pipeline), "-r", "100000", "-c", "50"]
@@ -483,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--io-claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH, I/O matrix (default 100)")
     p.add_argument("--max-seconds", type=float, default=15, help="time limit of one throughput run (default 15)")
     p.add_argument(
-        "--io-max-seconds", type=float, default=10, help="time limit of one I/O matrix throughput run (default 10)"
+        "--io-max-seconds", type=float, default=8, help="time limit of one I/O matrix throughput run (default 8)"
     )
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0 = skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers waiting in the pick-up test")
@@ -494,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=10,
         help="run a cell's trials until they have taken this long (default 10); the report takes the median",
+    )
+    p.add_argument(
+        "--io-cell-seconds",
+        type=float,
+        default=5,
+        help="--cell-seconds of the I/O matrix (default 5: its slow peers' enqueue alone takes seconds)",
     )
     p.add_argument("--repeat", type=int, default=1, help="run the throughput matrix this many times back to back")
     p.add_argument("--no-ceiling", action="store_true", help="skip redis-benchmark")
@@ -525,12 +541,19 @@ def main(argv: list[str] | None = None) -> int:
         for m in matrices:
             mlogs = logdir / m
             mlogs.mkdir()
-            jobs, limit = (a.jobs, a.max_seconds) if m == "cpu" else (a.io_jobs, a.io_max_seconds)
+            jobs, limit, cell = (
+                (a.jobs, a.max_seconds, a.cell_seconds)
+                if m == "cpu"
+                else (a.io_jobs, a.io_max_seconds, a.io_cell_seconds)
+            )
             log(f"{m} matrix: {', '.join(systems[m])}; {jobs:,} jobs per run")
             for rep in range(a.repeat):
                 for system in systems[m].values():
                     for wc in worker_counts:
-                        for res in cell_trials(server, system, wc, a, mlogs, jobs=jobs, max_seconds=limit):
+                        trials = cell_trials(
+                            server, system, wc, a, mlogs, jobs=jobs, max_seconds=limit, cell_seconds=cell
+                        )
+                        for res in trials:
                             res["repeat"] = rep
                             res["matrix"] = m
                             runs.append(res)
@@ -562,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in ("async", "threads"):
                     env = {"BENCH_IO_MODE": mode, "BENCH_CONCURRENCY": str(a.concurrency)}
                     env["BENCH_IO_SECONDS"] = repr(a.io_seconds)
-                    io_floor[mode] = incr_floor(server, worker_counts, 4.0, "bench_io_loop.py", env)
+                    io_floor[mode] = incr_floor(server, worker_counts, 3.5, "bench_io_loop.py", env)
                 log(f"I/O job without a queue: {io_floor}")
     finally:
         for ms in systems.values():
