@@ -55,7 +55,17 @@ ONLY = {
         ("WORK_SECONDS", "-1"),
         ("SHUTDOWN_GRACE_SECONDS", "x"),
     ],
-    "cleaner": [("SWEEP_INTERVAL", "0"), ("SWEEP_BATCH", "many")],
+    "cleaner": [
+        ("SWEEP_INTERVAL", "0"),
+        ("SWEEP_BATCH", "many"),
+        ("SCHEDULES", "report=61 * * * *"),  # a bad cron expression
+        ("SCHEDULES", "report=0 0 30 2 *"),  # one that matches no date
+        ("SCHEDULES", "report=* * * * * *"),  # seconds: not supported
+        ("SCHEDULES", "report 0 * * * *"),  # not name=cron
+        ("SCHEDULES", "a@b=0 * * * *"),  # a name that is no job-id prefix
+        ("SCHEDULES", "x=0 * * * *;x=5 * * * *"),  # a name twice
+        ("SCHEDULES", "@/no/such/schedules/file"),
+    ],
 }
 CASES = [(service, name, value) for service in ONLY for name, value in COMMON + ONLY[service]]
 
