@@ -252,11 +252,11 @@ def test_sigkilled_workers_lose_no_job(stack: Stack) -> None:
 def test_every_created_job_ends_in_done(stack: Stack) -> None:
     final = stack.wait(
         stack.counts,
-        lambda c: c["todos"] == 0 and c["in_progress"] == 0 and c["done"] + c["failed"] >= CREATE_TOTAL,
+        lambda c: c["todos"] == c["in_progress"] == c["scheduled"] == 0 and c["done"] + c["failed"] >= CREATE_TOTAL,
         f"all {CREATE_TOTAL} jobs to finish",
         timeout=300,
     )
-    assert final == {"todos": 0, "in_progress": 0, "done": CREATE_TOTAL, "failed": 0}
+    assert final == {"todos": 0, "in_progress": 0, "done": CREATE_TOTAL, "failed": 0, "scheduled": 0}
 
     # The creator stopped by itself after CREATE_TOTAL and was not restarted into a second run.
     (creator,) = stack.docker.compose.ps(services=["creator"], all=True)
