@@ -213,6 +213,8 @@ def test_every_wrapper_passes_the_keys_its_script_names(cluster: RedisCluster, m
     assert q.delete(third.id) == "in_progress"
     assert q.delete("unknown") is None
     assert q.stats()["failed"] == 2
+    tick = [("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)]
+    assert q._scripts.periodic(tick, request_ttl_ms=120_000, wake_cap=64) == ([], ["tick"])
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:

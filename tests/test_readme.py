@@ -45,6 +45,7 @@ def test_every_key_of_the_layout_is_documented() -> None:
         "owners",
         "finished",
         "scheduled",
+        "periodic",
     ):
         assert f"`{getattr(keys, attribute)}`" in README, attribute
     assert f"`{keys.lock('<token>')}`" in README
