@@ -186,7 +186,11 @@ def targets(data: dict) -> list[str]:
         out.extend(io_targets(data, by_key(matrix_runs(data, "io"))))
     for lat in data["latency"]:
         if lat["system"].startswith("setqueue") and "p50_ms" in lat:
-            where = "CPU matrix, CONCURRENCY=1" if lat.get("matrix", "cpu") == "cpu" else "I/O matrix settings"
+            where = (
+                f"CPU matrix, CONCURRENCY={data['args'].get('cpu_concurrency', 1)}"
+                if lat.get("matrix", "cpu") == "cpu"
+                else "I/O matrix settings"
+            )
             out.append(
                 f"- idle pick-up p50 under 5 ms: {lat['system']} ({where}) p50 {lat['p50_ms']:.2f} ms "
                 f"(p99 {lat['p99_ms']:.2f} ms): {verdict(lat['p50_ms'] < 5)}"
@@ -311,7 +315,8 @@ def write_markdown(data: dict, path: Path) -> None:
         L.append(f"## {TITLES[m].format(ms=io_ms)}: throughput and cost per job\n")
         if m == "cpu":
             L.append(
-                "setqueue: one thread (CONCURRENCY=1): the setting for CPU-trivial jobs. Peers at their defaults.\n"
+                f"setqueue: CONCURRENCY={args.get('cpu_concurrency', 1)} (1 = one job thread, the setting chosen for "
+                f"CPU-trivial jobs), CLAIM_BATCH={args['claim_batch']}. Peers at their defaults.\n"
             )
         else:
             c = args["concurrency"]

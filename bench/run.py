@@ -444,12 +444,16 @@ def machine() -> dict[str, Any]:
 def build_matrix(matrix: str, names: list[str], url: str, a: argparse.Namespace) -> dict[str, System]:
     """The systems of one matrix, by the name the report shows.
 
-    cpu: every system named, at its defaults (setqueue: CONCURRENCY=1, CLAIM_BATCH=--claim-batch).
+    cpu: every system named, at its defaults (setqueue: CONCURRENCY=--cpu-concurrency, default 1,
+    CLAIM_BATCH=--claim-batch).
     io: the job waits --io-seconds first; setqueue runs twice (plain handler on CONCURRENCY
     threads, async handler on one event loop) at CONCURRENCY=--concurrency, CLAIM_BATCH=
     --io-claim-batch; each peer runs at its defaults and again at --concurrency per process."""
     if matrix == "cpu":
-        return {n: SYSTEMS[n](n, url, claim_batch=a.claim_batch) for n in names}
+        return {
+            n: SYSTEMS[n](n, url, claim_batch=a.claim_batch, concurrency=a.cpu_concurrency if n == "setqueue" else None)
+            for n in names
+        }
     c, io = a.concurrency, a.io_seconds
     out: dict[str, System] = {}
     for n in names:
@@ -490,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(IO_BASES)} named here",
     )
     p.add_argument("--claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH, CPU matrix (default 100)")
+    p.add_argument(
+        "--cpu-concurrency", type=int, default=1, help="setqueue's CONCURRENCY, CPU matrix (default 1: one thread)"
+    )
     p.add_argument("--io-claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH, I/O matrix (default 100)")
     p.add_argument("--max-seconds", type=float, default=15, help="time limit of one throughput run (default 15)")
     p.add_argument(
