@@ -60,6 +60,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._configure = self._configure_hook(settings)
         super().__init__(settings, WorkerMetrics(new_registry()), queue)
         self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
+        self.engine.low_water = max(1, settings.claim_batch // 2)  # where _wanted starts to claim
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
