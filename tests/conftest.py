@@ -8,7 +8,17 @@ import pytest
 import redis
 
 from setqueue import Queue
+from tests.procs import Proc
 from tests.support import RedisServer
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Service processes a test starts (tests.procs.Proc); killed when it ends."""
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,6 @@ from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, wait_until
 
 HANDLERS = {"threads": "tests.engine_jobs:handle", "async": "tests.engine_jobs:handle_async"}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.stop()
 
 
 @pytest.fixture

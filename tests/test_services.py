@@ -5,6 +5,7 @@ Timing-free: every wait polls for a state with a generous deadline; nothing asse
 
 from __future__ import annotations
 
+import contextlib
 import io
 import signal
 import subprocess
@@ -30,14 +31,6 @@ from worker.service import WorkerService
 
 SUCCESS = 'setqueue_jobs_completed_total{outcome="success"}'
 FAILURE = 'setqueue_jobs_completed_total{outcome="failure"}'
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.stop()
 
 
 def start(procs: list[Proc], module: str, tmp_path: Path, name: str | None = None, **settings: object) -> Proc:
@@ -73,7 +66,21 @@ def test_pipeline_survives_a_killed_worker(
         start(procs, "worker", tmp_path, name=f"worker{i}", WORK_SECONDS=0.002, WORK_JITTER=0.5, FAIL_RATE=0.05, **env)
         for i in range(3)
     ]
-    victim_claimed = victim.metric("setqueue_jobs_claimed_total")
+
+    # Let the victim settle: it stops prefetching a second after its last job started, and hands
+    # back what it buffered; then what it claimed, released and holds no longer changes.
+    def victim_view() -> tuple[float, float, float]:
+        m = victim.metrics()
+        return m["setqueue_jobs_claimed_total"], m["setqueue_jobs_released_total"], m["setqueue_jobs_in_progress"]
+
+    settled: list[tuple[float, float, float]] = []
+
+    def steady() -> bool:
+        settled.append(victim_view())
+        return len(settled) > 20 and len(set(settled[-20:])) == 1  # the same for 2 s
+
+    wait_until(steady, 60, "the victim to settle")
+    victim_claimed, victim_released, victim_held = settled[-1]
     assert victim.metric(SUCCESS) == 0
     victim.signal(signal.SIGKILL)
     victim.wait(10)
@@ -87,7 +94,7 @@ def test_pipeline_survives_a_killed_worker(
 
     # The victim's jobs came back through the cleaner, and nowhere else.
     requeued = cleaner.metric("setqueue_cleaner_requeued_total")
-    assert requeued == victim_claimed > 0
+    assert requeued == victim_held == victim_claimed - victim_released > 0
     assert cleaner.metric("setqueue_jobs_dead_lettered_total") == 0
 
     # The workers' metrics agree with Redis. Each done job was acked exactly once (a stale ack
@@ -98,8 +105,9 @@ def test_pipeline_survives_a_killed_worker(
     assert sum(x[FAILURE] for x in m) == sum(
         x["setqueue_jobs_retried_total"] + x["setqueue_jobs_dead_lettered_total"] for x in m
     )
+    released = victim_released + sum(x["setqueue_jobs_released_total"] for x in m)
     assert sum(x["setqueue_jobs_claimed_total"] for x in m) + victim_claimed == (
-        total + requeued + sum(x["setqueue_jobs_retried_total"] for x in m)
+        total + requeued + released + sum(x["setqueue_jobs_retried_total"] for x in m)
     )
     assert sum(x["setqueue_stale_acks_total"] for x in m) == 0
     assert all(x["setqueue_jobs_in_progress"] == 0 for x in m)
@@ -366,21 +374,26 @@ def test_an_async_handler_runs_and_its_failure_fails_the_job(tmp_path: Path, red
     env = base_env(
         REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, MAX_ATTEMPTS=1, JOB_HANDLER="asyncjobs:handle"
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "worker"], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with worker_process([sys.executable, "-m", "worker"], env, tmp_path) as worker:
         wait_until(lambda: q.stats()["failed"] == 3 or worker.poll() is not None, 30, "three dead letters")
         assert q.stats()["done"] == 0
         info = q.inspect("a")
         assert info is not None and "fails once it has run" in (info.error or "")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+    q.close()
+
+
+@contextlib.contextmanager
+def worker_process(command: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    """A worker started by ``command`` in ``cwd``; killed if the test leaves it running."""
+    worker = subprocess.Popen(command, env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
+    try:
+        yield worker
     finally:
         if worker.poll() is None:
             worker.kill()
         worker.communicate()
-        q.close()
 
 
 def test_a_handler_returning_an_awaitable_has_it_awaited(redis_url: str, queue_name: str) -> None:
@@ -425,18 +438,13 @@ def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory
     q.enqueue(["a", "b"])
     command = str(Path(sys.executable).parent / "setqueue-worker")
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, JOB_HANDLER="myjobs:handle")
-    worker = subprocess.Popen([command], env=env, cwd=jobs, stderr=subprocess.PIPE, text=True)
-    try:
+    with worker_process([command], env, jobs) as worker:
         wait_until(lambda: q.stats()["done"] == 2 or worker.poll() is not None, 30, "both jobs done")
         assert worker.poll() is None, worker.communicate()[1]
         assert sorted(p.name for p in jobs.glob("*.ran")) == ["a.ran", "b.ran"]
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-        worker.communicate()
-        q.close()
+    q.close()
 
 
 def reachable(host: str, port: int) -> bool:

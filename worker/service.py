@@ -320,4 +320,5 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             )
             return
         released = sum(1 for o in outcomes if o is FailOutcome.RELEASED)
+        self.metrics.jobs_released.inc(released)
         self.log.info("handed %d jobs back to todos", released)

@@ -116,6 +116,12 @@ class WorkerMetrics(ServiceMetrics):
             "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt.", registry=registry
         )
         self.jobs_dead_lettered = dead_lettered_counter(registry)
+        self.jobs_released = Counter(
+            "setqueue_jobs_released_total",
+            "Jobs handed back to todos unstarted or unfinished, without using an attempt (a buffered job "
+            "that waited too long for a slot, or a shutdown).",
+            registry=registry,
+        )
         self.jobs_scheduled = Counter(
             "setqueue_jobs_scheduled_total",
             "Failed jobs put into scheduled to be retried later (backoff or RetryLater).",
