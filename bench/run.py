@@ -520,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--repeat", type=int, default=1, help="run the throughput matrix this many times back to back")
     p.add_argument("--no-ceiling", action="store_true", help="skip redis-benchmark")
+    p.add_argument(
+        "--due-jobs",
+        type=int,
+        default=1000,
+        help="scheduled jobs of the due-time latency run (bench/due_latency.py; 0 = skip)",
+    )
     p.add_argument("--out", default=str(REPO / "bench" / "results"), help="where latest.md/json/png go")
     p.add_argument("--tag", default="latest", help="base name of the result files (default latest)")
     a = p.parse_args(argv)
@@ -629,7 +635,13 @@ def main(argv: list[str] | None = None) -> int:
     write_plot(data, out / "throughput.png" if a.tag == "latest" else out / f"{a.tag}-throughput.png")
     log(f"wrote {out / (a.tag + '.md')} in {data['seconds']:.0f} s")
     bad = [r for r in runs if r["complete"] and (r["duplicates"] or r["missing"])]
-    return 1 if bad else 0
+    due_ok = True
+    if a.due_jobs > 0:  # scheduled jobs: how late after its due time a job starts (its own server)
+        due_out = out / ("due-latency.md" if a.tag == "latest" else f"{a.tag}-due-latency.md")
+        spread = max(1.0, a.due_jobs / 100)
+        due = [sys.executable, str(Path(__file__).resolve().parent / "due_latency.py"), "--jobs", str(a.due_jobs)]
+        due_ok = subprocess.run([*due, "--spread", repr(spread), "--out", str(due_out)], check=False).returncode == 0
+    return 1 if bad or not due_ok else 0
 
 
 if __name__ == "__main__":

@@ -24,10 +24,12 @@ def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-unty
     cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--io-jobs", str(JOBS)]
     cmd += ["--workers", "1", "--io-max-seconds", "60"]
     cmd += ["--systems", "setqueue,naive", "--latency-jobs", "10", "--no-ceiling", "--out", str(tmp_path)]
+    cmd += ["--due-jobs", "50"]  # scheduled jobs: due time -> start
     cmd += ["--max-seconds", "60", "--trials", "2", "--cell-seconds", "60"]  # two trials per cell, both checked
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "latest.md").is_file()
+    assert "50/50 ran" in (tmp_path / "due-latency.md").read_text()
     data = json.loads((tmp_path / "latest.json").read_text())
     assert sorted((r["matrix"], r["system"], r["trial"]) for r in data["runs"]) == [
         ("cpu", "naive", 0),
