@@ -19,9 +19,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from setqueue.keys import MAX_IDS_PER_CALL, validate_queue_name
+from setqueue.keys import MAX_IDS_PER_CALL, validate_job_id, validate_queue_name
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -85,6 +85,8 @@ def _number(name: str, raw: str, kind: type, low: float | None, high: float | No
         value = kind(raw)
     except ValueError:
         raise SettingError(name, f"{raw!r} is not a {'whole ' if kind is int else ''}number") from None
+    if not math.isfinite(value):
+        raise SettingError(name, f"{raw} is not a finite number")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
     if not (low <= value <= high):
@@ -115,6 +117,12 @@ def _check_host(host: str) -> None:
         return
     if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?", host):
         raise ValueError(f"{host!r} is neither an IP address nor a host name")
+
+
+def _check_id_prefix(prefix: str) -> None:
+    """Ids are <prefix>-<n>: the prefix leaves room for the number under the id limit."""
+    if prefix:
+        validate_job_id(prefix + "-" + "9" * 20)
 
 
 def _check_job_handler(spec: str) -> None:
@@ -159,7 +167,13 @@ SETTINGS: tuple[Setting, ...] = (
         "MAX_ATTEMPTS", int, "5", "Claims a job gets before it is dead-lettered into failed", "all", low=1, high=1000
     ),
     Setting(
-        "DONE_MAX_COUNT", int, "1000000", "Most ids kept in done (oldest dropped first; 0 = no limit)", "all", low=0
+        "DONE_MAX_COUNT",
+        int,
+        "1000000",
+        "Most ids kept in done (oldest dropped first; 0 = no limit)",
+        "all",
+        low=0,
+        high=10**9,
     ),
     Setting(
         "DONE_MAX_AGE_SECONDS",
@@ -168,6 +182,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Ids older than this are dropped from done by the cleaner (0 = keep)",
         "all",
         low=0,
+        high=10 * 365 * 86400,
     ),
     Setting(
         "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
@@ -183,9 +198,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
     Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
     Setting(
-        "CREATE_RATE", float, "50", "Jobs per second the creator enqueues (0 = as fast as possible)", "creator", low=0
+        "CREATE_RATE",
+        float,
+        "50",
+        "Jobs per second the creator enqueues (0 = as fast as possible)",
+        "creator",
+        low=0,
+        high=1e6,
     ),
-    Setting("CREATE_TOTAL", int, "0", "Jobs the creator enqueues before it stops (0 = forever)", "creator", low=0),
+    Setting(
+        "CREATE_TOTAL",
+        int,
+        "0",
+        "Jobs the creator enqueues before it stops (0 = forever)",
+        "creator",
+        low=0,
+        high=10**12,
+    ),
     Setting("CREATE_BATCH", int, "100", "Most ids per enqueue call", "creator", low=1, high=10_000),
     Setting(
         "CREATE_ID_PREFIX",
@@ -193,6 +222,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Prefix of generated ids (default: a random run id, so ids are unique per run)",
         "creator",
+        check=_check_id_prefix,
     ),
     Setting(
         "CREATE_FROM_STDIN",
@@ -254,7 +284,7 @@ SETTINGS: tuple[Setting, ...] = (
         "worker",
         check=_check_job_handler,
     ),
-    Setting("WORK_SECONDS", float, "0.2", "Demo handler: mean duration of a job", "worker", low=0),
+    Setting("WORK_SECONDS", float, "0.2", "Demo handler: mean duration of a job", "worker", low=0, high=86400),
     Setting(
         "WORK_JITTER",
         float,
@@ -280,6 +310,7 @@ SETTINGS: tuple[Setting, ...] = (
         "On SIGTERM, time to finish held jobs before releasing the rest",
         "worker",
         low=0,
+        high=86400,
     ),
     Setting(
         "IDLE_WAIT_SECONDS",
@@ -321,6 +352,7 @@ def validate_redis_url(url: str) -> str:
         raise SettingError("REDIS_URL", f"{url!r} is not a URL ({exc})") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise SettingError("REDIS_URL", f"{url!r} must start with redis://, rediss:// or unix://")
+    _check_url_options(url, parts.query)
     if parts.scheme == "unix":
         if not parts.path:
             raise SettingError("REDIS_URL", f"{url!r} names no socket path")
@@ -330,9 +362,26 @@ def validate_redis_url(url: str) -> str:
     if port == 0:
         raise SettingError("REDIS_URL", f"{url!r} has port 0")
     db = parts.path.lstrip("/")
-    if db and not db.isdigit():
+    if db and not (db.isdigit() and int(db) < 2**31):
         raise SettingError("REDIS_URL", f"{url!r}: the database after the / must be a number")
     return url
+
+
+def _check_url_options(url: str, query: str) -> None:
+    """Query options are redis-py's, each with a value its parser takes (``?socket_timeout=5``)."""
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS  # noqa: PLC0415 - redis-py's own table
+
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        if name not in URL_QUERY_ARGUMENT_PARSERS and name not in ("db", "username", "password", "ssl_cert_reqs"):
+            known = ", ".join(sorted(URL_QUERY_ARGUMENT_PARSERS))
+            raise SettingError("REDIS_URL", f"{redact_url(url)!r}: unknown option {name!r} (known: {known})")
+        parse: Callable[[str], object] | None = URL_QUERY_ARGUMENT_PARSERS.get(name)  # type: ignore[assignment]
+        for value in values:
+            try:
+                if parse is not None:
+                    parse(value)
+            except (TypeError, ValueError):
+                raise SettingError("REDIS_URL", f"{redact_url(url)!r}: option {name}={value!r} is not valid") from None
 
 
 def redact_url(url: str) -> str:

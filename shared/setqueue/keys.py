@@ -25,6 +25,15 @@ def validate_queue_name(name: str) -> str:
     return name
 
 
+def check_utf8(what: str, text: str) -> str:
+    """Text Redis can store as UTF-8: no lone surrogates (what undecodable input bytes become)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {text!r} is not valid UTF-8 (an undecodable byte?)") from None
+    return text
+
+
 def validate_job_id(job_id: str) -> str:
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a str, not {type(job_id).__name__}")
@@ -32,6 +41,7 @@ def validate_job_id(job_id: str) -> str:
         raise ValueError(f"job id must be 1 to {MAX_ID_LENGTH} characters, got {len(job_id)}")
     if any(c in job_id for c in "\r\n\0"):
         raise ValueError(f"job id {job_id!r} must not contain line breaks or NUL")
+    check_utf8("job id", job_id)
     return job_id
 
 

@@ -23,7 +23,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from setqueue.config import default
-from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys, validate_job_id
+from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys, check_utf8, validate_job_id
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
 
@@ -171,13 +171,15 @@ class Queue:
         backoff): every script is safe to resend. Socket timeouts stop a call from hanging
         forever on a dead connection. ``options`` go to the constructor.
         """
+        # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
+        tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
         client = redis.Redis.from_url(
             url,
             retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=30,
-            socket_keepalive=True,
+            **tcp,
             health_check_interval=30,
         )
         return cls(client, name, **options)
@@ -203,6 +205,8 @@ class Queue:
             validate_job_id(job_id)
             if with_payload and not isinstance(payload, str):
                 raise TypeError(f"payload of {job_id!r} must be a str")
+            if payload is not None:
+                check_utf8(f"payload of {job_id!r}", payload)
         added = 0
         for chunk in _chunks(items):
             added += self._scripts.enqueue(

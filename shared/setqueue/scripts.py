@@ -304,7 +304,12 @@ class QueueScripts:
         next_due = reply[1] / 1000 if reply[1] >= 0 else None
         leases = [
             make(
-                text(job_id), token, attempt, text(payload) if payload else None, enq / 1000 if enq >= 0 else None, now
+                text(job_id),
+                token,
+                attempt,
+                None if payload is None else text(payload),
+                enq / 1000 if enq >= 0 else None,
+                now,
             )
             for job_id, attempt, enq, payload in zip(reply[2::4], reply[3::4], reply[4::4], reply[5::4], strict=True)
         ]
