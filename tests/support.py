@@ -64,6 +64,8 @@ class RedisServer:
             try:
                 client.ping()
                 break
+            except redis.AuthenticationError:  # started with --requirepass: it is up
+                break
             except redis.ConnectionError:  # includes BusyLoadingError while an AOF loads
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {self.port}") from None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,8 @@ import pytest
 from setqueue import Queue
 from setqueue.cli import main
 from setqueue.config import SETTINGS
-from tests.support import RedisServer
+from tests.procs import base_env
+from tests.support import REPO_ROOT, RedisServer
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +100,28 @@ def test_the_cli_names_the_line_of_an_undecodable_id(
     assert main(["--redis-url", redis_url, "--queue", queue_name, "push"], stdin=stdin) == 2
     err = capsys.readouterr().err
     assert err.startswith("setqueue: line 2: ") and "UTF-8" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def locked_redis() -> Iterator[RedisServer]:
+    server = RedisServer(args=["--requirepass", "right"]).start()
+    yield server
+    server.cleanup()
+
+
+@pytest.mark.parametrize("service", ["worker", "creator", "cleaner"])
+@pytest.mark.parametrize(
+    ("credentials", "db", "says"), [(":wrong@", 0, "AuthenticationError"), (":right@", 99, "DB index")]
+)
+def test_redis_refusing_the_settings_at_start_is_one_line_exit_3(
+    locked_redis: RedisServer, service: str, credentials: str, db: int, says: str
+) -> None:
+    url = f"redis://{credentials}127.0.0.1:{locked_redis.port}/{db}"
+    env = base_env(REDIS_URL=url, QUEUE_NAME="refused", METRICS_PORT=0, CREATE_TOTAL=1)
+    result = subprocess.run(
+        [sys.executable, "-m", service], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "refused us" in line]
+    assert len(lines) == 1 and says in lines[0] and "wrong" not in lines[0] and "right" not in lines[0]
+    assert "Traceback" not in result.stderr

@@ -64,6 +64,21 @@ TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
 )
 
 EXIT_SETTING = 2
+EXIT_REDIS = 3
+
+
+def refusal(queue: Queue) -> str | None:
+    """Why Redis refuses this service's settings at start (a wrong password, no permission, a
+    database it does not have), or None. Unreachable is no refusal: the loops wait for Redis."""
+    try:
+        queue.ping()
+    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except rexc.ResponseError as exc:  # e.g. "DB index is out of range"
+        return f"{type(exc).__name__}: {exc}"
+    except rexc.RedisError:
+        return None
+    return None
 
 
 class Stopping(Exception):
@@ -308,6 +323,15 @@ def main(
             print(f"{program}: invalid setting {name}: cannot listen on {where}: {exc}", file=sys.stderr, flush=True)
             service.close()
             return EXIT_SETTING
+    refused = refusal(service.queue)
+    if refused is not None:
+        print(
+            f"{program}: Redis at {redact_url(settings.redis_url)} refused us: {refused}", file=sys.stderr, flush=True
+        )
+        if server is not None:
+            server.stop()
+        service.close()
+        return EXIT_REDIS
     service.install_signal_handlers()
     service.log.info(
         "%s starting: queue=%s redis=%s metrics=%s",
