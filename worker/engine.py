@@ -51,7 +51,6 @@ class Running:
     """One job in a slot."""
 
     lease: Lease
-    claimed: float  # monotonic time the job entered the buffer
     started: float = 0.0  # monotonic
     deadline: float = float("inf")  # monotonic; inf = no timeout
     thread_id: int | None = None
@@ -102,7 +101,6 @@ class Engine:
         # cost 11% of an I/O-bound worker's CPU (bench/results/profile.md) for claims it skipped.
         self.low_water = concurrency
         self.asynchronous = is_async(handler)
-        self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- start and stop ------------------------------------------------------------------------
@@ -112,18 +110,14 @@ class Engine:
         settings) runs first, on the event loop when it is a coroutine function."""
         if self.asynchronous:
             self._loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=self._loop.run_forever, name="job-loop", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            threading.Thread(target=self._loop.run_forever, name="job-loop", daemon=True).start()
         if configure is not None:
             result = configure()
             if inspect.isawaitable(result):
                 self.run_coroutine(result)
         if not self.asynchronous:
             for n in range(self.slots.concurrency):
-                thread = threading.Thread(target=self._slot, name=f"job-slot-{n + 1}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+                threading.Thread(target=self._slot, name=f"job-slot-{n + 1}", daemon=True).start()
 
     def run_coroutine(self, awaitable: Awaitable[Any]) -> Any:
         """Run it to its end on the job loop (or on a loop of its own when there is none)."""
@@ -210,7 +204,7 @@ class Engine:
         """Call with the lock held: the job leaves the buffer for a slot."""
         now = time.monotonic()
         deadline = now + self.timeout if self.timeout > 0 else float("inf")
-        record = Running(buffered.lease, buffered.claimed, now, deadline, thread_id)
+        record = Running(buffered.lease, now, deadline, thread_id)
         self.slots.running[id(record)] = record
         self.slots.last_start = now
         return record

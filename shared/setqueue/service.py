@@ -18,8 +18,8 @@ is simply made again.
 
 /healthz answers 200 with a JSON body while the service is healthy, and 503 when Redis does not
 answer a PING (checked on each request, with a one-second timeout) or when the main loop has not
-come round for ``stall_seconds`` (a stuck loop). A worker's job in progress counts as the loop
-coming round: a long job is not a stuck worker.
+come round for ``stall_seconds`` (a stuck loop). A worker's main loop is its supervisor, which
+comes round every few milliseconds whatever its jobs do: a long job is not a stuck worker.
 """
 
 from __future__ import annotations
@@ -120,9 +120,7 @@ class Service(Generic[S, M]):
         self._retries = 0
         self._pending_delay = 0.0
         self._last_beat = time.monotonic()
-        self._busy_since: float | None = None
         self._signals = 0
-        self._interruptible = False
         self._health_client: redis.Redis | None = None
         self.metrics.redis_up.set(1)
 
@@ -144,16 +142,10 @@ class Service(Generic[S, M]):
         """The main loop came round."""
         self._last_beat = time.monotonic()
 
-    def busy(self, busy: bool) -> None:
-        """A job is running (the loop is alive even though it does not come round)."""
-        self._busy_since = time.monotonic() if busy else None
-        if not busy:
-            self.beat()
-
     def health(self) -> tuple[bool, dict[str, Any]]:
         now = time.monotonic()
         idle = now - self._last_beat
-        stuck = self._busy_since is None and idle > self.stall_seconds
+        stuck = idle > self.stall_seconds
         redis_ok = self._ping()
         body: dict[str, Any] = {
             "status": "ok" if redis_ok and not stuck else ("stuck" if redis_ok else "redis_unreachable"),
@@ -164,8 +156,6 @@ class Service(Generic[S, M]):
             "stall_seconds": self.stall_seconds,
             "stopping": self.stop_event.is_set(),
         }
-        if self._busy_since is not None:
-            body["current_job_seconds"] = round(now - self._busy_since, 3)
         return redis_ok and not stuck, body
 
     def _ping(self) -> bool:
@@ -258,25 +248,10 @@ class Service(Generic[S, M]):
             self.log.info("%s received: stopping (send it again to exit at once)", name)
             self.stop_event.set()
             self.on_stop_requested()
-            if self._interruptible:
-                # The main thread is blocked in an idle wait (BLPOP): leave it now rather than when
-                # the wait times out. redis-py drops the connection the exception interrupts.
-                self._interruptible = False
-                raise Stopping(name)
         else:
             self.log.warning("second %s received: exiting now", name)
             flush_logs()
             os._exit(128 + signum)
-
-    def idle_wait(self, wait: Callable[[], T]) -> T:
-        """Run a blocking wait that a stop signal may interrupt at once (raising ``Stopping``)."""
-        if self.stop_event.is_set():
-            raise Stopping("idle wait")
-        self._interruptible = True
-        try:
-            return wait()
-        finally:
-            self._interruptible = False
 
     def request_stop(self) -> None:
         """Stop as on a first SIGTERM (for embedding and tests)."""
