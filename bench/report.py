@@ -200,20 +200,170 @@ def targets(data: dict) -> list[str]:
     return out
 
 
+# -- before and after: --baseline ------------------------------------------------------------------
+
+Groups = dict[tuple[str, int], list[dict[str, Any]]]  # by_key: (system, W) -> its trials
+
+
+def baseline_suffix(data: dict[str, Any]) -> str:
+    """'@<sha>', what a baseline system's name ends with, when the run had --baseline; else ''."""
+    b = data.get("baseline")
+    return f"@{b['label']}" if b else ""
+
+
+def vs_baseline(groups: Groups, system: str, workers: int, suffix: str) -> float | None:
+    """Steady jobs/s of ``system`` over its baseline twin's at W (medians of their trials)."""
+    mine, twin = groups.get((system, workers)), groups.get((system + suffix, workers))
+    if not suffix or "@" in system or not mine or not twin:
+        return None
+    a, b = steady(mine), steady(twin)
+    return a / b if a and b else None
+
+
+def trial_range(rs: list[dict[str, Any]]) -> tuple[float, float] | None:
+    rates = [r["steady_jobs_per_s"] for r in rs if r["steady_jobs_per_s"] is not None]
+    return (min(rates), max(rates)) if rates else None
+
+
+def compare_line(groups: Groups, system: str, suffix: str, workers: int) -> str | None:
+    """One system against its baseline at W: rates, trial ranges, CPU per job, ratio."""
+    ratio = vs_baseline(groups, system, workers, suffix)
+    if ratio is None:
+        return None
+    mine, twin = groups[(system, workers)], groups[(system + suffix, workers)]
+    r1, r2 = trial_range(mine), trial_range(twin)
+    if len(mine) < 2 or len(twin) < 2 or r1 is None or r2 is None:
+        spread_note = " (one trial: no spread to compare with)"
+    elif r1[0] <= r2[1] and r2[0] <= r1[1]:
+        spread_note = " (the trial ranges overlap)"
+    else:
+        spread_note = " (the trial ranges do not overlap)"
+
+    def trials(rs: list[dict[str, Any]], rng: tuple[float, float] | None) -> str:
+        n = f"{len(rs)} trial{'s' if len(rs) > 1 else ''}"
+        return f"{n}, {rng[0]:,.0f} to {rng[1]:,.0f}" if rng and len(rs) > 1 else n
+
+    def cost(rs: list[dict[str, Any]], key: str) -> str:
+        return fmt(median([r.get(key) for r in rs]), 3)
+
+    return (
+        f"{system} {fmt(steady(mine))} jobs/s ({trials(mine, r1)}), {system}{suffix} {fmt(steady(twin))} "
+        f"({trials(twin, r2)}): **{ratio:.2f}x**{spread_note}; worker CPU ms/job "
+        f"{cost(mine, 'worker_cpu_ms_per_job')} vs {cost(twin, 'worker_cpu_ms_per_job')}, "
+        f"Redis CPU ms/job {cost(mine, 'redis_cpu_ms_per_job')} vs {cost(twin, 'redis_cpu_ms_per_job')}"
+    )
+
+
+def baseline_section(data: dict[str, Any]) -> list[str]:
+    """The issue's before/after targets, when the run had --baseline."""
+    suffix = baseline_suffix(data)
+    if not suffix:
+        return []
+    b, code = data["baseline"], data.get("code") or {}
+    changed = " plus uncommitted changes to shared/ or worker/" if code.get("code_changed") else ""
+    L = [f"## Before and after: this checkout against setqueue at {b['ref']}\n"]
+    L.append(
+        f"`setqueue{suffix}` runs the code of {b['ref']} ({b['sha'][:12]}, a git worktree in bench/.baseline/): its "
+        "own workers and its own producer (Queue.enqueue in a process of that tree's code). `setqueue` runs this "
+        f"checkout ({str(code.get('head', '?'))[:12]}{changed}). Same redis-server, same settings, the two taking "
+        "turns trial by trial in each cell. Ratio = this checkout's steady jobs/s over the baseline's (medians of "
+        "the trials).\n"
+    )
+    cpu = by_key(matrix_runs(data, "cpu"))
+    line = compare_line(cpu, "setqueue", suffix, 2)
+    if line:
+        ratio = vs_baseline(cpu, "setqueue", 2, suffix) or 0.0
+        L.append(f"- CPU-trivial, W=2, costs at most 10% of the baseline's throughput: {line}: {verdict(ratio >= 0.9)}")
+    io = by_key(matrix_runs(data, "io"))
+    for name in ("setqueue-async", "setqueue-threads"):
+        line = compare_line(io, name, suffix, 2)
+        if line:
+            ratio = vs_baseline(io, name, 2, suffix) or 0.0
+            L.append(f"- I/O-bound, W=2, no lower than the baseline: {line}: {verdict(ratio >= 1.0)}")
+    mem = {m["tree"]: m for m in data.get("memory") or [] if "error" not in m}
+    now, then = mem.get("setqueue"), mem.get(f"setqueue{suffix}")
+    if now and then:
+        L.append(
+            "- Redis memory per job (used_memory delta, bench/memory.py): queued "
+            f"{then['queued']['bytes_per_job']:,.0f} -> {now['queued']['bytes_per_job']:,.0f} B, kept in done "
+            f"{then['done']['bytes_per_job']:,.0f} -> {now['done']['bytes_per_job']:,.0f} B (baseline -> this "
+            "checkout; see Redis memory per job below)"
+        )
+    ws = sorted({w for (s, w) in cpu | io if s.startswith("setqueue") and w != 2})
+    if ws:
+        L.append(f"- other W ({', '.join(map(str, ws))}): the `vs baseline` column of the tables below")
+    L.append("")
+    return L
+
+
+def memory_table(memory: list[dict[str, Any]]) -> list[str]:
+    """Redis memory per job of each code tree (bench/memory.py)."""
+    ok = [m for m in memory if "error" not in m]
+    L = ["## Redis memory per job\n"]
+    if ok:
+        m0 = ok[0]
+        L.append(
+            f"{m0['jobs']:,} jobs with ids of {m0['id_length']} characters, no payload (bench/memory.py), each code "
+            f"tree on a fresh redis-server {m0['redis_version']}: enqueued with its Queue.enqueue, then all claimed "
+            "and acked (claim(500), ack_many) with a retention that keeps every id in done. `used_memory`: the INFO "
+            "used_memory delta from the empty server (scripts loaded) over N, read after dropping what expires by "
+            "itself (the req:<id> resend results, the wake list); `MEMORY USAGE`: the queue's keys summed "
+            "(SAMPLES 0: every element).\n"
+        )
+    L.append(
+        "| code | queued: used_memory B/job | queued: MEMORY USAGE B/job | kept in done: used_memory B/job | "
+        "kept in done: MEMORY USAGE B/job |"
+    )
+    L.append("|---|---:|---:|---:|---:|")
+    for m in memory:
+        if "error" in m:
+            L.append(f"| {m['tree']} | failed: {m['error'].splitlines()[-1] if m['error'] else '?'} | | | |")
+            continue
+        q, d = m["queued"], m["done"]
+        L.append(
+            f"| {m['tree']} | {q['bytes_per_job']:,.1f} | {q['memory_usage_bytes_per_job']:,.1f} | "
+            f"{d['bytes_per_job']:,.1f} | {d['memory_usage_bytes_per_job']:,.1f} |"
+        )
+    L.append("")
+    if ok:
+        L.append("By key: MEMORY USAGE over N, bytes per job (type, elements):\n")
+        keys = list(dict.fromkeys(k for m in ok for st in ("queued", "done") for k in m[st]["keys"]))
+        L.append("| key | " + " | ".join(f"{m['tree']} {st}" for m in ok for st in ("queued", "done")) + " |")
+        L.append("|---|" + "---:|" * (2 * len(ok)))
+        for k in keys:
+            cells = []
+            for m in ok:
+                for st in ("queued", "done"):
+                    v = m[st]["keys"].get(k)
+                    cells.append("-" if v is None else f"{v['bytes'] / m['jobs']:,.1f} ({v['type']}, {v['count']:,})")
+            L.append(f"| {k} | " + " | ".join(cells) + " |")
+        L.append("")
+    return L
+
+
 def throughput_table(data: dict, matrix: str) -> list[str]:
     runs = matrix_runs(data, matrix)
     groups = by_key(runs)
     systems = list(dict.fromkeys(r["system"] for r in runs))
     per_process = {n: st.get("per_process", "") for n, st in matrix_settings(data).get(matrix, {}).items()}
+    suffix = baseline_suffix(data)
     L: list[str] = []
     io = matrix == "io"
     head = "| system | W |" + (" jobs at once per process |" if io else "")
+    head += " enqueue jobs/s | drain jobs/s | steady jobs/s | trials | steady range |"
+    head += " vs baseline |" if suffix else ""
     head += (
-        " enqueue jobs/s | drain jobs/s | steady jobs/s | trials | steady range | start-up s | "
-        "worker CPU ms/job | Redis CPU ms/job | Redis cmds/job | Redis CPU busy | executed (dup/missing) |"
+        " start-up s | worker CPU ms/job | Redis CPU ms/job | Redis cmds/job | Redis CPU busy | "
+        "executed (dup/missing) |"
     )
     L.append(head)
-    L.append("|---|---:|" + ("---|" if io else "") + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append(
+        "|---|---:|"
+        + ("---|" if io else "")
+        + "---:|---:|---:|---:|---:|"
+        + ("---:|" if suffix else "")
+        + "---:|---:|---:|---:|---:|---|"
+    )
     for s in systems:
         for w in sorted({r["workers"] for r in runs if r["system"] == s}):
             rs = groups[(s, w)]
@@ -224,13 +374,16 @@ def throughput_table(data: dict, matrix: str) -> list[str]:
             )
             rates = [r["steady_jobs_per_s"] for r in rs if r["steady_jobs_per_s"] is not None]
             low_high = f"{min(rates):,.0f} to {max(rates):,.0f}" if len(rates) > 1 else "-"
+            ratio = vs_baseline(groups, s, w, suffix)
+            versus = "baseline" if suffix and s.endswith(suffix) else ("-" if ratio is None else f"{ratio:.2f}x")
             L.append(
                 f"| {s} | {w} | "
                 + (f"{per_process.get(s, '')} | " if io else "")
                 + f"{fmt(median([r['enqueue_jobs_per_s'] for r in rs]))} | "
                 f"{fmt(median([r['drain_jobs_per_s'] for r in rs]))}{star} | "
                 f"{fmt(steady(rs))}{star} | {len(rs)} | {low_high} | "
-                f"{fmt(median([r['startup_seconds'] for r in rs]), 2)} | "
+                + (f"{versus} | " if suffix else "")
+                + f"{fmt(median([r['startup_seconds'] for r in rs]), 2)} | "
                 f"{fmt(median([r.get('worker_cpu_ms_per_job') for r in rs]), 3)} | "
                 f"{fmt(median([r.get('redis_cpu_ms_per_job') for r in rs]), 3)} | "
                 f"{fmt(median([r.get('redis_commands_per_job') for r in rs]), 1)} | "
@@ -301,8 +454,12 @@ def write_markdown(data: dict, path: Path) -> None:
                 f"- 1-minute load average at the start of each {m} trial: median {statistics.median(loads):.1f}, "
                 f"from {min(loads):.1f} to {max(loads):.1f} (2 cores: above 2 means something else was running too)"
             )
+    if data.get("baseline"):
+        b = data["baseline"]
+        L.append(f"- baseline: setqueue at {b['ref']} ({b['sha'][:12]}) as `setqueue{baseline_suffix(data)}`")
     L.append("")
     L.extend(targets(data))
+    L.extend(baseline_section(data))
     L.append(
         "enqueue: jobs/s of the system's producer API; drain: jobs/s from spawning the first worker to the last "
         "job executed (includes start-up); steady: jobs/s between 10% and 90% executed (counter sampled every "
@@ -331,6 +488,8 @@ def write_markdown(data: dict, path: Path) -> None:
         L.extend(throughput_table(data, m))
         if args["repeat"] > 1:
             L.extend(repeat_table(data, m))
+    if data.get("memory"):
+        L.extend(memory_table(data["memory"]))
     cpu_groups = by_key(matrix_runs(data, "cpu"))
     if data["latency"]:
         L.append("## Idle pick-up latency\n")
@@ -446,7 +605,7 @@ def write_plot(data: dict, path: Path) -> None:
         for s in dict.fromkeys(r["system"] for r in runs):
             ws = sorted({w for (sys_, w) in groups if sys_ == s})
             ys = [steady(groups[(s, w)]) or 0 for w in ws]
-            style = "-" if s.startswith("setqueue") else ("--" if "-c" in s else ":")
+            style = ("-." if "@" in s else "-") if s.startswith("setqueue") else ("--" if "-c" in s else ":")
             ax.plot(ws, ys, marker="o", linestyle=style, linewidth=2.2 if s.startswith("setqueue") else 1.4, label=s)
         ax.set_xlabel("worker processes (W)")
         ax.set_ylabel("steady drain, jobs/s (median)")

@@ -4,13 +4,16 @@ Run it with `bash bench/run` (makes bench/.venv with the peers). Every system ru
 redis-server this script starts on a free loopback port (persistence off), one after another,
 with FLUSHALL in between. Two matrices (--matrix cpu|io|both): CPU-trivial jobs (one INCR) and
 I/O-bound jobs (a 10 ms wait, then the INCR) at each system's defaults and at one shared
-concurrency. See bench/README.md for what is measured and how.
+concurrency. With --baseline REF, setqueue at REF runs too, next to this checkout's and taking
+turns with it trial by trial (setqueue@<sha>), and Redis memory per job is measured for both
+(bench/memory.py). See bench/README.md for what is measured and how.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -22,15 +25,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import CURRENT, CodeTree, checkout_state, worktree
 from procstat import tree_cpu_seconds
 from report import fmt
-from systems import SYSTEMS, System, free_port
+from systems import SYSTEMS, SetQueue, System, free_port
 
 MATRICES = ("cpu", "io")
 # The I/O matrix: setqueue with a plain (threaded) and an async handler, and these peers, each
@@ -102,7 +107,7 @@ class Workers:
             self.logs.append(logf)
             self.procs.append(
                 subprocess.Popen(
-                    cmd.argv, env=cmd.env, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+                    cmd.argv, env=cmd.env, cwd=cmd.cwd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
                 )
             )
 
@@ -141,6 +146,7 @@ def throughput_run(
     r.flushall()
     load = os.getloadavg()[0]
     args = [f"j{i}" for i in range(jobs)]
+    system.prepare()
     e0 = server.snapshot()
     t0 = time.perf_counter()
     system.enqueue(args)
@@ -263,7 +269,7 @@ def thin(samples: list[tuple[float, int]], keep: int = 200) -> list[list[float]]
 
 def cell_trials(
     server: Server,
-    system: System,
+    systems: Sequence[System],
     workers: int,
     a: argparse.Namespace,
     logdir: Path,
@@ -275,20 +281,27 @@ def cell_trials(
     """Trials of one (system, W) cell: a 20,000-job drain at ~10k jobs/s lasts about 2 s, and
     the rate swings by tens of per cent from one 100 ms to the next on a shared 2-core VM, so a
     fast cell is run again until it has used --cell-seconds (at most --trials times) and the
-    report takes the median. A trial that hits the time limit is long enough on its own."""
+    report takes the median. A trial that hits the time limit is long enough on its own.
+
+    Several systems (setqueue and its --baseline twin) take turns, trial by trial, so that a
+    change in the machine's load hits both alike; each stops on its own budget."""
     out: list[dict] = []
-    used = 0.0
+    used = dict.fromkeys((s.name for s in systems), 0.0)
+    running = list(systems)
     for trial in range(a.trials):
-        res = throughput_run(server, system, jobs=jobs, workers=workers, max_seconds=max_seconds, logdir=logdir)
-        res["trial"] = trial
-        out.append(res)
-        used += res["window_seconds"]
-        log(
-            f"{system.name:16s} W={workers} #{trial + 1} enqueue {res['enqueue_jobs_per_s']:>9,.0f}/s  drain "
-            f"{res['drain_jobs_per_s']:>9,.0f}/s  steady {fmt(res['steady_jobs_per_s'])}/s  "
-            f"executed {res['executed']}/{jobs}{'' if res['complete'] else ' (time limit)'}"
-        )
-        if not res["complete"] or used >= cell_seconds:
+        for system in list(running):
+            res = throughput_run(server, system, jobs=jobs, workers=workers, max_seconds=max_seconds, logdir=logdir)
+            res["trial"] = trial
+            out.append(res)
+            used[system.name] += res["window_seconds"]
+            log(
+                f"{system.name:24s} W={workers} #{trial + 1} enqueue {res['enqueue_jobs_per_s']:>9,.0f}/s  drain "
+                f"{res['drain_jobs_per_s']:>9,.0f}/s  steady {fmt(res['steady_jobs_per_s'])}/s  "
+                f"executed {res['executed']}/{jobs}{'' if res['complete'] else ' (time limit)'}"
+            )
+            if not res["complete"] or used[system.name] >= cell_seconds:
+                running.remove(system)
+        if not running:
             break
     return out
 
@@ -441,31 +454,55 @@ def machine() -> dict[str, Any]:
     }
 
 
-def build_matrix(matrix: str, names: list[str], url: str, a: argparse.Namespace) -> dict[str, System]:
+def build_matrix(
+    matrix: str, names: list[str], url: str, a: argparse.Namespace, baseline: CodeTree | None = None
+) -> dict[str, System]:
     """The systems of one matrix, by the name the report shows.
 
     cpu: every system named, at its defaults (setqueue: CONCURRENCY=--cpu-concurrency, default 1,
     CLAIM_BATCH=--claim-batch).
     io: the job waits --io-seconds first; setqueue runs twice (plain handler on CONCURRENCY
     threads, async handler on one event loop) at CONCURRENCY=--concurrency, CLAIM_BATCH=
-    --io-claim-batch; each peer runs at its defaults and again at --concurrency per process."""
-    if matrix == "cpu":
-        return {
-            n: SYSTEMS[n](n, url, claim_batch=a.claim_batch, concurrency=a.cpu_concurrency if n == "setqueue" else None)
-            for n in names
-        }
-    c, io = a.concurrency, a.io_seconds
+    --io-claim-batch; each peer runs at its defaults and again at --concurrency per process.
+    baseline: each setqueue system gets a twin right after it, the same settings on the
+    baseline's code, named <name>@<sha>."""
     out: dict[str, System] = {}
-    for n in names:
-        if n not in IO_BASES:
-            continue
-        if n == "setqueue":
-            for name, cls in (("setqueue-threads", SYSTEMS["setqueue"]), ("setqueue-async", SYSTEMS["setqueue-async"])):
-                out[name] = cls(name, url, claim_batch=a.io_claim_batch, concurrency=c, io_seconds=io)
-        else:
-            out[n] = SYSTEMS[n](n, url, io_seconds=io)
-            out[f"{n}-c{c}"] = SYSTEMS[n](f"{n}-c{c}", url, concurrency=c, io_seconds=io)
-    return out
+    if matrix == "cpu":
+        for n in names:
+            out[n] = SYSTEMS[n](
+                n, url, claim_batch=a.claim_batch, concurrency=a.cpu_concurrency if n == "setqueue" else None
+            )
+    else:
+        c, io = a.concurrency, a.io_seconds
+        for n in names:
+            if n not in IO_BASES:
+                continue
+            if n == "setqueue":
+                for name, cls in (
+                    ("setqueue-threads", SYSTEMS["setqueue"]),
+                    ("setqueue-async", SYSTEMS["setqueue-async"]),
+                ):
+                    out[name] = cls(name, url, claim_batch=a.io_claim_batch, concurrency=c, io_seconds=io)
+            else:
+                out[n] = SYSTEMS[n](n, url, io_seconds=io)
+                out[f"{n}-c{c}"] = SYSTEMS[n](f"{n}-c{c}", url, concurrency=c, io_seconds=io)
+    if baseline is None:
+        return out
+    with_twins: dict[str, System] = {}
+    for n, system in out.items():
+        with_twins[n] = system
+        if isinstance(system, SetQueue):
+            twin = dataclasses.replace(system, name=n + baseline.suffix(), code=baseline, state={})
+            with_twins[twin.name] = twin
+    return with_twins
+
+
+def cells(systems: dict[str, System]) -> list[list[System]]:
+    """The systems that share their cells' turns: setqueue with its baseline twins; any other alone."""
+    groups: dict[str, list[System]] = {}
+    for n, system in systems.items():
+        groups.setdefault(n.partition("@")[0], []).append(system)
+    return list(groups.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -526,6 +563,19 @@ def main(argv: list[str] | None = None) -> int:
         default=1000,
         help="scheduled jobs of the due-time latency run (bench/due_latency.py; 0 = skip)",
     )
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run setqueue at this git ref (e.g. 762146c), from a worktree in bench/.baseline/, as "
+        "setqueue@<sha> next to each setqueue system, taking turns trial by trial; and measure Redis memory "
+        "per job of both (bench/memory.py)",
+    )
+    p.add_argument(
+        "--memory-jobs",
+        type=int,
+        default=None,
+        help="jobs of the memory measurement (bench/memory.py); default 100000 with --baseline, else 0 (skip)",
+    )
     p.add_argument("--out", default=str(REPO / "bench" / "results"), help="where latest.md/json/png go")
     p.add_argument("--tag", default="latest", help="base name of the result files (default latest)")
     a = p.parse_args(argv)
@@ -540,12 +590,21 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    baseline = worktree(a.baseline) if a.baseline else None
+    if baseline is not None:
+        log(f"baseline {a.baseline}: {baseline.sha} in {baseline.root}")
+    memory_jobs = (100_000 if baseline else 0) if a.memory_jobs is None else a.memory_jobs
 
     started = time.perf_counter()
     before = machine()
+    memory: list[dict[str, Any]] | None = None
+    if memory_jobs > 0:  # each tree on a fresh redis-server of its own, before the throughput runs
+        from memory import measure_trees  # noqa: PLC0415
+
+        memory = measure_trees([CURRENT] + ([baseline] if baseline else []), memory_jobs)
     server = Server()
     log(f"redis-server {server.version} on port {server.port}; worker logs in {logdir}")
-    systems = {m: build_matrix(m, names, server.url, a) for m in matrices}
+    systems = {m: build_matrix(m, names, server.url, a, baseline) for m in matrices}
     runs: list[dict] = []
     latency: list[dict] = []
     ceil = None
@@ -561,10 +620,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             log(f"{m} matrix: {', '.join(systems[m])}; {jobs:,} jobs per run")
             for rep in range(a.repeat):
-                for system in systems[m].values():
+                for group in cells(systems[m]):
                     for wc in worker_counts:
                         trials = cell_trials(
-                            server, system, wc, a, mlogs, jobs=jobs, max_seconds=limit, cell_seconds=cell
+                            server, group, wc, a, mlogs, jobs=jobs, max_seconds=limit, cell_seconds=cell
                         )
                         for res in trials:
                             res["repeat"] = rep
@@ -587,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 lat["matrix"] = m
                 latency.append(lat)
-                log(f"{n:16s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
+                log(f"{n:24s} pick-up p50 {fmt(lat.get('p50_ms'), 2)} ms p99 {fmt(lat.get('p99_ms'), 2)} ms")
         if not a.no_ceiling:
             ceil = ceiling(server, quick=a.jobs < 5000)
             if ceil is not None:
@@ -626,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         "latency": latency,
         "ceiling": ceil,
         "io_floor": io_floor,
+        "code": checkout_state(),
+        "baseline": baseline.as_dict() if baseline else None,
+        "memory": memory,
         "seconds": time.perf_counter() - started,
     }
     (out / f"{a.tag}.json").write_text(json.dumps(data, indent=1) + "\n")

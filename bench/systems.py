@@ -6,30 +6,33 @@ does).
 
 A System carries the job it runs (``io_seconds``: 0 for the CPU-trivial job, 0.01 for the I/O
 matrix's job) and its concurrency per worker process (``concurrency``: None = the system's own
-default; setqueue always gets one).
+default; setqueue always gets one). setqueue also carries the code tree it runs (``code``: this
+checkout, or a baseline git worktree with --baseline; see baseline.py).
 """
 
 # ruff: noqa: PLC0415  (peers are imported lazily: the smoke test runs without them)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+from baseline import CURRENT, REPO, CodeTree
 
-REPO = Path(__file__).resolve().parent.parent
 WORKERS_DIR = REPO / "bench" / "workers"
 QUEUE = "bench"
 # The checkout this file sits in is the one measured (its worker/ and shared/setqueue), producer
 # and workers alike, even when the venv has another checkout installed editable: the editable
-# finder comes after sys.path, so these win.
-CODE_PATH = [str(REPO / "shared"), str(REPO)]
+# finder comes after sys.path, so these win. (A baseline's processes get its tree instead.)
+CODE_PATH = CURRENT.python_path()
 for _p in reversed(CODE_PATH):
     if _p not in sys.path:
         sys.path.insert(0, _p)
@@ -50,10 +53,10 @@ def tool(name: str) -> str:
     return found
 
 
-def base_env(url: str) -> dict[str, str]:
-    env = dict(os.environ)
+def base_env(url: str, code: CodeTree = CURRENT) -> dict[str, str]:
+    """A worker's environment: the job modules (bench/workers), then ``code``'s setqueue and worker."""
+    env = code.env([str(WORKERS_DIR)])
     env["BENCH_REDIS_URL"] = url
-    env["PYTHONPATH"] = os.pathsep.join([str(WORKERS_DIR), *CODE_PATH, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -62,6 +65,7 @@ def base_env(url: str) -> dict[str, str]:
 class Command:
     argv: list[str]
     env: dict[str, str]
+    cwd: Path = REPO  # `python -m worker` imports worker/ from here
 
 
 @dataclass
@@ -76,10 +80,14 @@ class System:
     def __post_init__(self) -> None:
         pass
 
+    def tree(self) -> CodeTree:
+        """The setqueue code on the workers' path: this checkout's, except for a baseline."""
+        return CURRENT
+
     def env(self) -> dict[str, str]:
         """The workers' environment: the job's wait and, for peers configured from the
         environment (arq, saq), the concurrency."""
-        env = base_env(self.url)
+        env = base_env(self.url, self.tree())
         if self.io_seconds:
             env["BENCH_IO_SECONDS"] = repr(self.io_seconds)
         if self.concurrency is not None:
@@ -98,6 +106,10 @@ class System:
         raise NotImplementedError
 
     # -- producers -----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Start what the producer needs beyond a client before its enqueue is timed (a baseline's
+        producer process)."""
+
     def enqueue(self, args: list[str]) -> None:
         raise NotImplementedError
 
@@ -112,12 +124,20 @@ class System:
         pass
 
 
+@dataclass
 class SetQueue(System):
+    """setqueue's real worker service, from ``code``: this checkout, or a baseline worktree whose
+    producer runs in a process of its own (bench_sq_producer.py) and whose workers start in it."""
+
     asynchronous = False  # SetQueueAsync: JOB_HANDLER=bench_sq_handler:handle_async (an async def)
+    code: CodeTree = CURRENT
 
     def __post_init__(self) -> None:
         if self.concurrency is None:
             self.concurrency = 1  # one thread: what a user picks for CPU-trivial jobs
+
+    def tree(self) -> CodeTree:
+        return self.code
 
     def _queue(self) -> Any:
         if "queue" not in self.state:
@@ -125,6 +145,25 @@ class SetQueue(System):
 
             self.state["queue"] = Queue.from_url(self.url, name=QUEUE)
         return self.state["queue"]
+
+    def _producer(self) -> subprocess.Popen[str]:
+        if "producer" not in self.state:
+            proc = subprocess.Popen(
+                [sys.executable, str(WORKERS_DIR / "bench_sq_producer.py"), QUEUE],
+                env=self.env(),
+                cwd=self.code.root,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout is not None
+            imported = json.loads(proc.stdout.readline() or "null")
+            if not imported or not Path(imported).resolve().is_relative_to(self.code.root):
+                proc.kill()
+                raise RuntimeError(f"{self.name}: the producer imported setqueue from {imported}, not {self.code.root}")
+            self.state["producer"] = proc
+        producer: subprocess.Popen[str] = self.state["producer"]
+        return producer
 
     def runner(self) -> str:
         return "python -m worker"
@@ -137,17 +176,34 @@ class SetQueue(System):
         return (
             f"{workers} x `{self.runner()}`, JOB_HANDLER={self.handler()}, {kind}, CONCURRENCY={self.concurrency}, "
             f"CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, lease renewal on (LEASE_SECONDS=30 default), "
-            "LOG_LEVEL=WARNING"
+            "LOG_LEVEL=WARNING" + ("" if self.code.is_current else f"; code: {self.code.describe()}")
         )
 
     def per_process(self) -> str:
         return f"{self.concurrency} ({'async tasks' if self.asynchronous else 'threads'})"
 
     def enqueue_api(self) -> str:
-        return "Queue.enqueue(ids) (500 ids per script call)"
+        if self.code.is_current:
+            return "Queue.enqueue(ids) (500 ids per script call)"
+        return (
+            f"Queue.enqueue(ids) of {self.code.label} (500 ids per script call), in a producer process of that "
+            "tree's code (bench_sq_producer.py; the ids reach it over a pipe)"
+        )
+
+    def prepare(self) -> None:
+        if not self.code.is_current:
+            self._producer()
 
     def enqueue(self, args: list[str]) -> None:
-        self._queue().enqueue(args)
+        if self.code.is_current:
+            self._queue().enqueue(args)
+            return
+        proc = self._producer()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(args) + "\n")
+        proc.stdin.flush()
+        if not proc.stdout.readline():
+            raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
 
     def commands(self, workers: int) -> list[Command]:
         cmds = []
@@ -162,12 +218,20 @@ class SetQueue(System):
                 METRICS_PORT=str(free_port()),
                 LOG_LEVEL="WARNING",
             )
-            cmds.append(Command([sys.executable, "-m", "worker"], env))
+            cmds.append(Command([sys.executable, "-m", "worker"], env, cwd=self.code.root))
         return cmds
 
     def close(self) -> None:
         if "queue" in self.state:
             self.state.pop("queue").close()
+        if "producer" in self.state:
+            proc = self.state.pop("producer")
+            proc.stdin.close()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 class SetQueueAsync(SetQueue):
