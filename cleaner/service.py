@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from setqueue.config import CleanerSettings, SettingError
-from setqueue.metrics import QUEUE_STATES, CleanerMetrics, new_registry
+from setqueue.keys import STATES
+from setqueue.metrics import CleanerMetrics, new_registry
 from setqueue.periodic import PeriodicRuns, parse_schedules, redis_now
 from setqueue.queue import Queue
 from setqueue.service import Service, Stopping
@@ -25,6 +26,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             raise SettingError("SCHEDULES", str(exc)) from None
         super().__init__(settings, CleanerMetrics(new_registry(), [s.name for s in schedules]), queue)
         self.periodic = PeriodicRuns(self.queue.redis, self.queue.keys, schedules, wake_cap=self.queue.wake_cap)
+        self._priorities_seen: set[int] = {0}
 
     @property
     def stall_seconds(self) -> float:
@@ -93,6 +95,11 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
 
     def update_depth(self) -> None:
         stats = self.retry(self.queue.stats, "stats")
-        for state in QUEUE_STATES:
+        for state in STATES:
             self.metrics.queue_depth.labels(state).set(stats[state])
         self.metrics.oldest_pending_age.set(stats["oldest_pending_age_seconds"])
+        by_priority: dict[int, int] = stats["todos_by_priority"]
+        # A priority that had jobs and has none now reads 0, not its last count.
+        self._priorities_seen |= by_priority.keys()
+        for priority in self._priorities_seen:
+            self.metrics.todos_by_priority.labels(str(priority)).set(by_priority.get(priority, 0))

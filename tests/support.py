@@ -15,6 +15,8 @@ from typing import Self
 import pytest
 import redis
 
+from setqueue.keys import QueueKeys
+
 
 def need(what: str, reason: str) -> None:
     """Without a real part a test cannot run: under CI that is a failure, never a skip."""
@@ -85,3 +87,17 @@ class RedisServer:
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
+    """The ids in each state of a queue as stored: todos and in_progress in line order (zsets),
+    done and failed sorted (sets), scheduled by due time."""
+    ordered = {"todos": keys.todos, "in_progress": keys.in_progress, "scheduled": keys.scheduled}
+    found = {state: [_str(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
+    for state, key in (("done", keys.done), ("failed", keys.failed)):
+        found[state] = sorted(_str(i) for i in client.smembers(key))  # type: ignore[union-attr]
+    return found
+
+
+def _str(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

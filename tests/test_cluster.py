@@ -215,6 +215,7 @@ def test_every_wrapper_passes_the_keys_its_script_names(cluster: RedisCluster, m
     assert q.stats()["failed"] == 2
     tick = [("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)]
     assert q._scripts.periodic(tick, request_ttl_ms=120_000, wake_cap=64) == ([], ["tick"])
+    q._scripts.adopt_old_layout()
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:

@@ -88,6 +88,7 @@ def test_killed_workers_lose_nothing(
         "failed": 0,
         "scheduled": 0,
         "oldest_pending_age_seconds": 0,
+        "todos_by_priority": {},
     }
     executions = {k: int(v) for k, v in client.hgetall(executions_key(q)).items()}  # type: ignore[union-attr]
     assert set(executions) == {f"job-{i}" for i in range(JOBS)}  # every job ran

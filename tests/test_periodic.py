@@ -26,6 +26,7 @@ from setqueue.config import CleanerSettings, SettingError
 from setqueue.metrics import CleanerMetrics
 from setqueue.periodic import Schedule, iso, latest_slot, next_slot, parse_schedules, redis_now
 from tests.procs import Proc, base_env, wait_until
+from tests.support import queue_members
 
 RUNS = "setqueue_periodic_runs_total"
 
@@ -152,7 +153,7 @@ def runs_by(service: CleanerService, schedule: str) -> float:
 
 
 def queued(queue: Queue) -> list[str]:
-    return sorted(queue.redis.smembers(queue.keys.todos))  # type: ignore[arg-type]
+    return sorted(queue_members(queue.redis, queue.keys)["todos"])
 
 
 def test_three_cleaners_at_the_same_moment_create_each_run_exactly_once(cleaners: Cleaners, queue: Queue) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from setqueue import FailOutcome, Lease, Queue
-from tests.support import RedisServer
+from tests.support import RedisServer, queue_members
 
 IDS = st.sampled_from([f"id{i}" for i in range(8)])
 MAX_ATTEMPTS = 3
@@ -183,8 +183,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def sets_match_the_model(self) -> None:
-            actual = {state: {str(i) for i in self.client.smembers(key)} for state, key in self.q.keys.sets.items()}  # type: ignore[union-attr]
-            actual["scheduled"] = {str(i) for i in self.client.zrange(self.q.keys.scheduled, 0, -1)}  # type: ignore[union-attr]
+            actual = {state: set(ids) for state, ids in queue_members(self.client, self.q.keys).items()}
             seen: dict[str, str] = {}
             for state, ids in actual.items():
                 for i in ids:

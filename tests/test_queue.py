@@ -9,21 +9,23 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Lease, Queue, QueueKeys
+from tests.support import queue_members
 
 
 def members(client: redis.Redis, q: Queue) -> dict[str, set[str]]:
-    return {state: set(client.smembers(key)) for state, key in q.keys.sets.items()}  # type: ignore[arg-type]
+    return {state: set(ids) for state, ids in queue_members(client, q.keys).items() if state != "scheduled"}
 
 
 def test_key_layout_is_the_documented_one(queue: Queue, client: redis.Redis, queue_name: str) -> None:
     queue.enqueue({"a": "payload-a"})
     queue.enqueue(["b", "c"])
     p = f"setqueue:{{{queue_name}}}:"
-    assert client.type(p + "todos") == "set"
+    assert client.type(p + "todos") == "zset"
     assert client.type(p + "pending") == "zset"
+    assert client.get(p + "seq") == "3"  # places 1, 2, 3 given out
     leases = {lease.id: lease for lease in queue.claim(3)}
     lease = leases["a"]
-    assert client.type(p + "in_progress") == "set"
+    assert client.type(p + "in_progress") == "zset"
     # One lease for the whole claim: its lock counts the claim's jobs still held.
     assert {other.token for other in leases.values()} == {lease.token}
     assert client.hget(p + "owners", "a") == lease.token
@@ -60,6 +62,7 @@ def test_enqueue_does_not_re_add_ids_in_progress_done_or_failed(make_queue: Call
         "failed": 1,
         "scheduled": 0,
         "oldest_pending_age_seconds": 0,
+        "todos_by_priority": {},
     }
 
 
@@ -99,14 +102,6 @@ def test_claim_takes_at_most_count_and_each_id_once(queue: Queue) -> None:
     assert len(second) == 30
     assert {lease.id for lease in first} | {lease.id for lease in second} == {str(i) for i in range(50)}
     assert queue.stats()["in_progress"] == 50
-
-
-def test_claim_of_an_id_added_by_plain_sadd(queue: Queue, client: redis.Redis) -> None:
-    """The seed design's creator just SADDs; such jobs still work, without an enqueue time."""
-    client.sadd(queue.keys.todos, "legacy")
-    [lease] = queue.claim()
-    assert lease.id == "legacy" and lease.enqueued_at is None and lease.queue_wait_seconds is None
-    assert queue.ack(lease)
 
 
 def test_claim_rejects_count_below_one(queue: Queue) -> None:
@@ -326,12 +321,16 @@ def test_stats(queue: Queue) -> None:
         "failed": 0,
         "scheduled": 0,
         "oldest_pending_age_seconds": 0.0,
+        "todos_by_priority": {},
     }
     queue.enqueue(["a", "b", "c"])
+    queue.enqueue(["urgent"], priority=10)
+    queue.enqueue(["later"], priority=-10)
     time.sleep(0.05)
     queue.claim()
     stats = queue.stats()
-    assert (stats["todos"], stats["in_progress"]) == (2, 1)
+    assert (stats["todos"], stats["in_progress"]) == (4, 1)
+    assert stats["todos_by_priority"] == {0: 3, -10: 1}
     assert stats["oldest_pending_age_seconds"] >= 0.05
 
 

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -58,7 +59,7 @@ def test_a_scheduled_job_can_be_deleted_and_is_not_enqueued_twice(queue: Queue) 
 @pytest.mark.parametrize(
     "options", [{"delay": -1}, {"delay": math.nan}, {"delay": math.inf}, {"at": math.inf}, {"delay": 1, "at": 1}]
 )
-def test_bad_times_are_refused_before_anything_is_written(queue: Queue, options: dict[str, float]) -> None:
+def test_bad_times_are_refused_before_anything_is_written(queue: Queue, options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"delay|at"):
         queue.enqueue(["x"], **options)
     assert queue.inspect("x") is None

@@ -338,7 +338,8 @@ def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) 
     # A lower bound only: 100 ids at 200/s cannot all be out before the schedule allows it.
     assert time.monotonic() - started >= 0.4
     assert creator.created == 100
-    assert creator.queue.redis.sismember(creator.queue.keys.todos, "p-100")
+    info = creator.queue.inspect("p-100")
+    assert info is not None and info.state == "todos"
     creator.close()
 
 

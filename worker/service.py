@@ -235,9 +235,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                     continue
                 self.keeper.hold(leases)
                 self.metrics.jobs_claimed.inc(len(leases))
-                self.metrics.queue_wait_seconds.observe_many(
-                    wait for lease in leases if (wait := lease.queue_wait_seconds) is not None
-                )
+                self._observe_queue_wait(leases)
                 try:
                     self.engine.put(leases)
                 except RuntimeError:  # the engine closed while we claimed: straight back
@@ -305,6 +303,15 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
         os._exit(self._exit_code or 1)
+
+    def _observe_queue_wait(self, leases: list[Lease]) -> None:
+        """Queue wait per priority: one histogram batch per priority in the claim (usually one)."""
+        waits: dict[int, list[float]] = {}
+        for lease in leases:
+            if (wait := lease.queue_wait_seconds) is not None:
+                waits.setdefault(lease.priority, []).append(wait)
+        for priority, values in waits.items():
+            self.metrics.queue_wait_seconds.observe_many(values, str(priority))
 
     def _release(self, leases: list[Lease]) -> None:
         if not leases:

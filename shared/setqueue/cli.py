@@ -23,18 +23,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import math
 import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import redis
 
 from setqueue.config import SettingError, default, redact_url, validate_redis_url
-from setqueue.keys import validate_job_id, validate_queue_name
+from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, validate_job_id, validate_priority, validate_queue_name
 from setqueue.queue import Queue
 from setqueue.scripts import text as _text
 
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads them from stdin")
     push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given (may be JSON text)")
     push.add_argument("--jsonl", action="store_true", help='stdin holds JSON lines: {"id": ..., "payload": ...}')
+    push.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher runs first (default 0); first in, first out within one",
+    )
     when = push.add_mutually_exclusive_group()
     when.add_argument("--delay", metavar="DURATION", help="due after this long: 90s, 15m, 2h, 3d (or seconds)")
     when.add_argument("--at", metavar="TIME", help="due at this time, ISO 8601 with a zone: 2026-12-01T09:00:00Z")
@@ -195,25 +203,36 @@ def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, i
     delay = None if args.delay is None else parse_duration(args.delay)
     at = None if args.at is None else parse_time(args.at)
     try:
+        validate_priority(args.priority)
+    except ValueError as exc:
+        raise CliError(f"bad --priority: {exc}", EXIT_USAGE) from None
+    try:
         for job_id, _ in jobs:  # all checked before anything is written
             validate_job_id(job_id)
-        plain = [job_id for job_id, payload in jobs if payload is None]
-        with_payload = {job_id: payload for job_id, payload in jobs if payload is not None}
         added = 0
-        for batch in (plain, with_payload):
-            if batch:
-                added += queue.enqueue(batch, delay=delay, at=at)
+        # In the order given: each run of lines with (or without) a payload is one enqueue call.
+        for with_payload, run in itertools.groupby(jobs, key=lambda job: job[1] is not None):
+            batch = list(run)
+            ids: dict[str, str] | list[str] = (
+                {job_id: payload for job_id, payload in batch if payload is not None}
+                if with_payload
+                else [job_id for job_id, _ in batch]
+            )
+            added += queue.enqueue(ids, delay=delay, at=at, priority=args.priority)
     except (TypeError, ValueError) as exc:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
     return added, len(jobs)
 
 
-def _print_stats(stats: dict[str, float], as_json: bool, out: TextIO) -> None:
+def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
     if as_json:
         print(json.dumps(stats), file=out, flush=True)
         return
     for name in ("todos", "in_progress", "done", "failed", "scheduled"):
         print(f"{name:<12}{int(stats[name]):>12}", file=out)
+        if name == "todos" and set(stats["todos_by_priority"]) - {0}:
+            for priority, count in stats["todos_by_priority"].items():
+                print(f"{'  priority':<10}{priority:>3}{count:>11}", file=out)
     print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
 
 

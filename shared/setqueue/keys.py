@@ -12,6 +12,26 @@ MAX_ID_LENGTH = 1024
 # The most ids one script call takes (the largest claim, and the chunk size of every batched call):
 # it bounds one call's run time, and so the latency Redis adds for everyone else.
 MAX_IDS_PER_CALL = 500
+# Job priorities: higher runs first, 0 is the default. lua/includes/rank.lua holds the same bounds.
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
+
+
+# The rank of a job in todos and in_progress (lua/includes/rank.lua): (MAX_PRIORITY - priority) *
+# RANK_BAND + its place in line.
+RANK_BAND = 2**48
+STATES = ("todos", "in_progress", "done", "failed", "scheduled")
+
+
+def priority_of_rank(rank: float) -> int:
+    return MAX_PRIORITY - int(rank // RANK_BAND)
+
+
+def validate_priority(priority: int) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first), got {priority}")
+    return priority
 
 
 def validate_queue_name(name: str) -> str:
@@ -60,12 +80,14 @@ class QueueKeys:
 
     @property
     def todos(self) -> str:
-        """SET of ids waiting to be claimed."""
+        """ZSET id -> rank of ids waiting to be claimed, in line: claims take the lowest rank
+        (highest priority, then earliest place; see lua/includes/rank.lua)."""
         return self.prefix + "todos"
 
     @property
     def in_progress(self) -> str:
-        """SET of ids claimed by a worker."""
+        """ZSET id -> rank of ids claimed by a worker: the rank they had in todos, which they keep
+        when they go back without their fault (lease lost, handed back, released)."""
         return self.prefix + "in_progress"
 
     @property
@@ -131,6 +153,24 @@ class QueueKeys:
         return self.prefix + "periodic"
 
     @property
+    def seq(self) -> str:
+        """STRING counter: the last place in line given out (a job's place orders it within its
+        priority; enqueue, promotion and retries take the next ones)."""
+        return self.prefix + "seq"
+
+    @property
+    def priorities(self) -> str:
+        """HASH id -> priority of a scheduled or failed job whose priority is not 0 (in todos and
+        in_progress the priority is part of the rank)."""
+        return self.prefix + "priorities"
+
+    @property
+    def legacy_todos(self) -> str:
+        """SET: the todos of a queue written before 0.3 (a plain set then), renamed on first contact
+        and drained into todos by claims and sweeps, a batch at a time (lua/includes/layout.lua)."""
+        return self.prefix + "legacy_todos"
+
+    @property
     def wake(self) -> str:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"
@@ -144,7 +184,3 @@ class QueueKeys:
     def request(self, request_id: str) -> str:
         """STRING holding the result of one script call for a short while (idempotent resends)."""
         return f"{self.prefix}req:{request_id}"
-
-    @property
-    def sets(self) -> dict[str, str]:
-        return {"todos": self.todos, "in_progress": self.in_progress, "done": self.done, "failed": self.failed}

@@ -17,13 +17,18 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
+from setqueue.keys import STATES
+
 # Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
 PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-# Queue wait and end-to-end time also cover a backlog that takes an hour to drain.
-WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
+# Queue wait and end-to-end time also cover a backlog that takes an hour to drain, in steps of at
+# most 1.5x from 10 s up, so that a p99 read off them is within a step of the truth, not an
+# interpolation across a decade.
+WAIT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60,
+    90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700, 3600,
+)  # fmt: skip
 SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
-
-QUEUE_STATES = ("todos", "in_progress", "done", "failed", "scheduled")
 
 
 def new_registry() -> CollectorRegistry:
@@ -36,38 +41,58 @@ def new_registry() -> CollectorRegistry:
 class BatchHistogram:
     """A Prometheus histogram for the worker's hot path: ``observe_many`` takes its lock once
     per batch of jobs, where prometheus_client's Histogram takes two locks per observation.
-    Exported through the registry as an ordinary histogram (``_bucket``, ``_count``, ``_sum``)."""
+    Exported through the registry as an ordinary histogram (``_bucket``, ``_count``, ``_sum``),
+    with one series per value of its label when it has one (``label``)."""
 
-    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Iterable[float],
+        registry: CollectorRegistry,
+        label: str | None = None,
+    ) -> None:
         self.name = name
         self.documentation = documentation
+        self.label = label
         self._bounds = tuple(sorted(float(b) for b in buckets))  # the +Inf bucket is the extra slot
-        self._counts = [0] * (len(self._bounds) + 1)
-        self._sum = 0.0
+        self._series: dict[str, tuple[list[int], list[float]]] = {}  # label value -> (counts, [sum])
         self._lock = threading.Lock()
         registry.register(self)
 
-    def observe(self, value: float) -> None:
-        self.observe_many((value,))
+    def observe(self, value: float, label_value: str = "") -> None:
+        self.observe_many((value,), label_value)
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        bounds, counts = self._bounds, self._counts
+    def observe_many(self, values: Iterable[float], label_value: str = "") -> None:
+        """Observe ``values``, all in the series of ``label_value`` (ignored without a label)."""
+        bounds = self._bounds
         with self._lock:
+            series = self._series.get(label_value)
+            if series is None:
+                series = self._series[label_value] = ([0] * (len(bounds) + 1), [0.0])
+            counts, total = series
             for value in values:
                 counts[bisect_left(bounds, value)] += 1  # le is inclusive: value <= bound
-                self._sum += value
+                total[0] += value
 
     def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation)
+        yield HistogramMetricFamily(self.name, self.documentation, labels=[self.label] if self.label else None)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            counts, total = list(self._counts), self._sum
-        cumulative, buckets = 0, []
-        for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
-            cumulative += count
-            buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
-        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
+            snapshot = {value: (list(counts), total[0]) for value, (counts, total) in self._series.items()}
+        if self.label is None:
+            family = HistogramMetricFamily(self.name, self.documentation)
+            snapshot.setdefault("", ([0] * (len(self._bounds) + 1), 0.0))
+        else:
+            family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        for label_value, (counts, total) in sorted(snapshot.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
+            family.add_metric([label_value] if self.label else [], buckets, total)
+        yield family
 
 
 class ServiceMetrics:
@@ -163,8 +188,13 @@ class WorkerMetrics(ServiceMetrics):
             "setqueue_job_processing_seconds", "Time the handler took per job.", PROCESSING_BUCKETS, registry
         )
         self.queue_wait_seconds = BatchHistogram(
-            "setqueue_job_queue_wait_seconds", "Enqueue to claim, by the Redis clock.", WAIT_BUCKETS, registry
+            "setqueue_job_queue_wait_seconds",
+            "Enqueue (or becoming due) to claim, by the Redis clock, by the job's priority.",
+            WAIT_BUCKETS,
+            registry,
+            label="priority",
         )
+        self.queue_wait_seconds.observe_many((), "0")  # the default priority's series, from the start
         self.end_to_end_seconds = BatchHistogram(
             "setqueue_job_end_to_end_seconds", "Enqueue to done, by the Redis clock.", WAIT_BUCKETS, registry
         )
@@ -193,8 +223,15 @@ class CleanerMetrics(ServiceMetrics):
         self.queue_depth = Gauge(
             "setqueue_queue_depth", "Number of ids in each set of the queue.", ["state"], registry=registry
         )
-        for state in QUEUE_STATES:
+        for state in STATES:
             self.queue_depth.labels(state)
+        self.todos_by_priority = Gauge(
+            "setqueue_todos_by_priority",
+            "Jobs waiting in todos, by priority (-10 to 10, higher runs first).",
+            ["priority"],
+            registry=registry,
+        )
+        self.todos_by_priority.labels("0")
         self.oldest_pending_age = Gauge(
             "setqueue_oldest_pending_age_seconds",
             "Age of the oldest job not yet done or dead-lettered (0 when there is none).",

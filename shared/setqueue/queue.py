@@ -14,18 +14,28 @@ import enum
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from setqueue.config import default
-from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys, check_utf8, validate_job_id
+from setqueue.keys import (
+    MAX_IDS_PER_CALL,
+    STATES,
+    QueueKeys,
+    check_utf8,
+    priority_of_rank,
+    validate_job_id,
+    validate_priority,
+)
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
+
+T = TypeVar("T")
 
 
 def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
@@ -43,6 +53,7 @@ class Lease:
     payload: str | None
     enqueued_at: float | None  # Redis clock, seconds since the epoch; None if enqueued by other means
     claimed_at: float  # Redis clock
+    priority: int = 0  # -10 to 10, higher runs first
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -99,6 +110,7 @@ class SweepResult:
 class JobInfo:
     id: str
     state: str  # todos, in_progress, done, failed or scheduled
+    priority: int | None  # -10 to 10; None: not known (done, or from before 0.3)
     attempts: int | None  # claims so far (0: never claimed); None: not known (finished before 0.2)
     payload: str | None
     error: str | None
@@ -187,14 +199,23 @@ class Queue:
     # -- producers ---------------------------------------------------------------------------
 
     def enqueue(
-        self, ids: Iterable[str] | Mapping[str, str], *, delay: float | None = None, at: float | None = None
+        self,
+        ids: Iterable[str] | Mapping[str, str],
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int = 0,
     ) -> int:
-        """Add job ids (or a mapping id -> payload) to todos; returns how many were new.
+        """Add job ids (or a mapping id -> payload) at the back of todos' line, in the order given;
+        returns how many were new.
 
-        ``delay`` (seconds from now, Redis clock) or ``at`` (a Unix time in seconds) makes them due
-        later: they wait in scheduled until then. Not both; a time in the past means now. An id
-        already in todos, in_progress, done, failed or scheduled is not added again.
+        ``priority`` (-10 to 10, default 0): a job is never claimed while a job of a higher priority
+        waits in todos; within a priority, first in, first out. ``delay`` (seconds from now, Redis
+        clock) or ``at`` (a Unix time in seconds) makes them due later: they wait in scheduled until
+        then and join the line when due. Not both; a time in the past means now. An id already in
+        todos, in_progress, done, failed or scheduled is not added again.
         """
+        validate_priority(priority)
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
@@ -216,15 +237,17 @@ class Queue:
                 wake_cap=self.wake_cap,
                 delay_ms=delay_ms,
                 at_ms=at_ms,
+                priority=priority,
             )
         return added
 
     # -- workers -----------------------------------------------------------------------------
 
     def claim(self, count: int = 1) -> list[Lease]:
-        """Claim up to ``count`` random jobs from todos in one script call: each moves to
-        in_progress, and one lease (a lock with a TTL) covers them all until each is acked,
-        failed or released. Scheduled jobs that are due are moved into todos first."""
+        """Claim up to ``count`` jobs from the front of todos in one script call (highest priority
+        first, then first in, first out), returned in that order: each moves to in_progress, and one
+        lease (a lock with a TTL) covers them all until each is acked, failed or released. Scheduled
+        jobs that are due join the line first."""
         if count < 1:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
@@ -320,7 +343,7 @@ class Queue:
     def sweep(self, limit: int = 1000) -> SweepResult:
         """Requeue (or dead-letter) up to ``limit`` examined in_progress ids whose lock is gone.
 
-        SSCANs in_progress in pages and resumes where the last call stopped, so a large
+        ZSCANs in_progress in pages and resumes where the last call stopped, so a large
         in_progress set is covered over several calls. Also applies the age retention of done.
         """
         k = self.keys
@@ -331,8 +354,10 @@ class Queue:
         trim_pending = True
         while True:
             page_size = max(1, min(MAX_IDS_PER_CALL, limit - examined))
-            self._sweep_cursor, page = self.redis.sscan(k.in_progress, self._sweep_cursor, count=page_size)  # type: ignore[misc]
-            candidates = [_text(c) for c in page]
+            self._sweep_cursor, page = self._old_layout_adopted(
+                lambda n=page_size: self.redis.zscan(k.in_progress, self._sweep_cursor, count=n)  # type: ignore[misc]
+            )
+            candidates = [_text(member) for member, _rank in page]  # type: ignore[arg-type]
             if candidates or trim_pending:
                 # Who owned each candidate as we read it: the script checks that this still holds.
                 owners = (
@@ -359,9 +384,10 @@ class Queue:
 
     # -- operators ---------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, float]:
-        """Sizes of the five states and the age of the oldest job not yet finished, in one snapshot."""
-        todos, in_progress, done, failed, age_ms, scheduled = self._scripts.stats()
+    def stats(self) -> dict[str, Any]:
+        """Sizes of the five states, todos per priority ({priority: jobs}, those with any) and the
+        age of the oldest job not yet finished, in one snapshot."""
+        todos, in_progress, done, failed, age_ms, scheduled, by_priority = self._scripts.stats()
         return {
             "todos": todos,
             "in_progress": in_progress,
@@ -369,14 +395,22 @@ class Queue:
             "failed": failed,
             "scheduled": scheduled,
             "oldest_pending_age_seconds": age_ms / 1000,
+            "todos_by_priority": by_priority,
         }
 
     def inspect(self, job_id: str) -> JobInfo | None:
         """Everything the queue knows about one id, or None if it knows nothing."""
+        return self._old_layout_adopted(lambda: self._inspect(job_id))
+
+    def _inspect(self, job_id: str) -> JobInfo | None:
         k = self.keys
         pipe = self.redis.pipeline(transaction=True)
-        for key in k.sets.values():
-            pipe.sismember(key, job_id)
+        pipe.zscore(k.todos, job_id)
+        pipe.zscore(k.in_progress, job_id)
+        pipe.sismember(k.done, job_id)
+        pipe.sismember(k.failed, job_id)
+        pipe.sismember(k.legacy_todos, job_id)
+        pipe.hget(k.priorities, job_id)
         pipe.hget(k.attempts, job_id)
         pipe.hget(k.payloads, job_id)
         pipe.hget(k.errors, job_id)
@@ -385,13 +419,19 @@ class Queue:
         pipe.hget(k.owners, job_id)
         pipe.hget(k.finished, job_id)
         pipe.zscore(k.scheduled, job_id)
-        *member, attempts, payload, error, enqueued, done_at, owner, finished, due = pipe.execute()
-        states = [name for name, is_member in zip(k.sets, member, strict=True) if is_member]
-        if due is not None:
-            states.append("scheduled")
+        todo_rank, running_rank, in_done, in_failed, in_legacy, kept_priority, *rest = pipe.execute()
+        attempts, payload, error, enqueued, done_at, owner, finished, due = rest
+        rank = todo_rank if todo_rank is not None else running_rank
+        member = (todo_rank is not None or in_legacy, running_rank is not None, in_done, in_failed, due is not None)
+        states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
         if not states:
             return None
         state = states[0]
+        priority: int | None = None
+        if rank is not None:
+            priority = priority_of_rank(rank)
+        elif state in ("scheduled", "failed") or in_legacy:
+            priority = int(kept_priority) if kept_priority is not None else 0
         finished_at: float | None = None
         if state in ("done", "failed"):
             # What is kept of a finished job, in one field: "<enqueued ms>:<finished ms>:<attempts>".
@@ -408,6 +448,7 @@ class Queue:
         return JobInfo(
             id=job_id,
             state=state,
+            priority=priority,
             attempts=None if attempts is None else int(attempts),
             payload=None if payload is None else _text(payload),
             error=None if error is None else _text(error),
@@ -440,6 +481,17 @@ class Queue:
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms)
+
+    def _old_layout_adopted(self, read: Callable[[], T]) -> T:
+        """``read()``; on a queue whose layout is from before 0.3 (todos or in_progress a set: a
+        WRONGTYPE error), first adopt it (a script call that changes nothing else) and read again."""
+        try:
+            return read()
+        except redis.ResponseError as error:
+            if "WRONGTYPE" not in str(error):  # a pipeline's error names the command first
+                raise
+        self._scripts.adopt_old_layout()
+        return read()
 
     def ping(self) -> bool:
         return bool(self.redis.ping())

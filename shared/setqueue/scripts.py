@@ -33,7 +33,19 @@ import redis
 
 from setqueue.keys import QueueKeys
 
-NAMES = ("enqueue", "claim", "renew", "ack", "fail", "sweep", "requeue_failed", "delete", "stats", "periodic")
+NAMES = (
+    "enqueue",
+    "claim",
+    "renew",
+    "ack",
+    "fail",
+    "sweep",
+    "requeue_failed",
+    "delete",
+    "stats",
+    "periodic",
+    "adopt",
+)
 
 
 class ScriptContractError(RuntimeError):
@@ -262,9 +274,10 @@ class QueueScripts:
         wake_cap: int,
         delay_ms: int = 0,
         at_ms: int | None = None,
+        priority: int = 0,
     ) -> int:
         """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
-        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``."""
+        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``."""
         k = self.k
         args: list[Any] = [
             request_ttl_ms,
@@ -272,20 +285,21 @@ class QueueScripts:
             "1" if with_payloads else "0",
             delay_ms,
             "" if at_ms is None else at_ms,
+            priority,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending, k.payloads, k.wake]
-        keys.append(k.scheduled)
+        keys += [k.scheduled, k.seq, k.priorities, k.legacy_todos]
         added: int = json.loads(self._enqueue.call(keys, args))[0]
         return added
 
     def claim(
         self,
         most: int,
-        make: Callable[[str, str, int, str | None, float | None, float], L],
+        make: Callable[[str, str, int, str | None, float | None, float, int], L],
         *,
         request_ttl_ms: int,
         lease_ms: int,
@@ -293,12 +307,13 @@ class QueueScripts:
         wake_cap: int,
     ) -> tuple[list[L], float, float | None]:
         """claim.lua: up to ``most`` jobs under one fresh token, each made into
-        ``make(id, token, attempt, payload, enqueued_at, claimed_at)``; the Redis clock now; and when
+        ``make(id, token, attempt, payload, enqueued_at, claimed_at, priority)``, in line order; the
+        Redis clock now; and when
         nothing was claimed, when the next scheduled job is due (None: none). Times in seconds."""
         k = self.k
         token = new_request_id()
         keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
-        keys += [k.scheduled, k.wake]
+        keys += [k.scheduled, k.wake, k.seq, k.priorities, k.legacy_todos]
         reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
         now = reply[0] / 1000
         next_due = reply[1] / 1000 if reply[1] >= 0 else None
@@ -310,8 +325,11 @@ class QueueScripts:
                 None if payload is None else text(payload),
                 enq / 1000 if enq >= 0 else None,
                 now,
+                priority,
             )
-            for job_id, attempt, enq, payload in zip(reply[2::4], reply[3::4], reply[4::4], reply[5::4], strict=True)
+            for job_id, attempt, enq, priority, payload in zip(
+                reply[2::5], reply[3::5], reply[4::5], reply[5::5], reply[6::5], strict=True
+            )
         ]
         return leases, now, next_due
 
@@ -350,7 +368,7 @@ class QueueScripts:
         k = self.k
         claims, locks, listed = _claims(k, (item[0].token for item in items))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.owners, k.finished, k.scheduled, *locks]
+        keys += [k.errors, k.wake, k.owners, k.finished, k.scheduled, k.seq, k.priorities, k.legacy_todos, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
@@ -374,7 +392,8 @@ class QueueScripts:
         k = self.k
         claims, locks, listed = _claims(k, (o for o in owners if o is not None))
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, k.scheduled, *locks]
+        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, k.scheduled]
+        keys += [k.seq, k.priorities, k.legacy_todos, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
@@ -385,6 +404,7 @@ class QueueScripts:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
         k = self.k
         keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake, k.finished]
+        keys += [k.in_progress, k.seq, k.priorities, k.legacy_todos]
         moved: int = json.loads(self._requeue_failed.call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
         return moved
 
@@ -394,17 +414,24 @@ class QueueScripts:
         k = self.k
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
         keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners, k.finished, k.scheduled]
+        keys += [k.priorities, k.legacy_todos]
         state: str | None = json.loads(self._delete.call(keys, [request_ttl_ms, job_id, token or ""]))[0]
         return state or None
 
-    def stats(self) -> tuple[int, int, int, int, int, int]:
+    def stats(self) -> tuple[int, int, int, int, int, int, dict[int, int]]:
         """stats.lua: the sizes of todos, in_progress, done and failed, the age (ms) of the oldest
-        pending job, and the size of scheduled."""
+        pending job, the size of scheduled, and the jobs in todos per priority (those with any)."""
         k = self.k
-        todos, in_progress, done, failed, age_ms, scheduled = self._stats.call(
-            [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]
+        todos, in_progress, done, failed, age_ms, scheduled, *by_priority = self._stats.call(
+            [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled, k.legacy_todos]
         )
-        return todos, in_progress, done, failed, age_ms, scheduled
+        counts = dict(zip(by_priority[::2], by_priority[1::2], strict=True))
+        return todos, in_progress, done, failed, age_ms, scheduled, counts
+
+    def adopt_old_layout(self) -> None:
+        """adopt.lua: make a queue written before 0.3 (todos, in_progress sets) the current layout."""
+        k = self.k
+        self.by_name["adopt"].call([k.todos, k.in_progress, k.legacy_todos], [])
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
@@ -414,7 +441,7 @@ class QueueScripts:
         was created, and the names seen for the first time (their slot recorded, no run created)."""
         k = self.k
         keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.scheduled, k.pending]
-        keys += [k.payloads, k.wake, k.periodic]
+        keys += [k.payloads, k.wake, k.periodic, k.seq, k.legacy_todos]
         args: list[Any] = [request_ttl_ms, wake_cap]
         for name, slot_ms, run_id, payload in runs:
             args += [name, slot_ms, run_id, "" if payload is None else payload]

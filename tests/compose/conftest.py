@@ -134,11 +134,11 @@ class Stack:
 
     def counts(self) -> dict[str, int]:
         """The size of each of the five states, straight from Redis."""
-        sizes = {
-            state: int(self.redis("SCARD", self.key(state))) for state in ("todos", "in_progress", "done", "failed")
+        ordered = ("todos", "in_progress", "scheduled")  # zsets; done and failed are sets
+        return {
+            state: int(self.redis("ZCARD" if state in ordered else "SCARD", self.key(state)))
+            for state in ("todos", "in_progress", "done", "failed", "scheduled")
         }
-        sizes["scheduled"] = int(self.redis("ZCARD", self.key("scheduled")))
-        return sizes
 
     # -- containers -------------------------------------------------------------------------
 

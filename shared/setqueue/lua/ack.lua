@@ -57,7 +57,7 @@ end
 
 local acked = #owned
 if acked > 0 then
-  redis.call('SREM', in_progress, unpack(owned))
+  redis.call('ZREM', in_progress, unpack(owned))
   redis.call('SADD', done, unpack(owned))
   redis.call('ZREM', pending, unpack(owned))
   redis.call('HDEL', attempts, unpack(owned))

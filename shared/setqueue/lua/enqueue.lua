@@ -1,5 +1,6 @@
--- enqueue.lua: add job ids to todos, or to scheduled when they are due later; an id the queue
--- already knows (in any of the five states) is left alone.
+-- enqueue.lua: add job ids at the back of their priority's line in todos, in the order given, or
+-- to scheduled when they are due later; an id the queue already knows (in any of the five states)
+-- is left alone.
 --
 -- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
 --                   while, so a command resent after a connection error returns it instead of applying again)
@@ -8,22 +9,29 @@
 -- KEYS[7] payloads  (hash: id -> payload)
 -- KEYS[8] wake      (list that idle workers block on)
 -- KEYS[9] scheduled (zset: id -> due time in ms)
+-- KEYS[10] seq      (counter: the last place given in the line, see includes/rank.lua)
+-- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[12] legacy_todos (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
 -- ARGV[4] delay_ms       due this long after now by the Redis clock (0: now)
 -- ARGV[5] at_ms          due at this Unix time in ms ("": use delay_ms); a time past means now
+-- ARGV[6] priority       of every id, -10 to 10 (higher runs first)
 -- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local seq, priorities, legacy_todos = KEYS[10], KEYS[11], KEYS[12]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
-local delay_ms, at_ms = tonumber(ARGV[4]), ARGV[5]
-local FIRST_JOB = 6  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local delay_ms, at_ms, priority = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local FIRST_JOB = 7  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
 -- @include "wake"
+-- @include "layout"
+-- @include "known"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -38,20 +46,31 @@ local due = now + delay_ms
 if at_ms ~= '' then due = tonumber(at_ms) end
 local later = due > now
 
-local added = 0
+adopt_old_layout(todos, in_progress, legacy_todos)
+local added, new_ids, scored, seen = 0, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if redis.call('SISMEMBER', in_progress, id) == 0 and redis.call('SISMEMBER', done, id) == 0
-      and redis.call('SISMEMBER', failed, id) == 0 and redis.call('SISMEMBER', todos, id) == 0
-      and not redis.call('ZSCORE', scheduled, id) then
+  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, legacy_todos) then
+    seen[id] = true
     added = added + 1
-    if later then
-      redis.call('ZADD', scheduled, due, id)
-    else
-      redis.call('SADD', todos, id)
-      redis.call('ZADD', pending, now, id)
-    end
+    new_ids[added] = id
+    scored[2 * added - 1], scored[2 * added] = due, id
     if given then redis.call('HSET', payloads, id, given[j]) end
+  end
+end
+
+if added > 0 then
+  if later then
+    redis.call('ZADD', scheduled, unpack(scored))
+    if priority ~= 0 then
+      local kept = {}
+      for j = 1, added do kept[2 * j - 1], kept[2 * j] = new_ids[j], priority end
+      redis.call('HSET', priorities, unpack(kept))
+    end
+  else
+    for j = 1, added do scored[2 * j - 1] = now end
+    join_line(todos, seq, new_ids, priority)
+    redis.call('ZADD', pending, unpack(scored))
   end
 end
 

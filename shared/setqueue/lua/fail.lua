@@ -1,6 +1,8 @@
--- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos,
--- or into scheduled when the lease comes with a delay (backoff, RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into failed at once.
--- Mode "release": back to todos without using up an attempt (a worker shutting down).
+-- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos at
+-- the back of its priority's line, or into scheduled when the lease comes with a delay (backoff,
+-- RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into
+-- failed at once. Mode "release": back to todos in its old place, without using up an attempt (a
+-- worker handing back a job it did not start, or shutting down).
 -- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
 -- already failed) changes nothing.
 --
@@ -10,6 +12,9 @@
 -- KEYS[8] wake           KEYS[9] owners (hash: id -> lease token of its current claim)
 -- KEYS[10] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[11] scheduled     (zset: id -> due time in ms)
+-- KEYS[12] seq           (counter: the last place given in the line)
+-- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[14] legacy_todos  (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
@@ -20,7 +25,8 @@
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
+local seq, priorities, legacy_todos = KEYS[12], KEYS[13], KEYS[14]
+local FIRST_LOCK = 15  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
@@ -29,40 +35,47 @@ local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 -- @include "claims"
 -- @include "lock_countdown"
 -- @include "wake"
+-- @include "layout"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
+adopt_old_layout(todos, in_progress, legacy_todos)
 local now = now_ms()
 local outcomes, held_less = {}, {}
 local retried, delayed = 0, 0
 for j = 1, #ids do
   local id, c, mode, reason, delay = ids[j], claim_of[j], modes[j], reasons[j], tonumber(delays[j])
-  if redis.call('HGET', owners, id) ~= tokens[c] then
+  local rank = redis.call('ZSCORE', in_progress, id)
+  if not rank or redis.call('HGET', owners, id) ~= tokens[c] then
     outcomes[#outcomes + 1] = 'stale'
   else
+    rank = tonumber(rank)
     held_less[c] = (held_less[c] or 0) + 1
     redis.call('HDEL', owners, id)
     if mode == 'release' then
-      redis.call('SMOVE', in_progress, todos, id)
+      redis.call('ZREM', in_progress, id)
+      redis.call('ZADD', todos, rank, id)
       redis.call('HINCRBY', attempts, id, -1)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'released'
     elseif mode == 'retry' and (tonumber(redis.call('HGET', attempts, id)) or 0) < max_attempts then
       redis.call('HSET', errors, id, reason)
+      redis.call('ZREM', in_progress, id)
+      local priority = priority_of(rank)
       if delay > 0 then  -- back later: scheduled, out of pending until it is due again
-        redis.call('SREM', in_progress, id)
         redis.call('ZREM', pending, id)
         redis.call('ZADD', scheduled, now + delay, id)
+        if priority ~= 0 then redis.call('HSET', priorities, id, priority) end
         delayed = delayed + 1
       else
-        redis.call('SMOVE', in_progress, todos, id)
+        join_line(todos, seq, {id}, priority)
         retried = retried + 1
       end
       outcomes[#outcomes + 1] = 'retried'
     else
-      dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
+      dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
       outcomes[#outcomes + 1] = 'dead'
     end
   end

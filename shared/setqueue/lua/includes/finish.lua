@@ -1,6 +1,7 @@
 -- includes/finish.lua: what the queue keeps of a job that finished (done or failed), and forgets
 -- with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>" (the enqueue
 -- time empty when unknown); the job's entry in attempts goes, so a finished job costs one field.
+-- @include "rank"
 local function finished_record(enqueued_ms, now, attempts)
   return (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
 end
@@ -15,13 +16,16 @@ local function forget_done(done, finished, ids)
   end
 end
 
--- dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now): the job
--- goes in_progress -> failed with its reason; its enqueue time (from pending) and attempt count
--- go into its finished record.
-local function dead_letter(in_progress, failed, pending, attempts, errors, finished, id, reason, now)
+-- dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now):
+-- the job goes in_progress -> failed with its reason; its enqueue time (from pending) and attempt
+-- count go into its finished record, and its priority (when not 0) into priorities, for a requeue.
+local function dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
   local enqueued = redis.call('ZSCORE', pending, id)
   local tries = redis.call('HGET', attempts, id)
-  redis.call('SMOVE', in_progress, failed, id)
+  local rank = redis.call('ZSCORE', in_progress, id)
+  if rank and priority_of(rank) ~= 0 then redis.call('HSET', priorities, id, priority_of(rank)) end
+  redis.call('ZREM', in_progress, id)
+  redis.call('SADD', failed, id)
   redis.call('ZREM', pending, id)
   redis.call('HDEL', attempts, id)
   redis.call('HSET', errors, id, reason)

@@ -1,0 +1,215 @@
+"""The claim order, against a real redis-server: the highest priority first, and within a priority
+first in, first out; where retried, released, swept and scheduled jobs join the line; priorities
+through the API and the CLI; and a queue written by the layout before 0.3 (plain sets) adopted."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from setqueue import FailOutcome, Queue
+from setqueue.cli import main
+
+
+def claim_all(q: Queue, batch: int) -> list[str]:
+    order: list[str] = []
+    while leases := q.claim(batch):
+        order += [lease.id for lease in leases]
+    return order
+
+
+def test_one_claimer_takes_a_thousand_jobs_in_the_order_they_were_pushed(queue: Queue) -> None:
+    # Random ids, so neither their names nor their hashes can be what orders them; pushed in calls
+    # of uneven sizes, several in the same millisecond.
+    ids = [uuid.uuid4().hex for _ in range(1000)]
+    start = 0
+    for size in (1, 7, 500, 42, 450):
+        assert queue.enqueue(ids[start : start + size]) == size
+        start += size
+    assert claim_all(queue, 10) == ids
+
+
+def test_the_same_id_twice_in_one_push_keeps_its_first_place(queue: Queue) -> None:
+    assert queue.enqueue(["b", "a", "b", "c", "a"]) == 3
+    assert claim_all(queue, 10) == ["b", "a", "c"]
+
+
+def test_no_job_is_claimed_while_one_of_a_higher_priority_waits(queue: Queue) -> None:
+    rng = random.Random(15)
+    waiting: list[tuple[int, int, str]] = []  # (-priority, push number, id): the order the rule says
+    pushed = 0
+    for _ in range(300):
+        if rng.random() < 0.6 or not waiting:
+            priority = rng.randint(-10, 10)
+            job_id = f"job-{pushed}"
+            assert queue.enqueue([job_id], priority=priority) == 1
+            waiting.append((-priority, pushed, job_id))
+            pushed += 1
+        else:
+            [lease] = queue.claim(1)
+            expected = min(waiting)
+            assert (lease.id, lease.priority) == (expected[2], -expected[0])
+            waiting.remove(expected)
+            assert queue.ack(lease)
+    assert claim_all(queue, 7) == [job_id for *_, job_id in sorted(waiting)]
+
+
+def test_priority_bounds_are_checked_before_anything_is_written(queue: Queue) -> None:
+    for bad in (11, -11, 1.5, True, "1"):
+        with pytest.raises((ValueError, TypeError), match="priority"):
+            queue.enqueue(["x"], priority=bad)  # type: ignore[arg-type]
+    assert queue.inspect("x") is None
+
+
+def test_a_retry_goes_to_the_back_and_a_released_job_keeps_its_place(queue: Queue) -> None:
+    queue.enqueue(["a", "b", "c"])
+    [a] = queue.claim(1)
+    assert queue.fail(a, "boom") is FailOutcome.RETRIED  # its fault: to the back of the line
+    [b] = queue.claim(1)
+    assert queue.release([b]) == [FailOutcome.RELEASED]  # not its fault: its old place
+    assert claim_all(queue, 10) == ["b", "c", "a"]
+
+
+def test_a_job_whose_lease_was_lost_keeps_its_place(make_queue: Callable[..., Queue]) -> None:
+    q = make_queue(lease_seconds=0.2)
+    q.enqueue(["a", "b", "c"], priority=3)
+    q.enqueue(["d"], priority=3)
+    assert [lease.id for lease in q.claim(1)] == ["a"]
+    time.sleep(0.4)
+    assert q.sweep().requeued == ["a"]
+    leases = q.claim(10)
+    assert [(lease.id, lease.priority) for lease in leases] == [("a", 3), ("b", 3), ("c", 3), ("d", 3)]
+    assert leases[0].attempt == 2
+
+
+def test_a_job_with_a_priority_keeps_it_through_backoff_and_the_dead_letter_set(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue(max_attempts=2)
+    q.enqueue(["low"], priority=-5)
+    q.enqueue(["high"], priority=5)
+    [high] = q.claim(1)
+    assert q.fail(high, "later", delay=0.1) is FailOutcome.RETRIED
+    info = q.inspect("high")
+    assert info is not None and (info.state, info.priority) == ("scheduled", 5)
+    time.sleep(0.2)
+    [high] = q.claim(1)  # due again: ahead of the lower priority that waited all along
+    assert (high.id, high.priority) == ("high", 5)
+    assert q.fail(high, "boom") is FailOutcome.DEAD
+    info = q.inspect("high")
+    assert info is not None and (info.state, info.priority) == ("failed", 5)
+    assert q.requeue_failed(["high"]) == 1
+    assert [(lease.id, lease.priority) for lease in q.claim(10)] == [("high", 5), ("low", -5)]
+
+
+def test_due_jobs_join_the_line_in_due_time_order_with_their_priority(queue: Queue) -> None:
+    queue.enqueue(["x"], delay=0.3)
+    queue.enqueue(["y"], delay=0.15)
+    queue.enqueue(["urgent"], delay=0.2, priority=1)
+    queue.enqueue(["now"])
+    time.sleep(0.4)
+    assert claim_all(queue, 10) == ["urgent", "now", "y", "x"]
+
+
+def test_inspect_and_stats_show_priorities(queue: Queue) -> None:
+    queue.enqueue(["a"], priority=7)
+    queue.enqueue(["b", "c"])
+    queue.enqueue(["d"], priority=-2, delay=60)
+    infos = {i: queue.inspect(i) for i in "abcd"}
+    assert {i: (info.state, info.priority) for i, info in infos.items() if info} == {
+        "a": ("todos", 7),
+        "b": ("todos", 0),
+        "c": ("todos", 0),
+        "d": ("scheduled", -2),
+    }
+    [a] = queue.claim(1)
+    info = queue.inspect("a")
+    assert a.id == "a" and info is not None and (info.state, info.priority) == ("in_progress", 7)
+    assert queue.stats()["todos_by_priority"] == {0: 2}
+
+
+def test_a_queue_written_by_the_old_layout_is_adopted_with_nothing_lost(
+    make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
+    """Before 0.3 todos and in_progress were plain sets (and the seed design's creator just SADDed
+    into todos). The new code adopts such a queue on first contact; its jobs come first."""
+    q = make_queue(lease_seconds=30)
+    k = q.keys
+    client.sadd(k.todos, "old-1", "old-2", "old-3")
+    client.zadd(k.pending, {"old-1": 1000, "old-2": 1000})  # old-3 was SADDed: no enqueue time
+    client.sadd(k.in_progress, "held")  # claimed by an old worker that has since stopped
+    client.zadd(k.pending, {"held": 1000})
+    client.hset(k.owners, "held", "old-token")
+    client.hset(k.attempts, "held", 1)
+    client.set(k.lock("old-token"), 1, px=300)
+    # Read-only calls work on the old layout as it is.
+    assert q.stats()["todos"] == 3 and q.stats()["in_progress"] == 1
+    info = q.inspect("old-3")
+    assert info is not None and info.state == "todos"
+    assert q.enqueue(["old-2", "new-1"]) == 1  # old-2 is known already
+    first = q.claim(2)
+    assert {lease.id for lease in first} <= {"old-1", "old-2", "old-3"}
+    assert client.type(k.todos) == "zset" and client.type(k.in_progress) == "zset"
+    time.sleep(0.4)  # the old worker's lease runs out: the cleaner puts "held" back
+    assert q.sweep().requeued == ["held"]
+    rest = claim_all(q, 10)
+    claimed = [lease.id for lease in first] + rest
+    assert sorted(claimed) == ["held", "new-1", "old-1", "old-2", "old-3"]
+    assert claimed[-1] == "new-1"  # what the old layout held comes first
+    assert q.stats()["todos"] == 0 and client.exists(k.legacy_todos) == 0
+
+
+def test_a_producer_that_sadds_into_an_empty_queue_still_works(queue: Queue, client: redis.Redis) -> None:
+    """The seed design's creator SADDs into todos. While todos is empty (no key) that makes a set,
+    which the next script call adopts; once todos is a zset, SADD fails with WRONGTYPE."""
+    client.sadd(queue.keys.todos, "legacy")
+    [lease] = queue.claim()
+    assert lease.id == "legacy" and lease.enqueued_at is None and lease.queue_wait_seconds is None
+    assert queue.ack(lease)
+
+
+def test_many_legacy_jobs_are_adopted_a_batch_at_a_time(queue: Queue, client: redis.Redis) -> None:
+    client.sadd(queue.keys.todos, *[f"old-{n}" for n in range(1200)])
+    queue.enqueue(["new"])
+    assert queue.stats()["todos"] == 1201
+    claimed = claim_all(queue, 100)
+    assert len(claimed) == 1201 and len(set(claimed)) == 1201
+    assert claimed[-1] == "new"
+
+
+def test_the_cli_pushes_with_a_priority_in_the_order_given(
+    redis_url: str, queue_name: str, queue: Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cli(*argv: str, stdin: str = "") -> tuple[int, str]:
+        out = io.StringIO()
+        code = main(["--redis-url", redis_url, "--queue", queue_name, *argv], stdin=io.StringIO(stdin), out=out)
+        return code, out.getvalue()
+
+    assert cli("push", "--priority", "-3", "slow")[0] == 0
+    assert cli("push", "--priority", "4", "fast")[0] == 0
+    assert cli("push", stdin="b\tpayload-b\na\nc\tpayload-c\nd\n")[0] == 0  # mixed lines, in order
+    assert [(lease.id, lease.priority) for lease in queue.claim(10)] == [
+        ("fast", 4),
+        ("b", 0),
+        ("a", 0),
+        ("c", 0),
+        ("d", 0),
+        ("slow", -3),
+    ]
+    assert cli("push", "--priority", "2", "x") == (0, "1 new, 0 already known\n")
+    code, out = cli("stats", "--json")
+    assert code == 0 and json.loads(out)["todos_by_priority"] == {"2": 1}
+    code, out = cli("stats")
+    assert code == 0 and re.search(r"^  priority +2 +1$", out, re.M), out
+    code, out = cli("inspect", "x")
+    assert code == 0 and json.loads(out)["priority"] == 2
+    assert cli("push", "--priority", "11", "y")[0] == 2
+    assert "--priority" in capsys.readouterr().err and queue.inspect("y") is None
