@@ -3,7 +3,10 @@ delay), release, sweep, delete, lease expiry and due times passing, checked agai
 every step (hypothesis, real Redis).
 
 Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed and
-scheduled; the states hold exactly the model's ids (so enqueued = the sum of the five); a
+scheduled; the states hold exactly the model's ids (so enqueued = the sum of the five); todos is
+in the model's line order and a claim takes its front (the highest priority, then the earliest
+place: enqueue, becoming due and a retry give the next place, a release or a lost lease keeps
+the old one); a
 claim's lock exists exactly while it has not expired and still owns a job in in_progress, and
 counts those jobs; and an operation succeeds exactly when its lease is the current owner of the id.
 """
@@ -23,6 +26,7 @@ from setqueue import FailOutcome, Lease, Queue
 from tests.support import RedisServer, queue_members
 
 IDS = st.sampled_from([f"id{i}" for i in range(8)])
+PRIORITIES = st.integers(-2, 2)
 MAX_ATTEMPTS = 3
 
 
@@ -32,12 +36,25 @@ class Model:
     attempts: dict[str, int] = field(default_factory=dict)
     owner: dict[str, str] = field(default_factory=dict)  # id -> token of the current claim
     lock_alive: dict[str, bool] = field(default_factory=dict)  # token -> its lock has not expired
-    due: set[str] = field(default_factory=set)  # scheduled ids whose due time has passed
+    due: dict[str, int] = field(default_factory=dict)  # scheduled ids whose due time has passed -> that time
+    priority: dict[str, int] = field(default_factory=dict)
+    place: dict[str, int] = field(default_factory=dict)  # id -> its place in line (todos, in_progress)
+    places_given: int = 0
+
+    def join_line(self, job_id: str) -> None:
+        self.places_given += 1
+        self.place[job_id] = self.places_given
+        self.state[job_id] = "todos"
+
+    def line(self) -> list[str]:
+        """todos in the order claims take them."""
+        waiting = [i for i, s in self.state.items() if s == "todos"]
+        return sorted(waiting, key=lambda i: (-self.priority[i], self.place[i]))
 
     def promote_due(self) -> None:
-        """What claim and sweep do first: due scheduled jobs move to todos."""
-        for job_id in self.due:
-            self.state[job_id] = "todos"
+        """What claim and sweep do: due scheduled jobs join the line, in due-time order."""
+        for job_id in sorted(self.due, key=self.due.__getitem__):
+            self.join_line(job_id)
         self.due.clear()
 
     def owns(self, lease: Lease) -> bool:
@@ -77,19 +94,24 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         def pick(self, index: int) -> Lease | None:
             return self.leases[index % len(self.leases)] if self.leases else None
 
-        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans())
-        def enqueue(self, ids: list[str], later: bool) -> None:
-            new = {i for i in ids if i not in self.model.state}
-            assert self.q.enqueue(ids, delay=3600 if later else None) == len(new)
+        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans(), priority=PRIORITIES)
+        def enqueue(self, ids: list[str], later: bool, priority: int) -> None:
+            new = [i for i in dict.fromkeys(ids) if i not in self.model.state]
+            assert self.q.enqueue(ids, delay=3600 if later else None, priority=priority) == len(new)
             for i in new:
-                self.model.state[i] = "scheduled" if later else "todos"
+                self.model.priority[i] = priority
                 self.model.attempts[i] = 0
+                if later:
+                    self.model.state[i] = "scheduled"
+                else:
+                    self.model.join_line(i)
 
         @rule(job_id=IDS)
         def come_due(self, job_id: str) -> None:
-            if self.model.state.get(job_id) == "scheduled":
-                self.client.zadd(self.q.keys.scheduled, {job_id: 0})  # what time does, on demand
-                self.model.due.add(job_id)
+            if self.model.state.get(job_id) == "scheduled" and job_id not in self.model.due:
+                due = len(self.model.due) + 1  # a time long past, later than the others that came due
+                self.client.zadd(self.q.keys.scheduled, {job_id: due})  # what time does, on demand
+                self.model.due[job_id] = due
 
         @rule(job_id=IDS)
         def delete(self, job_id: str) -> None:
@@ -98,16 +120,15 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 del self.model.state[job_id]
                 self.model.owner.pop(job_id, None)
                 self.model.attempts.pop(job_id, None)
-                self.model.due.discard(job_id)
+                self.model.due.pop(job_id, None)
 
         @rule(count=st.integers(1, 4))
         def claim(self, count: int) -> None:
             self.model.promote_due()
-            waiting = [i for i, s in self.model.state.items() if s == "todos"]
             leases = self.q.claim(count)
-            assert len(leases) == min(count, len(waiting))
+            assert [lease.id for lease in leases] == self.model.line()[:count]  # the front of the line
             for lease in leases:
-                assert self.model.state[lease.id] == "todos"
+                assert lease.priority == self.model.priority[lease.id]
                 self.model.state[lease.id] = "in_progress"
                 self.model.attempts[lease.id] += 1
                 assert lease.attempt == self.model.attempts[lease.id]
@@ -148,7 +169,9 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 assert outcome is FailOutcome.STALE
             elif retry and self.model.attempts[lease.id] < MAX_ATTEMPTS:
                 assert outcome is FailOutcome.RETRIED
-                self.model.leave_in_progress(lease.id, "scheduled" if later else "todos")
+                self.model.leave_in_progress(lease.id, "scheduled")
+                if not later:
+                    self.model.join_line(lease.id)  # a retry goes to the back
             else:
                 assert outcome is FailOutcome.DEAD
                 self.model.leave_in_progress(lease.id, "failed")
@@ -161,7 +184,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             expected = self.model.owns(lease)
             assert self.q.release([lease]) == [FailOutcome.RELEASED if expected else FailOutcome.STALE]
             if expected:
-                self.model.leave_in_progress(lease.id, "todos")
+                self.model.leave_in_progress(lease.id, "todos")  # its old place
                 self.model.attempts[lease.id] -= 1
 
         @rule()
@@ -176,7 +199,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             assert set(result.requeued) | set(result.dead_lettered) == expired
             for i in result.requeued:
                 assert self.model.attempts[i] < MAX_ATTEMPTS
-                self.model.leave_in_progress(i, "todos")
+                self.model.leave_in_progress(i, "todos")  # its old place
             for i in result.dead_lettered:
                 assert self.model.attempts[i] >= MAX_ATTEMPTS
                 self.model.leave_in_progress(i, "failed")
@@ -190,6 +213,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                     assert i not in seen, f"{i} is in both {seen[i]} and {state}"
                     seen[i] = state
             assert seen == self.model.state
+            assert queue_members(self.client, self.q.keys)["todos"] == self.model.line()
             stats = self.q.stats()
             assert sum(int(stats[s]) for s in actual) == len(self.model.state)
 
