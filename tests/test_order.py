@@ -11,12 +11,15 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
 
 from setqueue import FailOutcome, Queue
 from setqueue.cli import main
+from tests.engine_jobs import ExecutionLog
+from tests.procs import Proc, wait_until
 
 
 def claim_all(q: Queue, batch: int) -> list[str]:
@@ -213,3 +216,83 @@ def test_the_cli_pushes_with_a_priority_in_the_order_given(
     assert code == 0 and json.loads(out)["priority"] == 2
     assert cli("push", "--priority", "11", "y")[0] == 2
     assert "--priority" in capsys.readouterr().err and queue.inspect("y") is None
+
+
+@pytest.mark.slow
+def test_one_worker_runs_a_thousand_jobs_in_the_order_they_were_pushed(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    """The real worker, one slot: its claims (CLAIM_BATCH prefetched) run in line order."""
+    execlog = ExecutionLog(tmp_path / "executions.log")
+    q = Queue.from_url(redis_url, name=queue_name)
+    ids = [f"job-{uuid.uuid4().hex[:8]}" for _ in range(1000)]
+    for start in range(0, 1000, 100):
+        q.enqueue(ids[start : start + 100])
+    worker = Proc.start(
+        "worker",
+        tmp_path,
+        REDIS_URL=redis_url,
+        QUEUE_NAME=queue_name,
+        EXEC_LOG=str(execlog.path),
+        JOB_HANDLER="tests.engine_jobs:handle",
+        CONCURRENCY=1,
+        CLAIM_BATCH=50,
+    )
+    procs.append(worker)
+    wait_until(lambda: q.stats()["done"] == 1000, 120, "a thousand jobs done")
+    started = [job_id for event, job_id, _, _ in execlog.events() if event == "start"]
+    assert started == ids
+    q.close()
+
+
+@pytest.mark.slow
+def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    """Three workers drain a backlog while new jobs keep coming. First in, first out means a job
+    waits only for what was queued ahead of it, which is never more than the initial backlog: so no
+    job waits longer than that backlog took to drain. And no job is overtaken by more jobs pushed
+    after it than the workers hold at once (their slots and prefetched claims): with a random draw
+    the first newcomers overtake hundreds. Waits are measured from the handler's side: from the
+    push, as this test timed it, to the start, as the handler logged it."""
+    execlog = ExecutionLog(tmp_path / "executions.log")
+    q = Queue.from_url(redis_url, name=queue_name)
+    backlog = [f"sleep-0.01-b{n}" for n in range(600)]
+    pushed_at = dict.fromkeys(backlog, time.time())
+    q.enqueue(backlog)
+    for n in range(3):
+        procs.append(
+            Proc.start(
+                "worker",
+                tmp_path,
+                name=f"worker-{n}",
+                REDIS_URL=redis_url,
+                QUEUE_NAME=queue_name,
+                EXEC_LOG=str(execlog.path),
+                JOB_HANDLER="tests.engine_jobs:handle",
+                CONCURRENCY=2,
+                CLAIM_BATCH=10,
+            )
+        )
+    # Newcomers at a steady pace until the backlog is gone (and a little after).
+    deadline = time.monotonic() + 120
+    n = 0
+    while q.stats()["todos"] > 0 or n < 50:
+        assert time.monotonic() < deadline, "the backlog never drained"
+        job_id = f"sleep-0.01-n{n}"
+        pushed_at[job_id] = time.time()
+        q.enqueue([job_id])
+        n += 1
+        time.sleep(0.02)
+    wait_until(lambda: q.stats()["done"] == len(pushed_at), 60, "every job done")
+    started = {job_id: at for event, job_id, _, at in execlog.events() if event == "start"}
+    assert set(started) == set(pushed_at) and set(execlog.starts().values()) == {1}
+    waits = {job_id: started[job_id] - pushed_at[job_id] for job_id in pushed_at}
+    drain = max(waits[job_id] for job_id in backlog)  # when the last of the backlog started
+    newcomers = [job_id for job_id in pushed_at if job_id not in set(backlog)]
+    assert max(waits[job_id] for job_id in newcomers) <= drain, (drain, sorted(waits.values())[-5:])
+    in_flight = 3 * (2 + 10)  # workers x (CONCURRENCY + CLAIM_BATCH)
+    pushed = list(pushed_at)  # in push order
+    overtaken = [sum(1 for later in pushed[i + 1 :] if started[later] < started[job]) for i, job in enumerate(pushed)]
+    assert max(overtaken) <= in_flight, max(overtaken)
+    q.close()
