@@ -140,6 +140,24 @@ def test_every_dashboard_query_is_valid_and_returns_data(stack: Stack) -> None:
     stack.wait(problems, lambda p: not p, "every dashboard query to return data", timeout=60)
 
 
+def test_queue_wait_p99_tracks_the_oldest_pending_age_under_a_growing_backlog(stack: Stack) -> None:
+    """One worker finishes fewer jobs than the creator makes, so the backlog grows. Claims take the
+    oldest job first, so the jobs claimed now waited about as long as the oldest one still waiting:
+    the dashboard's queue-wait p99 (its own query) stays close to the oldest pending age. With a
+    random draw it would not (some jobs wait far longer than their turn)."""
+    assert creator_running(stack), "the creator already finished: raise CREATE_TOTAL so it outlives this test"
+    panel = next(p for p in load_dashboard()["panels"] if p.get("title") == "Queue wait")
+    p99 = substitute_grafana_variables(next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "p99"))
+    oldest = "max(setqueue_oldest_pending_age_seconds)"
+    stack.wait(lambda: stack.scalar(oldest), lambda age: (age or 0) >= 8, "the backlog's oldest job to wait 8 s")
+
+    def both() -> tuple[float, float]:
+        return stack.scalar(p99) or 0.0, stack.scalar(oldest) or 0.0
+
+    # Within the histogram's resolution (buckets 1.5x apart) and a scrape or two of lag.
+    stack.wait(both, lambda pair: 0.6 * pair[1] <= pair[0] <= 1.6 * pair[1], "queue-wait p99 close to the oldest age")
+
+
 def test_every_alert_rule_is_loaded_evaluates_and_parses(stack: Stack) -> None:
     rules = alert_rules()
 
