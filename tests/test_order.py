@@ -218,6 +218,20 @@ def test_the_cli_pushes_with_a_priority_in_the_order_given(
     assert "--priority" in capsys.readouterr().err and queue.inspect("y") is None
 
 
+def logged_worker(tmp_path: Path, execlog: ExecutionLog, url: str, queue: str, name: str, **settings: int) -> Proc:
+    """A real worker whose handler logs each run (tests/engine_jobs.py)."""
+    return Proc.start(
+        "worker",
+        tmp_path,
+        name=name,
+        REDIS_URL=url,
+        QUEUE_NAME=queue,
+        EXEC_LOG=str(execlog.path),
+        JOB_HANDLER="tests.engine_jobs:handle",
+        **settings,
+    )
+
+
 @pytest.mark.slow
 def test_one_worker_runs_a_thousand_jobs_in_the_order_they_were_pushed(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
@@ -228,17 +242,7 @@ def test_one_worker_runs_a_thousand_jobs_in_the_order_they_were_pushed(
     ids = [f"job-{uuid.uuid4().hex[:8]}" for _ in range(1000)]
     for start in range(0, 1000, 100):
         q.enqueue(ids[start : start + 100])
-    worker = Proc.start(
-        "worker",
-        tmp_path,
-        REDIS_URL=redis_url,
-        QUEUE_NAME=queue_name,
-        EXEC_LOG=str(execlog.path),
-        JOB_HANDLER="tests.engine_jobs:handle",
-        CONCURRENCY=1,
-        CLAIM_BATCH=50,
-    )
-    procs.append(worker)
+    procs.append(logged_worker(tmp_path, execlog, redis_url, queue_name, "worker", CONCURRENCY=1, CLAIM_BATCH=50))
     wait_until(lambda: q.stats()["done"] == 1000, 120, "a thousand jobs done")
     started = [job_id for event, job_id, _, _ in execlog.events() if event == "start"]
     assert started == ids
@@ -261,19 +265,7 @@ def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
     pushed_at = dict.fromkeys(backlog, time.time())
     q.enqueue(backlog)
     for n in range(3):
-        procs.append(
-            Proc.start(
-                "worker",
-                tmp_path,
-                name=f"worker-{n}",
-                REDIS_URL=redis_url,
-                QUEUE_NAME=queue_name,
-                EXEC_LOG=str(execlog.path),
-                JOB_HANDLER="tests.engine_jobs:handle",
-                CONCURRENCY=2,
-                CLAIM_BATCH=10,
-            )
-        )
+        procs.append(logged_worker(tmp_path, execlog, redis_url, queue_name, f"w{n}", CONCURRENCY=2, CLAIM_BATCH=10))
     # Newcomers at a steady pace until the backlog is gone (and a little after).
     deadline = time.monotonic() + 120
     n = 0
