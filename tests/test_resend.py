@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from setqueue import FailOutcome, Queue
+from setqueue.queue import new_request_id
 from tests.support import RedisServer
 
 
@@ -132,3 +135,58 @@ def test_a_resent_enqueue_reports_the_ids_it_added(flaky_queue: Queue, queue: Qu
     assert flaky_queue.enqueue(["a", "b", "c"]) == 3
     assert proxy.dropped == 1
     assert queue.stats()["todos"] == 3
+
+
+# -- a retry by the caller, after redis-py gave up: the same request id ----------------------------
+
+
+@pytest.fixture
+def unretried_queue(proxy: ReplyDroppingProxy, queue_name: str) -> Iterator[Queue]:
+    """A queue through the proxy whose client does not resend: a lost reply is the caller's
+    ConnectionError, as when an outage outlasts redis-py's own resends and the service retries."""
+    client = redis.Redis(port=proxy.port, decode_responses=True, retry=Retry(NoBackoff(), 0))
+    q = Queue(client, queue_name, max_attempts=3, retry_backoff_seconds=0)
+    yield q
+    q.close()
+
+
+def lost_reply(proxy: ReplyDroppingProxy, call: Callable[[], object]) -> None:
+    proxy.arm()
+    with pytest.raises(redis.ConnectionError):
+        call()
+    assert proxy.dropped == 1
+
+
+def test_an_ack_retried_with_its_request_id_reports_acked_not_stale(
+    unretried_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
+) -> None:
+    queue.enqueue(["a", "b"])
+    leases = queue.claim(2)
+    request_id = new_request_id()
+    lost_reply(proxy, lambda: unretried_queue.ack_many(leases, request_id=request_id))
+    assert [r.acked for r in unretried_queue.ack_many(leases, request_id=request_id)] == [True, True]
+    assert [r.acked for r in unretried_queue.ack_many(leases)] == [False, False]  # a new call: stale
+    assert queue.stats()["done"] == 2
+
+
+def test_a_claim_retried_with_its_request_id_gets_its_leases(
+    unretried_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
+) -> None:
+    queue.enqueue(["a", "b", "c"])
+    request_id = new_request_id()
+    lost_reply(proxy, lambda: unretried_queue.claim(2, request_id=request_id))
+    leases = unretried_queue.claim(2, request_id=request_id)
+    assert [lease.id for lease in leases] == ["a", "b"]
+    assert queue.stats()["in_progress"] == 2 and [lease.id for lease in queue.claim(5)] == ["c"]
+
+
+def test_a_fail_retried_with_its_request_id_counts_one_failure(
+    unretried_queue: Queue, queue: Queue, proxy: ReplyDroppingProxy
+) -> None:
+    queue.enqueue(["a"])
+    [lease] = queue.claim()
+    request_id = new_request_id()
+    lost_reply(proxy, lambda: unretried_queue.fail(lease, "boom", request_id=request_id))
+    assert unretried_queue.fail(lease, "boom", request_id=request_id) is FailOutcome.RETRIED
+    [again] = queue.claim()
+    assert again.attempt == 2

@@ -25,13 +25,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from setqueue.config import WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
 from setqueue.metrics import WorkerMetrics, new_registry
-from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue, RetryLater
+from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue, RetryLater, new_request_id
 from setqueue.service import Service, Stopping
 from worker.engine import Engine, Running
 
@@ -44,6 +44,9 @@ EXIT_ZOMBIES = 4
 
 # BLPOP must return before redis-py's socket timeout (30 s) would fire on the idle connection.
 MAX_BLOCK_SECONDS = 20.0
+
+
+T = TypeVar("T")
 
 
 class WorkerService(Service[WorkerSettings, WorkerMetrics]):
@@ -192,7 +195,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the shutdown backstop still applies).
-        results = self.retry(lambda: self.queue.ack_many(leases), "ack", until_stopped=False)
+        results = self._resendable(lambda rid: self.queue.ack_many(leases, request_id=rid), "ack", until_stopped=False)
         acked = sum(1 for result in results if result.acked)
         self._succeeded.inc(acked)
         if acked < len(results):
@@ -203,8 +206,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> None:
         self.keeper.drop([lease])
-        outcome = self.retry(
-            lambda: self.queue.fail(lease, reason, retry=retry, delay=delay), "fail", until_stopped=False
+        outcome = self._resendable(
+            lambda rid: self.queue.fail(lease, reason, retry=retry, delay=delay, request_id=rid),
+            "fail",
+            until_stopped=False,
         )
         if outcome is FailOutcome.STALE:
             self.metrics.stale_acks.inc()
@@ -229,7 +234,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 count = self._wanted()
                 if count == 0:
                     continue
-                leases = self.retry(lambda n=count: self.queue.claim(n), "claim")  # type: ignore[misc]
+                leases = self._resendable(lambda rid, n=count: self.queue.claim(n, request_id=rid), "claim")  # type: ignore[misc]
                 if not leases:
                     self.retry(lambda: self.queue.wait_for_work(block), "wait")
                     continue
@@ -303,6 +308,21 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
         os._exit(self._exit_code or 1)
+
+    def _resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
+        """``self.retry`` of ``call(request_id)`` with one request id across the retries: a call
+        that applied but whose reply an outage lost reports what it did when retried (an ack:
+        acked, not stale; a claim: its leases, not a second claim while they wait for their lease to
+        run out). Only while Redis still keeps that call's result: after half of that, a fresh id."""
+        request_id, since = new_request_id(), time.monotonic()
+
+        def attempt() -> T:
+            nonlocal request_id, since
+            if time.monotonic() - since > self.queue.request_ttl_seconds / 2:
+                request_id, since = new_request_id(), time.monotonic()
+            return call(request_id)
+
+        return self.retry(attempt, what, until_stopped=until_stopped)
 
     def _observe_queue_wait(self, leases: list[Lease]) -> None:
         """Queue wait per priority: one histogram batch per priority in the claim (usually one)."""

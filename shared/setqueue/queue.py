@@ -33,9 +33,21 @@ from setqueue.keys import (
     validate_priority,
 )
 from setqueue.scripts import QueueScripts
+from setqueue.scripts import new_request_id as _new_request_id
 from setqueue.scripts import text as _text
 
 T = TypeVar("T")
+
+
+def new_request_id() -> str:
+    """A fresh id for one call of claim, ack_many, fail or release: passing the same id again
+    retries that call (after a lost reply) instead of making a second one."""
+    return _new_request_id()
+
+
+def _part(request_id: str | None, number: int) -> str | None:
+    """The request id of part ``number`` of a call that is split into several script calls."""
+    return None if request_id is None else f"{request_id}-{number}"
 
 
 def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
@@ -171,6 +183,7 @@ class Queue:
         self.next_due: float | None = None  # after an empty claim: when the next scheduled job is due
         self._next_due_seen = 0.0  # monotonic time of that claim
         self._lease_ms = max(1, round(lease_seconds * 1000))
+        self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self._scripts = QueueScripts(client, self.keys)
         self._sweep_cursor = 0
@@ -243,11 +256,15 @@ class Queue:
 
     # -- workers -----------------------------------------------------------------------------
 
-    def claim(self, count: int = 1) -> list[Lease]:
+    def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
         """Claim up to ``count`` jobs from the front of todos in one script call (highest priority
         first, then first in, first out), returned in that order: each moves to in_progress, and one
         lease (a lock with a TTL) covers them all until each is acked, failed or released. Scheduled
-        jobs that are due join the line first."""
+        jobs that are due join the line first.
+
+        ``request_id`` (see ``new_request_id``): give the same one to retry a call whose reply was
+        lost (after redis-py's own resends gave up) and get the same leases, not a second claim.
+        """
         if count < 1:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
@@ -257,6 +274,7 @@ class Queue:
             lease_ms=self._lease_ms,
             promote=MAX_IDS_PER_CALL,
             wake_cap=self.wake_cap,
+            token=request_id,
         )
         # Seconds until the next scheduled job is due, as of now: wait_for_work wakes up for it.
         self.next_due = None if next_due is None else max(0.0, next_due - now)
@@ -289,11 +307,16 @@ class Queue:
         """Move the job to done. False when the lease is stale: then nothing changed."""
         return self.ack_many([lease])[0].acked
 
-    def ack_many(self, leases: Sequence[Lease]) -> list[AckResult]:
+    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
+        """Ack a batch in one script call (per MAX_IDS_PER_CALL). ``request_id``: the same one
+        retries a call whose reply was lost, and reports what that call did (acked, not stale)."""
         results: list[AckResult] = []
-        for chunk in _chunks(leases):
+        for number, chunk in enumerate(_chunks(leases)):
             now, acked = self._scripts.ack(
-                chunk, request_ttl_ms=self._request_ttl_ms, done_max_count=self.done_max_count
+                chunk,
+                request_ttl_ms=self._request_ttl_ms,
+                done_max_count=self.done_max_count,
+                request_id=_part(request_id, number),
             )
             for lease, ok in zip(chunk, acked, strict=True):
                 if not ok:
@@ -304,7 +327,15 @@ class Queue:
                     results.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
         return results
 
-    def fail(self, lease: Lease, reason: str = "", *, retry: bool = True, delay: float | None = None) -> FailOutcome:
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> FailOutcome:
         """Give up on this attempt. While attempts remain the job is retried (``RETRIED``): after
         ``delay`` seconds when given, else after the backoff delay of its attempt (see
         ``backoff_delay``), in scheduled until then, or at once in todos when that delay is 0.
@@ -312,9 +343,10 @@ class Queue:
 
         ``retry=False`` dead-letters at once (an error that no retry can fix). Failing a stale
         lease, or the same lease twice, changes nothing and returns ``FailOutcome.STALE``.
+        ``request_id`` as for ``ack_many``.
         """
         seconds = self.backoff_delay(lease.attempt) if delay is None else _check_seconds("delay", delay)
-        return self._fail([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))])[0]
+        return self._fail([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))], request_id)[0]
 
     def backoff_delay(self, attempt: int) -> float:
         """The wait before retrying after failed attempt ``attempt`` (1 = the first): drawn uniformly
@@ -325,15 +357,20 @@ class Queue:
         d = min(self.retry_backoff_max_seconds, self.retry_backoff_seconds * 2.0**exponent)
         return random.uniform(d / 2, d)
 
-    def release(self, leases: Sequence[Lease]) -> list[FailOutcome]:
-        """Hand jobs back to todos unprocessed, without using up an attempt (graceful shutdown)."""
-        return self._fail([(lease, "release", "", 0) for lease in leases])
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
+        """Hand jobs back to todos unprocessed, in their old place, without using up an attempt
+        (graceful shutdown, or a job that waited too long for a slot). ``request_id`` as for ``ack_many``."""
+        return self._fail([(lease, "release", "", 0) for lease in leases], request_id)
 
-    def _fail(self, items: Sequence[tuple[Lease, str, str, int]]) -> list[FailOutcome]:
+    def _fail(self, items: Sequence[tuple[Lease, str, str, int]], request_id: str | None) -> list[FailOutcome]:
         outcomes: list[FailOutcome] = []
-        for chunk in _chunks(items):
+        for number, chunk in enumerate(_chunks(items)):
             replied = self._scripts.fail(
-                chunk, request_ttl_ms=self._request_ttl_ms, max_attempts=self.max_attempts, wake_cap=self.wake_cap
+                chunk,
+                request_ttl_ms=self._request_ttl_ms,
+                max_attempts=self.max_attempts,
+                wake_cap=self.wake_cap,
+                request_id=_part(request_id, number),
             )
             outcomes += [FailOutcome(o) for o in replied]
         return outcomes

@@ -305,13 +305,14 @@ class QueueScripts:
         lease_ms: int,
         promote: int,
         wake_cap: int,
+        token: str | None = None,
     ) -> tuple[list[L], float, float | None]:
         """claim.lua: up to ``most`` jobs under one fresh token, each made into
         ``make(id, token, attempt, payload, enqueued_at, claimed_at, priority)``, in line order; the
         Redis clock now; and when
         nothing was claimed, when the next scheduled job is due (None: none). Times in seconds."""
         k = self.k
-        token = new_request_id()
+        token = token or new_request_id()
         keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
         keys += [k.scheduled, k.wake, k.seq, k.priorities, k.legacy_todos]
         reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
@@ -341,11 +342,13 @@ class QueueScripts:
             args += [lease.id, claims[lease.token]]
         return [bool(r) for r in self._renew.call([self.k.owners, *locks], args)]
 
-    def ack(self, leases: Sequence[Held], *, request_ttl_ms: int, done_max_count: int) -> tuple[float, list[bool]]:
+    def ack(
+        self, leases: Sequence[Held], *, request_ttl_ms: int, done_max_count: int, request_id: str | None = None
+    ) -> tuple[float, list[bool]]:
         """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale)."""
         k = self.k
         claims, locks, listed = _claims(k, (lease.token for lease in leases))
-        keys = [k.request(new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
+        keys = [k.request(request_id or new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
         keys += [k.payloads, k.errors, k.owners, k.finished, *locks]
         args: list[Any] = [request_ttl_ms, done_max_count, *listed]
         for lease in leases:
@@ -361,13 +364,14 @@ class QueueScripts:
         request_ttl_ms: int,
         max_attempts: int,
         wake_cap: int,
+        request_id: str | None = None,
     ) -> list[str]:
         """fail.lua: for each (lease, mode, reason, retry delay in ms), mode "retry", "dead" or
         "release", the outcome: "retried" (to todos, or to scheduled with a delay), "dead",
         "released" or "stale"."""
         k = self.k
         claims, locks, listed = _claims(k, (item[0].token for item in items))
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
+        keys = [k.request(request_id or new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
         keys += [k.errors, k.wake, k.owners, k.finished, k.scheduled, k.seq, k.priorities, k.legacy_todos, *locks]
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
         for lease, mode, reason, delay_ms in items:
