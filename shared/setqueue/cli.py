@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import redis
 
@@ -49,8 +49,21 @@ class CliError(Exception):
         self.code = code
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: what a user typed may hold line breaks or control codes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line, as every other error of the command is (not argparse's usage
+    block): what is wrong, and where to read more. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Inspect and repair a setqueue queue.",
         epilog="Exit codes: 0 ok, 1 not found, 2 usage or bad setting, 3 Redis unreachable.",
@@ -363,13 +376,13 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
         queue = Queue.from_url(url, name=args.queue)
         return run(args, queue, stdin, out)
     except CliError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        print(f"{PROG}: cannot reach Redis at {redact_url(args.redis_url)}: {exc}", file=sys.stderr)
+        print(one_line(f"{PROG}: cannot reach Redis at {redact_url(args.redis_url)}: {exc}"), file=sys.stderr)
         return EXIT_REDIS
     except redis.RedisError as exc:
-        print(f"{PROG}: Redis refused the command: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(one_line(f"{PROG}: Redis refused the command: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_REDIS
     except BrokenPipeError:  # `setqueue stats --watch | head`
         return EXIT_OK

@@ -85,7 +85,7 @@ def _number(name: str, raw: str, kind: type, low: float | None, high: float | No
         value = kind(raw)
     except ValueError:
         raise SettingError(name, f"{raw!r} is not a {'whole ' if kind is int else ''}number") from None
-    if not math.isfinite(value):
+    if kind is float and not math.isfinite(value):  # (an int is finite, however long: isfinite would overflow)
         raise SettingError(name, f"{raw} is not a finite number")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
@@ -194,6 +194,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Address /metrics and /healthz listen on: 0.0.0.0 = every interface (containers); 127.0.0.1 = this host only",
         "all",
         check=_check_host,
+    ),
+    Setting(
+        "AUDIT",
+        bool,
+        "false",
+        "Chaos runs: the creator records the ids it makes, the demo handler every run, the cleaner lost "
+        "leases and audits that no id is lost or run twice unexplained (setqueue_audit_*)",
+        "all",
     ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
     Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
@@ -324,6 +332,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
     Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
     Setting(
+        "AUDIT_INTERVAL",
+        float,
+        "10",
+        "With AUDIT: seconds between the starts of two audits (an audit covers at most 20,000 ids a sweep round)",
+        "cleaner",
+        low=0.1,
+        high=86400,
+    ),
+    Setting(
         "SCHEDULES",
         str,
         "",
@@ -434,6 +451,7 @@ class CommonSettings:
     done_max_age_seconds: float
     metrics_port: int
     metrics_host: str
+    audit: bool
     log_level: str
     log_format: str
 
@@ -442,6 +460,11 @@ class CommonSettings:
         """Read and check every field's setting; the first bad one raises SettingError."""
         env = os.environ if env is None else env
         return cls(**{f.name: _BY_FIELD[f.name].read(env) for f in fields(cls)})
+
+    @property
+    def trims_done(self) -> bool:
+        """Whether the retention drops ids from done (by count or by age)."""
+        return self.done_max_count > 0 or self.done_max_age_seconds > 0
 
     def queue_options(self) -> dict[str, Any]:
         """Keyword arguments for ``Queue.from_url`` besides the URL."""
@@ -489,4 +512,5 @@ class WorkerSettings(CommonSettings):
 class CleanerSettings(CommonSettings):
     sweep_interval: float
     sweep_batch: int
+    audit_interval: float
     schedules: str

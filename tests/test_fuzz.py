@@ -1,0 +1,169 @@
+"""Fuzzing every input path (hypothesis): every setting of every service, and every argument of the
+`setqueue` command. Whatever the value, the answer is a clean one: the service starts (and stops
+on SIGTERM with 0) or exits 2 (a bad setting) or 3 (Redis unreachable or refusing), with at most
+one line on stderr and never a traceback; and an input that is refused writes nothing to Redis.
+
+Two depths: the settings parser in-process for many values per setting (it is what the services
+run first), and the real service processes for a sample of them."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from setqueue.cli import main as cli_main
+from setqueue.config import SETTINGS, CleanerSettings, CommonSettings, CreatorSettings, Setting, WorkerSettings
+from setqueue.service import load_settings
+from tests.procs import base_env
+from tests.support import REPO_ROOT, RedisServer
+
+SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
+    "creator": CreatorSettings,
+    "worker": WorkerSettings,
+    "cleaner": CleanerSettings,
+}
+
+# What a hurried user types, and what breaks parsers: numbers at and past every edge, non-numbers,
+# empty and blank text, other scripts' digits, undecodable bytes (an environment's lone surrogate),
+# very long text, URLs and paths.
+EDGES = st.sampled_from(
+    [
+        "", " ", "0", "-0", "1", "-1", "0.5", "1e3", "1e308", "-1e308", "1e-320", "inf", "-inf", "nan", "NaN",
+        "9" * 400, "0x10", "1_000", "\uff11\uff12", "٣", "true", "no", "None", "null", "[]", "{}", "a,b", "x\ty", "é",
+        "\udcff", "redis://", "redis://:@/", "unix://", "rediss://h:99999/0", "redis://h:6379/-1",
+        "redis://h/0?socket_timeout=abc", "@/nonexistent/file", "* * * *", "a=* * * * *", "../..", "%s%n",
+    ]
+)  # fmt: skip
+TEXT = st.text(st.characters(exclude_categories=["Cc"]), max_size=40) | st.text(max_size=8).filter(
+    lambda t: "\0" not in t
+)
+NUMBERS = st.one_of(
+    st.integers().map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr), st.decimals().map(str)
+)
+VALUES = st.one_of(EDGES, TEXT, NUMBERS)
+
+
+def safe(setting: Setting, value: str) -> str:
+    """JOB_HANDLER imports the module it names: keep fuzzed names away from real modules."""
+    return f"nosuchmodule_{value}" if setting.name == "JOB_HANDLER" else value
+
+
+def readers(setting: Setting) -> list[str]:
+    return list(SERVICE_SETTINGS) if setting.services == "all" else setting.services.split(",")
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=VALUES)
+def test_any_value_of_any_setting_parses_or_is_one_line_naming_it(setting: Setting, value: str) -> None:
+    value = safe(setting, value)
+    for service in readers(setting):
+        stderr = io.StringIO()
+        loaded = load_settings(SERVICE_SETTINGS[service], service, {setting.name: value}, stderr=stderr)
+        lines = stderr.getvalue().splitlines()
+        if loaded is None:
+            assert len(lines) == 1 and setting.name in lines[0], (service, value, lines)
+        else:
+            assert lines == [], lines
+
+
+@pytest.fixture(scope="module")
+def fuzz_redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def queue_keys(client: redis.Redis, queue: str) -> list[str]:
+    return sorted(client.scan_iter(match=f"setqueue:{{{queue}}}:*"))  # type: ignore[arg-type]
+
+
+@st.composite
+def service_and_setting(draw: st.DrawFn) -> tuple[str, Setting, str]:
+    setting = draw(st.sampled_from(SETTINGS))
+    service = draw(st.sampled_from(readers(setting)))
+    return service, setting, safe(setting, draw(VALUES))
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=service_and_setting())
+def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
+    fuzz_redis: RedisServer, case: tuple[str, Setting, str]
+) -> None:
+    service, setting, value = case
+    queue = f"fuzz-{uuid.uuid4().hex[:8]}"
+    env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5)
+    env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", service],
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+    except ValueError:  # an environment cannot hold this value at all (the OS refuses it)
+        return
+    try:
+        _, stderr = process.communicate(timeout=4)
+    except subprocess.TimeoutExpired:  # it started: a stop request must end it cleanly
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 0, (setting.name, value, stderr[-2000:])
+    assert "Traceback" not in stderr, (setting.name, value, stderr[-2000:])
+    assert process.returncode in (0, 2, 3), (setting.name, value, process.returncode, stderr[-2000:])
+    if process.returncode != 0:
+        refusals = [line for line in stderr.splitlines() if line.startswith(f"setqueue-{service}: ")]
+        assert len(refusals) == 1, (setting.name, value, stderr)
+        client = redis.Redis(port=fuzz_redis.port, decode_responses=True)
+        assert queue_keys(client, queue) == [], (setting.name, value)
+        client.close()
+
+
+COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules"]
+# --redis-url and --queue are fuzzed with the settings (REDIS_URL, QUEUE_NAME: the same checks).
+OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--json", "--watch", "--help", "-"]
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> tuple[list[str], str]:
+    argv = draw(st.lists(st.sampled_from(COMMANDS), max_size=1))
+    argv += draw(st.lists(st.sampled_from(OPTIONS) | VALUES, max_size=4))
+    stdin = draw(st.text(max_size=60))
+    return argv, stdin
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=command_lines())
+def test_any_command_line_is_a_result_or_one_line_and_a_refusal_writes_nothing(
+    redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str], case: tuple[list[str], str]
+) -> None:
+    argv, stdin = case
+    if "--watch" in argv:  # it runs until Ctrl-C
+        return
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    full = ["--redis-url", redis_url, "--queue", queue, *argv]
+    try:
+        code = cli_main(full, stdin=io.StringIO(stdin), out=io.StringIO())
+    except SystemExit as exit_:  # argparse's own exit (--help prints and exits 0)
+        code = exit_.code if isinstance(exit_.code, int) else 2
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2, 3), (argv, code, err)
+    assert "Traceback" not in err, (argv, err)
+    if code != 0:
+        assert len(err.strip().splitlines()) == 1, (argv, err)
+    if code in (2, 3):  # refused (1 is an answer: that id is not in the queue)
+        assert queue_keys(client, queue) == [], (argv, err)
