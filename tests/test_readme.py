@@ -22,8 +22,10 @@ def test_every_setting_is_in_the_configuration_table_with_its_default() -> None:
 
 def test_every_metric_is_in_the_metrics_table() -> None:
     names = set()
-    for role in (CreatorMetrics, WorkerMetrics, CleanerMetrics):
-        for metric in role(CollectorRegistry()).registry.collect():
+    for role in (CreatorMetrics, WorkerMetrics, lambda registry: CleanerMetrics(registry, audit=True)):
+        registry = CollectorRegistry()
+        role(registry)
+        for metric in registry.collect():
             names.add(metric.name + ("_total" if metric.type == "counter" else ""))
     for name in names:
         assert f"`{name}" in README, name
@@ -46,10 +48,15 @@ def test_every_key_of_the_layout_is_documented() -> None:
         "finished",
         "scheduled",
         "periodic",
+        "audit_created",
+        "audit_successes",
+        "audit_failures",
+        "audit_lease_lost",
     ):
         assert f"`{getattr(keys, attribute)}`" in README, attribute
     assert f"`{keys.lock('<token>')}`" in README
     assert f"`{keys.request('<request id>')}`" in README
+    assert f"`{keys.audit_run('<token>', '<id>')}`" in README
 
 
 def test_the_two_commands() -> None:

@@ -9,7 +9,8 @@ are used up, then dead-lettered into failed with ``repr(exception)`` as the reas
 
 If the handler's module defines ``configure_worker(settings)``, the worker calls it once at start,
 before the first job, with its ``setqueue.config.WorkerSettings``: the hook to read settings, open
-connections or warm caches. This module uses it to pick up WORK_SECONDS, WORK_JITTER and FAIL_RATE.
+connections or warm caches. This module uses it to pick up WORK_SECONDS, WORK_JITTER and FAIL_RATE,
+and with AUDIT=true to record every run in Redis for the audit (``setqueue.audit``).
 
 A worker runs CONCURRENCY jobs at once: a plain function on that many threads, an ``async def``
 one on an event loop; ``configure_worker`` may be async too. Leases are renewed in the background,
@@ -23,8 +24,11 @@ import random
 import time
 from dataclasses import dataclass
 
+from setqueue.audit import AuditRecorder
+from setqueue.backoff import Backoff
 from setqueue.config import WorkerSettings, default
-from setqueue.queue import Lease
+from setqueue.queue import Lease, Queue
+from setqueue.service import TRANSIENT_REDIS_ERRORS
 
 
 class SimulatedFailure(RuntimeError):
@@ -36,20 +40,27 @@ class DemoSettings:
     work_seconds: float = default("WORK_SECONDS")
     work_jitter: float = default("WORK_JITTER")
     fail_rate: float = default("FAIL_RATE")
+    audit: AuditRecorder | None = None  # records every run (AUDIT=true)
 
 
 _settings = DemoSettings()
 
 
-def configure(work_seconds: float, work_jitter: float = 0.0, fail_rate: float = 0.0) -> None:
+def configure(
+    work_seconds: float, work_jitter: float = 0.0, fail_rate: float = 0.0, audit: AuditRecorder | None = None
+) -> None:
     """Set the demo's knobs directly (for embedding and tests)."""
     global _settings
-    _settings = DemoSettings(work_seconds, work_jitter, fail_rate)
+    _settings = DemoSettings(work_seconds, work_jitter, fail_rate, audit)
 
 
 def configure_worker(settings: WorkerSettings) -> None:
-    """The worker's start hook: take WORK_SECONDS, WORK_JITTER and FAIL_RATE from the settings."""
-    configure(settings.work_seconds, settings.work_jitter, settings.fail_rate)
+    """The worker's start hook: take WORK_SECONDS, WORK_JITTER, FAIL_RATE and AUDIT from the settings."""
+    audit = None
+    if settings.audit:
+        queue = Queue.from_url(settings.redis_url, settings.queue_name)  # its client: resends, timeouts
+        audit = AuditRecorder(queue.redis, queue.keys)
+    configure(settings.work_seconds, settings.work_jitter, settings.fail_rate, audit)
 
 
 def simulated_work(lease: Lease) -> None:
@@ -58,8 +69,24 @@ def simulated_work(lease: Lease) -> None:
     duration = s.work_seconds * (1 + random.uniform(-s.work_jitter, s.work_jitter))
     if duration > 0:
         time.sleep(duration)
-    if s.fail_rate and random.random() < s.fail_rate:
+    failed = bool(s.fail_rate) and random.random() < s.fail_rate
+    if s.audit is not None:
+        _record_run(s.audit, lease, succeeded=not failed)
+    if failed:
         raise SimulatedFailure(f"simulated failure of job {lease.id} (attempt {lease.attempt})")
+
+
+def _record_run(audit: AuditRecorder, lease: Lease, *, succeeded: bool) -> None:
+    """Record the run, waiting out a Redis outage: giving up would fail a run that succeeded (and
+    may be recorded already), and its retry would look like an unexplained second success. The
+    lease is renewed meanwhile; a job that waits past JOB_TIMEOUT_SECONDS fails with a timeout."""
+    backoff = Backoff(base=0.1, cap=2.0)
+    while True:
+        try:
+            audit.run(lease, succeeded=succeeded)
+            return
+        except TRANSIENT_REDIS_ERRORS:
+            time.sleep(backoff.next())
 
 
 def noop(lease: Lease) -> None:

@@ -175,6 +175,35 @@ class QueueKeys:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"
 
+    # -- auditing (AUDIT=true: chaos runs; see setqueue.audit) --------------------------------
+
+    @property
+    def audit_created(self) -> str:
+        """HASH creator id prefix -> n: that creator enqueued the ids <prefix>-1 .. <prefix>-n."""
+        return self.prefix + "audit:created"
+
+    @property
+    def audit_successes(self) -> str:
+        """HASH id -> runs of the job that succeeded (the demo handler returned)."""
+        return self.prefix + "audit:successes"
+
+    @property
+    def audit_failures(self) -> str:
+        """HASH id -> runs of the job that failed (the demo handler raised)."""
+        return self.prefix + "audit:failures"
+
+    @property
+    def audit_lease_lost(self) -> str:
+        """HASH id -> times the job went back to the line while a run of it may have gone on: the
+        cleaner found its lease expired, or a worker handed it back still running at the end of its
+        shutdown grace. Each allows one more successful run."""
+        return self.prefix + "audit:lease_lost"
+
+    def audit_run(self, token: str, job_id: str) -> str:
+        """STRING, short TTL: the run of ``job_id`` under claim ``token`` is recorded (a resent
+        record counts once)."""
+        return f"{self.prefix}audit:run:{token}:{job_id}"
+
     def lock(self, token: str) -> str:
         """STRING: the lease of one claim (the call that claimed a batch of ids, named by its
         token): how many of its jobs are still held, with the lease TTL. Renewing it extends all

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
@@ -18,6 +19,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from setqueue.keys import STATES
+
+if TYPE_CHECKING:
+    from setqueue.audit import AuditReport
 
 # Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
 PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -201,8 +205,10 @@ class WorkerMetrics(ServiceMetrics):
 
 
 class CleanerMetrics(ServiceMetrics):
-    def __init__(self, registry: CollectorRegistry, schedules: Iterable[str] = ()) -> None:
+    def __init__(self, registry: CollectorRegistry, schedules: Iterable[str] = (), *, audit: bool = False) -> None:
         super().__init__(registry)
+        # Only with AUDIT on: a 0 from an audit that never ran would read as "nothing lost".
+        self.audit = AuditMetrics(registry) if audit else None
         self.requeued = Counter(
             "setqueue_cleaner_requeued_total",
             "Jobs whose lease expired, moved back from in_progress to todos.",
@@ -245,6 +251,38 @@ class CleanerMetrics(ServiceMetrics):
         )
         for name in schedules:
             self.periodic_runs.labels(name)
+
+
+class AuditMetrics:
+    """The cleaner's audit (AUDIT=true, ``setqueue.audit``): the findings of the last full audit."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(f"setqueue_audit_{name}", documentation, registry=registry)
+
+        self.created = gauge("created", "Job ids the creators recorded as enqueued, as of the last audit.")
+        self.lost = gauge("lost", "Created job ids in no state (todos, in_progress, done, failed, scheduled).")
+        self.in_two_states = gauge("in_two_states", "Created job ids found in more than one state at once.")
+        self.trimmed = gauge(
+            "trimmed", "Created job ids in no state after a successful run: dropped from done by the retention."
+        )
+        self.duplicates = gauge("duplicates", "Job ids that ran successfully more than once.")
+        self.unexplained_duplicates = gauge(
+            "unexplained_duplicates",
+            "Job ids that ran successfully more often than 1 + the times their lease was lost.",
+        )
+        self.last_timestamp = gauge("last_timestamp_seconds", "Unix time the last audit finished.")
+        self.duration = gauge("duration_seconds", "Time the last audit took, spread over sweep rounds.")
+
+    def publish(self, report: AuditReport) -> None:
+        self.created.set(report.created)
+        self.lost.set(report.lost)
+        self.in_two_states.set(report.in_two_states)
+        self.trimmed.set(report.trimmed)
+        self.duplicates.set(report.duplicates)
+        self.unexplained_duplicates.set(report.unexplained_duplicates)
+        self.last_timestamp.set(report.finished_at)
+        self.duration.set(report.seconds)
 
 
 def dead_lettered_counter(registry: CollectorRegistry) -> Counter:

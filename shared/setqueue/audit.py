@@ -1,0 +1,291 @@
+"""Auditing a queue from Redis (AUDIT=true, for chaos runs): every created id in exactly one state,
+none lost, and no job that succeeded twice without a lost lease to explain it.
+
+What the services record, each under ``setqueue:{Q}:audit:…`` (``QueueKeys.audit_*``):
+
+- **created** -- the creator, right after each enqueue, raises ``audit:created[<prefix>]`` to the
+  number of the last id it enqueued: its ids are ``<prefix>-1`` .. ``<prefix>-n``. Enqueue and
+  record are two calls (the enqueue script takes no audit key), so a creator that dies between them
+  leaves ids in the queue that the audit does not know: it undercounts them, never calls them lost.
+  A record never goes down, so a creator restarted with the same prefix does not shrink it.
+- **runs** -- the demo handler records each run once, as a success or a failure
+  (``audit:successes`` / ``audit:failures``, id -> runs), keyed by the claim's token so that a
+  record resent after a connection error counts once.
+- **lost leases** -- ``audit:lease_lost`` (id -> events): the cleaner records the ids its sweep put
+  back after their lease expired (requeued or dead-lettered), and a worker the ids it hands back
+  still running at the end of its shutdown grace. A run may have gone on after each such event, so
+  each one explains one more successful run.
+
+:class:`Auditor` reads those and the five states, in chunks of ids, each chunk in one MULTI so that
+an id is judged at one instant (every transition is one script: an id is never between states).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from setqueue.config import CommonSettings, SettingError
+from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
+from setqueue.queue import Lease, Queue
+from setqueue.scripts import text
+
+RUN_RECORD_TTL_MS = 120_000  # long enough to outlive redis-py's resends of one record
+SAMPLE = 100  # ids of each finding kept in a report, for the operator to look at
+
+# Raises a creator's count to ARGV[2], never lowers it.
+_RAISE_CREATED = """
+local created = KEYS[1]
+local prefix, count = ARGV[1], tonumber(ARGV[2])
+if count > tonumber(redis.call('HGET', created, prefix) or '0') then
+  redis.call('HSET', created, prefix, count)
+end
+"""
+
+# Counts one run of a job once: the marker (claim token, id) makes a resent record a no-op.
+_RECORD_RUN = """
+local marker, runs = KEYS[1], KEYS[2]
+local job_id, marker_ttl_ms = ARGV[1], ARGV[2]
+if redis.call('SET', marker, '1', 'NX', 'PX', marker_ttl_ms) then
+  redis.call('HINCRBY', runs, job_id, 1)
+end
+"""
+
+
+class AuditRecorder:
+    """The writing side: what the creator, the demo handler and the cleaner record."""
+
+    def __init__(self, client: redis.Redis, keys: QueueKeys) -> None:
+        self.redis = client
+        self.keys = keys
+        self._raise_created = client.register_script(_RAISE_CREATED)
+        self._record_run = client.register_script(_RECORD_RUN)
+
+    def created(self, prefix: str, count: int) -> None:
+        """The ids ``<prefix>-1`` .. ``<prefix>-<count>`` are in the queue."""
+        self._raise_created(keys=[self.keys.audit_created], args=[prefix, count])
+
+    def run(self, lease: Lease, *, succeeded: bool) -> None:
+        """One run of ``lease.id`` under this claim ended (succeeded: the handler returned)."""
+        runs = self.keys.audit_successes if succeeded else self.keys.audit_failures
+        self._record_run(keys=[self.keys.audit_run(lease.token, lease.id), runs], args=[lease.id, RUN_RECORD_TTL_MS])
+
+    def lease_lost(self, ids: Sequence[str]) -> None:
+        """These jobs went back to the line while a run of each may have gone on."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hincrby(self.keys.audit_lease_lost, job_id, 1)
+        pipe.execute()
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """One audit of every created id. ``states`` counts the ids found in each state."""
+
+    created: int
+    states: dict[str, int]
+    lost: int  # created, in no state (and not explained by the retention)
+    in_two_states: int
+    trimmed: int  # in no state after a successful run, while done has a retention: dropped from done
+    successful_runs: int
+    failed_runs: int
+    duplicates: int  # ids that succeeded more than once
+    unexplained_duplicates: int  # ... more often than 1 + their lost leases
+    lease_losses: int
+    lost_ids: tuple[str, ...]  # up to SAMPLE of each
+    two_state_ids: tuple[str, ...]
+    unexplained_ids: tuple[str, ...]
+    finished_at: float  # Unix time
+    seconds: float  # how long the audit took
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.in_two_states or self.unexplained_duplicates)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AuditReport:
+        """The report ``as_dict`` gave, back from JSON (which turned its tuples into lists)."""
+        values: dict[str, Any] = {name: tuple(v) if isinstance(v, list) else v for name, v in data.items()}
+        return cls(**values)
+
+
+@dataclass
+class _Finding:
+    """How many ids showed one problem, and the first SAMPLE of them."""
+
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+
+    def add(self, job_id: str) -> None:
+        self.count += 1
+        if len(self.ids) < SAMPLE:
+            self.ids.append(job_id)
+
+
+@dataclass
+class _Tally:
+    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
+    lost: _Finding = field(default_factory=_Finding)
+    two_states: _Finding = field(default_factory=_Finding)
+    unexplained: _Finding = field(default_factory=_Finding)
+    trimmed: int = 0
+    successful_runs: int = 0
+    failed_runs: int = 0
+    duplicates: int = 0
+    lease_losses: int = 0
+
+
+class Auditor:
+    """The reading side. ``audit()`` checks every created id; the cleaner spreads one audit over
+    several rounds with ``start()`` and ``AuditPass.advance(budget)``.
+
+    ``retention``: done drops old ids (DONE_MAX_COUNT or DONE_MAX_AGE_SECONDS), so an id in no
+    state that succeeded once may have been dropped from done: it counts as trimmed, not lost. An
+    id in no state that never succeeded is lost either way (it never reached done)."""
+
+    def __init__(self, client: redis.Redis, keys: QueueKeys, *, retention: bool, chunk: int = MAX_IDS_PER_CALL) -> None:
+        self.redis = client
+        self.keys = keys
+        self.retention = retention
+        self.chunk = chunk
+
+    def start(self) -> AuditPass:
+        """A new audit of the ids the creators have recorded by now."""
+        recorded = self.redis.hgetall(self.keys.audit_created)
+        counts = {text(prefix): int(count) for prefix, count in recorded.items()}  # type: ignore[union-attr]
+        return AuditPass(self, sorted(counts.items()))
+
+    def audit(self) -> AuditReport:
+        audit = self.start()
+        audit.advance(None)
+        return audit.report()
+
+    def _read_chunk(self, ids: list[str]) -> list[list[Any]]:
+        """Per state (STATES order, then legacy todos) whether each id is in it, then its
+        successful runs, failed runs and lost leases: one MULTI, so one instant."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zmscore(k.todos, ids)
+        pipe.zmscore(k.in_progress, ids)
+        pipe.smismember(k.done, ids)
+        pipe.smismember(k.failed, ids)
+        pipe.zmscore(k.scheduled, ids)
+        pipe.smismember(k.legacy_todos, ids)  # todos of a queue being upgraded from the set layout
+        pipe.hmget(k.audit_successes, ids)
+        pipe.hmget(k.audit_failures, ids)
+        pipe.hmget(k.audit_lease_lost, ids)
+        return pipe.execute()  # type: ignore[no-any-return]
+
+
+class AuditPass:
+    """One audit in progress: the ids ``<prefix>-1`` .. ``<prefix>-n`` of each recorded prefix, in
+    chunks. A chunk counts only once its read succeeded, so ``advance`` may be called again after a
+    Redis error."""
+
+    def __init__(self, auditor: Auditor, counts: list[tuple[str, int]]) -> None:
+        self.auditor = auditor
+        self.counts = counts
+        self.created = sum(n for _, n in counts)
+        self.started = time.monotonic()
+        self._prefix = 0  # index into counts
+        self._next = 1  # number of the next id of that prefix
+        self._tally = _Tally()
+
+    @property
+    def finished(self) -> bool:
+        return self._prefix >= len(self.counts)
+
+    def advance(self, budget: int | None) -> bool:
+        """Audit up to ``budget`` more ids (None: all the rest); True once every id is audited."""
+        left = float("inf") if budget is None else budget
+        while not self.finished and left > 0:
+            prefix, count = self.counts[self._prefix]
+            size = int(min(self.auditor.chunk, left, count - self._next + 1))
+            ids = [f"{prefix}-{n}" for n in range(self._next, self._next + size)]
+            self._judge(ids, self.auditor._read_chunk(ids))
+            left -= size
+            self._next += size
+            if self._next > count:
+                self._prefix, self._next = self._prefix + 1, 1
+        return self.finished
+
+    def _judge(self, ids: list[str], replies: list[list[Any]]) -> None:
+        t = self._tally
+        todos, in_progress, done, failed, scheduled, legacy, successes, failures, lease_lost = replies
+        for i, job_id in enumerate(ids):
+            present = (
+                todos[i] is not None or bool(legacy[i]),
+                in_progress[i] is not None,
+                bool(done[i]),
+                bool(failed[i]),
+                scheduled[i] is not None,
+            )
+            succeeded = int(successes[i] or 0)
+            lost_leases = int(lease_lost[i] or 0)
+            t.successful_runs += succeeded
+            t.failed_runs += int(failures[i] or 0)
+            t.lease_losses += lost_leases
+            where = [state for state, here in zip(STATES, present, strict=True) if here]
+            if len(where) > 1:
+                t.two_states.add(job_id)
+            elif where:
+                t.states[where[0]] += 1
+            elif self.auditor.retention and succeeded:
+                t.trimmed += 1
+            else:
+                t.lost.add(job_id)
+            if succeeded > 1:
+                t.duplicates += 1
+                if succeeded > 1 + lost_leases:
+                    t.unexplained.add(job_id)
+
+    def report(self) -> AuditReport:
+        t = self._tally
+        return AuditReport(
+            created=self.created,
+            states=dict(t.states),
+            lost=t.lost.count,
+            in_two_states=t.two_states.count,
+            trimmed=t.trimmed,
+            successful_runs=t.successful_runs,
+            failed_runs=t.failed_runs,
+            duplicates=t.duplicates,
+            unexplained_duplicates=t.unexplained.count,
+            lease_losses=t.lease_losses,
+            lost_ids=tuple(t.lost.ids),
+            two_state_ids=tuple(t.two_states.ids),
+            unexplained_ids=tuple(t.unexplained.ids),
+            finished_at=time.time(),
+            seconds=time.monotonic() - self.started,
+        )
+
+
+def main() -> int:
+    """``python -m setqueue.audit``: audit the queue of the environment's settings (REDIS_URL,
+    QUEUE_NAME and the retention of done) once, print the report as JSON; exit 1 if it finds a
+    problem, 2 on a bad setting."""
+    try:
+        settings = CommonSettings.from_env()
+    except SettingError as exc:
+        print(f"setqueue.audit: {exc}", file=sys.stderr)
+        return 2
+    queue = Queue.from_url(settings.redis_url, **settings.queue_options())
+    try:
+        report = Auditor(queue.redis, queue.keys, retention=settings.trims_done).audit()
+    finally:
+        queue.close()
+    print(json.dumps(report.as_dict()))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The audit (setqueue.audit) against a real redis-server: what the creator, the demo handler and the
+cleaner record, and what the auditor makes of it. Each test has its own queue (key prefix)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from cleaner.service import CleanerService
+from creator.service import CreatorService
+from setqueue import Lease, Queue, demo
+from setqueue.audit import Auditor, AuditRecorder, AuditReport
+from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
+from tests.procs import base_env
+
+
+@pytest.fixture
+def recorder(queue: Queue) -> AuditRecorder:
+    return AuditRecorder(queue.redis, queue.keys)
+
+
+def auditor(queue: Queue, *, retention: bool = False, chunk: int = 500) -> Auditor:
+    return Auditor(queue.redis, queue.keys, retention=retention, chunk=chunk)
+
+
+def created(queue: Queue, recorder: AuditRecorder, prefix: str, count: int) -> list[str]:
+    """Enqueue <prefix>-1..<prefix>-<count> and record them, as the creator does."""
+    ids = [f"{prefix}-{n}" for n in range(1, count + 1)]
+    queue.enqueue(ids)
+    recorder.created(prefix, count)
+    return ids
+
+
+def run_and_ack(queue: Queue, recorder: AuditRecorder, count: int) -> list[Lease]:
+    """Claim ``count`` jobs, record a successful run of each and ack them, as a worker would."""
+    leases = queue.claim(count)
+    for lease in leases:
+        recorder.run(lease, succeeded=True)
+    queue.ack_many(leases)
+    return leases
+
+
+def test_a_clean_run_finds_every_id_in_one_state(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 10)
+    queue.enqueue(["a-11"], delay=3600)  # enqueued but not recorded: unaudited, not a finding
+    recorder.created("b", 3)
+    queue.enqueue(["b-1", "b-2", "b-3"], delay=60)
+    run_and_ack(queue, recorder, 4)
+    failing = queue.claim(2)
+    recorder.run(failing[0], succeeded=False)
+    queue.fail(failing[0], "boom", retry=False)
+
+    report = auditor(queue).audit()
+
+    assert report.created == 13
+    assert report.states == {"todos": 4, "in_progress": 1, "done": 4, "failed": 1, "scheduled": 3}
+    assert (report.lost, report.in_two_states, report.duplicates, report.unexplained_duplicates) == (0, 0, 0, 0)
+    assert (report.successful_runs, report.failed_runs) == (4, 1)
+    assert report.ok
+
+
+def test_an_id_in_no_state_is_lost_and_named(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 5)
+    queue.delete("a-2")
+    recorder.created("a", 7)  # recorded, never enqueued: as if Redis lost the enqueue
+
+    report = auditor(queue).audit()
+
+    assert report.lost == 3
+    assert report.lost_ids == ("a-2", "a-6", "a-7")
+    assert not report.ok
+
+
+def test_an_id_in_two_states_is_found(queue: Queue, recorder: AuditRecorder, client: redis.Redis) -> None:
+    created(queue, recorder, "a", 3)
+    client.sadd(queue.keys.done, "a-3")  # a broken transition would leave this
+
+    report = auditor(queue).audit()
+
+    assert (report.in_two_states, report.two_state_ids) == (1, ("a-3",))
+    assert report.states["todos"] == 2
+    assert not report.ok
+
+
+def test_a_second_success_is_explained_only_by_a_lost_lease(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 2)
+    first = queue.claim(2)
+    for lease in first:
+        recorder.run(lease, succeeded=True)
+    # Both leases are lost; only a-1's loss is recorded (as the cleaner does).
+    queue.release(first)
+    recorder.lease_lost(["a-1"])
+    run_and_ack(queue, recorder, 2)
+
+    report = auditor(queue).audit()
+
+    assert report.states["done"] == 2
+    assert (report.duplicates, report.unexplained_duplicates) == (2, 1)
+    assert report.unexplained_ids == ("a-2",)
+    assert report.lease_losses == 1
+
+
+def test_a_resent_run_record_counts_once(queue: Queue, recorder: AuditRecorder, client: redis.Redis) -> None:
+    created(queue, recorder, "a", 1)
+    (lease,) = queue.claim(1)
+    recorder.run(lease, succeeded=True)
+    recorder.run(lease, succeeded=True)  # redis-py resending after a lost reply
+    queue.ack(lease)
+
+    report = auditor(queue).audit()
+
+    assert (report.successful_runs, report.duplicates) == (1, 0)
+    assert client.pttl(queue.keys.audit_run(lease.token, lease.id)) > 0  # the marker expires
+
+
+def test_a_record_of_created_ids_never_goes_down(queue: Queue, recorder: AuditRecorder, client: redis.Redis) -> None:
+    recorder.created("a", 100)
+    recorder.created("a", 40)  # a creator restarted with the same prefix starts again from 1
+    assert client.hgetall(queue.keys.audit_created) == {"a": "100"}
+
+
+@pytest.mark.parametrize(("retention", "lost_and_trimmed"), [(False, (2, 0)), (True, (1, 1))])
+def test_a_trimmed_id_is_lost_unless_done_has_a_retention_and_it_succeeded(
+    queue: Queue, recorder: AuditRecorder, client: redis.Redis, retention: bool, lost_and_trimmed: tuple[int, int]
+) -> None:
+    created(queue, recorder, "a", 2)
+    run_and_ack(queue, recorder, 1)
+    client.srem(queue.keys.done, "a-1")  # what the retention of done does to an old id
+    queue.delete("a-2")  # never ran: no retention explains it
+
+    report = auditor(queue, retention=retention).audit()
+
+    assert (report.lost, report.trimmed) == lost_and_trimmed
+
+
+def test_an_audit_in_small_steps_adds_up_to_a_whole_one(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 7)
+    created(queue, recorder, "b", 5)
+    run_and_ack(queue, recorder, 6)
+    queue.delete("b-4")
+
+    audit = auditor(queue, chunk=3).start()
+    steps = 0
+    while not audit.advance(2):
+        steps += 1
+    stepped = audit.report()
+    whole = auditor(queue).audit()
+
+    assert steps == 5  # 12 ids, 2 a step
+    assert _findings(stepped) == _findings(whole)
+    assert (stepped.created, stepped.lost, stepped.lost_ids) == (12, 1, ("b-4",))
+
+
+def test_a_report_comes_back_from_json(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 3)
+    queue.delete("a-1")
+    report = auditor(queue).audit()
+    assert AuditReport.from_dict(report.as_dict()) == report
+
+
+# -- the services ---------------------------------------------------------------------------------
+
+
+def service_env(redis_url: str, queue_name: str, **settings: object) -> dict[str, str]:
+    """A service's environment: this test's queue, no metrics server, AUDIT on unless given."""
+    defaults = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "METRICS_PORT": 0, "AUDIT": "true"}
+    return base_env(**{**defaults, **settings})
+
+
+def test_the_creator_records_the_ids_it_made(redis_url: str, queue_name: str, client: redis.Redis) -> None:
+    env = service_env(redis_url, queue_name, CREATE_RATE=0, CREATE_TOTAL=25, CREATE_BATCH=10, CREATE_ID_PREFIX="run")
+    creator = CreatorService(CreatorSettings.from_env(env))
+    try:
+        assert creator.run() == 0
+        assert client.hgetall(creator.queue.keys.audit_created) == {"run": "25"}
+        report = auditor(creator.queue).audit()
+        assert (report.created, report.states["todos"], report.lost) == (25, 25, 0)
+    finally:
+        creator.close()
+
+
+@pytest.fixture
+def audited_demo(queue: Queue, recorder: AuditRecorder) -> Iterator[Callable[[float], None]]:
+    """Configures the demo handler to record its runs, with a given FAIL_RATE; restores it after."""
+    before = demo._settings
+    yield lambda fail_rate: demo.configure(0, 0, fail_rate, audit=recorder)
+    demo._settings = before
+
+
+def test_the_demo_handler_records_successes_and_failures(
+    queue: Queue, recorder: AuditRecorder, audited_demo: Callable[[float], None]
+) -> None:
+    created(queue, recorder, "a", 2)
+    good, bad = queue.claim(2)
+    audited_demo(0.0)
+    demo.simulated_work(good)
+    audited_demo(1.0)
+    with pytest.raises(demo.SimulatedFailure):
+        demo.simulated_work(bad)
+
+    report = auditor(queue).audit()
+    assert (report.successful_runs, report.failed_runs) == (1, 1)
+
+
+def test_the_worker_hook_turns_recording_on_with_the_audit_setting(redis_url: str, queue_name: str) -> None:
+    before = demo._settings
+    try:
+        for audit, recording in (("true", True), ("false", False)):
+            env = service_env(redis_url, queue_name, AUDIT=audit)
+            demo.configure_worker(WorkerSettings.from_env(env))
+            assert (demo._settings.audit is not None) is recording
+    finally:
+        demo._settings = before
+
+
+def test_the_cleaner_records_lost_leases_and_exports_its_audit(
+    redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
+    no_retention = {"DONE_MAX_COUNT": 0, "DONE_MAX_AGE_SECONDS": 0}  # an id gone from done is lost
+    env = service_env(redis_url, queue_name, AUDIT_INTERVAL=60, LEASE_SECONDS=0.2, **no_retention)
+    cleaner = CleanerService(CleanerSettings.from_env(env))
+    queue = make_queue(lease_seconds=0.2)
+    recorder = AuditRecorder(queue.redis, queue.keys)
+    try:
+        created(queue, recorder, "a", 3)
+        stalled = queue.claim(1)  # its worker stops here; the lease runs out
+        recorder.run(stalled[0], succeeded=True)
+        time.sleep(0.3)
+        cleaner.sweep_once()
+        assert queue.redis.hgetall(queue.keys.audit_lease_lost) == {"a-1": "1"}
+        run_and_ack(queue, recorder, 3)  # a-1 runs again: explained
+
+        cleaner.audit_step()
+        sample = cleaner.metrics.registry.get_sample_value
+        assert sample("setqueue_audit_created") == 3
+        assert sample("setqueue_audit_duplicates") == 1
+        for finding in ("lost", "in_two_states", "unexplained_duplicates", "trimmed"):
+            assert sample(f"setqueue_audit_{finding}") == 0, finding
+        assert (sample("setqueue_audit_last_timestamp_seconds") or 0) > time.time() - 60
+
+        queue.delete("a-2")
+        cleaner.audit_step()  # the next audit waits for AUDIT_INTERVAL
+        assert sample("setqueue_audit_lost") == 0
+        cleaner._next_audit_at = 0
+        cleaner.audit_step()
+        assert sample("setqueue_audit_lost") == 1
+    finally:
+        cleaner.close()
+
+
+def test_without_the_audit_setting_nothing_is_recorded_or_exported(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    env = service_env(redis_url, queue_name, AUDIT="false", CREATE_RATE=0, CREATE_TOTAL=5)
+    creator = CreatorService(CreatorSettings.from_env(env))
+    cleaner = CleanerService(CleanerSettings.from_env(env))
+    try:
+        creator.run()
+        cleaner.sweep_once()
+        cleaner.audit_step()
+        assert not client.keys(creator.queue.keys.prefix + "audit:*")
+        assert cleaner.metrics.registry.get_sample_value("setqueue_audit_lost") is None
+    finally:
+        creator.close()
+        cleaner.close()
+
+
+def _findings(report: AuditReport) -> dict[str, object]:
+    """A report without its timing."""
+    return {k: v for k, v in report.as_dict().items() if k not in ("finished_at", "seconds")}
