@@ -104,6 +104,25 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
     assert any("drain" in t.lower() for t in titles)
 
 
+def test_the_nothing_lost_row_shows_the_audit(dashboard: dict[str, Any]) -> None:
+    top = dashboard["panels"]
+    row = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == "Nothing lost")
+    after = top[row + 1 :]
+    shown = after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
+    exprs = {p["title"]: p["targets"][0]["expr"] for p in shown}
+    for title, gauge in (
+        ("Lost", "setqueue_audit_lost"),
+        ("In two states", "setqueue_audit_in_two_states"),
+        ("Executions > 1", "setqueue_audit_duplicates"),
+        ("Unexplained duplicates", "setqueue_audit_unexplained_duplicates"),
+        ("Last audit age", "setqueue_audit_last_timestamp_seconds"),
+    ):
+        assert gauge in exprs.get(title, ""), title
+    must_be_zero = [p for p in shown if p["title"] in ("Lost", "In two states", "Unexplained duplicates")]
+    for panel in must_be_zero:  # any finding at all is red
+        assert panel["fieldConfig"]["defaults"]["thresholds"]["steps"][1] == {"color": "red", "value": 1}
+
+
 def test_stat_panels_have_thresholds(dashboard: dict[str, Any]) -> None:
     for panel in data_panels(dashboard):
         if panel["type"] == "stat":
