@@ -281,11 +281,18 @@ class Queue:
         self._next_due_seen = time.monotonic()
         return leases
 
+    def due_in(self) -> float | None:
+        """Seconds from now until the next scheduled job is due, as the last empty claim saw it
+        (None: none was scheduled then)."""
+        if self.next_due is None:
+            return None
+        return self.next_due - (time.monotonic() - self._next_due_seen)
+
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue (or a requeue) wakes us, ``timeout`` seconds pass, or the next
         scheduled job (as the last empty claim saw it) is due."""
-        if self.next_due is not None:
-            due_in = self.next_due - (time.monotonic() - self._next_due_seen)
+        due_in = self.due_in()
+        if due_in is not None:
             timeout = min(timeout, due_in)
             if timeout <= 0:
                 return True

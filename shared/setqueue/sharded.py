@@ -1,0 +1,218 @@
+"""One logical queue stored as N sub-queues (shards), each a whole ``Queue`` under its own hash tag,
+so that on a Redis Cluster the shards spread over the nodes and one queue is not bound to one core.
+
+Shard ``i`` of queue ``Q`` is the queue named ``Q~i`` (keys ``setqueue:{Q~i}:…``, and an operator
+may open it as a plain ``Queue`` by that name to look at one shard); with one shard
+there is no sharding at all: ``Queue`` itself, today's key layout exactly. An id always lives in the
+same shard, ``crc32(id) mod N``: so idempotent enqueue, ``inspect``, ``delete`` and the fencing of
+a lease stay exact, every script stays single-slot, and a lease finds its way back to its shard from
+its id alone. Order and priorities hold within a shard; a claim visits the shards in turn, starting
+one further each time, so none is starved. Changing N moves ids to other shards: see
+``check_shards``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from setqueue.keys import validate_job_id
+from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
+
+MAX_SHARDS = 1024
+T = TypeVar("T")
+
+
+def shard_name(name: str, shard: int) -> str:
+    return f"{name}~{shard}"
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """The shard of ``job_id``: a stable hash (CRC-32 of its UTF-8), the same in every process."""
+    return zlib.crc32(job_id.encode("utf-8")) % shards
+
+
+class ShardedQueue:
+    """The API of ``Queue`` over ``shards`` sub-queues (2 to MAX_SHARDS)."""
+
+    def __init__(self, shards: Sequence[Queue], name: str) -> None:
+        if not 2 <= len(shards) <= MAX_SHARDS:
+            raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(shards)}")
+        self.name = name
+        self.shards = list(shards)
+        self._next = 0  # the shard the next claim starts at
+
+    def _shard(self, job_id: str) -> Queue:
+        return self.shards[shard_of(job_id, len(self.shards))]
+
+    def _by_shard(self, items: Iterable[T], job_id: Any) -> dict[int, list[T]]:
+        grouped: dict[int, list[T]] = defaultdict(list)
+        for item in items:
+            grouped[shard_of(job_id(item), len(self.shards))].append(item)
+        return grouped
+
+    # -- producers --------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        ids: Iterable[str] | Mapping[str, str],
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int = 0,
+    ) -> int:
+        """As ``Queue.enqueue``; each id goes to its shard (in the order given, within the shard).
+        All ids are checked before any shard is written."""
+        items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
+        for job_id, _ in items:
+            validate_job_id(job_id)
+        added = 0
+        for shard, part in self._by_shard(items, lambda item: item[0]).items():
+            jobs: Mapping[str, str] | list[str] = (
+                {job_id: payload for job_id, payload in part if payload is not None}
+                if isinstance(ids, Mapping)
+                else [job_id for job_id, _ in part]
+            )
+            added += self.shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
+        return added
+
+    # -- workers ------------------------------------------------------------------------------------
+
+    def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
+        """Up to ``count`` jobs, from the shards in turn: the first shard this call visits is one
+        further than the last call's, and it goes on to the next while it has fewer than ``count``."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        start, n = self._next, len(self.shards)
+        self._next = (start + 1) % n
+        leases: list[Lease] = []
+        for step in range(n):
+            shard = (start + step) % n
+            part = None if request_id is None else f"{request_id}-{shard}"
+            leases += self.shards[shard].claim(count - len(leases), request_id=part)
+            if len(leases) == count:
+                break
+        return leases
+
+    def due_in(self) -> float | None:
+        """Seconds until the next scheduled job of any shard is due, as the last claims saw it."""
+        due = [d for q in self.shards if (d := q.due_in()) is not None]
+        return min(due) if due else None
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until an enqueue to any shard wakes us, ``timeout`` passes, or a scheduled job is
+        due. One BLPOP on every shard's wake list (a plain Redis takes keys of several slots)."""
+        due_in = self.due_in()
+        if due_in is not None:
+            timeout = min(timeout, due_in)
+            if timeout <= 0:
+                return True
+        first = self.shards[0]
+        wakes = [q.keys.wake for q in self.shards]
+        return first.redis.blpop(wakes, timeout=max(timeout, 0.001)) is not None
+
+    def renew(self, lease: Lease) -> bool:
+        return self.renew_many([lease])[0]
+
+    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
+        return self._per_shard(leases, lambda q, part: q.renew_many(part))
+
+    def ack(self, lease: Lease) -> bool:
+        return self.ack_many([lease])[0].acked
+
+    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
+        return self._per_shard(leases, lambda q, part: q.ack_many(part, request_id=_part(request_id, q)))
+
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> FailOutcome:
+        return self._shard(lease.id).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
+
+    def backoff_delay(self, attempt: int) -> float:
+        return self.shards[0].backoff_delay(attempt)
+
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
+        return self._per_shard(leases, lambda q, part: q.release(part, request_id=_part(request_id, q)))
+
+    def _per_shard(self, leases: Sequence[Lease], call: Any) -> list[Any]:
+        """``call(shard queue, its leases)`` for each shard the leases belong to; results in the
+        order of ``leases``."""
+        results: list[Any] = [None] * len(leases)
+        positions = self._by_shard(range(len(leases)), lambda j: leases[j].id)
+        for shard, where in positions.items():
+            for j, result in zip(where, call(self.shards[shard], [leases[j] for j in where]), strict=True):
+                results[j] = result
+        return results
+
+    # -- the cleaner --------------------------------------------------------------------------------
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        """Every shard's sweep (each examines up to ``limit`` ids)."""
+        results = [q.sweep(limit) for q in self.shards]
+        return SweepResult(
+            [i for r in results for i in r.requeued],
+            [i for r in results for i in r.dead_lettered],
+            sum(r.done_trimmed for r in results),
+        )
+
+    # -- operators ----------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """``Queue.stats`` summed over the shards (the oldest age is the oldest of any shard), with
+        each shard's own under ``"shards"``."""
+        each = [q.stats() for q in self.shards]
+        total: dict[str, Any] = {
+            state: sum(s[state] for s in each) for state in ("todos", "in_progress", "done", "failed", "scheduled")
+        }
+        total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
+        by_priority: dict[int, int] = defaultdict(int)
+        for s in each:
+            for priority, n in s["todos_by_priority"].items():
+                by_priority[priority] += n
+        total["todos_by_priority"] = dict(by_priority)
+        total["shards"] = each
+        return total
+
+    def inspect(self, job_id: str) -> JobInfo | None:
+        return self._shard(validate_job_id(job_id)).inspect(job_id)
+
+    def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
+        if ids is None:
+            return sum(q.requeue_failed(limit=limit) for q in self.shards)
+        grouped = self._by_shard([validate_job_id(i) for i in ids], lambda i: i)
+        return sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
+
+    def delete(self, job_id: str) -> str | None:
+        return self._shard(validate_job_id(job_id)).delete(job_id)
+
+    def ping(self) -> bool:
+        return all(q.ping() for q in self.shards)
+
+    def close(self) -> None:
+        for q in self.shards:
+            q.close()
+
+
+def _part(request_id: str | None, queue: Queue) -> str | None:
+    """The request id of one shard's part of a call."""
+    return None if request_id is None else f"{request_id}-{queue.name}"
+
+
+def open_queue(url: str, name: str, shards: int = 1, **options: Any) -> Queue | ShardedQueue:
+    """``Queue.from_url(url, name, **options)`` with ``shards=1`` (today's layout exactly), else a
+    ShardedQueue of ``shards`` sub-queues on one client."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
+    if shards == 1:
+        return Queue.from_url(url, name, **options)
+    first = Queue.from_url(url, shard_name(name, 0), **options)
+    rest = [Queue(first.redis, shard_name(name, i), **options) for i in range(1, shards)]
+    return ShardedQueue([first, *rest], name)

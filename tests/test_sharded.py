@@ -1,0 +1,99 @@
+"""One logical queue over N shards (setqueue.sharded), against a real redis-server: every id in its
+shard for good, claims that visit every shard, and the Queue API summed over the shards."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+import redis
+
+from setqueue import FailOutcome, Queue
+from setqueue.sharded import ShardedQueue, open_queue, shard_of
+
+
+@pytest.fixture
+def sharded(redis_url: str, queue_name: str) -> ShardedQueue:
+    q = open_queue(redis_url, queue_name, shards=4, lease_seconds=30, max_attempts=2, retry_backoff_seconds=0)
+    assert isinstance(q, ShardedQueue)
+    return q
+
+
+def test_one_shard_is_a_plain_queue_with_todays_keys(redis_url: str, queue_name: str) -> None:
+    q = open_queue(redis_url, queue_name, shards=1)
+    assert isinstance(q, Queue) and q.keys.todos == f"setqueue:{{{queue_name}}}:todos"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, 2.5, "4", True])
+def test_a_bad_shard_count_is_refused(redis_url: str, queue_name: str, bad: object) -> None:
+    with pytest.raises(ValueError, match="shards"):
+        open_queue(redis_url, queue_name, shards=bad)  # type: ignore[arg-type]
+
+
+def test_an_id_lives_in_one_shard_for_good(sharded: ShardedQueue, client: redis.Redis) -> None:
+    ids = [f"job-{n}" for n in range(400)]
+    assert sharded.enqueue(ids) == 400
+    assert sharded.enqueue(ids[:50]) == 0  # idempotent across shards: each id is looked up in its own
+    for shard, q in enumerate(sharded.shards):
+        mine = {i for i in ids if shard_of(i, 4) == shard}
+        assert set(client.zrange(q.keys.todos, 0, -1)) == mine  # type: ignore[arg-type]
+        assert 60 <= len(mine) <= 140  # a fair share of 400 over 4
+    assert sharded.stats()["todos"] == 400
+    assert [s["todos"] for s in sharded.stats()["shards"]] == [
+        sum(1 for i in ids if shard_of(i, 4) == s) for s in range(4)
+    ]
+
+
+def test_claims_visit_every_shard_and_the_api_routes_by_id(sharded: ShardedQueue) -> None:
+    sharded.enqueue({f"job-{n}": f"p{n}" for n in range(40)})
+    first = sharded.claim(3)
+    assert len(first) == 3 and first[0].payload == "p" + first[0].id.split("-")[1]
+    # Each claim starts one shard further: one job per claim comes from each shard in turn.
+    singles = [sharded.claim(1)[0] for _ in range(8)]
+    assert Counter(shard_of(lease.id, 4) for lease in singles) == {0: 2, 1: 2, 2: 2, 3: 2}
+    leases = first + singles
+    assert all(sharded.renew_many(leases))
+    assert [r.acked for r in sharded.ack_many(leases[:5])] == [True] * 5
+    assert sharded.fail(leases[5], "boom", retry=False) is FailOutcome.DEAD
+    assert sharded.release(leases[6:]) == [FailOutcome.RELEASED] * 5
+    info = sharded.inspect(leases[5].id)
+    assert info is not None and info.state == "failed"
+    assert sharded.requeue_failed() == 1
+    assert sharded.delete(leases[0].id) == "done"
+    stats = sharded.stats()  # 40 - 11 claimed + 1 requeued + 5 released in todos
+    assert (stats["todos"], stats["in_progress"], stats["done"], stats["failed"]) == (
+        35,
+        0,
+        4,
+        0,
+    )
+    drained = []
+    while batch := sharded.claim(7):
+        drained += batch
+    assert len({lease.id for lease in drained}) == 35
+    assert sum(r.acked for r in sharded.ack_many(drained)) == 35
+
+
+def test_an_idle_worker_wakes_for_an_enqueue_to_any_shard(
+    sharded: ShardedQueue, redis_url: str, queue_name: str
+) -> None:
+    other = open_queue(redis_url, queue_name, shards=4)
+    for shard in range(4):
+        job_id = next(f"wake-{n}" for n in range(1000) if shard_of(f"wake-{n}", 4) == shard)
+        other.enqueue([job_id])
+        assert sharded.wait_for_work(5)
+    other.close()
+
+
+def test_the_sweep_covers_every_shard(redis_url: str, queue_name: str) -> None:
+    q = open_queue(redis_url, queue_name, shards=3, lease_seconds=0.1, max_attempts=5)
+    assert isinstance(q, ShardedQueue)
+    q.enqueue([f"j{n}" for n in range(30)])
+    held = []
+    while batch := q.claim(10):
+        held += batch
+    assert len(held) == 30
+    time.sleep(0.3)
+    assert sorted(q.sweep().requeued) == sorted(lease.id for lease in held)
+    q.close()
