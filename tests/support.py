@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-import pytest
 import redis
 
 from setqueue.keys import QueueKeys
@@ -20,6 +19,8 @@ from setqueue.keys import QueueKeys
 
 def need(what: str, reason: str) -> None:
     """Without a real part a test cannot run: under CI that is a failure, never a skip."""
+    import pytest  # noqa: PLC0415 - here only: the chaos driver imports this module, and no pytest
+
     message = f"{what} is not available: {reason}"
     if os.environ.get("CI"):
         pytest.fail(message + " (CI is set, so this fails instead of skipping)")

@@ -1,39 +1,16 @@
-"""Fixtures of the compose tests: a Docker client, and a whole stack (redis, creator, worker,
-cleaner, prometheus) built and started under a unique project name, always torn down.
+"""Fixtures of the compose tests: a Docker client (the stack itself is ``tests.compose.stack``).
 
 Run them with ``scripts/test -m compose`` (or ``.venv/bin/python -m pytest -m compose tests/compose``).
-Without Docker they skip, except under CI=true where they fail. On a machine without registry
-access set PYTHON_IMAGE, REDIS_IMAGE and PROMETHEUS_IMAGE to local images (see
-../shared/offline-docker/README.md); they are passed through to Compose. COMPOSE_TEST_LOGS=<file>
-keeps the stack's logs there before it is torn down.
+Without Docker they skip, except under CI=true where they fail.
 """
 
 from __future__ import annotations
-
-import contextlib
-import json
-import os
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 import pytest
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from tests.compose.observability import COMPOSE_FILE, REPO
-from tests.support import free_port, need
-
-T = TypeVar("T")
-
-# The stack the tests start; grafana has no image on offline machines and is checked statically.
-SERVICES = ["redis", "creator", "worker", "cleaner", "prometheus"]
-IMAGE_VARIABLES = ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE")
+from tests.support import need
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,145 +30,3 @@ def docker() -> DockerClient:
     except (DockerException, OSError) as exc:
         need("Docker", f"{type(exc).__name__}: {str(exc).strip()[:300]}")
     return client
-
-
-def wait_for(
-    probe: Callable[[], T],
-    ok: Callable[[T], bool],
-    what: str,
-    *,
-    timeout: float = 90.0,
-    interval: float = 1.0,
-    diagnostics: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``probe()`` until ``ok(result)``; fail with the last result (and diagnostics) at the
-    deadline. Deadlines bound waiting for behaviour; they never assert speed."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            last = probe()
-            error = None
-            if ok(last):
-                return last  # type: ignore[no-any-return]
-        except Exception as exc:  # a probe may fail while a service restarts; retry until the deadline
-            error = exc
-        if time.monotonic() >= deadline:
-            detail = f"last result: {last!r}" + (f"; last error: {error!r}" if error else "")
-            extra = f"\n{diagnostics()}" if diagnostics else ""
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; {detail}{extra}")
-        time.sleep(interval)
-
-
-@dataclass
-class Stack:
-    """A running compose project and ways to look into it."""
-
-    docker: DockerClient
-    project: str
-    settings: dict[str, str]
-    prometheus_url: str
-    queue_name: str
-    notes: list[str] = field(default_factory=list)
-
-    # -- Prometheus -------------------------------------------------------------------------
-
-    def prom_api(self, path: str, **params: str) -> dict[str, Any]:
-        url = f"{self.prometheus_url}{path}"
-        data = urllib.parse.urlencode(params).encode() if params else None
-        try:
-            with urllib.request.urlopen(url, data=data, timeout=10) as response:
-                body: dict[str, Any] = json.load(response)
-        except urllib.error.HTTPError as exc:  # 400/422 carry the PromQL error as JSON
-            body = json.load(exc)
-        return body
-
-    def query(self, expr: str) -> dict[str, Any]:
-        """The raw /api/v1/query answer (status, data, error)."""
-        return self.prom_api("/api/v1/query", query=expr)
-
-    def values(self, expr: str) -> list[float]:
-        answer = self.query(expr)
-        assert answer["status"] == "success", f"{expr}: {answer.get('error')}"
-        return [float(sample["value"][1]) for sample in answer["data"]["result"]]
-
-    def scalar(self, expr: str) -> float | None:
-        """The single value of an instant query, or None when it returns nothing."""
-        found = self.values(expr)
-        assert len(found) <= 1, f"{expr} returned {len(found)} series"
-        return found[0] if found else None
-
-    # -- Redis ------------------------------------------------------------------------------
-
-    def key(self, state: str) -> str:
-        return f"setqueue:{{{self.queue_name}}}:{state}"
-
-    def redis(self, *args: str) -> str:
-        """A redis-cli command in the redis container (REDISCLI_AUTH there carries the password)."""
-        out = self.docker.compose.execute("redis", ["redis-cli", "--no-auth-warning", *args], tty=False)
-        return (out or "").strip()
-
-    def counts(self) -> dict[str, int]:
-        """The size of each of the five states, straight from Redis."""
-        ordered = ("todos", "in_progress", "scheduled")  # zsets; done and failed are sets
-        return {
-            state: int(self.redis("ZCARD" if state in ordered else "SCARD", self.key(state)))
-            for state in ("todos", "in_progress", "done", "failed", "scheduled")
-        }
-
-    # -- containers -------------------------------------------------------------------------
-
-    def containers(self, service: str) -> list[Any]:
-        return [c for c in self.docker.compose.ps(services=[service]) if c.state.running]
-
-    def diagnostics(self) -> str:
-        lines = ["--- compose ps"]
-        try:
-            for c in self.docker.compose.ps(all=True):
-                health = c.state.health.status if c.state.health else "-"
-                lines.append(f"{c.name}: {c.state.status} health={health} exit={c.state.exit_code}")
-            lines.append("--- last log lines")
-            lines.append(self.docker.compose.logs(tail="15", timestamps=False) or "")
-        except DockerException as exc:
-            lines.append(f"(could not read the stack: {exc})")
-        return "\n".join(lines)
-
-    def wait(self, probe: Callable[[], T], ok: Callable[[T], bool], what: str, timeout: float = 90.0) -> T:
-        return wait_for(probe, ok, what, timeout=timeout, diagnostics=self.diagnostics)
-
-
-@contextlib.contextmanager
-def running_stack(docker: DockerClient, settings: dict[str, str], queue_name: str) -> Iterator[Stack]:
-    """Build and start SERVICES with ``settings`` as Compose variables; always tear down."""
-    project = f"setqueue-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    port = free_port()
-    env = {"QUEUE_NAME": queue_name, "PROMETHEUS_PORT": str(port), **settings}
-    client = DockerClient(
-        compose_files=[COMPOSE_FILE],
-        compose_project_name=project,
-        compose_project_directory=REPO,
-    )
-    stack = Stack(client, project, env, f"http://127.0.0.1:{port}", queue_name)
-    # Compose reads variables from the process environment (which beats any .env file); set ours
-    # for the life of the stack so every compose call (up, scale, restart) sees the same values.
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in env.items():
-            mp.setenv(name, value)
-        try:
-            client.compose.up(services=SERVICES, build=True, detach=True, wait=True, wait_timeout=240, quiet=True)
-            yield stack
-        finally:
-            logs_to = os.environ.get("COMPOSE_TEST_LOGS")  # a file to keep the stack's logs in
-            if logs_to:
-                with contextlib.suppress(DockerException, OSError), open(logs_to, "w", encoding="utf-8") as f:
-                    f.write(client.compose.logs(timestamps=True) or "")
-            try:
-                client.compose.down(volumes=True, remove_orphans=True, remove_images="local", timeout=10, quiet=True)
-            except DockerException as exc:  # report, but do not hide the test's own failure
-                print(f"compose down of {project} failed: {exc}")
-
-
-def image_overrides() -> dict[str, str]:
-    """PYTHON_IMAGE / REDIS_IMAGE / PROMETHEUS_IMAGE as set in the environment (offline stand-ins)."""
-    return {name: os.environ[name] for name in IMAGE_VARIABLES if os.environ.get(name)}

@@ -20,7 +20,7 @@ VARIABLES = [
     *("CREATE_RATE", "CREATE_TOTAL", "CREATE_BATCH", "CREATE_ID_PREFIX"),
     *("CLAIM_BATCH", "CONCURRENCY", "JOB_TIMEOUT_SECONDS", "JOB_HANDLER", "IDLE_WAIT_SECONDS"),
     *("WORK_SECONDS", "WORK_JITTER", "FAIL_RATE"),
-    *("SWEEP_INTERVAL", "SWEEP_BATCH"),
+    *("SWEEP_INTERVAL", "SWEEP_BATCH", "AUDIT", "AUDIT_INTERVAL"),
 ]
 
 
@@ -54,6 +54,7 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert services["worker"]["environment"]["SHUTDOWN_GRACE_SECONDS"] == "20"
     assert services["creator"]["environment"]["CREATE_RATE"] == "20"
+    assert {services[name]["environment"]["AUDIT"] for name in ("creator", "worker", "cleaner")} == {"false"}
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "admin-change-me"
 
 
