@@ -1,0 +1,497 @@
+"""The chaos run (``scripts/chaos --minutes N``): the reference stack under random faults, judged by
+its own audit.
+
+It starts redis, creator, worker and cleaner under their own compose project with AUDIT on and no
+retention of done (so that an id in no state is lost, never trimmed), the creator making
+``--rate`` jobs a second for N minutes. Meanwhile, every few seconds, it injects one fault, drawn
+from FAULTS in shuffled rounds (the first round always completes, so even a short run has every
+kind): SIGKILL random workers (started again), SIGSTOP a worker past its lease then SIGCONT,
+SIGKILL the cleaner (started again), restart Redis with SIGTERM and with SIGKILL, scale the
+workers. After each fault it reads the cleaner's continuous audit (its setqueue_audit_* gauges).
+Then it brings everything back, waits for the queue to drain, takes a final audit
+(``python -m setqueue.audit`` in the cleaner's container) and writes a verdict table to
+``chaos-results/<date>.md`` (and ``.json``). Exit code 1 if any id was lost, in two states or run
+successfully twice without a lost lease to explain it. The stack is always torn down.
+
+Redis runs with AOF, ``appendfsync everysec``: a SIGKILLed Redis keeps what it wrote to its file
+(the kernel holds it), but a write Redis postponed because an fsync was slow is lost, and so are
+its acknowledged enqueues, claims and records. Right before each SIGKILL the driver INCRs a probe
+key; if the restarted Redis lacks that write, acknowledged writes were lost, and the verdict says so
+next to the ids it could have cost. Nothing is hidden: such ids still count as lost.
+
+Plain Python (no pytest): ``tests/compose/test_chaos.py`` runs a short one through ``run()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException
+
+from setqueue.audit import AuditReport
+from tests.compose.observability import REPO
+from tests.compose.stack import Stack, WaitTimeout, image_overrides, running_stack
+
+SERVICES = ["redis", "creator", "worker", "cleaner"]  # Prometheus is not needed to judge the run
+FAULTS = {
+    "worker_sigkill": "worker SIGKILL (1 to all of them), started again",
+    "worker_sigstop": "worker SIGSTOP past its lease, then SIGCONT",
+    "cleaner_sigkill": "cleaner SIGKILL, started again",
+    "redis_sigterm": "Redis SIGTERM (clean shutdown), started again",
+    "redis_sigkill": "Redis SIGKILL, started again",
+    "workers_scaled": "workers scaled up or down",
+}
+PROBE_KEY = "chaos:probe"  # the driver's own key: the last write before each Redis SIGKILL
+POSTPONED_AOF_WRITE = "Asynchronous AOF fsync is taking too long"  # Redis logs this when it does
+# Fetches the cleaner's /metrics from inside its container (its port is not published).
+FETCH_METRICS = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/metrics').read().decode())"
+AUDIT_GAUGES = ("lost", "in_two_states", "unexplained_duplicates")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: how long, how hard, with which seed."""
+
+    minutes: float
+    create_rate: float = 25.0
+    workers: int = 3  # at the start and the end; scaling faults pick 1..max_workers
+    max_workers: int = 4
+    gap_seconds: tuple[float, float] = (3.0, 10.0)  # between two faults
+    seed: int = field(default_factory=lambda: random.randrange(2**32))
+    lease_seconds: float = 3.0
+    queue_name: str = "chaos"
+    id_prefix: str = "chaos"
+
+    @property
+    def jobs(self) -> int:
+        return round(self.create_rate * self.minutes * 60)
+
+    def settings(self) -> dict[str, str]:
+        """The stack's Compose variables."""
+        return {
+            "AUDIT": "true",
+            "AUDIT_INTERVAL": "5",
+            "DONE_MAX_COUNT": "0",  # no retention: every id stays where the audit can see it
+            "DONE_MAX_AGE_SECONDS": "0",
+            "CREATE_RATE": f"{self.create_rate:g}",
+            "CREATE_TOTAL": str(self.jobs),
+            "CREATE_BATCH": "10",
+            "CREATE_ID_PREFIX": self.id_prefix,
+            "CONCURRENCY": "4",
+            "CLAIM_BATCH": "5",  # a killed or stopped worker holds jobs
+            "WORK_SECONDS": "0.05",
+            "WORK_JITTER": "0.5",
+            "FAIL_RATE": "0.05",  # failed attempts are retried...
+            "MAX_ATTEMPTS": "3",  # ...and a few jobs use them all up: failed is a state, not a loss
+            "LEASE_SECONDS": f"{self.lease_seconds:g}",
+            "SWEEP_INTERVAL": "1",
+            "LOG_LEVEL": "INFO",
+        }
+
+
+@dataclass(frozen=True)
+class RedisKill:
+    """One SIGKILL of Redis: how far the creator had got, and whether the last write survived."""
+
+    second: float  # into the run
+    created_before: int  # the creator's record just before the kill
+    probe_kept: bool  # the write acknowledged right before the kill is there after the restart
+
+    def covers(self, number: int, rate: float) -> bool:
+        """Whether id number ``number`` was created in the seconds before this kill (writes Redis
+        may have postponed: up to 2 s, plus a second of reading and killing)."""
+        return self.created_before - 3 * rate <= number <= self.created_before + 3 * rate
+
+
+@dataclass
+class Verdict:
+    plan: Plan
+    started: str  # UTC, ISO 8601
+    faults: Counter[str]
+    workers_killed: int
+    redis_kills: list[RedisKill]
+    drained: bool
+    final: AuditReport
+    cleaner_samples: int  # reads of the cleaner's continuous audit during the run
+    cleaner_worst: dict[str, float]  # the worst of each finding it showed
+    postponed_aof_writes: int
+    timeline: list[str]
+
+    @property
+    def writes_lost_by_redis(self) -> list[RedisKill]:
+        return [kill for kill in self.redis_kills if not kill.probe_kept]
+
+    @property
+    def lost_in_redis_windows(self) -> list[str]:
+        """Lost ids created just before a Redis SIGKILL that lost acknowledged writes."""
+        found = []
+        for job_id in self.final.lost_ids:
+            number = int(job_id.rpartition("-")[2])
+            if any(kill.covers(number, self.plan.create_rate) for kill in self.writes_lost_by_redis):
+                found.append(job_id)
+        return found
+
+    @property
+    def problems(self) -> list[str]:
+        f = self.final
+        found = []
+        if f.lost:
+            found.append(f"{f.lost} ids lost: {', '.join(f.lost_ids[:10])}")
+        if f.in_two_states:
+            found.append(f"{f.in_two_states} ids in two states: {', '.join(f.two_state_ids[:10])}")
+        if f.unexplained_duplicates:
+            found.append(f"{f.unexplained_duplicates} ids ran twice unexplained: {', '.join(f.unexplained_ids[:10])}")
+        if f.created != self.plan.jobs:
+            found.append(f"the audit knows {f.created} of the {self.plan.jobs} ids the creator was to make")
+        if not self.drained:
+            found.append("the queue did not drain")
+        return found
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def markdown(self) -> str:
+        f, p = self.final, self.plan
+        lines = [
+            f"# Chaos run, {self.started}",
+            "",
+            f"{p.minutes:g} minutes of faults against redis, creator, {p.workers} workers (1 to {p.max_workers}) "
+            f"and the cleaner: the creator making {p.create_rate:g} jobs/s ({p.jobs:,} in all), "
+            f"{p.settings()['WORK_SECONDS']} s per job, FAIL_RATE {p.settings()['FAIL_RATE']}, "
+            f"MAX_ATTEMPTS {p.settings()['MAX_ATTEMPTS']}, LEASE_SECONDS {p.lease_seconds:g}; a fault every "
+            f"{p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}.",
+            "",
+            "| fault | injected |",
+            "|---|---:|",
+        ]
+        lines += [f"| {FAULTS[kind]} | {self.faults[kind]} |" for kind in FAULTS]
+        lost_writes = self.writes_lost_by_redis
+        lines += [
+            f"| **all faults** (workers SIGKILLed in all: {self.workers_killed}) | **{sum(self.faults.values())}** |",
+            "",
+            "| verdict (final audit, after the drain) | jobs |",
+            "|---|---:|",
+            f"| created | {f.created:,} |",
+            f"| done | {f.states['done']:,} |",
+            f"| failed (dead-lettered: attempts used up) | {f.states['failed']:,} |",
+            f"| still in todos / in_progress / scheduled | "
+            f"{f.states['todos']} / {f.states['in_progress']} / {f.states['scheduled']} |",
+            f"| **lost** | **{f.lost}** |",
+            f"| **in two states** | **{f.in_two_states}** |",
+            f"| ran successfully more than once (duplicates) | {f.duplicates} |",
+            f"| **duplicates not explained by a lost lease** | **{f.unexplained_duplicates}** |",
+            "",
+            f"Runs: {f.successful_runs:,} successful, {f.failed_runs:,} failed (FAIL_RATE); "
+            f"{f.lease_losses} lost leases recorded (by the cleaner's sweeps). "
+            f"The cleaner's continuous audit, read {self.cleaner_samples} times during the run, showed at worst "
+            + ", ".join(f"{self.cleaner_worst.get(g, 0):g} {g.replace('_', ' ')}" for g in AUDIT_GAUGES)
+            + ".",
+            "",
+            f"Redis SIGKILLs that lost acknowledged writes (the probe written just before the kill was gone "
+            f"after the restart): {len(lost_writes)} of {len(self.redis_kills)}; Redis logged "
+            f"{self.postponed_aof_writes} postponed AOF writes (a SIGKILL then loses them)."
+            + (
+                f" Lost ids created within 3 s before such a kill: {len(self.lost_in_redis_windows)}."
+                if lost_writes
+                else ""
+            ),
+            "",
+            "**PASS**: nothing lost, nothing in two states, every duplicate explained."
+            if self.passed
+            else "**FAIL**: " + "; ".join(self.problems) + ".",
+            "",
+            "<details><summary>Timeline</summary>",
+            "",
+            *(f"    {line}" for line in self.timeline),
+            "",
+            "</details>",
+            "",
+        ]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "plan": {**self.plan.__dict__, "jobs": self.plan.jobs},
+            "started": self.started,
+            "faults": dict(self.faults),
+            "workers_killed": self.workers_killed,
+            "redis_kills": [kill.__dict__ for kill in self.redis_kills],
+            "drained": self.drained,
+            "final_audit": self.final.as_dict(),
+            "cleaner_samples": self.cleaner_samples,
+            "cleaner_worst": self.cleaner_worst,
+            "postponed_aof_writes": self.postponed_aof_writes,
+            "problems": self.problems,
+            "passed": self.passed,
+            "timeline": self.timeline,
+        }
+
+
+class Chaos:
+    """Injects faults into one running stack and keeps track of what it did."""
+
+    def __init__(self, stack: Stack, plan: Plan, say: Callable[[str], None]) -> None:
+        self.stack = stack
+        self.plan = plan
+        self.say = say
+        self.rng = random.Random(plan.seed)
+        self.started = time.monotonic()
+        self.workers = plan.workers
+        self.faults: Counter[str] = Counter()
+        self.workers_killed = 0
+        self.redis_kills: list[RedisKill] = []
+        self.timeline: list[str] = []
+        self.cleaner_samples = 0
+        self.cleaner_worst: dict[str, float] = {}
+
+    def note(self, line: str) -> None:
+        line = f"{time.monotonic() - self.started:6.1f}s  {line}"
+        self.timeline.append(line)
+        self.say(line)
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def inject_for(self, seconds: float) -> None:
+        """A fault every gap_seconds until ``seconds`` have passed, kinds in shuffled rounds; the
+        first round always completes."""
+        end = self.started + seconds
+        round_left: list[str] = []
+        rounds = 0
+        while time.monotonic() < end or (rounds == 1 and round_left):
+            if not round_left:
+                round_left = list(FAULTS)
+                self.rng.shuffle(round_left)
+                rounds += 1
+            time.sleep(self.rng.uniform(*self.plan.gap_seconds))
+            kind = round_left.pop()
+            getattr(self, kind)()
+            self.faults[kind] += 1
+            self.read_cleaner_audit()
+
+    def restore(self) -> None:
+        """Everything up again (faults leave nothing down, but an interrupted one might have)."""
+        compose = self.stack.docker.compose
+        compose.start(services=["redis", "cleaner"])
+        self.wait_for_redis()
+        self.scale(self.plan.workers)
+        for container in self.stack.containers("worker"):
+            self.signal_processes(container, "SIGCONT")
+        self.note(f"restored: redis and cleaner up, {self.plan.workers} workers")
+
+    def drain(self, timeout: float) -> bool:
+        """Wait for the creator to finish and the queue to empty; False at the deadline."""
+
+        def state() -> tuple[bool, dict[str, int]]:
+            (creator,) = self.stack.docker.compose.ps(services=["creator"], all=True)
+            return bool(creator.state.running), self.stack.counts()
+
+        def drained(now: tuple[bool, dict[str, int]]) -> bool:
+            creating, counts = now
+            return not creating and counts["todos"] == counts["in_progress"] == counts["scheduled"] == 0
+
+        try:
+            _, counts = self.stack.wait(state, drained, "the queue to drain", timeout=timeout)
+        except WaitTimeout as exc:
+            self.note(f"did not drain within {timeout:.0f}s: {str(exc).splitlines()[0]}")
+            return False
+        self.note(f"drained: {counts}")
+        return True
+
+    def final_audit(self) -> AuditReport:
+        """One audit of every created id, by the library's auditor in the cleaner's container."""
+        try:
+            out = self.stack.docker.compose.execute("cleaner", ["python", "-m", "setqueue.audit"], tty=False)
+        except DockerException as exc:  # exit code 1: the audit found something; its report is on stdout
+            if exc.return_code != 1 or not exc.stdout:
+                raise
+            out = exc.stdout
+        report = AuditReport.from_dict(json.loads(out or "{}"))
+        self.note(
+            f"final audit: {report.created} created, {report.states}, lost {report.lost}, "
+            f"in two states {report.in_two_states}, duplicates {report.duplicates} "
+            f"({report.unexplained_duplicates} unexplained)"
+        )
+        return report
+
+    def verdict(self, started: str, drained: bool, final: AuditReport) -> Verdict:
+        redis_log = self.stack.docker.compose.logs(services=["redis"]) or ""
+        return Verdict(
+            plan=self.plan,
+            started=started,
+            faults=self.faults,
+            workers_killed=self.workers_killed,
+            redis_kills=self.redis_kills,
+            drained=drained,
+            final=final,
+            cleaner_samples=self.cleaner_samples,
+            cleaner_worst=self.cleaner_worst,
+            postponed_aof_writes=redis_log.count(POSTPONED_AOF_WRITE),
+            timeline=self.timeline,
+        )
+
+    # -- the faults ------------------------------------------------------------------------------
+
+    def worker_sigkill(self) -> None:
+        running = self.stack.containers("worker")
+        victims = self.rng.sample(running, self.rng.randint(1, len(running))) if running else []
+        self.stack.docker.kill(victims, signal="SIGKILL")
+        self.workers_killed += len(victims)
+        down = self.rng.uniform(1, 5)
+        self.note(f"worker SIGKILL: {len(victims)} of {len(running)} ({_names(victims)}); started again in {down:.1f}s")
+        time.sleep(down)
+        self.scale(self.workers)
+
+    def worker_sigstop(self) -> None:
+        running = self.stack.containers("worker")
+        if not running:
+            self.scale(self.workers)
+            running = self.stack.containers("worker")
+        victim = self.rng.choice(running)
+        stopped = self.plan.lease_seconds + self.rng.uniform(1, 4)
+        self.signal_processes(victim, "SIGSTOP")
+        self.note(f"worker SIGSTOP: {victim.name} for {stopped:.1f}s (lease {self.plan.lease_seconds:g}s)")
+        time.sleep(stopped)
+        self.signal_processes(victim, "SIGCONT")
+
+    def cleaner_sigkill(self) -> None:
+        compose = self.stack.docker.compose
+        compose.kill(services=["cleaner"], signal="SIGKILL")
+        down = self.rng.uniform(2, 8)
+        self.note(f"cleaner SIGKILL; started again in {down:.1f}s")
+        time.sleep(down)
+        compose.start(services=["cleaner"])
+
+    def redis_sigterm(self) -> None:
+        started = time.monotonic()
+        self.stack.docker.compose.restart(services=["redis"], timeout=60)  # SIGTERM: Redis saves and exits
+        self.wait_for_redis()
+        self.note(f"Redis SIGTERM, started again: answering after {time.monotonic() - started:.1f}s")
+
+    def redis_sigkill(self) -> None:
+        (redis,) = self.stack.containers("redis")
+        first_start = redis.state.started_at
+        created = int(self.stack.redis("HGET", self.stack.key("audit:created"), self.plan.id_prefix) or 0)
+        probe = int(self.stack.redis("INCR", PROBE_KEY))  # acknowledged: the last write before the kill
+        started = time.monotonic()
+        self.stack.docker.kill(redis, signal="SIGKILL")
+        # Docker may restart it by its restart policy before we look: gone, or a new start, will do.
+        self.stack.wait(lambda: _state(redis), lambda s: not s[0] or s[1] != first_start, "Redis to die")
+        self.stack.docker.compose.start(services=["redis"])
+        self.wait_for_redis()
+        kept = int(self.stack.redis("GET", PROBE_KEY) or 0) >= probe
+        self.redis_kills.append(RedisKill(time.monotonic() - self.started, created, kept))
+        self.note(
+            f"Redis SIGKILL at creator record {created}, started again: answering after "
+            f"{time.monotonic() - started:.1f}s; last acknowledged write {'kept' if kept else 'LOST'}"
+        )
+
+    def workers_scaled(self) -> None:
+        before = self.workers
+        self.workers = self.rng.choice([n for n in range(1, self.plan.max_workers + 1) if n != before])
+        self.scale(self.workers)
+        self.note(f"workers scaled {before} -> {self.workers}")
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def scale(self, workers: int) -> None:
+        """Start (or stop) workers until ``workers`` run; killed ones are started again."""
+        self.stack.docker.compose.up(
+            services=["worker"], scales={"worker": workers}, detach=True, dependencies=False, quiet=True
+        )
+
+    def signal_processes(self, container: Any, signal_name: str) -> None:
+        """Send a signal to every process of the container but its init (PID 1, which would not pass
+        SIGSTOP on): kill(-1) from a process started in it."""
+        code = f"import os, signal; os.kill(-1, signal.{signal_name})"
+        with contextlib.suppress(DockerException):  # the container went away meanwhile
+            self.stack.docker.execute(container, ["python", "-c", code])
+
+    def wait_for_redis(self) -> None:
+        self.stack.wait(lambda: self.stack.redis("PING"), lambda pong: pong == "PONG", "Redis to answer", timeout=120)
+
+    def read_cleaner_audit(self) -> None:
+        """The cleaner's continuous audit as it exports it now (nothing while it restarts)."""
+        try:
+            text = self.stack.docker.compose.execute("cleaner", ["python", "-c", FETCH_METRICS], tty=False) or ""
+        except DockerException:
+            return
+        values = {
+            name.removeprefix("setqueue_audit_"): float(value)
+            for name, _, value in (line.partition(" ") for line in text.splitlines())
+            if name.startswith("setqueue_audit_")
+        }
+        if values:
+            self.cleaner_samples += 1
+            for gauge in AUDIT_GAUGES:
+                self.cleaner_worst[gauge] = max(self.cleaner_worst.get(gauge, 0.0), values.get(gauge, 0.0))
+
+
+def _names(containers: list[Any]) -> str:
+    return ", ".join(c.name for c in containers)
+
+
+def _state(container: Any) -> tuple[bool, Any]:
+    container.reload()
+    return bool(container.state.running), container.state.started_at
+
+
+def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], None] = print) -> Verdict:
+    """Start the stack, inject faults for ``plan.minutes``, drain, audit; always tear down."""
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    docker = docker if docker is not None else DockerClient()
+    settings = {**image_overrides(), **plan.settings()}
+    say(f"chaos: {plan.minutes:g} min, {plan.jobs} jobs, seed {plan.seed}; starting the stack")
+    with running_stack(docker, settings, plan.queue_name, services=SERVICES, project_prefix="setqueue-chaos") as stack:
+        chaos = Chaos(stack, plan, say)
+        chaos.scale(plan.workers)  # compose starts one
+        chaos.inject_for(plan.minutes * 60)
+        chaos.restore()
+        drained = chaos.drain(timeout=max(300.0, plan.minutes * 60))
+        time.sleep(2)  # a last sweep and audit round; nothing is running any more
+        chaos.read_cleaner_audit()
+        return chaos.verdict(started, drained, chaos.final_audit())
+
+
+def write_results(verdict: Verdict, directory: Path) -> Path:
+    """``<directory>/<date>.md`` and ``.json``; returns the Markdown file's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = verdict.started.replace(" UTC", "").replace(" ", "-").replace(":", "")
+    (directory / f"{stem}.json").write_text(json.dumps(verdict.as_dict(), indent=2) + "\n", encoding="utf-8")
+    path = directory / f"{stem}.md"
+    path.write_text(verdict.markdown(), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to inject faults (default 10)")
+    parser.add_argument("--rate", type=float, default=Plan.create_rate, help="jobs created per second (default 25)")
+    parser.add_argument("--seed", type=int, help="seed of the fault schedule (default: random, printed)")
+    parser.add_argument("--out", type=Path, default=REPO / "chaos-results", help="where the results go")
+    args = parser.parse_args(argv)
+    if not args.minutes > 0 or not args.rate > 0:
+        parser.error("--minutes and --rate must be positive")
+    plan = Plan(minutes=args.minutes, create_rate=args.rate, **({"seed": args.seed} if args.seed is not None else {}))
+    verdict = run(plan, say=lambda line: print(line, flush=True))
+    path = write_results(verdict, args.out)
+    print()
+    print(verdict.markdown())
+    print(f"chaos: results in {path}")
+    return 0 if verdict.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""A short chaos run (tests/compose/chaos.py, the engine of scripts/chaos): about 75 seconds of
+every kind of fault against the compose stack, then the audit must find nothing lost, nothing in
+two states and every duplicate explained by a lost lease."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from python_on_whales import DockerClient
+
+from tests.compose.chaos import FAULTS, Plan, run
+from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.compose
+
+
+def test_a_short_chaos_run_loses_nothing(docker: DockerClient) -> None:
+    plan = Plan(minutes=1.25, gap_seconds=(2.0, 5.0))
+    verdict = run(plan, docker)
+    print(verdict.markdown())  # shown when the test fails (and with -s)
+
+    assert set(verdict.faults) == set(FAULTS), "every kind of fault, at least once"
+    final = verdict.final
+    assert verdict.drained
+    assert final.created == plan.jobs
+    assert final.lost == 0, final.lost_ids
+    assert final.in_two_states == 0, final.two_state_ids
+    assert final.unexplained_duplicates == 0, final.unexplained_ids
+    assert final.states["done"] + final.states["failed"] == plan.jobs
+    assert final.successful_runs >= final.states["done"]
+    assert verdict.cleaner_samples > 0, "the cleaner's continuous audit was never seen"
+    assert verdict.passed, verdict.problems
+
+
+def test_the_chaos_driver_runs_without_pytest() -> None:
+    code = "import sys, tests.compose.chaos; assert 'pytest' not in sys.modules, 'pytest imported'"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
