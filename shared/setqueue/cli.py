@@ -232,6 +232,8 @@ def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, i
                 else [job_id for job_id, _ in batch]
             )
             added += queue.enqueue(ids, delay=delay, at=at, priority=args.priority)
+    except SettingError:  # the URL, as only the first command could tell (a cluster node with a db)
+        raise
     except (TypeError, ValueError) as exc:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
     return added, len(jobs)
@@ -290,6 +292,8 @@ def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> i
                     moved += step
                     if step == 0:
                         break
+        except SettingError:
+            raise
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
         print(f"requeued {moved}", file=out)
@@ -300,6 +304,8 @@ def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> i
     if args.command == "delete":
         try:
             state = queue.delete(args.id)
+        except SettingError:
+            raise
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
         if state is None:
@@ -374,7 +380,10 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
         queue = Queue.from_url(url, name=args.queue)
-        return run(args, queue, stdin, out)
+        try:
+            return run(args, queue, stdin, out)
+        except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
+            raise CliError(str(exc).replace("setting REDIS_URL", "--redis-url / REDIS_URL"), EXIT_USAGE) from None
     except CliError as exc:
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code

@@ -6,23 +6,32 @@ id and keep their result under ``setqueue:{Q}:req:<id>`` for ``request_ttl_secon
 resends a command after a connection error, and a resent claim, ack or fail then returns the
 first result instead of applying twice. How each script is called (its KEYS, ARGV and reply) is
 ``setqueue.scripts``'s business; this module batches the calls and shapes their results.
+
+Every key of a queue shares one Redis Cluster hash tag, so a queue lives in one slot and runs on a
+Redis Cluster as it does on one Redis: ``Queue.from_url`` (through ``connect``) finds out on the
+first command which of the two the URL names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import random
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.client import Pipeline
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 
-from setqueue.config import default
+from setqueue.config import SettingError, default, redact_url
 from setqueue.keys import (
     MAX_IDS_PER_CALL,
     STATES,
@@ -37,6 +46,176 @@ from setqueue.scripts import new_request_id as _new_request_id
 from setqueue.scripts import text as _text
 
 T = TypeVar("T")
+
+# What a Queue runs on: one Redis, or a Redis Cluster (a queue's keys are all in one slot).
+Client: TypeAlias = redis.Redis | RedisCluster
+
+
+class ClusterUnavailable(redis.ConnectionError):
+    """No node of the Redis Cluster could tell where a slot lives (all unreachable, or the slot
+    not served during a failover): as transient as a refused connection, and reported as one."""
+
+
+@contextlib.contextmanager
+def _cluster_reachability() -> Iterator[None]:
+    """redis-py reports a cluster it cannot map (while refreshing its slot table) with exceptions
+    that are not RedisErrors; turn them into the ConnectionError every caller already waits out.
+    Its other RedisClusterExceptions (a cross-slot transaction, ...) are bugs and pass through."""
+    try:
+        yield
+    except SlotNotCoveredError as exc:
+        raise ClusterUnavailable(str(exc)) from exc
+    except RedisClusterException as exc:
+        if type(exc) is not RedisClusterException:
+            raise
+        raise ClusterUnavailable(str(exc)) from exc
+
+
+class _ClusterPipeline:
+    """A RedisCluster pipeline (transaction=True: MULTI/EXEC on the node of its one slot) whose
+    ``execute`` reports an unreachable cluster as a ConnectionError; everything else is the
+    pipeline's own (commands queue on it, as redis-py's Pipeline does)."""
+
+    def __init__(self, pipe: ClusterPipeline) -> None:
+        self._pipe = pipe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def __enter__(self) -> _ClusterPipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pipe.reset()  # type: ignore[no-untyped-call]
+
+    def __len__(self) -> int:
+        return len(self._pipe)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        with _cluster_reachability():
+            return self._pipe.execute(raise_on_error)
+
+
+class ClusterAwareRedis(redis.Redis):
+    """A ``redis.Redis`` for a URL that may name one Redis or any node of a Redis Cluster.
+
+    Nothing connects until the first command, which first asks the node (``HELLO``, which every
+    user may send, on a connection of its own to db 0) whether it runs in cluster mode. If not,
+    this is the plain client it looks like. If so, every command from then on goes through a
+    redis-py ``RedisCluster`` made from the same URL and options: it learns the other nodes from
+    this one, sends each command to the master of its key's slot, follows MOVED and ASK, and
+    finds the new master after a failover. A queue's keys share one hash tag, so its scripts,
+    BLPOP on its wake-up list and its MULTI/EXEC pipelines each go to one node.
+
+    A cluster has only database 0 and is reached over TCP: a URL asking otherwise raises
+    ``SettingError`` for REDIS_URL (on every call, from the first on), before anything is sent."""
+
+    def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
+        super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))
+        self.auto_close_connection_pool = True
+        self._url = url
+        self._options = options
+        self._cluster = cluster
+        self._decided = cluster is not None
+        self._refused: SettingError | None = None
+        self._deciding = threading.Lock()
+
+    @classmethod
+    def around(cls, cluster: RedisCluster) -> ClusterAwareRedis:
+        """A client whose every command goes through ``cluster`` (a RedisCluster made by hand)."""
+        return cls("redis://", cluster=cluster)
+
+    def cluster_client(self) -> RedisCluster | None:
+        """The cluster client when the URL names a cluster node, else None (connects to decide)."""
+        if not self._decided:
+            with self._deciding:
+                if not self._decided:
+                    try:
+                        self._cluster = self._connect_cluster() if self._is_cluster_node() else None
+                    except SettingError as exc:
+                        self._refused = exc
+                    self._decided = True  # not when unreachable: the next command asks again
+        if self._refused is not None:
+            raise self._refused
+        return self._cluster
+
+    def _is_cluster_node(self) -> bool:
+        pool = self.connection_pool
+        kwargs = {**pool.connection_kwargs, "db": 0}  # a cluster node refuses SELECT of any other db
+        probe = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        try:
+            reply = redis.Redis(connection_pool=probe).execute_command("HELLO")  # type: ignore[no-untyped-call]
+        except redis.ResponseError:  # not an auth error (a ConnectionError): a Redis before 6, no cluster
+            return False
+        finally:
+            probe.disconnect()
+        if isinstance(reply, list):
+            reply = dict(zip(reply[::2], reply[1::2], strict=False))
+        mode = reply.get("mode", reply.get(b"mode")) if isinstance(reply, dict) else None
+        return mode in ("cluster", b"cluster")
+
+    def _connect_cluster(self) -> RedisCluster:
+        kwargs = self.connection_pool.connection_kwargs
+        where = redact_url(self._url)
+        if "path" in kwargs:
+            raise SettingError("REDIS_URL", f"{where} is a Redis Cluster node: reach it with redis:// or rediss://")
+        if kwargs.get("db", 0) != 0:
+            raise SettingError(
+                "REDIS_URL", f"{where} is a Redis Cluster node: a cluster has only database 0 (end the URL in /0)"
+            )
+        with _cluster_reachability():
+            # Not every slot need be served: a queue needs only its own, and a slot without a
+            # master (during a failover) is an error of the commands on it, which are retried.
+            return RedisCluster.from_url(self._url, require_full_coverage=False, **self._options)
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        cluster = self.cluster_client()
+        if cluster is None:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        with _cluster_reachability():
+            return cluster.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        cluster = self.cluster_client()
+        if cluster is None:
+            return super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        # Not a redis.client.Pipeline, but it queues the same commands and executes them alike.
+        return cast(Pipeline, _ClusterPipeline(cluster.pipeline(transaction=transaction)))  # type: ignore[no-untyped-call]
+
+    def get_encoder(self) -> Any:
+        return self._cluster.get_encoder() if self._cluster is not None else super().get_encoder()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        super().close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def connect(
+    url: str, *, socket_connect_timeout: float = 5, socket_timeout: float = 30, retries: int = 5
+) -> ClusterAwareRedis:
+    """The client ``Queue.from_url`` uses for ``url`` (redis:// rediss:// unix://), one Redis or a
+    Redis Cluster node (see ``ClusterAwareRedis``; nothing connects before the first command).
+
+    It resends a command after a connection error or timeout (``retries`` times, with backoff;
+    every script is safe to resend), and its socket timeouts stop a call from hanging forever on
+    a dead connection; a cluster client gets the same, plus following redirections and failovers.
+    """
+    # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
+    tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
+    return ClusterAwareRedis(
+        url,
+        retry=Retry(backoff, retries=retries),
+        decode_responses=True,
+        socket_connect_timeout=socket_connect_timeout,
+        socket_timeout=socket_timeout,
+        **tcp,
+        health_check_interval=30,
+    )
 
 
 def new_request_id() -> str:
@@ -142,11 +321,14 @@ def _check_seconds(name: str, value: float) -> float:
 
 
 class Queue:
-    """One named queue in one Redis (or one Redis Cluster slot)."""
+    """One named queue in one Redis (or one Redis Cluster slot).
+
+    ``client``: a ``redis.Redis`` (used as it is), or a ``RedisCluster`` (wrapped so that the
+    queue and the code handed ``queue.redis`` see a ``redis.Redis`` either way)."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         name: str = default("QUEUE_NAME"),
         *,
         lease_seconds: float = default("LEASE_SECONDS"),
@@ -170,7 +352,7 @@ class Queue:
             raise ValueError("wake_cap must be at least 1")
         _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
         _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
-        self.redis = client
+        self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
         self.keys = QueueKeys(name)
         self.name = name
         self.lease_seconds = float(lease_seconds)
@@ -185,29 +367,17 @@ class Queue:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
-        self._scripts = QueueScripts(client, self.keys)
+        self._scripts = QueueScripts(self.redis, self.keys)
         self._sweep_cursor = 0
 
     @classmethod
     def from_url(cls, url: str, name: str = default("QUEUE_NAME"), **options: Any) -> Queue:
-        """A queue on a new client for ``url`` (redis:// rediss:// unix://).
-
-        The client resends a command after a connection error or timeout (a few times, with
-        backoff): every script is safe to resend. Socket timeouts stop a call from hanging
-        forever on a dead connection. ``options`` go to the constructor.
+        """A queue on a new client for ``url`` (redis:// rediss:// unix://): one Redis, or any node
+        of a Redis Cluster, found out on the first command (see ``connect``). The client resends
+        a command after a connection error or timeout (a few times, with backoff): every script is
+        safe to resend. ``options`` go to the constructor.
         """
-        # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
-        tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
-        client = redis.Redis.from_url(
-            url,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
-            decode_responses=True,
-            socket_connect_timeout=5,
-            socket_timeout=30,
-            **tcp,
-            health_check_interval=30,
-        )
-        return cls(client, name, **options)
+        return cls(connect(url), name, **options)
 
     # -- producers ---------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ once with code 128 + the signal number.
 
 Redis outages: the loops call Redis through ``Service.retry``, which catches the errors an outage
 causes (connection refused or reset, timeouts, a Redis still loading its data, a read-only replica,
-refused writes when out of memory), sets ``setqueue_redis_up`` to 0, logs one line per backoff step
-(capped exponential with jitter) and tries again; the recovery is logged once. A service never
-crashes on an outage and never skips a job because of one: every script is idempotent, so a call
-is simply made again.
+refused writes when out of memory; on a Redis Cluster also a failover: CLUSTERDOWN, MASTERDOWN,
+TRYAGAIN, redirections that did not settle, no node reachable to map the slots), sets
+``setqueue_redis_up`` to 0, logs one line per backoff step (capped exponential with jitter) and
+tries again; the recovery is logged once. A service never crashes on an outage and never skips a
+job because of one: every script is idempotent, so a call is simply made again.
 
 /healthz answers 200 with a JSON body while the service is healthy, and 503 when Redis does not
 answer a PING (checked on each request, with a one-second timeout) or when the main loop has not
@@ -37,15 +38,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import redis
 from redis import exceptions as rexc
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from setqueue.backoff import Backoff
 from setqueue.config import CommonSettings, SettingError, redact_url
 from setqueue.logs import configure_logging, flush_logs
 from setqueue.metrics import ServiceMetrics
 from setqueue.metrics_server import MetricsServer
-from setqueue.queue import Queue
+from setqueue.queue import Queue, connect
 
 T = TypeVar("T")
 S = TypeVar("S", bound=CommonSettings)
@@ -55,11 +54,13 @@ log = logging.getLogger("setqueue.service")
 
 # Errors that mean "Redis is not there right now": wait and try the same call again.
 TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
-    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB) and auth errors
+    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB), auth errors and
+    # setqueue.queue.ClusterUnavailable (no cluster node reachable, or a slot not served for now)
     rexc.TimeoutError,
     rexc.ReadOnlyError,  # talking to a replica during a failover
-    rexc.TryAgainError,
-    rexc.ClusterDownError,  # includes MasterDownError
+    rexc.TryAgainError,  # a cluster slot being migrated
+    rexc.ClusterError,  # a cluster failing over: ClusterDownError, MasterDownError, redirections without end
+    rexc.AskError,  # includes MovedError: a redirection the cluster client could not follow in its own tries
     rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
 )
 
@@ -69,7 +70,9 @@ EXIT_REDIS = 3
 
 def refusal(queue: Queue) -> str | None:
     """Why Redis refuses this service's settings at start (a wrong password, no permission, a
-    database it does not have), or None. Unreachable is no refusal: the loops wait for Redis."""
+    database it does not have), or None. Unreachable is no refusal: the loops wait for Redis.
+    Raises SettingError for REDIS_URL when it names a Redis Cluster node in a way a cluster client
+    cannot use (a database other than 0, a unix socket): the first command finds that out."""
     try:
         queue.ping()
     except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
@@ -160,15 +163,14 @@ class Service(Generic[S, M]):
 
     def _ping(self) -> bool:
         if self._health_client is None:
-            self._health_client = redis.Redis.from_url(
-                self.settings.redis_url,
-                socket_connect_timeout=1,
-                socket_timeout=1,
-                retry=Retry(NoBackoff(), 0),
+            # The same kind of client as the queue's: on a cluster it pings a master through the
+            # cluster client, so that /healthz stays up while the node of the URL is down.
+            self._health_client = connect(
+                self.settings.redis_url, socket_connect_timeout=1, socket_timeout=1, retries=0
             )
         try:
             return bool(self._health_client.ping())
-        except rexc.RedisError:
+        except (rexc.RedisError, SettingError):
             return False
 
     # -- Redis outages -----------------------------------------------------------------------
@@ -298,7 +300,14 @@ def main(
             print(f"{program}: invalid setting {name}: cannot listen on {where}: {exc}", file=sys.stderr, flush=True)
             service.close()
             return EXIT_SETTING
-    refused = refusal(service.queue)
+    try:
+        refused = refusal(service.queue)
+    except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
+        print(f"{program}: {exc}", file=sys.stderr, flush=True)
+        if server is not None:
+            server.stop()
+        service.close()
+        return EXIT_SETTING
     if refused is not None:
         print(
             f"{program}: Redis at {redact_url(settings.redis_url)} refused us: {refused}", file=sys.stderr, flush=True
@@ -317,6 +326,9 @@ def main(
     )
     try:
         code = service.run()
+    except SettingError as exc:  # as above, when Redis was unreachable at start
+        print(f"{program}: {exc}", file=sys.stderr, flush=True)
+        code = EXIT_SETTING
     finally:
         if server is not None:
             server.stop()
