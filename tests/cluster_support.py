@@ -1,0 +1,214 @@
+"""A real Redis Cluster for the tests: masters and replicas as redis-server processes on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from typing import Self
+
+import redis
+from redis.crc import key_slot
+
+from setqueue.keys import QueueKeys
+from tests.support import RedisServer, free_port, need
+
+SLOTS = 16384
+
+
+def redis_cli_binary() -> str:
+    binary = os.environ.get("REDIS_CLI") or shutil.which("redis-cli")
+    if not binary:
+        need("redis-cli", "not on PATH and REDIS_CLI is not set (it comes with redis-server)")
+    return binary  # type: ignore[return-value]
+
+
+def cluster_port() -> int:
+    """A free port redis-server takes in cluster mode: at most 55535 (its bus port used to be
+    port + 10000; here each node's bus gets a free port of its own, --cluster-port)."""
+    while True:
+        port = free_port()
+        if port <= 55535:
+            return port
+
+
+class RedisClusterNodes:
+    """``masters`` masters with ``replicas`` replicas each, made into one cluster by ``redis-cli
+    --cluster create``; ``start()`` returns once every node reports cluster_state:ok, knows every
+    other node, and every replica is in sync with its master. ``cleanup()`` stops them all (also
+    after a failed start). A node's failure is noticed after ``node_timeout_ms``."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> None:
+        self.masters = masters
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.cli = redis_cli_binary()
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def url(self, port: int | None = None) -> str:
+        """The URL of one node (the first by default): any node is a way into the cluster."""
+        return f"redis://127.0.0.1:{port or self.ports[0]}/0"
+
+    def start(self) -> Self:
+        try:
+            ports: set[int] = set()
+            for _ in range(self.masters * (1 + self.replicas)):
+                port = cluster_port()
+                while port in ports:
+                    port = cluster_port()
+                ports.add(port)
+                args = ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
+                args += ["--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-config-file", "nodes.conf"]
+                args += ["--repl-diskless-sync-delay", "0"]  # a replica's first sync at once, not after 5 s
+                self.nodes.append(RedisServer(port, args).start())
+            create = [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)]
+            create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+            made = subprocess.run(create, capture_output=True, text=True, timeout=60, check=False)
+            if made.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{made.stdout}\n{made.stderr}")
+            self.wait_ready()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, decode_responses=True, socket_timeout=5)
+
+    def live_ports(self) -> list[int]:
+        return [node.port for node in self.nodes if node.process is not None]
+
+    def _ask(self, port: int, *command: str) -> str:
+        client = self.client(port)
+        try:
+            return str(client.execute_command(*command))  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    def _replication(self, port: int) -> dict[str, object]:
+        client = self.client(port)
+        try:
+            return client.info("replication")  # type: ignore[return-value]
+        finally:
+            client.close()
+
+    def topology(self, port: int | None = None) -> dict[int, list[int]]:
+        """master port -> its replicas' ports, as a live node (the first by default) sees them
+        (CLUSTER NODES; failed nodes left out)."""
+        seen = self._ask(port or self.live_ports()[0], "CLUSTER", "NODES")
+        rows = [line.split() for line in seen.splitlines() if line.strip()]
+        ids: dict[str, int] = {}
+        for row in rows:
+            ids[row[0]] = int(row[1].split("@")[0].rsplit(":", 1)[1])
+        topology: dict[int, list[int]] = {}
+        for row in rows:
+            flags = row[2].split(",")
+            if "fail" in flags or "fail?" in flags:
+                continue
+            if "master" in flags:
+                topology.setdefault(ids[row[0]], [])
+        for row in rows:
+            flags = row[2].split(",")
+            if "slave" in flags and "fail" not in flags and ids.get(row[3]) in topology:
+                topology[ids[row[3]]].append(ids[row[0]])
+        return topology
+
+    def slot_ranges(self, port: int | None = None) -> list[tuple[int, int, int]]:
+        """(first slot, last slot, master port) of every range, as a live node (the first by
+        default) sees them (CLUSTER SLOTS)."""
+        client = self.client(port or self.live_ports()[0])
+        try:
+            ranges = client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+        return [(int(start), int(end), int(master[1])) for start, end, master, *_ in ranges]
+
+    def master_of(self, slot: int, port: int | None = None) -> int:
+        """The port of the master serving ``slot``, as a live node sees it."""
+        for start, end, master in self.slot_ranges(port):
+            if start <= slot <= end:
+                return master
+        raise AssertionError(f"no master serves slot {slot}")
+
+    def ready(self) -> bool:
+        """Every live node: cluster_state:ok, all slots served, every live node known; every
+        replica's link to its master up and its sync done."""
+        live = self.live_ports()
+        for port in live:
+            try:
+                info = dict(
+                    line.split(":", 1) for line in self._ask(port, "CLUSTER", "INFO").splitlines() if ":" in line
+                )
+                if info.get("cluster_state") != "ok" or int(info.get("cluster_slots_ok", 0)) != SLOTS:
+                    return False
+                if int(info.get("cluster_known_nodes", 0)) < len(live):
+                    return False
+                replication = self._replication(port)
+            except redis.RedisError:
+                return False
+            if replication["role"] == "slave" and (
+                replication["master_link_status"] != "up" or replication["master_sync_in_progress"]
+            ):
+                return False
+        topology = self.topology()
+        return len(topology) == self.masters and all(len(r) == self.replicas for r in topology.values())
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster on {self.ports} was not ready after {timeout}s")
+            time.sleep(0.1)
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: a crash, no goodbye to the others."""
+        [node] = [n for n in self.nodes if n.port == port]
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait(10)
+        node.process = None
+
+    def wait_failover(self, dead: int, slot: int, timeout: float = 60) -> int:
+        """Wait until a live node has taken ``slot`` over from the ``dead`` master and every live
+        node reports cluster_state:ok; returns the new master's port."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                new = self.master_of(slot)
+                live = self.live_ports()
+                if new != dead and all(
+                    "cluster_state:ok" in self._ask(port, "CLUSTER", "INFO") and self.master_of(slot, port) == new
+                    for port in live
+                ):
+                    return new
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no replica took over slot {slot} from {dead} within {timeout}s")
+            time.sleep(0.1)
+
+    def queue_slot(self, name: str) -> int:
+        """The slot of every key of queue ``name`` (its hash tag)."""
+        return int(key_slot(QueueKeys(name).todos.encode()))
+
+    def queues_on_each_master(self, prefix: str) -> dict[int, str]:
+        """master port -> a queue name <prefix>-<n> whose slot that master serves, one per master."""
+        ranges = self.slot_ranges()
+        found: dict[int, str] = {}
+        n = 0
+        while len(found) < len({master for _, _, master in ranges}):
+            name = f"{prefix}-{n}"
+            slot = self.queue_slot(name)
+            [master] = [m for start, end, m in ranges if start <= slot <= end]
+            found.setdefault(master, name)
+            n += 1
+        return found
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
