@@ -20,6 +20,7 @@ exits with EXIT_ZOMBIES so that its supervisor (compose ``restart``) starts a fr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from setqueue.audit import AuditRecorder
 from setqueue.config import WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
@@ -65,6 +67,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
         self.engine.low_water = max(1, settings.claim_batch // 2)  # where _wanted starts to claim
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
+        self.audit = AuditRecorder(self.queue.redis, self.queue.keys) if settings.audit else None
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []
@@ -294,6 +297,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self.settings.shutdown_grace_seconds,
                 len(running),
             )
+            if self.audit is not None:
+                # Before the hand-back: a run that may still end here, and the run elsewhere, are
+                # then both explained (a record for a run that never happens is harmless).
+                with contextlib.suppress(Exception):  # best effort, like _release: Redis may be down
+                    self.audit.lease_lost([lease.id for lease in running])
             self._release(running)
         if running or self.engine.counts()[2]:
             # Threads still in a handler: do not wait for them (they are daemons; exit now).
