@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import math
 import random
 import threading
@@ -245,6 +246,7 @@ class Lease:
     enqueued_at: float | None  # Redis clock, seconds since the epoch; None if enqueued by other means
     claimed_at: float  # Redis clock
     priority: int = 0  # -10 to 10, higher runs first
+    queue: str = ""  # the name of the queue it came from
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -439,7 +441,7 @@ class Queue:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
             min(count, MAX_IDS_PER_CALL),
-            Lease,
+            functools.partial(Lease, queue=self.name),
             request_ttl_ms=self._request_ttl_ms,
             lease_ms=self._lease_ms,
             promote=MAX_IDS_PER_CALL,
@@ -457,6 +459,10 @@ class Queue:
         if self.next_due is None:
             return None
         return self.next_due - (time.monotonic() - self._next_due_seen)
+
+    def wake_keys(self) -> list[str]:
+        """The lists an idle worker of this queue blocks on (one; a sharded queue has one a shard)."""
+        return [self.keys.wake]
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue (or a requeue) wakes us, ``timeout`` seconds pass, or the next

@@ -13,11 +13,13 @@ one further each time, so none is starved. Changing N moves ids to other shards:
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from setqueue.composite import SharedOptions, dispatch, part_id
 from setqueue.keys import validate_job_id
 from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
 
@@ -34,7 +36,7 @@ def shard_of(job_id: str, shards: int) -> int:
     return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
-class ShardedQueue:
+class ShardedQueue(SharedOptions):
     """The API of ``Queue`` over ``shards`` sub-queues (2 to MAX_SHARDS)."""
 
     def __init__(self, shards: Sequence[Queue], name: str) -> None:
@@ -42,6 +44,7 @@ class ShardedQueue:
             raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(shards)}")
         self.name = name
         self.shards = list(shards)
+        self._first = self.shards[0]
         self._next = 0  # the shard the next claim starts at
 
     def _shard(self, job_id: str) -> Queue:
@@ -90,11 +93,12 @@ class ShardedQueue:
         leases: list[Lease] = []
         for step in range(n):
             shard = (start + step) % n
-            part = None if request_id is None else f"{request_id}-{shard}"
-            leases += self.shards[shard].claim(count - len(leases), request_id=part)
+            queue = self.shards[shard]
+            leases += queue.claim(count - len(leases), request_id=part_id(request_id, queue.name))
             if len(leases) == count:
                 break
-        return leases
+        # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
+        return [dataclasses.replace(lease, queue=self.name) for lease in leases]
 
     def due_in(self) -> float | None:
         """Seconds until the next scheduled job of any shard is due, as the last claims saw it."""
@@ -109,21 +113,24 @@ class ShardedQueue:
             timeout = min(timeout, due_in)
             if timeout <= 0:
                 return True
-        first = self.shards[0]
-        wakes = [q.keys.wake for q in self.shards]
-        return first.redis.blpop(wakes, timeout=max(timeout, 0.001)) is not None
+        return self.redis.blpop(self.wake_keys(), timeout=max(timeout, 0.001)) is not None
+
+    def wake_keys(self) -> list[str]:
+        return [q.keys.wake for q in self.shards]
 
     def renew(self, lease: Lease) -> bool:
         return self.renew_many([lease])[0]
 
     def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        return self._per_shard(leases, lambda q, part: q.renew_many(part))
+        return dispatch(leases, self._shard_of_lease, lambda q, part: q.renew_many(part))
 
     def ack(self, lease: Lease) -> bool:
         return self.ack_many([lease])[0].acked
 
     def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
-        return self._per_shard(leases, lambda q, part: q.ack_many(part, request_id=_part(request_id, q)))
+        return dispatch(
+            leases, self._shard_of_lease, lambda q, part: q.ack_many(part, request_id=part_id(request_id, q.name))
+        )
 
     def fail(
         self,
@@ -136,21 +143,13 @@ class ShardedQueue:
     ) -> FailOutcome:
         return self._shard(lease.id).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
 
-    def backoff_delay(self, attempt: int) -> float:
-        return self.shards[0].backoff_delay(attempt)
-
     def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        return self._per_shard(leases, lambda q, part: q.release(part, request_id=_part(request_id, q)))
+        return dispatch(
+            leases, self._shard_of_lease, lambda q, part: q.release(part, request_id=part_id(request_id, q.name))
+        )
 
-    def _per_shard(self, leases: Sequence[Lease], call: Any) -> list[Any]:
-        """``call(shard queue, its leases)`` for each shard the leases belong to; results in the
-        order of ``leases``."""
-        results: list[Any] = [None] * len(leases)
-        positions = self._by_shard(range(len(leases)), lambda j: leases[j].id)
-        for shard, where in positions.items():
-            for j, result in zip(where, call(self.shards[shard], [leases[j] for j in where]), strict=True):
-                results[j] = result
-        return results
+    def _shard_of_lease(self, lease: Lease) -> Queue:
+        return self._shard(lease.id)
 
     # -- the cleaner --------------------------------------------------------------------------------
 
@@ -199,11 +198,6 @@ class ShardedQueue:
     def close(self) -> None:
         for q in self.shards:
             q.close()
-
-
-def _part(request_id: str | None, queue: Queue) -> str | None:
-    """The request id of one shard's part of a call."""
-    return None if request_id is None else f"{request_id}-{queue.name}"
 
 
 def open_queue(url: str, name: str, shards: int = 1, **options: Any) -> Queue | ShardedQueue:

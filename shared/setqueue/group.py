@@ -1,0 +1,139 @@
+"""Several named queues served as one (``QUEUE_NAME=emails,reports``): one worker, or one cleaner,
+for all of them.
+
+The selection rule is **strict priority in list order**: a claim takes what it can from the first
+queue, then from the next, and so on; a later queue gets a worker's slots only while every queue
+before it is empty. Why strict and not weights: it is the rule of the job priorities within a queue
+(a later queue is a lower priority), it is predictable (an urgent queue is never slowed by a busy
+background one), and whoever wants a share for each queue runs a worker pool per queue, which
+also scales them apart. The price is the same as for priorities: a queue that is never empty
+starves the ones after it (the per-queue queue-wait and oldest-age gauges show it).
+
+Each lease names its queue (``lease.queue``); acks, fails, renewals and releases go to that queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from setqueue.composite import SharedOptions, dispatch, part_id
+from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
+from setqueue.sharded import ShardedQueue
+
+Member = Queue | ShardedQueue
+
+
+class QueueGroup(SharedOptions):
+    """The worker's and the cleaner's side of the ``Queue`` API over several named queues, in strict
+    priority of their order (see the module's doc)."""
+
+    def __init__(self, members: Sequence[Member]) -> None:
+        names = [m.name for m in members]
+        if len(members) < 2 or len(set(names)) != len(names):
+            raise ValueError(f"a queue group has two or more different queues, got {names}")
+        self.members = list(members)
+        self.by_name = {m.name: m for m in members}
+        self.name = ",".join(names)
+        first = members[0]
+        self._first = first.shards[0] if isinstance(first, ShardedQueue) else first
+
+    def member(self, name: str) -> Member:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise ValueError(f"queue {name!r} is not one of {self.name}") from None
+
+    def _member_of(self, lease: Lease) -> Member:
+        return self.member(lease.queue)
+
+    # -- workers ------------------------------------------------------------------------------------
+
+    def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
+        """Up to ``count`` jobs: all the first queue has (up to count), then the next queue's..."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        leases: list[Lease] = []
+        for member in self.members:
+            leases += member.claim(count - len(leases), request_id=part_id(request_id, member.name))
+            if len(leases) == count:
+                break
+        return leases
+
+    def due_in(self) -> float | None:
+        due = [d for m in self.members if (d := m.due_in()) is not None]
+        return min(due) if due else None
+
+    def wake_keys(self) -> list[str]:
+        return [key for m in self.members for key in m.wake_keys()]
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until an enqueue to any of the queues wakes us, ``timeout`` passes, or a scheduled
+        job of any of them is due: one BLPOP over every queue's wake list."""
+        due_in = self.due_in()
+        if due_in is not None:
+            timeout = min(timeout, due_in)
+            if timeout <= 0:
+                return True
+        return self.redis.blpop(self.wake_keys(), timeout=max(timeout, 0.001)) is not None
+
+    def renew(self, lease: Lease) -> bool:
+        return self.renew_many([lease])[0]
+
+    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
+        return dispatch(leases, self._member_of, lambda m, part: m.renew_many(part))
+
+    def ack(self, lease: Lease) -> bool:
+        return self.ack_many([lease])[0].acked
+
+    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
+        return dispatch(
+            leases, self._member_of, lambda m, part: m.ack_many(part, request_id=part_id(request_id, m.name))
+        )
+
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> FailOutcome:
+        return self._member_of(lease).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
+
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
+        return dispatch(
+            leases, self._member_of, lambda m, part: m.release(part, request_id=part_id(request_id, m.name))
+        )
+
+    # -- the cleaner and operators ----------------------------------------------------------------
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        results = [m.sweep(limit) for m in self.members]
+        return SweepResult(
+            [i for r in results for i in r.requeued],
+            [i for r in results for i in r.dead_lettered],
+            sum(r.done_trimmed for r in results),
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Each queue's ``stats()`` under ``"queues"``, and the states summed over them."""
+        each = {m.name: m.stats() for m in self.members}
+        total: dict[str, Any] = {
+            state: sum(s[state] for s in each.values())
+            for state in ("todos", "in_progress", "done", "failed", "scheduled")
+        }
+        total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each.values())
+        total["queues"] = each
+        return total
+
+    def inspect(self, job_id: str, queue: str) -> JobInfo | None:
+        return self.member(queue).inspect(job_id)
+
+    def ping(self) -> bool:
+        return all(m.ping() for m in self.members)
+
+    def close(self) -> None:
+        for m in self.members:
+            m.close()

@@ -1,0 +1,81 @@
+"""Several named queues served as one (setqueue.group.QueueGroup), against a real redis-server: the
+documented selection rule (strict priority in list order), each lease naming its queue, and every
+call reaching the queue a lease came from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from setqueue import FailOutcome, Queue
+from setqueue.group import QueueGroup
+from setqueue.sharded import open_queue
+
+
+@pytest.fixture
+def two(queue_name: str, redis_url: str) -> Iterator[QueueGroup]:
+    urgent = Queue.from_url(redis_url, f"{queue_name}-urgent", max_attempts=2, retry_backoff_seconds=0)
+    bulk = Queue.from_url(redis_url, f"{queue_name}-bulk", max_attempts=2, retry_backoff_seconds=0)
+    group = QueueGroup([urgent, bulk])
+    yield group
+    group.close()
+
+
+def test_strict_priority_in_list_order(two: QueueGroup) -> None:
+    urgent, bulk = two.members
+    bulk.enqueue([f"b{n}" for n in range(5)])
+    urgent.enqueue(["u0", "u1"])
+    # The first queue's jobs first; the rest of the claim from the next one.
+    assert [(lease.id, lease.queue) for lease in two.claim(3)] == [
+        ("u0", urgent.name),
+        ("u1", urgent.name),
+        ("b0", bulk.name),
+    ]
+    urgent.enqueue(["u2"])
+    assert [lease.id for lease in two.claim(1)] == ["u2"]  # a later queue waits while an earlier has work
+    assert [lease.id for lease in two.claim(10)] == ["b1", "b2", "b3", "b4"]
+
+
+def test_every_call_reaches_the_queue_of_its_lease(two: QueueGroup) -> None:
+    urgent, bulk = two.members
+    urgent.enqueue(["same-id", "u"])
+    bulk.enqueue(["same-id", "b"])  # one id in two queues: two jobs
+    leases = two.claim(4)
+    assert sorted((lease.queue, lease.id) for lease in leases) == sorted(
+        [(urgent.name, "same-id"), (urgent.name, "u"), (bulk.name, "same-id"), (bulk.name, "b")]
+    )
+    assert all(two.renew_many(leases))
+    assert [r.acked for r in two.ack_many(leases[:2])] == [True, True]
+    assert two.fail(leases[2], "boom", retry=False) is FailOutcome.DEAD
+    assert two.release(leases[3:]) == [FailOutcome.RELEASED]
+    stats = two.stats()
+    assert stats["queues"][urgent.name]["done"] == 2 and stats["queues"][bulk.name]["failed"] == 1
+    assert (stats["done"], stats["failed"], stats["todos"]) == (2, 1, 1)
+
+
+def test_an_idle_worker_wakes_for_any_of_its_queues(two: QueueGroup, redis_url: str) -> None:
+    for member in two.members:
+        producer = Queue.from_url(redis_url, member.name)
+        started = time.monotonic()
+        producer.enqueue(["wake"])
+        assert two.wait_for_work(5) and time.monotonic() - started < 2
+        producer.close()
+
+
+def test_a_group_may_hold_a_sharded_queue(redis_url: str, queue_name: str) -> None:
+    sharded = open_queue(redis_url, f"{queue_name}-big", shards=3)
+    plain = open_queue(redis_url, f"{queue_name}-small")
+    group = QueueGroup([plain, sharded])
+    sharded.enqueue([f"s{n}" for n in range(9)])
+    leases = group.claim(20)
+    assert len(leases) == 9 and {lease.queue for lease in leases} == {sharded.name}
+    assert all(r.acked for r in group.ack_many(leases))
+    assert group.stats()["queues"][sharded.name]["done"] == 9
+
+
+@pytest.mark.parametrize("names", [["a"], ["a", "a"]])
+def test_a_group_needs_two_different_queues(redis_url: str, queue_name: str, names: list[str]) -> None:
+    with pytest.raises(ValueError, match="two or more different"):
+        QueueGroup([Queue.from_url(redis_url, f"{queue_name}-{n}") for n in names])
