@@ -13,6 +13,7 @@ import time
 
 from setqueue.audit import Auditor, AuditPass, AuditRecorder
 from setqueue.config import CleanerSettings, SettingError
+from setqueue.group import QueueLike, primary
 from setqueue.keys import STATES
 from setqueue.metrics import CleanerMetrics, new_registry
 from setqueue.periodic import PeriodicRuns, parse_schedules, redis_now
@@ -28,20 +29,27 @@ AUDIT_IDS_PER_ROUND = 20_000
 class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     role = "cleaner"
 
-    def __init__(self, settings: CleanerSettings, queue: Queue | None = None) -> None:
+    def __init__(self, settings: CleanerSettings, queue: QueueLike | None = None) -> None:
         try:
             schedules = parse_schedules(settings.schedules)
         except ValueError as exc:  # checked with the settings already; a @file may have changed since
             raise SettingError("SCHEDULES", str(exc)) from None
         metrics = CleanerMetrics(new_registry(), [s.name for s in schedules], audit=settings.audit)
         super().__init__(settings, metrics, queue)
-        self.periodic = PeriodicRuns(self.queue.redis, self.queue.keys, schedules, wake_cap=self.queue.wake_cap)
+        # Periodic runs and the audit look at one queue's keys: they need one unsharded queue.
+        single = self.queue if isinstance(self.queue, Queue) else None
+        for name, wanted in (("SCHEDULES", bool(schedules)), ("AUDIT", settings.audit)):
+            if wanted and single is None:
+                self.close()
+                raise SettingError(name, "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
+        first = primary(self.queue)
+        self.periodic = PeriodicRuns(first.redis, first.keys, schedules, wake_cap=first.wake_cap)
         self._priorities_seen: set[int] = {0}
         self.audit_log: AuditRecorder | None = None
         self.auditor: Auditor | None = None
-        if settings.audit:
-            self.audit_log = AuditRecorder(self.queue.redis, self.queue.keys)
-            self.auditor = Auditor(self.queue.redis, self.queue.keys, retention=settings.trims_done)
+        if single is not None and settings.audit:
+            self.audit_log = AuditRecorder(single.redis, single.keys)
+            self.auditor = Auditor(single.redis, single.keys, retention=settings.trims_done)
         self._audit: AuditPass | None = None  # the audit under way
         self._next_audit_at = time.monotonic()
 

@@ -19,24 +19,34 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from setqueue.audit import AuditRecorder
-from setqueue.config import CreatorSettings
+from setqueue.config import CreatorSettings, SettingError
+from setqueue.group import QueueGroup, primary
 from setqueue.metrics import CreatorMetrics, new_registry
 from setqueue.queue import Queue
 from setqueue.service import Service, Stopping
+from setqueue.sharded import ShardedQueue
 
 
 class CreatorService(Service[CreatorSettings, CreatorMetrics]):
     role = "creator"
+    serves_several = False  # it fills QUEUE_NAME's first queue
 
-    def __init__(self, settings: CreatorSettings, queue: Queue | None = None, stdin: TextIO | None = None) -> None:
+    def __init__(
+        self, settings: CreatorSettings, queue: Queue | ShardedQueue | None = None, stdin: TextIO | None = None
+    ) -> None:
         super().__init__(settings, CreatorMetrics(new_registry()), queue)
+        assert not isinstance(self.queue, QueueGroup)  # serves_several is False: the first queue only
+        self.target: Queue | ShardedQueue = self.queue
         self.stdin = stdin
         self.prefix = settings.create_id_prefix or f"run-{secrets.token_hex(4)}"
         self.sent = 0
         self.created = 0
         self.duplicates = 0
         audited = settings.audit and not settings.create_from_stdin
-        self.audit = AuditRecorder(self.queue.redis, self.queue.keys) if audited else None
+        if audited and not isinstance(self.queue, Queue):
+            self.close()
+            raise SettingError("AUDIT", "needs QUEUE_NAME's first queue unsharded (QUEUE_SHARDS=1), for now")
+        self.audit = AuditRecorder(self.target.redis, primary(self.queue).keys) if audited else None
 
     def _ids(self) -> Iterator[str]:
         if self.settings.create_from_stdin:
@@ -107,7 +117,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
         return 0
 
     def _send(self, batch: list[str]) -> None:
-        added = self.retry(lambda: self.queue.enqueue(batch), "enqueue")
+        added = self.retry(lambda: self.target.enqueue(batch), "enqueue")
         self.sent += len(batch)
         self.created += added
         self.duplicates += len(batch) - added

@@ -14,6 +14,7 @@ from creator.service import CreatorService
 from setqueue import Lease, Queue, demo
 from setqueue.audit import Auditor, AuditRecorder, AuditReport
 from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
+from setqueue.group import primary
 from tests.procs import base_env
 
 
@@ -175,8 +176,8 @@ def test_the_creator_records_the_ids_it_made(redis_url: str, queue_name: str, cl
     creator = CreatorService(CreatorSettings.from_env(env))
     try:
         assert creator.run() == 0
-        assert client.hgetall(creator.queue.keys.audit_created) == {"run": "25"}
-        report = auditor(creator.queue).audit()
+        assert client.hgetall(primary(creator.queue).keys.audit_created) == {"run": "25"}
+        report = auditor(primary(creator.queue)).audit()
         assert (report.created, report.states["todos"], report.lost) == (25, 25, 0)
     finally:
         creator.close()
@@ -261,7 +262,7 @@ def test_without_the_audit_setting_nothing_is_recorded_or_exported(
         creator.run()
         cleaner.sweep_once()
         cleaner.audit_step()
-        assert not client.keys(creator.queue.keys.prefix + "audit:*")
+        assert not client.keys(primary(creator.queue).keys.prefix + "audit:*")
         assert cleaner.metrics.registry.get_sample_value("setqueue_audit_lost") is None
     finally:
         creator.close()

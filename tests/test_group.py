@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from setqueue import FailOutcome, Queue
-from setqueue.group import QueueGroup
-from setqueue.sharded import open_queue
+from setqueue.group import QueueGroup, open_queues
+from setqueue.sharded import ShardedQueue, open_queue
+from tests.engine_jobs import ExecutionLog
+from tests.procs import Proc, wait_until
 
 
 @pytest.fixture
@@ -79,3 +83,61 @@ def test_a_group_may_hold_a_sharded_queue(redis_url: str, queue_name: str) -> No
 def test_a_group_needs_two_different_queues(redis_url: str, queue_name: str, names: list[str]) -> None:
     with pytest.raises(ValueError, match="two or more different"):
         QueueGroup([Queue.from_url(redis_url, f"{queue_name}-{n}") for n in names])
+
+
+@pytest.mark.slow
+def test_one_worker_serves_two_queues_first_things_first(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    """QUEUE_NAME=<urgent>,<bulk>: the real worker runs every urgent job before any bulk one, and
+    the handler sees each job's queue."""
+    execlog = ExecutionLog(tmp_path / "executions.log")
+    urgent, bulk = f"{queue_name}-urgent", f"{queue_name}-bulk"
+    group = open_queues(redis_url, [urgent, bulk])
+    assert isinstance(group, QueueGroup)
+    group.member(bulk).enqueue([f"b{n}" for n in range(10)])  # queued first, served last
+    group.member(urgent).enqueue([f"u{n}" for n in range(5)])
+    procs.append(
+        Proc.start(
+            "worker",
+            tmp_path,
+            REDIS_URL=redis_url,
+            QUEUE_NAME=f"{urgent},{bulk}",
+            EXEC_LOG=str(execlog.path),
+            JOB_HANDLER="tests.engine_jobs:handle",
+            CONCURRENCY=1,
+            CLAIM_BATCH=2,
+        )
+    )
+    wait_until(lambda: group.stats()["done"] == 15, 60, "every job done")
+    started = [job_id for event, job_id, _, _ in execlog.events() if event == "start"]
+    assert started == [f"u{n}" for n in range(5)] + [f"b{n}" for n in range(10)]
+    group.close()
+
+
+@pytest.mark.slow
+def test_workers_and_a_cleaner_drain_a_sharded_queue_once_each(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    execlog = ExecutionLog(tmp_path / "executions.log")
+    sharded = open_queue(redis_url, queue_name, shards=4)
+    assert isinstance(sharded, ShardedQueue)
+    ids = [f"job-{n}" for n in range(400)]
+    sharded.enqueue(ids)
+    assert all(s["todos"] > 50 for s in sharded.stats()["shards"])
+    settings: dict[str, Any] = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "QUEUE_SHARDS": 4}
+    for n in range(2):
+        procs.append(
+            Proc.start(
+                "worker",
+                tmp_path,
+                name=f"w{n}",
+                EXEC_LOG=str(execlog.path),
+                JOB_HANDLER="tests.engine_jobs:handle",
+                **settings,
+            )
+        )
+    procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.2, **settings))
+    wait_until(lambda: sharded.stats()["done"] == 400, 60, "every job done")
+    assert execlog.starts() == dict.fromkeys(ids, 1)
+    sharded.close()

@@ -25,6 +25,7 @@ from cleaner.service import CleanerService
 from creator.service import CreatorService
 from setqueue import Lease, PermanentJobError, Queue
 from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
+from setqueue.group import primary
 from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
 from tests.support import free_port
 from worker.service import WorkerService
@@ -268,7 +269,7 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
             raise PermanentJobError("cannot be retried")
 
     service = WorkerService(settings, handler=handler)
-    q = service.queue
+    q = primary(service.queue)
     q.enqueue(["a", "b", "bad", "fatal"])
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(service.run()))
@@ -314,7 +315,7 @@ def test_retry_waits_out_errors_without_raising(
 def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queue_name: str) -> None:
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, CREATE_FROM_STDIN="true")
     creator = CreatorService(CreatorSettings.from_env(env), stdin=io.StringIO("a\n\nb\n  c \na\n"))
-    creator.queue.enqueue(["b"])
+    creator.target.enqueue(["b"])
     assert creator.run() == 0
     assert (creator.sent, creator.created, creator.duplicates) == (4, 2, 2)
     sample = creator.metrics.registry.get_sample_value
@@ -338,7 +339,7 @@ def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) 
     # A lower bound only: 100 ids at 200/s cannot all be out before the schedule allows it.
     assert time.monotonic() - started >= 0.4
     assert creator.created == 100
-    info = creator.queue.inspect("p-100")
+    info = creator.target.inspect("p-100")
     assert info is not None and info.state == "todos"
     creator.close()
 
@@ -410,7 +411,7 @@ def test_a_handler_returning_an_awaitable_has_it_awaited(redis_url: str, queue_n
         base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
     )
     service = WorkerService(settings, handler=handler)
-    q = service.queue
+    q = primary(service.queue)
     q.enqueue(["a", "b", "c"])
     thread = threading.Thread(target=service.run)
     thread.start()

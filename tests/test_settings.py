@@ -24,7 +24,12 @@ COMMON = [
     ("REDIS_URL", "http://localhost:6379"),
     ("REDIS_URL", "redis://localhost:notaport/0"),
     ("QUEUE_NAME", "has space"),
-    ("QUEUE_NAME", "emails,reports"),  # reserved: a list will name several queues
+    ("QUEUE_NAME", "emails,emails"),
+    ("QUEUE_NAME", "emails,,reports"),
+    ("QUEUE_SHARDS", "0"),
+    ("QUEUE_SHARDS", "-2"),
+    ("QUEUE_SHARDS", "5000"),
+    ("QUEUE_SHARDS", "many"),
     ("METRICS_HOST", "not a host!"),
     ("METRICS_HOST", ""),
     ("LEASE_SECONDS", "-1"),

@@ -67,7 +67,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
         self.engine.low_water = max(1, settings.claim_batch // 2)  # where _wanted starts to claim
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
-        self.audit = AuditRecorder(self.queue.redis, self.queue.keys) if settings.audit else None
+        # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
+        single = self.queue if isinstance(self.queue, Queue) else None
+        self.audit = AuditRecorder(single.redis, single.keys) if settings.audit and single is not None else None
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []

@@ -5,7 +5,7 @@ it belongs to."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -36,29 +36,39 @@ def part_id(request_id: str | None, member: str) -> str | None:
 
 class SharedOptions:
     """The options of a queue made of others: its members share one set of settings, so they are
-    read from the first one. ``_first`` is that first plain ``Queue``."""
+    read from the first one. ``primary`` is that first plain ``Queue`` (a group's first queue, or
+    its first shard)."""
 
-    _first: Queue
+    primary: Queue
 
     @property
     def redis(self) -> Any:
-        return self._first.redis
+        return self.primary.redis
 
     @property
     def lease_seconds(self) -> float:
-        return self._first.lease_seconds
+        return self.primary.lease_seconds
 
     @property
     def retry_backoff_seconds(self) -> float:
-        return self._first.retry_backoff_seconds
+        return self.primary.retry_backoff_seconds
 
     @property
     def request_ttl_seconds(self) -> float:
-        return self._first.request_ttl_seconds
+        return self.primary.request_ttl_seconds
 
     @property
     def wake_cap(self) -> int:
-        return self._first.wake_cap
+        return self.primary.wake_cap
 
     def backoff_delay(self, attempt: int) -> float:
-        return self._first.backoff_delay(attempt)
+        return self.primary.backoff_delay(attempt)
+
+
+def sum_counts(counts: Iterable[Mapping[int, int]]) -> dict[int, int]:
+    """Counts per key (jobs per priority) summed over the members."""
+    total: dict[int, int] = defaultdict(int)
+    for each in counts:
+        for key, n in each.items():
+            total[key] += n
+    return dict(total)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from setqueue.keys import MAX_IDS_PER_CALL, validate_job_id, validate_queue_name
+from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -150,9 +150,20 @@ SETTINGS: tuple[Setting, ...] = (
         "QUEUE_NAME",
         str,
         "default",
-        "Queue name; every key is setqueue:{QUEUE_NAME}:…",
+        "Queue name (every key is setqueue:{name}:…), or several, comma-separated: a worker and a cleaner "
+        "serve them all, the worker in strict priority of their order; the creator fills the first",
         "all",
-        check=validate_queue_name,
+        check=parse_queue_names,
+    ),
+    Setting(
+        "QUEUE_SHARDS",
+        int,
+        "1",
+        "Shards of each queue: 1 = one Redis slot (today's keys); N = sub-queues <name>~0..N-1 that spread "
+        "over a Redis Cluster's nodes. Every service of a queue must use the same N",
+        "all",
+        low=1,
+        high=MAX_SHARDS,
     ),
     Setting(
         "LEASE_SECONDS",
@@ -445,6 +456,7 @@ class CommonSettings:
 
     redis_url: str
     queue_name: str
+    queue_shards: int
     lease_seconds: float
     max_attempts: int
     done_max_count: int
@@ -466,10 +478,15 @@ class CommonSettings:
         """Whether the retention drops ids from done (by count or by age)."""
         return self.done_max_count > 0 or self.done_max_age_seconds > 0
 
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        """The queues QUEUE_NAME names, in its order."""
+        return parse_queue_names(self.queue_name)
+
     def queue_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``Queue.from_url`` besides the URL."""
+        """Keyword arguments for ``Queue.from_url`` besides the URL (the name: the first queue's)."""
         return {
-            "name": self.queue_name,
+            "name": self.queue_names[0],
             "lease_seconds": self.lease_seconds,
             "max_attempts": self.max_attempts,
             "done_max_count": self.done_max_count,

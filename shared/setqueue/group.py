@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from setqueue.composite import SharedOptions, dispatch, part_id
+from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts
 from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
-from setqueue.sharded import ShardedQueue
+from setqueue.sharded import ShardedQueue, open_queue
 
 Member = Queue | ShardedQueue
 
@@ -36,7 +36,7 @@ class QueueGroup(SharedOptions):
         self.by_name = {m.name: m for m in members}
         self.name = ",".join(names)
         first = members[0]
-        self._first = first.shards[0] if isinstance(first, ShardedQueue) else first
+        self.primary = first.primary if isinstance(first, ShardedQueue) else first
 
     def member(self, name: str) -> Member:
         try:
@@ -125,6 +125,7 @@ class QueueGroup(SharedOptions):
             for state in ("todos", "in_progress", "done", "failed", "scheduled")
         }
         total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each.values())
+        total["todos_by_priority"] = sum_counts(s["todos_by_priority"] for s in each.values())
         total["queues"] = each
         return total
 
@@ -137,3 +138,23 @@ class QueueGroup(SharedOptions):
     def close(self) -> None:
         for m in self.members:
             m.close()
+
+
+QueueLike = Queue | ShardedQueue | QueueGroup
+
+
+def open_queues(url: str, names: Sequence[str], shards: int = 1, **options: Any) -> QueueLike:
+    """What QUEUE_NAME and QUEUE_SHARDS name, on one client: a ``Queue`` (one name, one shard), a
+    ``ShardedQueue`` (one name, N shards) or a ``QueueGroup`` of those (several names)."""
+    if not names:
+        raise ValueError("no queue name")
+    first = open_queue(url, names[0], shards, **options)
+    if len(names) == 1:
+        return first
+    client = first.redis
+    return QueueGroup([first, *(open_queue(url, name, shards, client=client, **options) for name in names[1:])])
+
+
+def primary(queue: QueueLike) -> Queue:
+    """The plain ``Queue`` that stands for ``queue`` where one is needed (its first queue's first shard)."""
+    return queue if isinstance(queue, Queue) else queue.primary

@@ -14,6 +14,8 @@ MAX_ID_LENGTH = 1024
 MAX_IDS_PER_CALL = 500
 # Job priorities: higher runs first, 0 is the default. lua/includes/rank.lua holds the same bounds.
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
+# The most shards of one queue (setqueue.sharded).
+MAX_SHARDS = 1024
 
 
 # The rank of a job in todos and in_progress (lua/includes/rank.lua): (MAX_PRIORITY - priority) *
@@ -40,9 +42,18 @@ def validate_queue_name(name: str) -> str:
     if any(c in name for c in "{}") or any(c.isspace() for c in name):
         raise ValueError(f"queue name {name!r} must not contain braces or white space")
     if "," in name:
-        # Reserved: a comma-separated list will name several queues for one worker.
-        raise ValueError(f"queue name {name!r} must not contain a comma (one worker serves one queue for now)")
+        raise ValueError(f"queue name {name!r} must not contain a comma (it separates the names in QUEUE_NAME)")
     return name
+
+
+def parse_queue_names(text: str) -> tuple[str, ...]:
+    """QUEUE_NAME: one queue name, or several separated by commas (served in that order)."""
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        validate_queue_name(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{text!r} names a queue twice")
+    return names
 
 
 def check_utf8(what: str, text: str) -> str:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import redis
 
-from setqueue.queue import Lease, Queue
+from setqueue.queue import Lease
 
 log = logging.getLogger("setqueue.lease")
+
+
+class Renewable(Protocol):
+    """What renews leases: a Queue, a ShardedQueue or a QueueGroup."""
+
+    @property
+    def lease_seconds(self) -> float: ...
+    def renew_many(self, leases: Sequence[Lease]) -> list[bool]: ...
 
 
 class LeaseKeeper:
@@ -24,7 +33,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: Renewable,
         *,
         interval: float | None = None,
         on_renewed: Callable[[int], None] | None = None,

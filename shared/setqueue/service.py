@@ -41,10 +41,11 @@ from redis import exceptions as rexc
 
 from setqueue.backoff import Backoff
 from setqueue.config import CommonSettings, SettingError, redact_url
+from setqueue.group import QueueLike, open_queues
 from setqueue.logs import configure_logging, flush_logs
 from setqueue.metrics import ServiceMetrics
 from setqueue.metrics_server import MetricsServer
-from setqueue.queue import Queue, connect
+from setqueue.queue import connect
 
 T = TypeVar("T")
 S = TypeVar("S", bound=CommonSettings)
@@ -68,7 +69,7 @@ EXIT_SETTING = 2
 EXIT_REDIS = 3
 
 
-def refusal(queue: Queue) -> str | None:
+def refusal(queue: QueueLike) -> str | None:
     """Why Redis refuses this service's settings at start (a wrong password, no permission, a
     database it does not have), or None. Unreachable is no refusal: the loops wait for Redis.
     Raises SettingError for REDIS_URL when it names a Redis Cluster node in a way a cluster client
@@ -108,13 +109,20 @@ def load_settings(
 class Service(Generic[S, M]):
     """Base of the creator, worker and cleaner: a main loop plus the shared runtime.
 
-    ``queue`` defaults to a new ``Queue`` on the settings' Redis URL and queue options."""
+    ``queue`` defaults to what QUEUE_NAME and QUEUE_SHARDS name on the settings' Redis URL: a
+    ``Queue``, a ``ShardedQueue`` or a ``QueueGroup`` (see ``setqueue.group.open_queues``); a service
+    that serves one queue only (``serves_several`` False: the creator) gets the first."""
 
     role: ClassVar[str] = "service"
+    serves_several: ClassVar[bool] = True
 
-    def __init__(self, settings: S, metrics: M, queue: Queue | None = None) -> None:
+    def __init__(self, settings: S, metrics: M, queue: QueueLike | None = None) -> None:
         self.settings = settings
-        self.queue = queue if queue is not None else Queue.from_url(settings.redis_url, **settings.queue_options())
+        if queue is None:
+            names = settings.queue_names if self.serves_several else settings.queue_names[:1]
+            options = {k: v for k, v in settings.queue_options().items() if k != "name"}
+            queue = open_queues(settings.redis_url, names, settings.queue_shards, **options)
+        self.queue = queue
         self.metrics = metrics
         self.stop_event = threading.Event()
         self.log = logging.getLogger(f"setqueue.{self.role}")

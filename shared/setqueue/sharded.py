@@ -19,11 +19,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.composite import SharedOptions, dispatch, part_id
-from setqueue.keys import validate_job_id
+from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts
+from setqueue.keys import MAX_SHARDS, validate_job_id
 from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
 
-MAX_SHARDS = 1024
 T = TypeVar("T")
 
 
@@ -44,7 +43,7 @@ class ShardedQueue(SharedOptions):
             raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(shards)}")
         self.name = name
         self.shards = list(shards)
-        self._first = self.shards[0]
+        self.primary = self.shards[0]
         self._next = 0  # the shard the next claim starts at
 
     def _shard(self, job_id: str) -> Queue:
@@ -172,11 +171,7 @@ class ShardedQueue(SharedOptions):
             state: sum(s[state] for s in each) for state in ("todos", "in_progress", "done", "failed", "scheduled")
         }
         total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
-        by_priority: dict[int, int] = defaultdict(int)
-        for s in each:
-            for priority, n in s["todos_by_priority"].items():
-                by_priority[priority] += n
-        total["todos_by_priority"] = dict(by_priority)
+        total["todos_by_priority"] = sum_counts(s["todos_by_priority"] for s in each)
         total["shards"] = each
         return total
 
@@ -200,13 +195,12 @@ class ShardedQueue(SharedOptions):
             q.close()
 
 
-def open_queue(url: str, name: str, shards: int = 1, **options: Any) -> Queue | ShardedQueue:
+def open_queue(url: str, name: str, shards: int = 1, *, client: Any = None, **options: Any) -> Queue | ShardedQueue:
     """``Queue.from_url(url, name, **options)`` with ``shards=1`` (today's layout exactly), else a
-    ShardedQueue of ``shards`` sub-queues on one client."""
+    ShardedQueue of ``shards`` sub-queues on one client (``client``, if given: one already open on ``url``)."""
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
-    if shards == 1:
-        return Queue.from_url(url, name, **options)
-    first = Queue.from_url(url, shard_name(name, 0), **options)
-    rest = [Queue(first.redis, shard_name(name, i), **options) for i in range(1, shards)]
-    return ShardedQueue([first, *rest], name)
+    names = [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
+    first = Queue.from_url(url, names[0], **options) if client is None else Queue(client, names[0], **options)
+    queues = [first, *(Queue(first.redis, n, **options) for n in names[1:])]
+    return first if shards == 1 else ShardedQueue(queues, name)
