@@ -13,12 +13,13 @@ import time
 
 from setqueue.audit import Auditor, AuditPass, AuditRecorder
 from setqueue.config import CleanerSettings, SettingError
-from setqueue.group import QueueLike, primary
+from setqueue.group import QueueGroup, QueueLike, primary
 from setqueue.keys import STATES
 from setqueue.metrics import CleanerMetrics, new_registry
 from setqueue.periodic import PeriodicRuns, parse_schedules, redis_now
 from setqueue.queue import Queue
 from setqueue.service import Service, Stopping
+from setqueue.sharded import ShardedQueue
 
 MAX_SWEEP_ROUNDS = 100  # sweeps back to back while each one hits SWEEP_BATCH
 # Bounds the Redis work of one round's audit step (40 pipelined chunks of 500 ids): a larger queue
@@ -34,8 +35,12 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             schedules = parse_schedules(settings.schedules)
         except ValueError as exc:  # checked with the settings already; a @file may have changed since
             raise SettingError("SCHEDULES", str(exc)) from None
-        metrics = CleanerMetrics(new_registry(), [s.name for s in schedules], audit=settings.audit)
+        metrics = CleanerMetrics(
+            new_registry(), [s.name for s in schedules], audit=settings.audit, queues=settings.queue_names
+        )
         super().__init__(settings, metrics, queue)
+        # What it sweeps and counts, one named queue at a time (a sharded one is one).
+        self.served = self.queue.members if isinstance(self.queue, QueueGroup) else [self.queue]
         # Periodic runs and the audit look at one queue's keys: they need one unsharded queue.
         single = self.queue if isinstance(self.queue, Queue) else None
         for name, wanted in (("SCHEDULES", bool(schedules)), ("AUDIT", settings.audit)):
@@ -44,7 +49,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
                 raise SettingError(name, "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
         first = primary(self.queue)
         self.periodic = PeriodicRuns(first.redis, first.keys, schedules, wake_cap=first.wake_cap)
-        self._priorities_seen: set[int] = {0}
+        self._priorities_seen: dict[str, set[int]] = {q.name: {0} for q in self.served}
         self.audit_log: AuditRecorder | None = None
         self.auditor: Auditor | None = None
         if single is not None and settings.audit:
@@ -79,11 +84,17 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         return 0
 
     def sweep_once(self) -> None:
-        s = self.settings
         started = time.monotonic()
+        for queue in self.served:
+            self._sweep(queue)
+        self.metrics.sweep_seconds.observe(time.monotonic() - started)
+        self.metrics.last_sweep_timestamp.set(time.time())
+
+    def _sweep(self, queue: Queue | ShardedQueue) -> None:
+        s = self.settings
         requeued = dead = trimmed = 0
         for _ in range(MAX_SWEEP_ROUNDS):
-            result = self.retry(lambda: self.queue.sweep(s.sweep_batch), "sweep")
+            result = self.retry(lambda: queue.sweep(s.sweep_batch), "sweep")
             if self.audit_log is not None and result.total:
                 # Right after the sweep: a cleaner killed in between leaves these unrecorded.
                 lost = result.requeued + result.dead_lettered
@@ -93,14 +104,13 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             trimmed += result.done_trimmed
             if result.total < s.sweep_batch:
                 break
-        self.metrics.sweep_seconds.observe(time.monotonic() - started)
-        self.metrics.last_sweep_timestamp.set(time.time())
-        self.metrics.requeued.inc(requeued)
-        self.metrics.jobs_dead_lettered.inc(dead)
-        self.metrics.done_trimmed.inc(trimmed)
+        self.metrics.requeued.labels(queue.name).inc(requeued)
+        self.metrics.jobs_dead_lettered.labels(queue.name).inc(dead)
+        self.metrics.done_trimmed.labels(queue.name).inc(trimmed)
         if requeued or dead:
             self.log.info(
-                "sweep: requeued %d jobs whose lease expired, dead-lettered %d, dropped %d old ids from done",
+                "sweep of %s: requeued %d jobs whose lease expired, dead-lettered %d, dropped %d old ids from done",
+                queue.name,
                 requeued,
                 dead,
                 trimmed,
@@ -124,15 +134,18 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         return result.created
 
     def update_depth(self) -> None:
-        stats = self.retry(self.queue.stats, "stats")
-        for state in STATES:
-            self.metrics.queue_depth.labels(state).set(stats[state])
-        self.metrics.oldest_pending_age.set(stats["oldest_pending_age_seconds"])
-        by_priority: dict[int, int] = stats["todos_by_priority"]
-        # A priority that had jobs and has none now reads 0, not its last count.
-        self._priorities_seen |= by_priority.keys()
-        for priority in self._priorities_seen:
-            self.metrics.todos_by_priority.labels(str(priority)).set(by_priority.get(priority, 0))
+        m = self.metrics
+        for queue in self.served:
+            stats = self.retry(queue.stats, "stats")
+            for state in STATES:
+                m.queue_depth.labels(queue.name, state).set(stats[state])
+            m.oldest_pending_age.labels(queue.name).set(stats["oldest_pending_age_seconds"])
+            by_priority: dict[int, int] = stats["todos_by_priority"]
+            # A priority that had jobs and has none now reads 0, not its last count.
+            seen = self._priorities_seen[queue.name]
+            seen |= by_priority.keys()
+            for priority in seen:
+                m.todos_by_priority.labels(queue.name, str(priority)).set(by_priority.get(priority, 0))
 
     def audit_step(self) -> None:
         """With AUDIT on: go on with the audit under way, or start one if AUDIT_INTERVAL has passed

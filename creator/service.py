@@ -34,7 +34,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
     def __init__(
         self, settings: CreatorSettings, queue: Queue | ShardedQueue | None = None, stdin: TextIO | None = None
     ) -> None:
-        super().__init__(settings, CreatorMetrics(new_registry()), queue)
+        super().__init__(settings, CreatorMetrics(new_registry(), settings.queue_names[0]), queue)
         assert not isinstance(self.queue, QueueGroup)  # serves_several is False: the first queue only
         self.target: Queue | ShardedQueue = self.queue
         self.stdin = stdin

@@ -116,7 +116,7 @@ def test_a_handler_raising_retry_later_waits_that_long_and_an_idle_worker_wakes_
     thread.start()
     try:
         wait_until(lambda: q.stats()["done"] == 1, 30, "the retried job done")
-        assert service.metrics.registry.get_sample_value("setqueue_jobs_scheduled_total") == 1
+        assert service.metrics.registry.get_sample_value("setqueue_jobs_scheduled_total", {"queue": queue_name}) == 1
     finally:
         service.request_stop()
         thread.join(30)

@@ -283,9 +283,10 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
     info = q.inspect("bad")
     assert info is not None and "always fails" in (info.error or "")
     sample = service.metrics.registry.get_sample_value
-    assert sample("setqueue_jobs_completed_total", {"outcome": "success"}) == 2
-    assert sample("setqueue_jobs_dead_lettered_total") == 2
-    assert sample("setqueue_jobs_retried_total") == 1
+    mine = {"queue": queue_name}
+    assert sample("setqueue_jobs_completed_total", {**mine, "outcome": "success"}) == 2
+    assert sample("setqueue_jobs_dead_lettered_total", mine) == 2
+    assert sample("setqueue_jobs_retried_total", mine) == 1
     service.close()
 
 
@@ -319,7 +320,8 @@ def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queu
     assert creator.run() == 0
     assert (creator.sent, creator.created, creator.duplicates) == (4, 2, 2)
     sample = creator.metrics.registry.get_sample_value
-    assert sample("setqueue_jobs_created_total") == 2 and sample("setqueue_jobs_duplicate_total") == 2
+    mine = {"queue": queue_name}
+    assert sample("setqueue_jobs_created_total", mine) == 2 and sample("setqueue_jobs_duplicate_total", mine) == 2
     assert creator.queue.stats()["todos"] == 3
     creator.close()
 

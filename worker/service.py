@@ -25,8 +25,11 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from prometheus_client import Counter as PromCounter
 
 from setqueue.audit import AuditRecorder
 from setqueue.config import WorkerSettings, load_handler
@@ -63,7 +66,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
         self._configure = self._configure_hook(settings)
-        super().__init__(settings, WorkerMetrics(new_registry()), queue)
+        super().__init__(settings, WorkerMetrics(new_registry(), settings.queue_names), queue)
         self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
         self.engine.low_water = max(1, settings.claim_batch // 2)  # where _wanted starts to claim
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
@@ -73,13 +76,12 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []
-        self._durations: list[float] = []
+        self._durations: list[tuple[str, float]] = []  # (queue, seconds) of jobs that ended
         self._oldest_ack = 0.0
         self._handback_seconds = settings.lease_seconds / 3
         self._shutting_down = False
         self._stopped = threading.Event()  # run() has returned: the backstop stands down
         self._exit_code = 0
-        self._succeeded = self.metrics.jobs_completed.labels("success")
         self.metrics.worker_slots.set(settings.concurrency)
 
     @property
@@ -90,7 +92,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.metrics.lease_renewals.inc(count)
 
     def _lost(self, lease: Lease) -> None:
-        self.metrics.leases_lost.inc()
+        self.metrics.leases_lost.labels(lease.queue).inc()
 
     def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
         """``configure_worker`` of the module JOB_HANDLER names (the function may have been imported
@@ -165,7 +167,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _time_out(self, record: Running) -> None:
         lease, timeout = record.lease, self.settings.job_timeout_seconds
         self.engine.interrupt(record)
-        self.metrics.job_timeouts.inc()
+        self.metrics.job_timeouts.labels(lease.queue).inc()
         self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
         self._fail(lease, f"timeout: the job ran longer than JOB_TIMEOUT_SECONDS ({timeout:g}s)")
 
@@ -174,7 +176,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _job_ended(self, record: Running, error: BaseException | None) -> None:
         duration = time.monotonic() - record.started
         with self._ended_lock:
-            self._durations.append(duration)
+            self._durations.append((record.lease.queue, duration))
             if error is None:
                 if not self._acks:
                     self._oldest_ack = time.monotonic()
@@ -189,7 +191,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             acks, self._acks = self._acks, []
             fails, self._fails = self._fails, []
             durations, self._durations = self._durations, []
-        self.metrics.processing_seconds.observe_many(durations)
+        for queue, seconds in _by_queue(durations).items():
+            self.metrics.processing_seconds.observe_many(seconds, queue)
         if acks:
             self._ack(acks)
         for lease, error in fails:
@@ -201,13 +204,14 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the shutdown backstop still applies).
         results = self._resendable(lambda rid: self.queue.ack_many(leases, request_id=rid), "ack", until_stopped=False)
-        acked = sum(1 for result in results if result.acked)
-        self._succeeded.inc(acked)
-        if acked < len(results):
-            self.metrics.stale_acks.inc(len(results) - acked)
-        self.metrics.end_to_end_seconds.observe_many(
-            seconds for result in results if (seconds := result.end_to_end_seconds) is not None
-        )
+        outcomes = list(zip(leases, results, strict=True))
+        _count(self.metrics.stale_acks, [lease for lease, result in outcomes if not result.acked])
+        acked = [lease for lease, result in outcomes if result.acked]
+        for queue, n in Counter(lease.queue for lease in acked).items():
+            self.metrics.jobs_completed.labels(queue, "success").inc(n)
+        end_to_end = [(lease.queue, s) for lease, result in outcomes if (s := result.end_to_end_seconds) is not None]
+        for queue, seconds in _by_queue(end_to_end).items():
+            self.metrics.end_to_end_seconds.observe_many(seconds, queue)
 
     def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> None:
         self.keeper.drop([lease])
@@ -216,16 +220,17 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             "fail",
             until_stopped=False,
         )
+        m, queue = self.metrics, lease.queue
         if outcome is FailOutcome.STALE:
-            self.metrics.stale_acks.inc()
+            m.stale_acks.labels(queue).inc()
         else:
-            self.metrics.jobs_completed.labels("failure").inc()
+            m.jobs_completed.labels(queue, "failure").inc()
             if outcome is FailOutcome.RETRIED:
-                self.metrics.jobs_retried.inc()
+                m.jobs_retried.labels(queue).inc()
                 if (delay if delay is not None else self.queue.retry_backoff_seconds) > 0:
-                    self.metrics.jobs_scheduled.inc()
+                    m.jobs_scheduled.labels(queue).inc()
             elif outcome is FailOutcome.DEAD:
-                self.metrics.jobs_dead_lettered.inc()
+                m.jobs_dead_lettered.labels(queue).inc()
                 self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, reason)
         self.log.debug("job %s attempt %d failed (%s): %s", lease.id, lease.attempt, outcome, reason)
 
@@ -244,7 +249,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                     self.retry(lambda: self.queue.wait_for_work(block), "wait")
                     continue
                 self.keeper.hold(leases)
-                self.metrics.jobs_claimed.inc(len(leases))
+                _count(self.metrics.jobs_claimed, leases)
                 self._observe_queue_wait(leases)
                 try:
                     self.engine.put(leases)
@@ -335,13 +340,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         return self.retry(attempt, what, until_stopped=until_stopped)
 
     def _observe_queue_wait(self, leases: list[Lease]) -> None:
-        """Queue wait per priority: one histogram batch per priority in the claim (usually one)."""
-        waits: dict[int, list[float]] = {}
+        """Queue wait per queue and priority: one histogram batch for each (usually one a claim)."""
+        waits: dict[tuple[str, int], list[float]] = {}
         for lease in leases:
             if (wait := lease.queue_wait_seconds) is not None:
-                waits.setdefault(lease.priority, []).append(wait)
-        for priority, values in waits.items():
-            self.metrics.queue_wait_seconds.observe_many(values, str(priority))
+                waits.setdefault((lease.queue, lease.priority), []).append(wait)
+        for (queue, priority), values in waits.items():
+            self.metrics.queue_wait_seconds.observe_many(values, queue, str(priority))
 
     def _release(self, leases: list[Lease]) -> None:
         if not leases:
@@ -356,6 +361,19 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 exc,
             )
             return
-        released = sum(1 for o in outcomes if o is FailOutcome.RELEASED)
-        self.metrics.jobs_released.inc(released)
-        self.log.info("handed %d jobs back to todos", released)
+        released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]
+        _count(self.metrics.jobs_released, released)
+        self.log.info("handed %d jobs back to todos", len(released))
+
+
+def _count(counter: PromCounter, leases: list[Lease]) -> None:
+    """``counter`` (labelled by queue) up by the leases of each queue."""
+    for queue, n in Counter(lease.queue for lease in leases).items():
+        counter.labels(queue).inc(n)
+
+
+def _by_queue(values: list[tuple[str, float]]) -> dict[str, list[float]]:
+    grouped: dict[str, list[float]] = {}
+    for queue, value in values:
+        grouped.setdefault(queue, []).append(value)
+    return grouped

@@ -1,16 +1,18 @@
 """Prometheus metrics of the three services, one class per role.
 
 Every name starts with ``setqueue_``; counters end in ``_total`` and durations are in seconds.
-There are no per-worker or per-job labels: Prometheus's ``instance`` label already names the
-replica. Each role registers only its own metrics, so a gauge such as ``setqueue_queue_depth``
-comes from the cleaner alone and is not multiplied by the number of worker replicas.
+Every metric about jobs or a queue's state carries the ``queue`` label (the name in QUEUE_NAME;
+a sharded queue's shards count as one); there are no per-worker or per-job labels: Prometheus's
+``instance`` label already names the replica. Each role registers only its own metrics, so a
+gauge such as ``setqueue_queue_depth`` comes from the cleaner alone and is not multiplied by the
+number of worker replicas.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -46,7 +48,7 @@ class BatchHistogram:
     """A Prometheus histogram for the worker's hot path: ``observe_many`` takes its lock once
     per batch of jobs, where prometheus_client's Histogram takes two locks per observation.
     Exported through the registry as an ordinary histogram (``_bucket``, ``_count``, ``_sum``),
-    with one series per value of its label when it has one (``label``)."""
+    one series per combination of its ``labels``' values."""
 
     def __init__(
         self,
@@ -54,48 +56,48 @@ class BatchHistogram:
         documentation: str,
         buckets: Iterable[float],
         registry: CollectorRegistry,
-        label: str | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.documentation = documentation
-        self.label = label
+        self.labels = tuple(labels)
         self._bounds = tuple(sorted(float(b) for b in buckets))  # the +Inf bucket is the extra slot
-        self._series: dict[str, tuple[list[int], list[float]]] = {}  # label value -> (counts, [sum])
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}  # values -> (counts, [sum])
         self._lock = threading.Lock()
+        if not self.labels:
+            self.observe_many(())  # an unlabelled histogram exists from the start
         registry.register(self)
 
-    def observe(self, value: float, label_value: str = "") -> None:
-        self.observe_many((value,), label_value)
+    def observe(self, value: float, *label_values: str) -> None:
+        self.observe_many((value,), *label_values)
 
-    def observe_many(self, values: Iterable[float], label_value: str = "") -> None:
-        """Observe ``values``, all in the series of ``label_value`` (ignored without a label)."""
+    def observe_many(self, values: Iterable[float], *label_values: str) -> None:
+        """Observe ``values``, all in the series of ``label_values`` (one value per label)."""
+        if len(label_values) != len(self.labels):
+            raise ValueError(f"{self.name} takes the values of {self.labels}, got {label_values}")
         bounds = self._bounds
         with self._lock:
-            series = self._series.get(label_value)
+            series = self._series.get(label_values)
             if series is None:
-                series = self._series[label_value] = ([0] * (len(bounds) + 1), [0.0])
+                series = self._series[label_values] = ([0] * (len(bounds) + 1), [0.0])
             counts, total = series
             for value in values:
                 counts[bisect_left(bounds, value)] += 1  # le is inclusive: value <= bound
                 total[0] += value
 
     def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation, labels=[self.label] if self.label else None)
+        yield HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            snapshot = {value: (list(counts), total[0]) for value, (counts, total) in self._series.items()}
-        if self.label is None:
-            family = HistogramMetricFamily(self.name, self.documentation)
-            snapshot.setdefault("", ([0] * (len(self._bounds) + 1), 0.0))
-        else:
-            family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
-        for label_value, (counts, total) in sorted(snapshot.items()):
+            snapshot = {values: (list(counts), total[0]) for values, (counts, total) in self._series.items()}
+        family = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
+        for label_values, (counts, total) in sorted(snapshot.items()):
             cumulative, buckets = 0, []
             for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
                 cumulative += count
                 buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
-            family.add_metric([label_value] if self.label else [], buckets, total)
+            family.add_metric(list(label_values), buckets, total)
         yield family
 
 
@@ -112,62 +114,69 @@ class ServiceMetrics:
 
 
 class CreatorMetrics(ServiceMetrics):
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, queue: str = "default") -> None:
         super().__init__(registry)
         self.jobs_created = Counter(
             "setqueue_jobs_created_total",
-            "Job ids newly added to todos (ids the queue already knew are not counted).",
+            "Job ids newly added to todos (ids the queue already knew are not counted), by queue.",
+            ["queue"],
             registry=registry,
-        )
+        ).labels(queue)
         self.jobs_duplicate = Counter(
             "setqueue_jobs_duplicate_total",
-            "Job ids submitted that the queue already knew (todos, in_progress, done or failed).",
+            "Job ids submitted that the queue already knew (todos, in_progress, done or failed), by queue.",
+            ["queue"],
             registry=registry,
-        )
+        ).labels(queue)
 
 
 class WorkerMetrics(ServiceMetrics):
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """Counters and histograms of jobs carry the ``queue`` they came from; the gauges of slots and
+    threads are the process's."""
+
+    def __init__(self, registry: CollectorRegistry, queues: Sequence[str] = ("default",)) -> None:
         super().__init__(registry)
-        self.jobs_claimed = Counter(
-            "setqueue_jobs_claimed_total", "Jobs claimed (moved todos -> in_progress).", registry=registry
-        )
+
+        def per_queue(name: str, documentation: str) -> Counter:
+            counter = Counter(name, documentation, ["queue"], registry=registry)
+            for queue in queues:
+                counter.labels(queue)
+            return counter
+
+        self.jobs_claimed = per_queue("setqueue_jobs_claimed_total", "Jobs claimed (moved todos -> in_progress).")
         self.jobs_completed = Counter(
             "setqueue_jobs_completed_total",
-            "Jobs finished by this worker, by outcome: success (acked into done) or failure "
+            "Jobs finished by this worker, by queue and outcome: success (acked into done) or failure "
             "(the handler raised; retried or dead-lettered).",
-            ["outcome"],
+            ["queue", "outcome"],
             registry=registry,
         )
-        for outcome in ("success", "failure"):
-            self.jobs_completed.labels(outcome)
-        self.jobs_retried = Counter(
-            "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt.", registry=registry
+        for queue in queues:
+            for outcome in ("success", "failure"):
+                self.jobs_completed.labels(queue, outcome)
+        self.jobs_retried = per_queue(
+            "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt."
         )
-        self.jobs_dead_lettered = dead_lettered_counter(registry)
-        self.jobs_released = Counter(
+        self.jobs_dead_lettered = dead_lettered_counter(registry, queues)
+        self.jobs_released = per_queue(
             "setqueue_jobs_released_total",
             "Jobs handed back to todos unstarted or unfinished, without using an attempt (a buffered job "
             "that waited too long for a slot, or a shutdown).",
-            registry=registry,
         )
-        self.jobs_scheduled = Counter(
+        self.jobs_scheduled = per_queue(
             "setqueue_jobs_scheduled_total",
             "Failed jobs put into scheduled to be retried later (backoff or RetryLater).",
-            registry=registry,
         )
         self.lease_renewals = Counter(
             "setqueue_lease_renewals_total", "Lease renewals that succeeded.", registry=registry
         )
-        self.leases_lost = Counter(
+        self.leases_lost = per_queue(
             "setqueue_leases_lost_total",
             "Leases found lost on renewal (the lock expired or another worker owns the job).",
-            registry=registry,
         )
-        self.stale_acks = Counter(
+        self.stale_acks = per_queue(
             "setqueue_stale_acks_total",
             "Acks and fails refused because the lease was lost; nothing was changed.",
-            registry=registry,
         )
         self.jobs_in_progress = Gauge(
             "setqueue_jobs_in_progress", "Jobs this worker holds right now.", registry=registry
@@ -178,10 +187,8 @@ class WorkerMetrics(ServiceMetrics):
         self.worker_slots = Gauge(
             "setqueue_worker_slots", "Jobs this worker can run at once (CONCURRENCY).", registry=registry
         )
-        self.job_timeouts = Counter(
-            "setqueue_job_timeouts_total",
-            "Jobs that ran past JOB_TIMEOUT_SECONDS: failed with reason timeout.",
-            registry=registry,
+        self.job_timeouts = per_queue(
+            "setqueue_job_timeouts_total", "Jobs that ran past JOB_TIMEOUT_SECONDS: failed with reason timeout."
         )
         self.zombie_threads = Gauge(
             "setqueue_worker_zombie_threads",
@@ -189,34 +196,56 @@ class WorkerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.processing_seconds = BatchHistogram(
-            "setqueue_job_processing_seconds", "Time the handler took per job.", PROCESSING_BUCKETS, registry
+            "setqueue_job_processing_seconds",
+            "Time the handler took per job, by queue.",
+            PROCESSING_BUCKETS,
+            registry,
+            ["queue"],
         )
         self.queue_wait_seconds = BatchHistogram(
             "setqueue_job_queue_wait_seconds",
-            "Enqueue (or becoming due) to claim, by the Redis clock, by the job's priority.",
+            "Enqueue (or becoming due) to claim, by the Redis clock, by queue and the job's priority.",
             WAIT_BUCKETS,
             registry,
-            label="priority",
+            ["queue", "priority"],
         )
-        self.queue_wait_seconds.observe_many((), "0")  # the default priority's series, from the start
         self.end_to_end_seconds = BatchHistogram(
-            "setqueue_job_end_to_end_seconds", "Enqueue to done, by the Redis clock.", WAIT_BUCKETS, registry
+            "setqueue_job_end_to_end_seconds",
+            "Enqueue to done, by the Redis clock, by queue.",
+            WAIT_BUCKETS,
+            registry,
+            ["queue"],
         )
+        for queue in queues:  # every queue's series, from the start
+            self.processing_seconds.observe_many((), queue)
+            self.queue_wait_seconds.observe_many((), queue, "0")
+            self.end_to_end_seconds.observe_many((), queue)
 
 
 class CleanerMetrics(ServiceMetrics):
-    def __init__(self, registry: CollectorRegistry, schedules: Iterable[str] = (), *, audit: bool = False) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        schedules: Iterable[str] = (),
+        *,
+        audit: bool = False,
+        queues: Sequence[str] = ("default",),
+    ) -> None:
         super().__init__(registry)
         # Only with AUDIT on: a 0 from an audit that never ran would read as "nothing lost".
         self.audit = AuditMetrics(registry) if audit else None
         self.requeued = Counter(
             "setqueue_cleaner_requeued_total",
-            "Jobs whose lease expired, moved back from in_progress to todos.",
+            "Jobs whose lease expired, moved back from in_progress to todos, by queue.",
+            ["queue"],
             registry=registry,
         )
-        self.jobs_dead_lettered = dead_lettered_counter(registry)
+        self.jobs_dead_lettered = dead_lettered_counter(registry, queues)
         self.done_trimmed = Counter(
-            "setqueue_done_trimmed_total", "Ids dropped from done by the age retention.", registry=registry
+            "setqueue_done_trimmed_total",
+            "Ids dropped from done by the age retention, by queue.",
+            ["queue"],
+            registry=registry,
         )
         self.sweep_seconds = Histogram(
             "setqueue_sweep_duration_seconds", "Time one sweep took.", buckets=SWEEP_BUCKETS, registry=registry
@@ -227,22 +256,27 @@ class CleanerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.queue_depth = Gauge(
-            "setqueue_queue_depth", "Number of ids in each set of the queue.", ["state"], registry=registry
+            "setqueue_queue_depth", "Number of ids in each state of each queue.", ["queue", "state"], registry=registry
         )
-        for state in STATES:
-            self.queue_depth.labels(state)
         self.todos_by_priority = Gauge(
             "setqueue_todos_by_priority",
-            "Jobs waiting in todos, by priority (-10 to 10, higher runs first).",
-            ["priority"],
+            "Jobs waiting in todos, by queue and priority (-10 to 10, higher runs first).",
+            ["queue", "priority"],
             registry=registry,
         )
-        self.todos_by_priority.labels("0")
         self.oldest_pending_age = Gauge(
             "setqueue_oldest_pending_age_seconds",
-            "Age of the oldest job not yet done or dead-lettered (0 when there is none).",
+            "Age of the oldest job not yet done or dead-lettered (0 when there is none), by queue.",
+            ["queue"],
             registry=registry,
         )
+        for queue in queues:
+            self.requeued.labels(queue)
+            self.done_trimmed.labels(queue)
+            self.oldest_pending_age.labels(queue)
+            self.todos_by_priority.labels(queue, "0")
+            for state in STATES:
+                self.queue_depth.labels(queue, state)
         self.periodic_runs = Counter(
             "setqueue_periodic_runs_total",
             "Runs of periodic jobs (SCHEDULES) this cleaner created, by schedule name.",
@@ -285,10 +319,14 @@ class AuditMetrics:
         self.duration.set(report.seconds)
 
 
-def dead_lettered_counter(registry: CollectorRegistry) -> Counter:
+def dead_lettered_counter(registry: CollectorRegistry, queues: Sequence[str]) -> Counter:
     """Workers (attempts used up on fail) and the cleaner (on lease expiry) both dead-letter."""
-    return Counter(
+    counter = Counter(
         "setqueue_jobs_dead_lettered_total",
-        "Jobs moved into failed (the dead-letter set) by this process.",
+        "Jobs moved into failed (the dead-letter set) by this process, by queue.",
+        ["queue"],
         registry=registry,
     )
+    for queue in queues:
+        counter.labels(queue)
+    return counter
