@@ -85,23 +85,33 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
     exprs = "\n".join(expr for _, expr in dashboard_queries(dashboard))
     titles = {p["title"] for p in data_panels(dashboard)}
     assert {"Workers up", "Backlog", "In flight", "Completed / s", "Failure %", "Dead letters", "Oldest wait"} <= titles
-    assert 'sum by (instance) (rate(setqueue_jobs_completed_total{outcome="success"}[$__rate_interval]))' in exprs
+    mine = 'queue=~"$queue"'  # every queue-labelled series is filtered by the dashboard's queue variable
+    assert (
+        f'sum by (instance) (rate(setqueue_jobs_completed_total{{{mine}, outcome="success"}}[$__rate_interval]))'
+        in exprs
+    )
     for histogram in ("setqueue_job_processing_seconds", "setqueue_job_queue_wait_seconds"):
         for q in ("0.5", "0.95", "0.99"):
-            assert f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket[$__rate_interval])))" in exprs
+            expected = f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{{{mine}}}[$__rate_interval])))"
+            assert expected in exprs
     for metric in (
         "setqueue_jobs_created_total",
         "setqueue_cleaner_requeued_total",
         "setqueue_last_sweep_timestamp_seconds",
         "setqueue_oldest_pending_age_seconds",
-        'setqueue_queue_depth{state="in_progress"}',
-        'setqueue_queue_depth{state="failed"}',
+        f'setqueue_queue_depth{{{mine}, state="in_progress"}}',
+        f'setqueue_queue_depth{{{mine}, state="failed"}}',
         "sum by (instance) (setqueue_jobs_running) / sum by (instance) (setqueue_worker_slots)",
         "setqueue_job_timeouts_total",
         "setqueue_worker_zombie_threads",
     ):
         assert metric in exprs, metric
     assert any("drain" in t.lower() for t in titles)
+    [variable] = dashboard["templating"]["list"]
+    assert variable["name"] == "queue" and variable["includeAll"] and variable["multi"]
+    for expr in exprs.splitlines():  # nothing about a queue shows every queue regardless of the choice
+        for name in ("setqueue_queue_depth", "setqueue_jobs_completed_total", "setqueue_job_queue_wait_seconds"):
+            assert name not in expr or mine in expr, expr
 
 
 def test_the_nothing_lost_row_shows_the_audit(dashboard: dict[str, Any]) -> None:

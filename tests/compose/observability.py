@@ -34,6 +34,7 @@ GRAFANA_VARIABLES = {
     "${__interval}": "15s",
     "$__range": "15m",
     "${__range}": "15m",
+    "$queue": ".*",  # the dashboard's queue variable, All selected
 }
 
 
