@@ -4,9 +4,12 @@ it belongs to."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.cluster import RedisCluster
 
 if TYPE_CHECKING:
     from setqueue.queue import Queue
@@ -72,3 +75,25 @@ def sum_counts(counts: Iterable[Mapping[int, int]]) -> dict[int, int]:
         for key, n in each.items():
             total[key] += n
     return dict(total)
+
+
+# On a Redis Cluster one BLPOP cannot span the wake lists of several slots: the waiting polls them
+# this often instead (an idle worker's pick-up then takes up to this long, not a millisecond).
+CLUSTER_WAKE_POLL_SECONDS = 0.05
+
+
+def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool:
+    """Block until one of the wake lists ``keys`` has a token (taking it) or ``timeout`` passes: one
+    BLPOP over all of them, or on a Redis Cluster (whose BLPOP takes keys of one slot only) a poll of
+    each, then a short BLPOP on the first, in turn."""
+    if not isinstance(client, RedisCluster):
+        return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        if any(client.lpop(key) is not None for key in keys[1:]):
+            return True
+        remaining = deadline - time.monotonic()
+        if client.blpop([keys[0]], timeout=max(min(remaining, CLUSTER_WAKE_POLL_SECONDS), 0.001)) is not None:
+            return True
+        if remaining <= CLUSTER_WAKE_POLL_SECONDS:
+            return False

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts
+from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts, wait_on_wake_lists
 from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
 from setqueue.sharded import ShardedQueue, open_queue
 
@@ -75,7 +75,7 @@ class QueueGroup(SharedOptions):
             timeout = min(timeout, due_in)
             if timeout <= 0:
                 return True
-        return self.redis.blpop(self.wake_keys(), timeout=max(timeout, 0.001)) is not None
+        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
 
     def renew(self, lease: Lease) -> bool:
         return self.renew_many([lease])[0]

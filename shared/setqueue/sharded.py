@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts
+from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts, wait_on_wake_lists
 from setqueue.keys import MAX_SHARDS, validate_job_id
 from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
 
@@ -112,7 +112,7 @@ class ShardedQueue(SharedOptions):
             timeout = min(timeout, due_in)
             if timeout <= 0:
                 return True
-        return self.redis.blpop(self.wake_keys(), timeout=max(timeout, 0.001)) is not None
+        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
 
     def wake_keys(self) -> list[str]:
         return [q.keys.wake for q in self.shards]
