@@ -4,6 +4,7 @@ call reaching the queue a lease came from."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from setqueue import FailOutcome, Queue
-from setqueue.group import QueueGroup, open_queues
+from setqueue import FailOutcome, Lease, MoveTo, Queue
+from setqueue.config import WorkerSettings
+from setqueue.group import QueueGroup, open_queues, primary
 from setqueue.sharded import ShardedQueue, open_queue
 from tests.engine_jobs import ExecutionLog
-from tests.procs import Proc, wait_until
+from tests.procs import Proc, base_env, wait_until
+from worker.service import WorkerService
 
 
 @pytest.fixture
@@ -141,3 +144,26 @@ def test_workers_and_a_cleaner_drain_a_sharded_queue_once_each(
     wait_until(lambda: sharded.stats()["done"] == 400, 60, "every job done")
     assert execlog.starts() == dict.fromkeys(ids, 1)
     sharded.close()
+
+
+def test_a_handler_moves_a_job_to_another_queue(redis_url: str, queue_name: str) -> None:
+    inbox, review = f"{queue_name}-inbox", f"{queue_name}-review"
+
+    def handler(lease: Lease) -> None:
+        if lease.queue == inbox and lease.id.startswith("suspicious"):
+            raise MoveTo(review, priority=3)
+
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=inbox, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
+    service = WorkerService(WorkerSettings.from_env(env), handler=handler)
+    source = primary(service.queue)
+    source.enqueue({"fine": "a", "suspicious-1": "b"})
+    thread = threading.Thread(target=service.run)
+    thread.start()
+    try:
+        wait_until(lambda: source.stats()["done"] == 2, 30, "both jobs finished in the inbox")
+    finally:
+        service.request_stop()
+        thread.join(30)
+    moved = Queue.from_url(redis_url, review).inspect("suspicious-1")
+    assert moved is not None and (moved.state, moved.payload, moved.priority) == ("todos", "b", 3)
+    assert Queue.from_url(redis_url, review).inspect("fine") is None

@@ -36,8 +36,18 @@ from setqueue.config import WorkerSettings, load_handler
 from setqueue.lease import LeaseKeeper
 from setqueue.logs import flush_logs
 from setqueue.metrics import WorkerMetrics, new_registry
-from setqueue.queue import FailOutcome, JobTimeout, Lease, PermanentJobError, Queue, RetryLater, new_request_id
+from setqueue.queue import (
+    FailOutcome,
+    JobTimeout,
+    Lease,
+    MoveTo,
+    PermanentJobError,
+    Queue,
+    RetryLater,
+    new_request_id,
+)
 from setqueue.service import Service, Stopping
+from setqueue.sharded import open_queue
 from worker.engine import Engine, Running
 
 TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
@@ -196,6 +206,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if acks:
             self._ack(acks)
         for lease, error in fails:
+            if isinstance(error, MoveTo):
+                self._move(lease, error)
+                continue
             reason = "timeout: JobTimeout raised by the handler" if isinstance(error, JobTimeout) else repr(error)
             delay = error.seconds if isinstance(error, RetryLater) else None
             self._fail(lease, reason[:2000], retry=not isinstance(error, PermanentJobError), delay=delay)
@@ -212,6 +225,16 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         end_to_end = [(lease.queue, s) for lease, result in outcomes if (s := result.end_to_end_seconds) is not None]
         for queue, seconds in _by_queue(end_to_end).items():
             self.metrics.end_to_end_seconds.observe_many(seconds, queue)
+
+    def _move(self, lease: Lease, move: MoveTo) -> None:
+        """The handler moved the job: into the other queue first, then acked here (at least once)."""
+        s = self.settings
+        options = {k: v for k, v in s.queue_options().items() if k != "name"}
+        target = open_queue(s.redis_url, move.queue, s.queue_shards, client=self.queue.redis, **options)
+        job = {lease.id: lease.payload} if lease.payload is not None else [lease.id]
+        self.retry(lambda: target.enqueue(job, priority=move.priority), "move", until_stopped=False)
+        self.log.info("job %s moved from queue %s to %s", lease.id, lease.queue, move.queue)
+        self._ack([lease])
 
     def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> None:
         self.keeper.drop([lease])

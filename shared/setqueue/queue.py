@@ -41,6 +41,7 @@ from setqueue.keys import (
     priority_of_rank,
     validate_job_id,
     validate_priority,
+    validate_queue_name,
 )
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import new_request_id as _new_request_id
@@ -279,6 +280,19 @@ class RetryLater(Exception):
             raise ValueError(f"RetryLater needs a finite number of seconds >= 0, got {seconds!r}")
         super().__init__(reason or f"retry in {seconds:g}s")
         self.seconds = float(seconds)
+
+
+class MoveTo(Exception):
+    """Raise from a job handler to move the job to another queue: the worker enqueues it there (same
+    id, same payload, ``priority``) and then acks it here, so it runs there next. At least once: a
+    worker that dies in between leaves it here to run again, and enqueue there is idempotent."""
+
+    def __init__(self, queue: str, priority: int = 0) -> None:
+        validate_queue_name(queue)
+        validate_priority(priority)
+        super().__init__(f"moved to queue {queue}")
+        self.queue = queue
+        self.priority = priority
 
 
 class JobTimeout(BaseException):
