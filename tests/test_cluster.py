@@ -21,6 +21,7 @@ from setqueue.cli import main as cli_main
 from setqueue.config import SettingError
 from setqueue.queue import ClusterAwareRedis
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
+from setqueue.sharded import ShardedQueue, open_queue, shard_name, shard_of
 from tests.cluster_support import RedisClusterNodes
 from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, wait_until
@@ -478,3 +479,94 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert any(
         len(keys) > len(CONTRACTS[name].keys) + 1 for name, keys, _ in calls if name in ("renew", "ack", "sweep")
     )
+
+
+# -- one queue over the cluster's masters: shards ------------------------------------------------------
+
+
+def evenly_sharded_name(cluster: RedisClusterNodes, prefix: str, shards: int) -> str:
+    """A queue name whose ``shards`` shards fall evenly on the masters (so that a test of the
+    spread does not depend on where CRC16 happens to put them)."""
+    ranges = cluster.slot_ranges()
+    masters = {master for _, _, master in ranges}
+    for n in range(10_000):
+        name = f"{prefix}-{n}"
+        per_master: dict[int, int] = dict.fromkeys(masters, 0)
+        for shard in range(shards):
+            slot = cluster.queue_slot(shard_name(name, shard))
+            [master] = [m for start, end, m in ranges if start <= slot <= end]
+            per_master[master] += 1
+        if len(set(per_master.values())) == 1:
+            return name
+    raise AssertionError("no evenly sharded name")
+
+
+def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -> None:
+    name = evenly_sharded_name(cluster, "spread", 6)
+    q = open_queue(cluster.url(), name, shards=6, max_attempts=2, retry_backoff_seconds=0)
+    assert isinstance(q, ShardedQueue)
+    ids = [f"job-{n}" for n in range(600)]
+    assert q.enqueue(ids) == 600 and q.enqueue(ids[:10]) == 0
+    held = keys_by_master(cluster, f"setqueue:{{{name}~")
+    assert len(held) == 3 and all(n > 0 for n in held.values()), held  # every master holds two shards
+    per_master = {master: 0 for master in held}
+    for shard, stats in enumerate(q.stats()["shards"]):
+        per_master[cluster.master_of(cluster.queue_slot(shard_name(name, shard)))] += stats["todos"]
+    assert all(150 <= n <= 250 for n in per_master.values()), per_master  # a fair share of 600 each
+    # The API across the shards, on the cluster.
+    leases = q.claim(50)
+    assert len(leases) == 50 and {lease.queue for lease in leases} == {name}
+    assert all(q.renew_many(leases))
+    assert all(r.acked for r in q.ack_many(leases[:40]))
+    assert q.fail(leases[40], "boom", retry=False) is FailOutcome.DEAD
+    assert q.release(leases[41:]) == [FailOutcome.RELEASED] * 9
+    info = q.inspect(leases[40].id)
+    assert info is not None and info.state == "failed"
+    assert q.requeue_failed() == 1 and q.delete(leases[0].id) == "done"
+    assert q.sweep().total == 0
+    stats = q.stats()
+    assert (stats["todos"], stats["done"], stats["failed"]) == (560, 39, 0)
+    q.close()
+
+
+def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClusterNodes) -> None:
+    name = evenly_sharded_name(cluster, "wake", 3)
+    idle = open_queue(cluster.url(), name, shards=3)
+    producer = open_queue(cluster.url(), name, shards=3)
+    assert isinstance(idle, ShardedQueue) and isinstance(producer, ShardedQueue)
+    for shard in range(3):  # a wake-up from every shard, each on its own master
+        job_id = next(f"w{n}" for n in range(1000) if shard_of(f"w{n}", 3) == shard)
+        threading.Timer(0.2, lambda j=job_id: producer.enqueue([j])).start()
+        started = time.monotonic()
+        assert idle.wait_for_work(10)
+        assert time.monotonic() - started < 2
+        assert [lease.id for lease in idle.claim(5)] == [job_id]
+    idle.close()
+    producer.close()
+
+
+@pytest.mark.slow
+def test_the_services_drain_a_six_shard_queue_each_job_once(
+    cluster: RedisClusterNodes, procs: list[Proc], tmp_path: Path
+) -> None:
+    total = 20_000
+    name = evenly_sharded_name(cluster, "drain", 6)
+    settings = service_settings(cluster.url(), name, tmp_path / "exec.log", LEASE_SECONDS=10, QUEUE_SHARDS=6)
+    q = open_queue(cluster.url(), name, shards=6)
+    try:
+        procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=1, **settings))
+        creator = Proc.start(
+            "creator", tmp_path, CREATE_TOTAL=total, CREATE_RATE=0, CREATE_BATCH=500, CREATE_ID_PREFIX="j", **settings
+        )
+        procs.append(creator)
+        for n in range(2):
+            procs.append(Proc.start("worker", tmp_path, name=f"worker-{n}", CONCURRENCY=4, CLAIM_BATCH=100, **settings))
+        wait_until(lambda: q.stats()["done"] == total, 240, f"{total} jobs done")
+        assert creator.wait(30) == 0
+        runs = ExecutionLog(tmp_path / "exec.log").starts()
+        assert len(runs) == total and set(runs.values()) == {1}  # every job once, from the handler's side
+        done_per_shard = [s["done"] for s in q.stats()["shards"]]
+        assert all(total / 6 * 0.8 <= n <= total / 6 * 1.2 for n in done_per_shard), done_per_shard
+        assert all(p.alive() for p in procs if p is not creator)
+    finally:
+        q.close()

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.cluster import RedisCluster
 
+from setqueue.queue import ClusterAwareRedis
+
 if TYPE_CHECKING:
     from setqueue.queue import Queue
 
@@ -86,7 +88,7 @@ def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool
     """Block until one of the wake lists ``keys`` has a token (taking it) or ``timeout`` passes: one
     BLPOP over all of them, or on a Redis Cluster (whose BLPOP takes keys of one slot only) a poll of
     each, then a short BLPOP on the first, in turn."""
-    if not isinstance(client, RedisCluster):
+    if not _on_a_cluster(client):
         return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
     deadline = time.monotonic() + timeout
     while True:
@@ -97,3 +99,9 @@ def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool
             return True
         if remaining <= CLUSTER_WAKE_POLL_SECONDS:
             return False
+
+
+def _on_a_cluster(client: Any) -> bool:
+    if isinstance(client, ClusterAwareRedis):
+        return client.cluster_client() is not None
+    return isinstance(client, RedisCluster)
