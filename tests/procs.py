@@ -106,7 +106,8 @@ class Proc:
         return None if got is None else (got[0], json.loads(got[1]))
 
     def metrics(self) -> dict[str, float]:
-        """Every sample as ``name`` or ``name{label="value",...}`` -> value."""
+        """Every sample as ``name`` or ``name{label="value",...}`` -> value; a sample with a
+        ``queue`` label also counts towards the same key without it (summed over the queues)."""
         status, text = self.get("/metrics")
         assert status == 200
         samples: dict[str, float] = {}
@@ -114,6 +115,10 @@ class Proc:
             for sample in family.samples:
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
                 samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+                if "queue" in sample.labels:
+                    rest = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "queue")
+                    key = f"{sample.name}{{{rest}}}" if rest else sample.name
+                    samples[key] = samples.get(key, 0.0) + sample.value
         return samples
 
     def metric(self, name: str, default: float = 0.0) -> float:
