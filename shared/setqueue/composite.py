@@ -7,14 +7,11 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
 
-from setqueue.queue import ClusterAwareRedis
-
-if TYPE_CHECKING:
-    from setqueue.queue import Queue
+from setqueue.queue import AckResult, ClusterAwareRedis, FailOutcome, Lease, Queue, SweepResult
 
 I = TypeVar("I")  # noqa: E741 (an item)
 K = TypeVar("K", bound=Hashable)
@@ -39,12 +36,17 @@ def part_id(request_id: str | None, member: str) -> str | None:
     return None if request_id is None else f"{request_id}-{member}"
 
 
-class SharedOptions:
-    """The options of a queue made of others: its members share one set of settings, so they are
-    read from the first one. ``primary`` is that first plain ``Queue`` (a group's first queue, or
-    its first shard)."""
+class CompositeQueue:
+    """What a queue made of others (``members``) does alike whatever it is made of: its options
+    (the members share one set of settings, read from ``primary``, the first plain ``Queue``: a
+    group's first queue, or the first shard), waiting for work on all of them, sweeping them all,
+    and handing each lease to the member it came from (``_member_of``)."""
 
     primary: Queue
+    members: Sequence[Any]  # Queue or ShardedQueue: each has the Queue API used below
+
+    def _member_of(self, lease: Lease) -> Any:
+        raise NotImplementedError
 
     @property
     def redis(self) -> Any:
@@ -68,6 +70,73 @@ class SharedOptions:
 
     def backoff_delay(self, attempt: int) -> float:
         return self.primary.backoff_delay(attempt)
+
+    def due_in(self) -> float | None:
+        """Seconds until the next scheduled job of any member is due, as the last claims saw it."""
+        due = [d for m in self.members if (d := m.due_in()) is not None]
+        return min(due) if due else None
+
+    def wake_keys(self) -> list[str]:
+        return [key for m in self.members for key in m.wake_keys()]
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until an enqueue to any member wakes us, ``timeout`` passes, or a scheduled job of
+        any of them is due (see ``wait_on_wake_lists``)."""
+        due_in = self.due_in()
+        if due_in is not None:
+            timeout = min(timeout, due_in)
+            if timeout <= 0:
+                return True
+        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
+
+    def renew(self, lease: Lease) -> bool:
+        return self.renew_many([lease])[0]
+
+    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
+        return dispatch(leases, self._member_of, lambda m, part: m.renew_many(part))
+
+    def ack(self, lease: Lease) -> bool:
+        return self.ack_many([lease])[0].acked
+
+    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
+        return dispatch(
+            leases, self._member_of, lambda m, part: m.ack_many(part, request_id=part_id(request_id, m.name))
+        )
+
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> FailOutcome:
+        outcome: FailOutcome = self._member_of(lease).fail(
+            lease, reason, retry=retry, delay=delay, request_id=request_id
+        )
+        return outcome
+
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
+        return dispatch(
+            leases, self._member_of, lambda m, part: m.release(part, request_id=part_id(request_id, m.name))
+        )
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        """Every member's sweep (each examines up to ``limit`` ids)."""
+        results = [m.sweep(limit) for m in self.members]
+        return SweepResult(
+            [i for r in results for i in r.requeued],
+            [i for r in results for i in r.dead_lettered],
+            sum(r.done_trimmed for r in results),
+        )
+
+    def ping(self) -> bool:
+        return all(m.ping() for m in self.members)
+
+    def close(self) -> None:
+        for m in self.members:
+            m.close()
 
 
 def sum_counts(counts: Iterable[Mapping[int, int]]) -> dict[int, int]:

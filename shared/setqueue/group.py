@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts, wait_on_wake_lists
-from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
+from setqueue.composite import CompositeQueue, part_id, sum_counts
+from setqueue.queue import JobInfo, Lease, Queue
 from setqueue.sharded import ShardedQueue, open_queue
 
 Member = Queue | ShardedQueue
 
 
-class QueueGroup(SharedOptions):
+class QueueGroup(CompositeQueue):
     """The worker's and the cleaner's side of the ``Queue`` API over several named queues, in strict
     priority of their order (see the module's doc)."""
 
@@ -60,62 +60,7 @@ class QueueGroup(SharedOptions):
                 break
         return leases
 
-    def due_in(self) -> float | None:
-        due = [d for m in self.members if (d := m.due_in()) is not None]
-        return min(due) if due else None
-
-    def wake_keys(self) -> list[str]:
-        return [key for m in self.members for key in m.wake_keys()]
-
-    def wait_for_work(self, timeout: float) -> bool:
-        """Block until an enqueue to any of the queues wakes us, ``timeout`` passes, or a scheduled
-        job of any of them is due: one BLPOP over every queue's wake list."""
-        due_in = self.due_in()
-        if due_in is not None:
-            timeout = min(timeout, due_in)
-            if timeout <= 0:
-                return True
-        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
-
-    def renew(self, lease: Lease) -> bool:
-        return self.renew_many([lease])[0]
-
-    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        return dispatch(leases, self._member_of, lambda m, part: m.renew_many(part))
-
-    def ack(self, lease: Lease) -> bool:
-        return self.ack_many([lease])[0].acked
-
-    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
-        return dispatch(
-            leases, self._member_of, lambda m, part: m.ack_many(part, request_id=part_id(request_id, m.name))
-        )
-
-    def fail(
-        self,
-        lease: Lease,
-        reason: str = "",
-        *,
-        retry: bool = True,
-        delay: float | None = None,
-        request_id: str | None = None,
-    ) -> FailOutcome:
-        return self._member_of(lease).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
-
-    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        return dispatch(
-            leases, self._member_of, lambda m, part: m.release(part, request_id=part_id(request_id, m.name))
-        )
-
     # -- the cleaner and operators ----------------------------------------------------------------
-
-    def sweep(self, limit: int = 1000) -> SweepResult:
-        results = [m.sweep(limit) for m in self.members]
-        return SweepResult(
-            [i for r in results for i in r.requeued],
-            [i for r in results for i in r.dead_lettered],
-            sum(r.done_trimmed for r in results),
-        )
 
     def stats(self) -> dict[str, Any]:
         """Each queue's ``stats()`` under ``"queues"``, and the states summed over them."""
@@ -131,13 +76,6 @@ class QueueGroup(SharedOptions):
 
     def inspect(self, job_id: str, queue: str) -> JobInfo | None:
         return self.member(queue).inspect(job_id)
-
-    def ping(self) -> bool:
-        return all(m.ping() for m in self.members)
-
-    def close(self) -> None:
-        for m in self.members:
-            m.close()
 
 
 QueueLike = Queue | ShardedQueue | QueueGroup

@@ -19,9 +19,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.composite import SharedOptions, dispatch, part_id, sum_counts, wait_on_wake_lists
+from setqueue.composite import CompositeQueue, part_id, sum_counts
 from setqueue.keys import MAX_SHARDS, validate_job_id
-from setqueue.queue import AckResult, FailOutcome, JobInfo, Lease, Queue, SweepResult
+from setqueue.queue import JobInfo, Lease, Queue
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ def shard_of(job_id: str, shards: int) -> int:
     return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
-class ShardedQueue(SharedOptions):
+class ShardedQueue(CompositeQueue):
     """The API of ``Queue`` over ``shards`` sub-queues (2 to MAX_SHARDS)."""
 
     def __init__(self, shards: Sequence[Queue], name: str) -> None:
@@ -43,11 +43,15 @@ class ShardedQueue(SharedOptions):
             raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(shards)}")
         self.name = name
         self.shards = list(shards)
+        self.members = self.shards
         self.primary = self.shards[0]
         self._next = 0  # the shard the next claim starts at
 
     def _shard(self, job_id: str) -> Queue:
         return self.shards[shard_of(job_id, len(self.shards))]
+
+    def _member_of(self, lease: Lease) -> Queue:
+        return self._shard(lease.id)
 
     def _by_shard(self, items: Iterable[T], job_id: Any) -> dict[int, list[T]]:
         grouped: dict[int, list[T]] = defaultdict(list)
@@ -99,68 +103,6 @@ class ShardedQueue(SharedOptions):
         # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
 
-    def due_in(self) -> float | None:
-        """Seconds until the next scheduled job of any shard is due, as the last claims saw it."""
-        due = [d for q in self.shards if (d := q.due_in()) is not None]
-        return min(due) if due else None
-
-    def wait_for_work(self, timeout: float) -> bool:
-        """Block until an enqueue to any shard wakes us, ``timeout`` passes, or a scheduled job is
-        due. One BLPOP on every shard's wake list (a plain Redis takes keys of several slots)."""
-        due_in = self.due_in()
-        if due_in is not None:
-            timeout = min(timeout, due_in)
-            if timeout <= 0:
-                return True
-        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
-
-    def wake_keys(self) -> list[str]:
-        return [q.keys.wake for q in self.shards]
-
-    def renew(self, lease: Lease) -> bool:
-        return self.renew_many([lease])[0]
-
-    def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        return dispatch(leases, self._shard_of_lease, lambda q, part: q.renew_many(part))
-
-    def ack(self, lease: Lease) -> bool:
-        return self.ack_many([lease])[0].acked
-
-    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
-        return dispatch(
-            leases, self._shard_of_lease, lambda q, part: q.ack_many(part, request_id=part_id(request_id, q.name))
-        )
-
-    def fail(
-        self,
-        lease: Lease,
-        reason: str = "",
-        *,
-        retry: bool = True,
-        delay: float | None = None,
-        request_id: str | None = None,
-    ) -> FailOutcome:
-        return self._shard(lease.id).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
-
-    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        return dispatch(
-            leases, self._shard_of_lease, lambda q, part: q.release(part, request_id=part_id(request_id, q.name))
-        )
-
-    def _shard_of_lease(self, lease: Lease) -> Queue:
-        return self._shard(lease.id)
-
-    # -- the cleaner --------------------------------------------------------------------------------
-
-    def sweep(self, limit: int = 1000) -> SweepResult:
-        """Every shard's sweep (each examines up to ``limit`` ids)."""
-        results = [q.sweep(limit) for q in self.shards]
-        return SweepResult(
-            [i for r in results for i in r.requeued],
-            [i for r in results for i in r.dead_lettered],
-            sum(r.done_trimmed for r in results),
-        )
-
     # -- operators ----------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -186,13 +128,6 @@ class ShardedQueue(SharedOptions):
 
     def delete(self, job_id: str) -> str | None:
         return self._shard(validate_job_id(job_id)).delete(job_id)
-
-    def ping(self) -> bool:
-        return all(q.ping() for q in self.shards)
-
-    def close(self) -> None:
-        for q in self.shards:
-            q.close()
 
 
 def open_queue(url: str, name: str, shards: int = 1, *, client: Any = None, **options: Any) -> Queue | ShardedQueue:
