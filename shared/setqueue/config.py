@@ -142,7 +142,7 @@ SETTINGS: tuple[Setting, ...] = (
         "REDIS_URL",
         str,
         "redis://localhost:6379/0",
-        "Redis to use: redis://[:password@]host:port/db, rediss:// or unix://",
+        "Redis to use: redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
         "all",
         check=_check_redis_url,
     ),
