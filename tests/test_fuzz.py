@@ -135,7 +135,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
 
 COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules"]
 # --redis-url and --queue are fuzzed with the settings (REDIS_URL, QUEUE_NAME: the same checks).
-OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--json", "--watch", "--help", "-"]
+OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--shards", "--json", "--watch", "--help", "-"]
 
 
 @st.composite

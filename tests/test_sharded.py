@@ -3,6 +3,8 @@ shard for good, claims that visit every shard, and the Queue API summed over the
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections import Counter
 
@@ -10,6 +12,7 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Queue
+from setqueue.cli import main
 from setqueue.sharded import ShardedQueue, open_queue, shard_of
 
 
@@ -97,3 +100,33 @@ def test_the_sweep_covers_every_shard(redis_url: str, queue_name: str) -> None:
     time.sleep(0.3)
     assert sorted(q.sweep().requeued) == sorted(lease.id for lease in held)
     q.close()
+
+
+def test_the_cli_reaches_a_sharded_queue_as_one(
+    redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cli(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        code = main(["--redis-url", redis_url, "--queue", queue_name, "--shards", "4", *argv], out=out)
+        return code, out.getvalue()
+
+    assert cli("push", *[f"job-{n}" for n in range(40)]) == (0, "40 new, 0 already known\n")
+    code, out = cli("stats", "--json")
+    stats = json.loads(out)
+    assert (
+        code == 0
+        and stats["todos"] == 40
+        and [s["todos"] for s in stats["shards"]]
+        == [sum(1 for n in range(40) if shard_of(f"job-{n}", 4) == shard) for shard in range(4)]
+    )
+    code, out = cli("inspect", "job-7")
+    assert code == 0 and json.loads(out)["state"] == "todos"
+    assert cli("delete", "job-7") == (0, "deleted job-7 (was in todos)\n")
+    assert cli("inspect", "job-7")[0] == 1
+    assert cli("schedules")[0] == 2
+    capsys.readouterr()  # the two lines above said why
+    for bad in ("0", "-1", "5000", "many"):
+        argv = ["--redis-url", redis_url, "--queue", queue_name, "--shards", bad, "stats"]
+        assert main(argv, out=io.StringIO()) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--shards" in err, err

@@ -34,10 +34,11 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.config import SettingError, default, redact_url, validate_redis_url
+from setqueue.config import SETTING_BY_NAME, SettingError, default, redact_url, validate_redis_url
 from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, validate_job_id, validate_priority, validate_queue_name
 from setqueue.queue import Queue
 from setqueue.scripts import text as _text
+from setqueue.sharded import ShardedQueue, open_queue
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 PROG = "setqueue"
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue",
         default=os.environ.get("QUEUE_NAME", default("QUEUE_NAME")),
         help=f"queue name (default: $QUEUE_NAME or {default('QUEUE_NAME')!r})",
+    )
+    parser.add_argument(
+        "--shards",
+        default=os.environ.get("QUEUE_SHARDS", default("QUEUE_SHARDS")),
+        metavar="N",
+        help="shards of the queue, as the services' QUEUE_SHARDS (default: $QUEUE_SHARDS or 1)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -200,7 +207,7 @@ def parse_time(text: str) -> float:
     return parsed.timestamp()
 
 
-def _push(args: argparse.Namespace, queue: Queue, stdin: TextIO) -> tuple[int, int]:
+def _push(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO) -> tuple[int, int]:
     """Enqueue what push was given; (new, submitted)."""
     from_stdin = not args.ids or args.ids == ["-"]
     if args.jsonl and not from_stdin:
@@ -251,7 +258,7 @@ def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
     print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
 
 
-def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
+def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
     if args.command == "push":
         added, submitted = _push(args, queue, stdin)
         print(f"{added} new, {submitted - added} already known", file=out)
@@ -319,7 +326,9 @@ def run(args: argparse.Namespace, queue: Queue, stdin: TextIO, out: TextIO) -> i
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 
 
-def _schedules(args: argparse.Namespace, queue: Queue, out: TextIO) -> int:
+def _schedules(args: argparse.Namespace, queue: Queue | ShardedQueue, out: TextIO) -> int:
+    if not isinstance(queue, Queue):
+        raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     """Each schedule of $SCHEDULES with the latest slot the cleaners handled (its run created, or only
     recorded when the schedule was first seen) and its next slot after now by the Redis clock."""
     # Here, not at the top: croniter takes a fifth of a second to import; the other commands skip it.
@@ -370,16 +379,18 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     args = parser.parse_args(argv)
     out = out if out is not None else sys.stdout
     stdin = stdin if stdin is not None else sys.stdin
-    queue: Queue | None = None
+    queue: Queue | ShardedQueue | None = None
     try:
         try:
             url = validate_redis_url(args.redis_url)
             validate_queue_name(args.queue)
+            shards = SETTING_BY_NAME["QUEUE_SHARDS"].parse(str(args.shards).strip())
         except SettingError as exc:
-            raise CliError(str(exc).replace("setting REDIS_URL", "--redis-url / REDIS_URL"), EXIT_USAGE) from None
+            flag = "--shards / QUEUE_SHARDS" if exc.name == "QUEUE_SHARDS" else "--redis-url / REDIS_URL"
+            raise CliError(str(exc).replace(f"setting {exc.name}", flag), EXIT_USAGE) from None
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
-        queue = Queue.from_url(url, name=args.queue)
+        queue = open_queue(url, args.queue, shards)
         try:
             return run(args, queue, stdin, out)
         except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
