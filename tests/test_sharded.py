@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -13,7 +15,10 @@ import redis
 
 from setqueue import FailOutcome, Queue
 from setqueue.cli import main
+from setqueue.config import SettingError
 from setqueue.sharded import ShardedQueue, open_queue, shard_of
+from tests.procs import base_env
+from tests.support import REPO_ROOT
 
 
 @pytest.fixture
@@ -130,3 +135,34 @@ def test_the_cli_reaches_a_sharded_queue_as_one(
         assert main(argv, out=io.StringIO()) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--shards" in err, err
+
+
+def test_a_queue_keeps_the_number_of_shards_it_was_opened_with(redis_url: str, queue_name: str) -> None:
+    four = open_queue(redis_url, queue_name, shards=4)
+    assert four.ping()  # a service's start: records 4
+    for other in (open_queue(redis_url, queue_name, shards=3), open_queue(redis_url, queue_name)):
+        with pytest.raises(SettingError, match=r"QUEUE_SHARDS.*4 shards"):
+            other.ping()
+    plain = Queue.from_url(redis_url, f"{queue_name}-plain")
+    plain.enqueue(["waiting"])
+    with pytest.raises(SettingError, match="holds jobs unsharded"):
+        open_queue(redis_url, f"{queue_name}-plain", shards=2).ping()
+
+
+def test_a_worker_with_another_number_of_shards_is_refused_with_one_line(redis_url: str, queue_name: str) -> None:
+    assert open_queue(redis_url, queue_name, shards=4).ping()
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, QUEUE_SHARDS=3, METRICS_PORT=0)
+    result = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert [line for line in result.stderr.splitlines() if "QUEUE_SHARDS" in line] == [
+        f"setqueue-worker: invalid setting QUEUE_SHARDS: queue {queue_name} has 4 shards, not 3: "
+        "drain it (or use a new name) before changing that"
+    ]

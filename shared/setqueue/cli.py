@@ -392,9 +392,15 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
         queue = open_queue(url, args.queue, shards)
         try:
+            # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
+            if isinstance(queue, ShardedQueue):
+                queue.check_shards(record=False)
+            else:
+                queue.ping()
             return run(args, queue, stdin, out)
-        except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
-            raise CliError(str(exc).replace("setting REDIS_URL", "--redis-url / REDIS_URL"), EXIT_USAGE) from None
+        except SettingError as exc:
+            flag = "--shards / QUEUE_SHARDS" if exc.name == "QUEUE_SHARDS" else "--redis-url / REDIS_URL"
+            raise CliError(str(exc).replace(f"setting {exc.name}", flag), EXIT_USAGE) from None
     except CliError as exc:
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code

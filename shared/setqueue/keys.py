@@ -176,6 +176,12 @@ class QueueKeys:
         return self.prefix + "priorities"
 
     @property
+    def shards(self) -> str:
+        """STRING: how many shards queue Q was first opened with, written only when more than one
+        (setqueue.sharded); opening it with another number is refused, since ids would change shard."""
+        return self.prefix + "shards"
+
+    @property
     def legacy_todos(self) -> str:
         """SET: the todos of a queue written before 0.3 (a plain set then), renamed on first contact
         and drained into todos by claims and sweeps, a batch at a time (lua/includes/layout.lua)."""

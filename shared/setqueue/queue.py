@@ -728,7 +728,15 @@ class Queue:
         return read()
 
     def ping(self) -> bool:
-        return bool(self.redis.ping())
+        """Redis answers, and this queue is not one that was sharded (see ``setqueue.sharded``):
+        opened as one queue, its jobs would be out of reach (SettingError for QUEUE_SHARDS)."""
+        answered = bool(self.redis.ping())
+        sharded = self.redis.get(self.keys.shards)
+        if sharded is not None and int(sharded) != 1:
+            raise SettingError(
+                "QUEUE_SHARDS", f"queue {self.name} has {int(sharded)} shards, not 1: open it with that many"
+            )
+        return answered
 
     def close(self) -> None:
         self.redis.close()

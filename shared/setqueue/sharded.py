@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from setqueue.composite import CompositeQueue, part_id, sum_counts
-from setqueue.keys import MAX_SHARDS, validate_job_id
+from setqueue.config import SettingError
+from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
 from setqueue.queue import JobInfo, Lease, Queue
 
 T = TypeVar("T")
@@ -52,6 +53,35 @@ class ShardedQueue(CompositeQueue):
 
     def _member_of(self, lease: Lease) -> Queue:
         return self._shard(lease.id)
+
+    def ping(self) -> bool:
+        """Every shard answers, and the queue has this many shards (``check_shards``, recording
+        the number the first time: a service's start-up check)."""
+        answered = super().ping()
+        self.check_shards(record=True)
+        return answered
+
+    def check_shards(self, *, record: bool) -> None:
+        """Refuse (SettingError for QUEUE_SHARDS) a queue that was opened with another number of
+        shards (``setqueue:{Q}:shards``), or that holds jobs unsharded: either way ids would change
+        place. ``record``: write this number when none is (never written for one shard)."""
+        plain = QueueKeys(self.name)
+        stored = self.redis.get(plain.shards)
+        if stored is None:
+            if self.redis.exists(plain.todos, plain.in_progress, plain.scheduled):
+                raise SettingError(
+                    "QUEUE_SHARDS", f"queue {self.name} holds jobs unsharded: drain it (or use a new name) first"
+                )
+            if not record:
+                return
+            self.redis.set(plain.shards, len(self.shards), nx=True)
+            stored = self.redis.get(plain.shards)
+        if int(stored) != len(self.shards):
+            raise SettingError(
+                "QUEUE_SHARDS",
+                f"queue {self.name} has {int(stored)} shards, not {len(self.shards)}: "
+                "drain it (or use a new name) before changing that",
+            )
 
     def _by_shard(self, items: Iterable[T], job_id: Any) -> dict[int, list[T]]:
         grouped: dict[int, list[T]] = defaultdict(list)
