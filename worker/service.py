@@ -217,14 +217,22 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the shutdown backstop still applies).
         results = self._resendable(lambda rid: self.queue.ack_many(leases, request_id=rid), "ack", until_stopped=False)
-        outcomes = list(zip(leases, results, strict=True))
-        _count(self.metrics.stale_acks, [lease for lease, result in outcomes if not result.acked])
-        acked = [lease for lease, result in outcomes if result.acked]
-        for queue, n in Counter(lease.queue for lease in acked).items():
-            self.metrics.jobs_completed.labels(queue, "success").inc(n)
-        end_to_end = [(lease.queue, s) for lease, result in outcomes if (s := result.end_to_end_seconds) is not None]
-        for queue, seconds in _by_queue(end_to_end).items():
-            self.metrics.end_to_end_seconds.observe_many(seconds, queue)
+        # One pass, per queue: acked, stale, and the end-to-end times (usually a single queue).
+        per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
+        for lease, result in zip(leases, results, strict=True):
+            counts, seconds = per_queue.get(lease.queue) or per_queue.setdefault(lease.queue, ([0, 0], []))
+            if result.acked:
+                counts[0] += 1
+                if result.end_to_end_seconds is not None:
+                    seconds.append(result.end_to_end_seconds)
+            else:
+                counts[1] += 1
+        m = self.metrics
+        for queue, ((acked, stale), seconds) in per_queue.items():
+            m.jobs_completed.labels(queue, "success").inc(acked)
+            if stale:
+                m.stale_acks.labels(queue).inc(stale)
+            m.end_to_end_seconds.observe_many(seconds, queue)
 
     def _move(self, lease: Lease, move: MoveTo) -> None:
         """The handler moved the job: into the other queue first, then acked here (at least once)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import functools
 import math
 import random
 import threading
@@ -455,7 +454,7 @@ class Queue:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
             min(count, MAX_IDS_PER_CALL),
-            functools.partial(Lease, queue=self.name),
+            Lease,
             request_ttl_ms=self._request_ttl_ms,
             lease_ms=self._lease_ms,
             promote=MAX_IDS_PER_CALL,

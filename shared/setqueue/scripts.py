@@ -299,7 +299,7 @@ class QueueScripts:
     def claim(
         self,
         most: int,
-        make: Callable[[str, str, int, str | None, float | None, float, int], L],
+        make: Callable[[str, str, int, str | None, float | None, float, int, str], L],
         *,
         request_ttl_ms: int,
         lease_ms: int,
@@ -307,10 +307,10 @@ class QueueScripts:
         wake_cap: int,
         token: str | None = None,
     ) -> tuple[list[L], float, float | None]:
-        """claim.lua: up to ``most`` jobs under one fresh token, each made into
-        ``make(id, token, attempt, payload, enqueued_at, claimed_at, priority)``, in line order; the
-        Redis clock now; and when
-        nothing was claimed, when the next scheduled job is due (None: none). Times in seconds."""
+        """claim.lua: up to ``most`` jobs under one fresh token, each made into ``make(id, token,
+        attempt, payload, enqueued_at, claimed_at, priority, queue name)``, in line order; the Redis
+        clock now; and when nothing was claimed, when the next scheduled job is due (None: none).
+        Times in seconds."""
         k = self.k
         token = token or new_request_id()
         keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
@@ -327,6 +327,7 @@ class QueueScripts:
                 enq / 1000 if enq >= 0 else None,
                 now,
                 priority,
+                k.name,
             )
             for job_id, attempt, enq, priority, payload in zip(
                 reply[2::5], reply[3::5], reply[4::5], reply[5::5], reply[6::5], strict=True
