@@ -35,7 +35,7 @@ from typing import Any, NoReturn, TextIO
 import redis
 
 from setqueue.config import SETTING_BY_NAME, SettingError, default, redact_url, validate_redis_url
-from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, validate_job_id, validate_priority, validate_queue_name
+from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, validate_job_id, validate_priority, validate_queue_name
 from setqueue.queue import Queue
 from setqueue.scripts import text as _text
 from setqueue.sharded import ShardedQueue, open_queue
@@ -250,7 +250,7 @@ def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
     if as_json:
         print(json.dumps(stats), file=out, flush=True)
         return
-    for name in ("todos", "in_progress", "done", "failed", "scheduled"):
+    for name in STATES:
         print(f"{name:<12}{int(stats[name]):>12}", file=out)
         if name == "todos" and set(stats["todos_by_priority"]) - {0}:
             for priority, count in stats["todos_by_priority"].items():

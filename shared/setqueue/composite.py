@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
 
+from setqueue.keys import STATES
 from setqueue.queue import AckResult, ClusterAwareRedis, FailOutcome, Lease, Queue, SweepResult
 
 I = TypeVar("I")  # noqa: E741 (an item)
@@ -139,13 +140,17 @@ class CompositeQueue:
             m.close()
 
 
-def sum_counts(counts: Iterable[Mapping[int, int]]) -> dict[int, int]:
-    """Counts per key (jobs per priority) summed over the members."""
-    total: dict[int, int] = defaultdict(int)
-    for each in counts:
-        for key, n in each.items():
-            total[key] += n
-    return dict(total)
+def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The members' ``stats()`` as one: every state and the jobs per priority summed, the oldest
+    pending age the oldest of any member."""
+    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in STATES}
+    total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
+    by_priority: dict[int, int] = defaultdict(int)
+    for s in each:
+        for priority, n in s["todos_by_priority"].items():
+            by_priority[priority] += n
+    total["todos_by_priority"] = dict(by_priority)
+    return total
 
 
 # On a Redis Cluster one BLPOP cannot span the wake lists of several slots: the waiting polls them

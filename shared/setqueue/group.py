@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from setqueue.composite import CompositeQueue, part_id, sum_counts
+from setqueue.composite import CompositeQueue, part_id, summed_stats
 from setqueue.queue import JobInfo, Lease, Queue
 from setqueue.sharded import ShardedQueue, open_queue
 
@@ -65,14 +65,7 @@ class QueueGroup(CompositeQueue):
     def stats(self) -> dict[str, Any]:
         """Each queue's ``stats()`` under ``"queues"``, and the states summed over them."""
         each = {m.name: m.stats() for m in self.members}
-        total: dict[str, Any] = {
-            state: sum(s[state] for s in each.values())
-            for state in ("todos", "in_progress", "done", "failed", "scheduled")
-        }
-        total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each.values())
-        total["todos_by_priority"] = sum_counts(s["todos_by_priority"] for s in each.values())
-        total["queues"] = each
-        return total
+        return {**summed_stats(list(each.values())), "queues": each}
 
     def inspect(self, job_id: str, queue: str) -> JobInfo | None:
         return self.member(queue).inspect(job_id)

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.composite import CompositeQueue, part_id, sum_counts
+from setqueue.composite import CompositeQueue, part_id, summed_stats
 from setqueue.config import SettingError
 from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
 from setqueue.queue import JobInfo, Lease, Queue
@@ -139,13 +139,7 @@ class ShardedQueue(CompositeQueue):
         """``Queue.stats`` summed over the shards (the oldest age is the oldest of any shard), with
         each shard's own under ``"shards"``."""
         each = [q.stats() for q in self.shards]
-        total: dict[str, Any] = {
-            state: sum(s[state] for s in each) for state in ("todos", "in_progress", "done", "failed", "scheduled")
-        }
-        total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
-        total["todos_by_priority"] = sum_counts(s["todos_by_priority"] for s in each)
-        total["shards"] = each
-        return total
+        return {**summed_stats(each), "shards": each}
 
     def inspect(self, job_id: str) -> JobInfo | None:
         return self._shard(validate_job_id(job_id)).inspect(job_id)
