@@ -15,6 +15,7 @@ from typing import Self
 import redis
 
 from setqueue.keys import QueueKeys
+from setqueue.scripts import text
 
 
 def need(what: str, reason: str) -> None:
@@ -94,11 +95,7 @@ def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
     """The ids in each state of a queue as stored: todos and in_progress in line order (zsets),
     done and failed sorted (sets), scheduled by due time."""
     ordered = {"todos": keys.todos, "in_progress": keys.in_progress, "scheduled": keys.scheduled}
-    found = {state: [_str(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
+    found = {state: [text(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
     for state, key in (("done", keys.done), ("failed", keys.failed)):
-        found[state] = sorted(_str(i) for i in client.smembers(key))  # type: ignore[union-attr]
+        found[state] = sorted(text(i) for i in client.smembers(key))  # type: ignore[union-attr]
     return found
-
-
-def _str(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
