@@ -69,9 +69,8 @@ for j = 1, #ids do
         redis.call('ZADD', scheduled, now + delay, id)
         if priority ~= 0 then redis.call('HSET', priorities, id, priority) end
         delayed = delayed + 1
-      else  -- to the back of the line: its queue wait counts from now, as for a delayed one from due
+      else  -- to the back of the line; its enqueue time (pending) stays what it was
         join_line(todos, seq, {id}, priority)
-        redis.call('ZADD', pending, now, id)
         retried = retried + 1
       end
       outcomes[#outcomes + 1] = 'retried'
