@@ -196,6 +196,25 @@ SETTINGS: tuple[Setting, ...] = (
         high=10 * 365 * 86400,
     ),
     Setting(
+        "WAIT_REPLICAS",
+        int,
+        "0",
+        "Replicas that must confirm every write (Redis WAIT) before a call succeeds; unconfirmed in time, "
+        "the call is sent again. 0 = do not wait (a failover can undo the last acknowledged writes)",
+        "all",
+        low=0,
+        high=64,
+    ),
+    Setting(
+        "WAIT_TIMEOUT_SECONDS",
+        float,
+        "1",
+        "How long a write waits for WAIT_REPLICAS replicas before it counts as not made and is sent again",
+        "all",
+        low=0.001,
+        high=60,
+    ),
+    Setting(
         "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
     ),
     Setting(
@@ -461,6 +480,8 @@ class CommonSettings:
     max_attempts: int
     done_max_count: int
     done_max_age_seconds: float
+    wait_replicas: int
+    wait_timeout_seconds: float
     metrics_port: int
     metrics_host: str
     audit: bool
@@ -491,6 +512,8 @@ class CommonSettings:
             "max_attempts": self.max_attempts,
             "done_max_count": self.done_max_count,
             "done_max_age_seconds": self.done_max_age_seconds,
+            "wait_replicas": self.wait_replicas,
+            "wait_timeout_seconds": self.wait_timeout_seconds,
         }
 
 

@@ -42,6 +42,7 @@ from setqueue.keys import (
     validate_priority,
     validate_queue_name,
 )
+from setqueue.replication import ReplicaWait
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import new_request_id as _new_request_id
 from setqueue.scripts import text as _text
@@ -354,6 +355,8 @@ class Queue:
         retry_backoff_max_seconds: float = default("RETRY_BACKOFF_MAX_SECONDS"),
         request_ttl_seconds: float = 120.0,
         wake_cap: int = 64,
+        wait_replicas: int = default("WAIT_REPLICAS"),
+        wait_timeout_seconds: float = default("WAIT_TIMEOUT_SECONDS"),
     ) -> None:
         if not lease_seconds >= 0.001:
             raise ValueError(f"lease_seconds must be at least 0.001, got {lease_seconds}")
@@ -365,6 +368,10 @@ class Queue:
             raise ValueError("request_ttl_seconds must be at least 1")
         if wake_cap < 1:
             raise ValueError("wake_cap must be at least 1")
+        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int) or wait_replicas < 0:
+            raise ValueError(f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}")
+        if not (isinstance(wait_timeout_seconds, int | float) and 0.001 <= wait_timeout_seconds < math.inf):
+            raise ValueError(f"wait_timeout_seconds must be at least 0.001 and finite, got {wait_timeout_seconds!r}")
         _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
         _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
@@ -382,7 +389,11 @@ class Queue:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
-        self._scripts = QueueScripts(self.redis, self.keys)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_seconds = float(wait_timeout_seconds)
+        # With wait_replicas, every write is confirmed by that many replicas (setqueue.replication).
+        wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
+        self._scripts = QueueScripts(self.redis, self.keys, wait)
         self._sweep_cursor = 0
 
     @classmethod

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from setqueue.keys import QueueKeys
+from setqueue.replication import ReplicaWait
 
 NAMES = (
     "enqueue",
@@ -46,6 +47,9 @@ NAMES = (
     "periodic",
     "adopt",
 )
+
+# The scripts that write nothing: the only ones a ReplicaWait leaves alone.
+READ_ONLY = frozenset({"stats"})
 
 
 class ScriptContractError(RuntimeError):
@@ -193,10 +197,13 @@ def text(value: str | bytes) -> str:
 
 
 class Script:
-    """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT)."""
+    """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT). With ``wait`` (see
+    ``setqueue.replication``), every call of a script that writes is confirmed by replicas."""
 
-    def __init__(self, name: str, client: redis.Redis) -> None:
+    def __init__(self, name: str, client: redis.Redis, wait: ReplicaWait | None = None) -> None:
         self.name = name
+        self._client = client
+        self._wait = None if name in READ_ONLY else wait
         self.source = SOURCES[name]
         self.contract = CONTRACTS[name]
         self._keys = len(self.contract.keys)
@@ -212,6 +219,8 @@ class Script:
             self._mismatch("KEYS", len(keys))
         if len(args) != self._args and not (self._more_args and len(args) > self._args):
             self._mismatch("ARGV", len(args))
+        if self._wait is not None:
+            return self._wait.call(self._client, self.name, self._evalsha, keys, args)
         return self._evalsha(keys=keys, args=args)
 
     def _mismatch(self, table: str, given: int) -> None:
@@ -252,9 +261,9 @@ class QueueScripts:
     the order of the script's header) and decodes its reply (the format the header's "Returns" line
     states). Each wrapper is one script call; batching is the caller's."""
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys) -> None:
+    def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
-        self.by_name = {name: Script(name, client) for name in NAMES}
+        self.by_name = {name: Script(name, client, wait) for name in NAMES}
         self._enqueue = self.by_name["enqueue"]
         self._claim = self.by_name["claim"]
         self._renew = self.by_name["renew"]
