@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Self
 
 import redis
@@ -172,6 +174,41 @@ class RedisClusterNodes:
         node.process.kill()
         node.process.wait(10)
         node.process = None
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again, as a supervisor would: it rejoins the cluster (its nodes.conf),
+        as a replica of whoever took its slots over."""
+        [node] = [n for n in self.nodes if n.port == port]
+        node.start()
+
+    @contextlib.contextmanager
+    def replication_cut(self, master: int) -> Iterator[None]:
+        """Within: nothing ``master`` sends its replicas arrives (an iptables rule drops its packets
+        to their replication links), while it goes on serving clients and the cluster bus; so a
+        failover in here promotes a replica that missed every write since. Needs root and iptables
+        (a failure under CI, else a skip)."""
+        iptables = shutil.which("iptables") or ""
+        if not iptables or os.geteuid() != 0:
+            need("iptables", "a replication cut drops packets with an iptables rule, as root")
+        client = self.client(master)
+        try:
+            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+        finally:
+            client.close()
+        assert links, f"{master} has no replica connected"
+        rules = [
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "--dport", str(port), "-j", "DROP"]
+            for port in links
+        ]
+        added: list[list[str]] = []
+        try:
+            for rule in rules:
+                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
+                added.append(rule)
+            yield
+        finally:
+            for rule in added:
+                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
     def wait_failover(self, dead: int, slot: int, timeout: float = 60) -> int:
         """Wait until a live node has taken ``slot`` over from the ``dead`` master and every live
