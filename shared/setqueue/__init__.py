@@ -25,6 +25,7 @@ from setqueue.queue import (
     RetryLater,
     SweepResult,
 )
+from setqueue.replication import NotReplicated
 
 __all__ = [
     "AckResult",
@@ -35,6 +36,7 @@ __all__ = [
     "Lease",
     "LeaseKeeper",
     "MoveTo",
+    "NotReplicated",
     "PermanentJobError",
     "Queue",
     "QueueKeys",
