@@ -108,7 +108,8 @@ class ServiceMetrics:
         self.registry = registry
         self.redis_up = Gauge(
             "setqueue_redis_up",
-            "1 when the last Redis call of this process succeeded, 0 while Redis is unreachable.",
+            "1 when the last Redis call of this process succeeded, 0 while Redis is unreachable "
+            "(or, with WAIT_REPLICAS, while its writes are not confirmed by enough replicas).",
             registry=registry,
         )
 
