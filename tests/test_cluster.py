@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from setqueue import FailOutcome, Queue
 from setqueue.cli import main as cli_main
 from setqueue.config import SettingError
+from setqueue.keys import QueueKeys
 from setqueue.queue import ClusterAwareRedis
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
 from setqueue.sharded import ShardedQueue, open_queue, shard_name, shard_of
@@ -575,8 +576,25 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
         assert idle.wait_for_work(10)
         assert time.monotonic() - started < 2
         assert [lease.id for lease in idle.claim(5)] == [job_id]
-    idle.close()
-    producer.close()
+    # One BLPOP on the queue's own list, not a poll of the shards' lists (one slot each).
+    assert idle.wake_keys() == [QueueKeys(name).wake]
+    # Jobs claimable again wake an idle worker too: released, retried, requeued by a sweep.
+    producer.enqueue(["again"])
+    assert idle.wait_for_work(10)
+    [lease] = producer.claim(1)
+    threading.Timer(0.2, lambda: producer.release([lease])).start()
+    assert idle.wait_for_work(10)
+    [lease] = producer.claim(1)
+    threading.Timer(0.2, lambda: producer.fail(lease, "try again", delay=0)).start()
+    assert idle.wait_for_work(10)
+    short = open_queue(cluster.url(), name, shards=3, lease_seconds=0.2)
+    [lease] = short.claim(1)
+    time.sleep(0.3)
+    threading.Timer(0.2, short.sweep).start()
+    assert idle.wait_for_work(10)
+    assert [lease.id for lease in idle.claim(5)] == ["again"]
+    for q in (idle, producer, short):
+        q.close()
 
 
 @pytest.mark.slow

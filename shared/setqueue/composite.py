@@ -153,16 +153,17 @@ def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return total
 
 
-# On a Redis Cluster one BLPOP cannot span the wake lists of several slots: the waiting polls them
-# this often instead (an idle worker's pick-up then takes up to this long, not a millisecond).
+# On a Redis Cluster one BLPOP cannot span the wake lists of several slots: waiting on those of
+# several queues polls them this often instead (an idle worker's pick-up then takes up to this long,
+# not a millisecond). A sharded queue has one list for all its shards there (ShardedQueue.wake_keys).
 CLUSTER_WAKE_POLL_SECONDS = 0.05
 
 
 def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool:
     """Block until one of the wake lists ``keys`` has a token (taking it) or ``timeout`` passes: one
-    BLPOP over all of them, or on a Redis Cluster (whose BLPOP takes keys of one slot only) a poll of
-    each, then a short BLPOP on the first, in turn."""
-    if not _on_a_cluster(client):
+    BLPOP over all of them, or on a Redis Cluster (whose BLPOP takes keys of one slot only), for
+    several, a poll of each, then a short BLPOP on the first, in turn."""
+    if len(keys) == 1 or not on_a_cluster(client):
         return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
     deadline = time.monotonic() + timeout
     while True:
@@ -175,7 +176,8 @@ def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool
             return False
 
 
-def _on_a_cluster(client: Any) -> bool:
+def on_a_cluster(client: Any) -> bool:
+    """Whether ``client`` runs on a Redis Cluster (connects to find out)."""
     if isinstance(client, ClusterAwareRedis):
         return client.cluster_client() is not None
     return isinstance(client, RedisCluster)

@@ -19,10 +19,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.composite import CompositeQueue, part_id, summed_stats
+from setqueue.composite import CompositeQueue, on_a_cluster, part_id, summed_stats
 from setqueue.config import SettingError
 from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
-from setqueue.queue import JobInfo, Lease, Queue
+from setqueue.queue import FailOutcome, JobInfo, Lease, Queue, SweepResult
 
 T = TypeVar("T")
 
@@ -47,6 +47,7 @@ class ShardedQueue(CompositeQueue):
         self.members = self.shards
         self.primary = self.shards[0]
         self._next = 0  # the shard the next claim starts at
+        self._wake = QueueKeys(name).wake  # idle workers' list on a Redis Cluster (see wake_keys)
 
     def _shard(self, job_id: str) -> Queue:
         return self.shards[shard_of(job_id, len(self.shards))]
@@ -89,6 +90,28 @@ class ShardedQueue(CompositeQueue):
             grouped[shard_of(job_id(item), len(self.shards))].append(item)
         return grouped
 
+    # -- waking idle workers ------------------------------------------------------------------------
+
+    def wake_keys(self) -> list[str]:
+        """The lists idle workers block on. On one Redis: every shard's (one BLPOP takes them all).
+        On a Redis Cluster, where one BLPOP cannot span the shards' slots: the queue's own list
+        ``setqueue:{Q}:wake``, which this class also pushes to (``_wake_all``) whenever a call made
+        jobs claimable, so that an idle worker wakes at once for any shard."""
+        return [self._wake] if on_a_cluster(self.redis) else super().wake_keys()
+
+    def _wake_all(self, n: int) -> None:
+        """On a Redis Cluster, wake up to ``n`` idle workers of any shard (as the shard's own script
+        woke those of the shard). A step apart from the script that made the jobs claimable: a
+        wake-up is a hint, and one lost (the process dying in between) delays a pick-up by at most
+        IDLE_WAIT_SECONDS, never a job."""
+        if n <= 0 or not on_a_cluster(self.redis):
+            return
+        cap = self.wake_cap
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.lpush(self._wake, *["1"] * min(n, cap))
+            pipe.ltrim(self._wake, 0, cap - 1)
+            pipe.execute()
+
     # -- producers --------------------------------------------------------------------------------
 
     def enqueue(
@@ -112,6 +135,8 @@ class ShardedQueue(CompositeQueue):
                 else [job_id for job_id, _ in part]
             )
             added += self.shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
+        # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
+        self._wake_all(added if delay is None and at is None else min(added, 1))
         return added
 
     # -- workers ------------------------------------------------------------------------------------
@@ -133,6 +158,29 @@ class ShardedQueue(CompositeQueue):
         # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
 
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> FailOutcome:
+        outcome = super().fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
+        self._wake_all(1 if outcome is FailOutcome.RETRIED else 0)
+        return outcome
+
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
+        outcomes = super().release(leases, request_id=request_id)
+        self._wake_all(outcomes.count(FailOutcome.RELEASED))
+        return outcomes
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        result = super().sweep(limit)
+        self._wake_all(len(result.requeued))
+        return result
+
     # -- operators ----------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -146,9 +194,13 @@ class ShardedQueue(CompositeQueue):
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
         if ids is None:
-            return sum(q.requeue_failed(limit=limit) for q in self.shards)
+            moved = sum(q.requeue_failed(limit=limit) for q in self.shards)
+            self._wake_all(moved)
+            return moved
         grouped = self._by_shard([validate_job_id(i) for i in ids], lambda i: i)
-        return sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
+        moved = sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
+        self._wake_all(moved)
+        return moved
 
     def delete(self, job_id: str) -> str | None:
         return self._shard(validate_job_id(job_id)).delete(job_id)
