@@ -42,7 +42,7 @@ class NotReplicated(redis.TimeoutError):
     def __init__(self, script: str, wanted: int, confirmed: int, timeout_ms: int) -> None:
         super().__init__(
             f"{script}: {confirmed} of {wanted} replica(s) confirmed the write within {timeout_ms} ms "
-            "(WAIT_REPLICAS); it is applied on the master, and is sent again"
+            "(WAIT_REPLICAS): applied on the master, not yet safe from a failover; send the call again"
         )
         self.wanted = wanted
         self.confirmed = confirmed
