@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from setqueue import FailOutcome, Queue
 from setqueue.cli import main as cli_main
 from setqueue.config import SettingError
+from setqueue.group import QueueGroup, open_queues
 from setqueue.keys import QueueKeys
 from setqueue.queue import ClusterAwareRedis
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
@@ -595,6 +596,23 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
     assert [lease.id for lease in idle.claim(5)] == ["again"]
     for q in (idle, producer, short):
         q.close()
+
+
+def test_an_idle_worker_of_several_queues_wakes_for_each_on_a_cluster(cluster: RedisClusterNodes) -> None:
+    """Their wake lists are in different slots (on different masters): one BLPOP each, at once."""
+    names = list(cluster.queues_on_each_master("group-wake").values())
+    idle = open_queues(cluster.url(), names)
+    producers = [Queue.from_url(cluster.url(cluster.ports[-1]), name) for name in names]
+    assert isinstance(idle, QueueGroup) and len(set(idle.wake_keys())) == 3
+    assert not idle.wait_for_work(0.3)
+    for producer in producers * 2:
+        threading.Timer(0.2, lambda p=producer: p.enqueue([f"job-{p.name}-{time.monotonic()}"])).start()
+        assert idle.wait_for_work(10)
+        [lease] = idle.claim(5)
+        assert lease.queue == producer.name
+    idle.close()
+    for producer in producers:
+        producer.close()
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
@@ -45,6 +47,7 @@ class CompositeQueue:
 
     primary: Queue
     members: Sequence[Any]  # Queue or ShardedQueue: each has the Queue API used below
+    _waiter: ClusterWaiter | None = None  # made by the first wait on a Redis Cluster
 
     def _member_of(self, lease: Lease) -> Any:
         raise NotImplementedError
@@ -82,13 +85,20 @@ class CompositeQueue:
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue to any member wakes us, ``timeout`` passes, or a scheduled job of
-        any of them is due (see ``wait_on_wake_lists``)."""
+        any of them is due: one BLPOP over every member's wake list, or on a Redis Cluster (whose
+        BLPOP takes the keys of one slot), a ``ClusterWaiter``."""
         due_in = self.due_in()
         if due_in is not None:
             timeout = min(timeout, due_in)
             if timeout <= 0:
                 return True
-        return wait_on_wake_lists(self.redis, self.wake_keys(), timeout)
+        keys = self.wake_keys()
+        if len(keys) == 1 or not on_a_cluster(self.redis):
+            # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
+            return self.redis.blpop(keys, timeout=max(timeout, 0.001)) is not None
+        if self._waiter is None:
+            self._waiter = ClusterWaiter(self.redis, keys)
+        return self._waiter.wait(timeout)
 
     def renew(self, lease: Lease) -> bool:
         return self.renew_many([lease])[0]
@@ -136,6 +146,8 @@ class CompositeQueue:
         return all(m.ping() for m in self.members)
 
     def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
         for m in self.members:
             m.close()
 
@@ -153,27 +165,48 @@ def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return total
 
 
-# On a Redis Cluster one BLPOP cannot span the wake lists of several slots: waiting on those of
-# several queues polls them this often instead (an idle worker's pick-up then takes up to this long,
-# not a millisecond). A sharded queue has one list for all its shards there (ShardedQueue.wake_keys).
-CLUSTER_WAKE_POLL_SECONDS = 0.05
+# On a Redis Cluster, the longest one BLPOP of a ClusterWaiter blocks: a BLPOP cannot be called off,
+# so this bounds how long one outlives the wait it was sent for.
+CLUSTER_WAKE_SLICE_SECONDS = 0.25
 
 
-def wait_on_wake_lists(client: Any, keys: Sequence[str], timeout: float) -> bool:
-    """Block until one of the wake lists ``keys`` has a token (taking it) or ``timeout`` passes: one
-    BLPOP over all of them, or on a Redis Cluster (whose BLPOP takes keys of one slot only), for
-    several, a poll of each, then a short BLPOP on the first, in turn."""
-    if len(keys) == 1 or not on_a_cluster(client):
-        return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
-    deadline = time.monotonic() + timeout
-    while True:
-        if any(client.lpop(key) is not None for key in keys[1:]):
-            return True
-        remaining = deadline - time.monotonic()
-        if client.blpop([keys[0]], timeout=max(min(remaining, CLUSTER_WAKE_POLL_SECONDS), 0.001)) is not None:
-            return True
-        if remaining <= CLUSTER_WAKE_POLL_SECONDS:
-            return False
+class ClusterWaiter:
+    """Waits on wake lists that live in different slots of a Redis Cluster, where one BLPOP takes
+    keys of one slot only: one BLPOP per list at once, each in a thread of its own, and the first
+    token wakes the wait.
+
+    A BLPOP cannot be called off, so each blocks for at most CLUSTER_WAKE_SLICE_SECONDS and the
+    wait sends the next one. One still blocked when a wait returns is kept, not sent again: the
+    token it may take then is what the next wait sees first, so no token is taken for nothing."""
+
+    def __init__(self, client: Any, keys: Sequence[str]) -> None:
+        self._client = client
+        self._keys = list(keys)
+        self._pool = ThreadPoolExecutor(max_workers=len(self._keys), thread_name_prefix="setqueue-wake")
+        self._blocked: dict[str, Future[Any]] = {}
+
+    def wait(self, timeout: float) -> bool:
+        """True when a token was taken from any list, False when ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            for key in self._keys:
+                if key not in self._blocked:
+                    slice_ = max(min(remaining, CLUSTER_WAKE_SLICE_SECONDS), 0.001)
+                    self._blocked[key] = self._pool.submit(self._client.blpop, [key], timeout=slice_)
+            finished, _ = futures_wait(self._blocked.values(), max(remaining, 0), FIRST_COMPLETED)
+            woken = False
+            for key, future in list(self._blocked.items()):
+                if future in finished:
+                    del self._blocked[key]
+                    woken = future.result() is not None or woken  # a Redis error is the caller's
+            if woken:
+                return True
+            if deadline - time.monotonic() <= 0:
+                return False
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def on_a_cluster(client: Any) -> bool:
