@@ -21,6 +21,7 @@ PROMETHEUS_CONFIG = GRAFANA / "prometheus.yml"
 DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
 DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "setqueue.yml"
 COMPOSE_FILE = REPO / "docker-compose.yml"
+CLUSTER_COMPOSE_FILE = REPO / "docker-compose.cluster.yml"  # the demo on a Redis Cluster
 
 DATASOURCE_UID = "setqueue-prometheus"
 DASHBOARD_UID = "setqueue-overview"

@@ -20,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from python_on_whales import DockerClient
@@ -78,6 +79,7 @@ class Stack:
     settings: dict[str, str]
     prometheus_url: str
     queue_name: str
+    redis_service: str = "redis"  # the service redis() runs redis-cli in
     notes: list[str] = field(default_factory=list)
 
     # -- Prometheus -------------------------------------------------------------------------
@@ -112,9 +114,11 @@ class Stack:
     def key(self, state: str) -> str:
         return f"setqueue:{{{self.queue_name}}}:{state}"
 
-    def redis(self, *args: str) -> str:
-        """A redis-cli command in the redis container (REDISCLI_AUTH there carries the password)."""
-        out = self.docker.compose.execute("redis", ["redis-cli", "--no-auth-warning", *args], tty=False)
+    def redis(self, *args: str, service: str | None = None) -> str:
+        """A redis-cli command in the redis container, or ``service``'s (REDISCLI_AUTH there
+        carries the password)."""
+        where = service or self.redis_service
+        out = self.docker.compose.execute(where, ["redis-cli", "--no-auth-warning", *args], tty=False)
         return (out or "").strip()
 
     def counts(self) -> dict[str, int]:
@@ -168,17 +172,20 @@ def running_stack(
     *,
     services: Sequence[str] = SERVICES,
     project_prefix: str = "setqueue-test",
+    compose_file: Path = COMPOSE_FILE,
+    redis_service: str = "redis",
 ) -> Iterator[Stack]:
-    """Build and start ``services`` with ``settings`` as Compose variables; always tear down."""
+    """Build and start ``services`` of ``compose_file`` with ``settings`` as Compose variables;
+    always tear down."""
     project = f"{project_prefix}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     port = free_port()
     env = {"QUEUE_NAME": queue_name, "PROMETHEUS_PORT": str(port), **settings}
     client = DockerClient(
-        compose_files=[COMPOSE_FILE],
+        compose_files=[compose_file],
         compose_project_name=project,
         compose_project_directory=REPO,
     )
-    stack = Stack(client, project, env, f"http://127.0.0.1:{port}", queue_name)
+    stack = Stack(client, project, env, f"http://127.0.0.1:{port}", queue_name, redis_service)
     # Compose reads variables from the process environment (which beats any .env file); set ours
     # for the life of the stack so every compose call (up, scale, restart) sees the same values.
     with environment(env):
