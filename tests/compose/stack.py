@@ -103,6 +103,12 @@ class Stack:
         assert answer["status"] == "success", f"{expr}: {answer.get('error')}"
         return [float(sample["value"][1]) for sample in answer["data"]["result"]]
 
+    def by_label(self, expr: str, label: str) -> dict[str, float]:
+        """An instant query's values by the value of ``label``."""
+        answer = self.query(expr)
+        assert answer["status"] == "success", f"{expr}: {answer.get('error')}"
+        return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in answer["data"]["result"]}
+
     def scalar(self, expr: str) -> float | None:
         """The single value of an instant query, or None when it returns nothing."""
         found = self.values(expr)
@@ -132,6 +138,24 @@ class Stack:
 
     def containers(self, service: str) -> list[Any]:
         return [c for c in self.docker.compose.ps(services=[service]) if c.state.running]
+
+    def scale_workers(self, n: int) -> None:
+        self.docker.compose.up(services=["worker"], scales={"worker": n}, detach=True, wait=True, quiet=True)
+
+    def wait_for_workers_scraped_and_working(self, n: int) -> None:
+        """Prometheus finds ``n`` worker targets (through DNS) and each of them completes jobs."""
+        self.wait(
+            lambda: self.scalar('count(up{job="worker"} == 1)'),
+            lambda found: found == n,
+            f"Prometheus to discover {n} worker targets",
+        )
+        self.wait(
+            lambda: self.scalar(
+                'count(sum by (instance) (rate(setqueue_jobs_completed_total{outcome="success"}[30s])) > 0)'
+            ),
+            lambda found: found == n,
+            "every worker replica to complete jobs",
+        )
 
     def diagnostics(self) -> str:
         lines = ["--- compose ps"]

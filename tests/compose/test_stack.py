@@ -53,16 +53,6 @@ def stack(docker: DockerClient) -> Iterator[Stack]:
         yield s
 
 
-def by_label(stack: Stack, expr: str, label: str) -> dict[str, float]:
-    answer = stack.query(expr)
-    assert answer["status"] == "success", f"{expr}: {answer.get('error')}"
-    return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in answer["data"]["result"]}
-
-
-def scale_workers(stack: Stack, n: int) -> None:
-    stack.docker.compose.up(services=["worker"], scales={"worker": n}, detach=True, wait=True, quiet=True)
-
-
 def creator_running(stack: Stack) -> bool:
     return bool(stack.containers("creator"))
 
@@ -74,7 +64,7 @@ def test_every_service_is_healthy_and_scraped(stack: Stack) -> None:
     # `compose up --wait` returned, so every container passed its healthcheck; Prometheus must
     # also find and scrape one target per service through Docker's DNS.
     stack.wait(
-        lambda: by_label(stack, 'count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
+        lambda: stack.by_label('count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
         lambda up: up == {"creator": 1, "worker": 1, "cleaner": 1},
         "one healthy scrape target per service",
     )
@@ -228,24 +218,13 @@ def test_redis_outage_is_visible_and_survived(stack: Stack) -> None:
 
 
 def test_scaling_workers_adds_scrape_targets_that_share_the_work(stack: Stack) -> None:
-    scale_workers(stack, WORKERS)
+    stack.scale_workers(WORKERS)
     assert len(stack.containers("worker")) == WORKERS
-    stack.wait(
-        lambda: stack.scalar('count(up{job="worker"} == 1)'),
-        lambda n: n == WORKERS,
-        f"Prometheus to discover {WORKERS} worker targets",
-    )
-    stack.wait(
-        lambda: stack.scalar(
-            'count(sum by (instance) (rate(setqueue_jobs_completed_total{outcome="success"}[30s])) > 0)'
-        ),
-        lambda n: n == WORKERS,
-        "every worker replica to complete jobs",
-    )
+    stack.wait_for_workers_scraped_and_working(WORKERS)
 
 
 def test_sigkilled_workers_lose_no_job(stack: Stack) -> None:
-    scale_workers(stack, WORKERS)
+    stack.scale_workers(WORKERS)
     counts = stack.counts()
     assert counts["todos"] > 0, f"no backlog left to test with ({counts}); raise CREATE_TOTAL"
     victims = stack.containers("worker")[:2]
@@ -263,7 +242,7 @@ def test_sigkilled_workers_lose_no_job(stack: Stack) -> None:
     )
     before = stack.counts()["done"]
     stack.wait(stack.counts, lambda c: c["done"] > before, "the surviving workers to carry on")
-    scale_workers(stack, WORKERS)  # start the killed ones again for the rest of the run
+    stack.scale_workers(WORKERS)  # start the killed ones again for the rest of the run
 
 
 # -- the end: every job done exactly once ------------------------------------------------------------
@@ -299,7 +278,7 @@ def test_cli_stats_and_metrics_agree_with_redis(stack: Stack) -> None:
 
     # The cleaner's gauges catch up with Redis within a sweep and a scrape.
     stack.wait(
-        lambda: by_label(stack, "setqueue_queue_depth", "state"),
+        lambda: stack.by_label("setqueue_queue_depth", "state"),
         lambda depth: depth == {state: float(n) for state, n in counts.items()},
         "setqueue_queue_depth to match Redis",
         timeout=60,
