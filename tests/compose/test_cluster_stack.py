@@ -160,6 +160,23 @@ def test_scaled_workers_are_scraped_and_share_the_work(stack: Stack) -> None:
     )
 
 
+def test_the_cluster_survives_every_node_restarting(stack: Stack) -> None:
+    """All six nodes stopped and brought up again (what a host reboot does): Docker may give them
+    other addresses (here it gave most of them new ones), which their nodes.conf does not know.
+    The init service, run again by `up`, leaves the cluster as formed (same node ids, no new
+    create) and tells each node where the others are now; the services reconnect on their own."""
+    before = cluster_nodes(stack)
+    done = stats(stack)["done"]
+    stack.docker.compose.stop(NODES)
+    stack.docker.compose.up(services=[*NODES, "redis-cluster-init"], detach=True, wait=True, quiet=True)
+    assert "cluster formed earlier" in (stack.docker.compose.logs(services=["redis-cluster-init"]) or "")
+    after = cluster_nodes(stack)
+    assert {n.id for n in after} == {n.id for n in before}
+    assert all(n.link == "connected" and "fail" not in n.flags for n in after)
+    stack.wait(lambda: stats(stack)["done"], lambda now: now > done, "the services to reconnect and carry on")
+    stack.wait(lambda: stack.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
+
+
 def test_every_created_job_ends_in_done(stack: Stack) -> None:
     final = stack.wait(
         lambda: stats(stack),
