@@ -25,6 +25,8 @@ from tests.compose.stack import Stack, image_overrides, running_stack
 pytestmark = pytest.mark.compose
 
 NODES = [f"redis-{n}" for n in range(1, 7)]
+INIT = "redis-cluster-init"
+INIT_DONE = "cluster ok on every node"  # what the init prints last
 SHARDS = 6  # QUEUE_SHARDS in docker-compose.cluster.yml
 QUEUE = "cluster-test"  # its shards' hash tags {cluster-test~0..5} fall in every third of the slots
 CREATE_TOTAL = 1500
@@ -49,7 +51,7 @@ def stack(docker: DockerClient) -> Iterator[Stack]:
         docker,
         {**image_overrides(), **SETTINGS},
         queue_name=QUEUE,
-        services=[*NODES, "redis-cluster-init", "creator", "worker", "cleaner", "prometheus"],
+        services=[*NODES, INIT, "creator", "worker", "cleaner", "prometheus"],
         project_prefix="setqueue-cluster-test",
         compose_file=CLUSTER_COMPOSE_FILE,
         redis_service="redis-1",
@@ -167,9 +169,23 @@ def test_the_cluster_survives_every_node_restarting(stack: Stack) -> None:
     create) and tells each node where the others are now; the services reconnect on their own."""
     before = cluster_nodes(stack)
     done = stats(stack)["done"]
+
+    def init_runs() -> tuple[str, bool, int | None]:
+        (init,) = stack.docker.compose.ps(services=[INIT], all=True)
+        return stack.docker.compose.logs(services=[INIT]) or "", bool(init.state.running), init.state.exit_code
+
+    # Every `up` runs the init again (so did the scaling above): count its runs.
+    runs = init_runs()[0].count(INIT_DONE)
     stack.docker.compose.stop(NODES)
-    stack.docker.compose.up(services=[*NODES, "redis-cluster-init"], detach=True, wait=True, quiet=True)
-    assert "cluster formed earlier" in (stack.docker.compose.logs(services=["redis-cluster-init"]) or "")
+    # As `up` does: the nodes until healthy, then the init. (Not --wait: it calls an exited one-shot a failure.)
+    stack.docker.compose.up(services=[*NODES, INIT], detach=True, quiet=True)
+    log, _, exit_code = stack.wait(
+        init_runs,
+        lambda run: run[0].count(INIT_DONE) == runs + 1 and not run[1],
+        "the init's run to finish",
+    )
+    assert exit_code == 0
+    assert "cluster formed earlier" in log.split(INIT_DONE)[runs], "a later run must not create a cluster"
     after = cluster_nodes(stack)
     assert {n.id for n in after} == {n.id for n in before}
     assert all(n.link == "connected" and "fail" not in n.flags for n in after)
