@@ -14,6 +14,7 @@ import redis
 from redis.crc import key_slot
 
 from setqueue.keys import QueueKeys
+from setqueue.sharded import shard_names
 from tests.support import RedisServer, free_port, need
 
 SLOTS = 16384
@@ -245,6 +246,27 @@ class RedisClusterNodes:
             found.setdefault(master, name)
             n += 1
         return found
+
+    def shard_masters(self, name: str, shards: int) -> list[int]:
+        """The master port serving each shard of queue ``name`` (shard i at index i)."""
+        ranges = self.slot_ranges()
+        found = []
+        for queue in shard_names(name, shards):
+            slot = self.queue_slot(queue)
+            [master] = [m for start, end, m in ranges if start <= slot <= end]
+            found.append(master)
+        return found
+
+    def evenly_sharded_name(self, prefix: str, shards: int) -> str:
+        """A queue name <prefix>-<n> whose ``shards`` shards fall evenly on the masters (so that a
+        measure of the spread does not depend on where CRC16 happens to put them)."""
+        masters = {master for _, _, master in self.slot_ranges()}
+        for n in range(10_000):
+            name = f"{prefix}-{n}"
+            held = self.shard_masters(name, shards)
+            if len({held.count(master) for master in masters}) == 1:
+                return name
+        raise AssertionError(f"no name spreads {shards} shards evenly over {len(masters)} masters")
 
     def cleanup(self) -> None:
         for node in self.nodes:

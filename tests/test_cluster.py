@@ -24,7 +24,7 @@ from setqueue.group import QueueGroup, open_queues
 from setqueue.keys import QueueKeys
 from setqueue.queue import ClusterAwareRedis
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
-from setqueue.sharded import ShardedQueue, open_queue, shard_name, shard_of
+from setqueue.sharded import ShardedQueue, open_queue, shard_of
 from tests.cluster_support import RedisClusterNodes
 from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, wait_until
@@ -520,25 +520,8 @@ def test_every_wrapper_passes_the_keys_its_script_names(
 # -- one queue over the cluster's masters: shards ------------------------------------------------------
 
 
-def evenly_sharded_name(cluster: RedisClusterNodes, prefix: str, shards: int) -> str:
-    """A queue name whose ``shards`` shards fall evenly on the masters (so that a test of the
-    spread does not depend on where CRC16 happens to put them)."""
-    ranges = cluster.slot_ranges()
-    masters = {master for _, _, master in ranges}
-    for n in range(10_000):
-        name = f"{prefix}-{n}"
-        per_master: dict[int, int] = dict.fromkeys(masters, 0)
-        for shard in range(shards):
-            slot = cluster.queue_slot(shard_name(name, shard))
-            [master] = [m for start, end, m in ranges if start <= slot <= end]
-            per_master[master] += 1
-        if len(set(per_master.values())) == 1:
-            return name
-    raise AssertionError("no evenly sharded name")
-
-
 def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -> None:
-    name = evenly_sharded_name(cluster, "spread", 6)
+    name = cluster.evenly_sharded_name("spread", 6)
     q = open_queue(cluster.url(), name, shards=6, max_attempts=2, retry_backoff_seconds=0)
     assert isinstance(q, ShardedQueue)
     ids = [f"job-{n}" for n in range(600)]
@@ -546,8 +529,8 @@ def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -
     held = keys_by_master(cluster, f"setqueue:{{{name}~")
     assert len(held) == 3 and all(n > 0 for n in held.values()), held  # every master holds two shards
     per_master = {master: 0 for master in held}
-    for shard, stats in enumerate(q.stats()["shards"]):
-        per_master[cluster.master_of(cluster.queue_slot(shard_name(name, shard)))] += stats["todos"]
+    for master, stats in zip(cluster.shard_masters(name, 6), q.stats()["shards"], strict=True):
+        per_master[master] += stats["todos"]
     assert all(150 <= n <= 250 for n in per_master.values()), per_master  # a fair share of 600 each
     # The API across the shards, on the cluster.
     leases = q.claim(50)
@@ -566,7 +549,7 @@ def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -
 
 
 def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClusterNodes) -> None:
-    name = evenly_sharded_name(cluster, "wake", 3)
+    name = cluster.evenly_sharded_name("wake", 3)
     idle = open_queue(cluster.url(), name, shards=3)
     producer = open_queue(cluster.url(), name, shards=3)
     assert isinstance(idle, ShardedQueue) and isinstance(producer, ShardedQueue)
@@ -620,7 +603,7 @@ def test_the_services_drain_a_six_shard_queue_each_job_once(
     cluster: RedisClusterNodes, procs: list[Proc], tmp_path: Path
 ) -> None:
     total = 20_000
-    name = evenly_sharded_name(cluster, "drain", 6)
+    name = cluster.evenly_sharded_name("drain", 6)
     settings = service_settings(cluster.url(), name, tmp_path / "exec.log", LEASE_SECONDS=10, QUEUE_SHARDS=6)
     q = open_queue(cluster.url(), name, shards=6)
     try:

@@ -31,6 +31,11 @@ def shard_name(name: str, shard: int) -> str:
     return f"{name}~{shard}"
 
 
+def shard_names(name: str, shards: int) -> list[str]:
+    """The queues that hold queue ``name`` with ``shards`` shards: itself for one, else ``name~i``."""
+    return [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
+
+
 def shard_of(job_id: str, shards: int) -> int:
     """The shard of ``job_id``: a stable hash (CRC-32 of its UTF-8), the same in every process."""
     return zlib.crc32(job_id.encode("utf-8")) % shards
@@ -211,7 +216,7 @@ def open_queue(url: str, name: str, shards: int = 1, *, client: Any = None, **op
     ShardedQueue of ``shards`` sub-queues on one client (``client``, if given: one already open on ``url``)."""
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
-    names = [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
+    names = shard_names(name, shards)
     first = Queue.from_url(url, names[0], **options) if client is None else Queue(client, names[0], **options)
     queues = [first, *(Queue(first.redis, n, **options) for n in names[1:])]
     return first if shards == 1 else ShardedQueue(queues, name)
