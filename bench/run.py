@@ -79,20 +79,42 @@ class Server:
         self.version = self.r.info("server")["redis_version"]
 
     def snapshot(self) -> dict[str, Any]:
-        info = self.r.info("all")
-        stats = {k[len("cmdstat_") :]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
-        return {
-            "cpu": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
-            "commands": int(info["total_commands_processed"]),
-            "cmdstats": stats,
-            "t": time.perf_counter(),
-        }
+        return snapshot(self.r)
 
     def stop(self) -> None:
         self.r.close()
         self.proc.terminate()
         self.proc.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def snapshot(r: redis.Redis) -> dict[str, Any]:
+    """A redis-server's CPU seconds and commands so far, by command too (one INFO: itself counted in the next)."""
+    info = r.info("all")
+    stats = {k[len("cmdstat_") :]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+    return {
+        "cpu": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+        "commands": int(info["total_commands_processed"]),
+        "cmdstats": stats,
+        "t": time.perf_counter(),
+    }
+
+
+def node_deltas(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per queue server (System.queue_servers): CPU seconds and commands between two snapshots, less
+    the INFO of the first, which counts in the second."""
+    out = {}
+    for name, b in before.items():
+        c = after[name]
+        stats = {k: v - b["cmdstats"].get(k, 0) for k, v in c["cmdstats"].items()}
+        stats["info"] = stats.get("info", 0) - 1
+        out[name] = {
+            "cpu_seconds": c["cpu"] - b["cpu"],
+            "commands": c["commands"] - b["commands"] - 1,
+            "commands_by_name": {k: v for k, v in sorted(stats.items(), key=lambda kv: -kv[1]) if v > 0},
+            "seconds": c["t"] - b["t"],
+        }
+    return out
 
 
 # -- worker processes -----------------------------------------------------------------------------
@@ -153,6 +175,7 @@ def throughput_run(
     enqueue_s = time.perf_counter() - t0
     e1 = server.snapshot()
 
+    nodes = system.queue_servers()
     t_spawn = time.perf_counter()
     w = Workers(system, workers, logdir)
     samples: list[tuple[float, int]] = []
@@ -169,6 +192,7 @@ def throughput_run(
         samples.append((now - t_spawn, n))
         if b is None and n > 0:
             b = server.snapshot()
+            nodes_b = {name: snapshot(client) for name, client in nodes.items()}
             my_cmds = 0
             cpu_b = tree_cpu_seconds(w.pids())
             n_b = counter(r)
@@ -187,6 +211,7 @@ def throughput_run(
     n_c = counter(r)
     my_cmds += 1
     c = server.snapshot()
+    nodes_c = {name: snapshot(client) for name, client in nodes.items()}
     alive = w.alive()
     w.stop()
     final = counter(r)
@@ -231,6 +256,10 @@ def throughput_run(
         res["commands_per_job_by_name"] = {
             k: round(v / done_in_window, 3) for k, v in sorted(stats.items(), key=lambda kv: -kv[1]) if v > 0
         }
+        if nodes:
+            res["nodes"] = node_deltas(nodes_b, nodes_c)
+    if complete:
+        res.update(system.after_drain())
     res["samples"] = thin(samples)
     return res
 
@@ -271,16 +300,16 @@ def cell_trials(
     server: Server,
     systems: Sequence[System],
     workers: int,
-    a: argparse.Namespace,
     logdir: Path,
     *,
     jobs: int,
     max_seconds: float,
     cell_seconds: float,
+    trials: int,
 ) -> list[dict]:
     """Trials of one (system, W) cell: a 20,000-job drain at ~10k jobs/s lasts about 2 s, and
     the rate swings by tens of per cent from one 100 ms to the next on a shared 2-core VM, so a
-    fast cell is run again until it has used --cell-seconds (at most --trials times) and the
+    fast cell is run again until it has used ``cell_seconds`` (at most ``trials`` times) and the
     report takes the median. A trial that hits the time limit is long enough on its own.
 
     Several systems (setqueue and its --baseline twin) take turns, trial by trial, so that a
@@ -288,7 +317,7 @@ def cell_trials(
     out: list[dict] = []
     used = dict.fromkeys((s.name for s in systems), 0.0)
     running = list(systems)
-    for trial in range(a.trials):
+    for trial in range(trials):
         for system in list(running):
             res = throughput_run(server, system, jobs=jobs, workers=workers, max_seconds=max_seconds, logdir=logdir)
             res["trial"] = trial
@@ -509,9 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--matrix",
-        choices=("cpu", "io", "both"),
+        choices=("cpu", "io", "both", "cluster"),
         default="both",
-        help="cpu: CPU-trivial jobs (one INCR); io: I/O-bound jobs (a wait, then the INCR); both (default)",
+        help="cpu: CPU-trivial jobs (one INCR); io: I/O-bound jobs (a wait, then the INCR); both (default); "
+        "cluster: setqueue alone on a local Redis Cluster, by QUEUE_SHARDS (bench/cluster.py; results/cluster.md)",
     )
     p.add_argument("--jobs", type=int, default=20_000, help="jobs per throughput run, CPU matrix (default 20000)")
     p.add_argument("--io-jobs", type=int, default=10_000, help="jobs per throughput run, I/O matrix (default 10000)")
@@ -576,9 +606,28 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="jobs of the memory measurement (bench/memory.py); default 100000 with --baseline, else 0 (skip)",
     )
+    c = p.add_argument_group("--matrix cluster")
+    c.add_argument("--shards", default="1,3,6", help="QUEUE_SHARDS values, comma-separated (default 1,3,6)")
+    c.add_argument(
+        "--wait-replicas",
+        default="0",
+        help="WAIT_REPLICAS values, comma-separated: each shards value runs with each (default 0)",
+    )
+    c.add_argument("--cluster-jobs", type=int, default=25_000, help="jobs per drain (default 25000)")
+    c.add_argument("--cluster-workers", type=int, default=2, help="worker processes (default 2)")
+    c.add_argument("--cluster-trials", type=int, default=3, help="trials of every cell, taking turns (default 3)")
+    c.add_argument("--masters", type=int, default=3, help="masters of the cluster, one replica each (default 3)")
     p.add_argument("--out", default=str(REPO / "bench" / "results"), help="where latest.md/json/png go")
-    p.add_argument("--tag", default="latest", help="base name of the result files (default latest)")
+    p.add_argument(
+        "--tag", default=None, help="base name of the result files (default latest; cluster with --matrix cluster)"
+    )
     a = p.parse_args(argv)
+    if a.matrix == "cluster":
+        from cluster import run_cluster  # noqa: PLC0415
+
+        a.tag = a.tag or "cluster"
+        return run_cluster(a)
+    a.tag = a.tag or "latest"
 
     names = [n for n in SYSTEMS if n != "setqueue-async"] if a.systems == "all" else a.systems.split(",")
     names = [n.strip() for n in names if n.strip()]
@@ -623,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
                 for group in cells(systems[m]):
                     for wc in worker_counts:
                         trials = cell_trials(
-                            server, group, wc, a, mlogs, jobs=jobs, max_seconds=limit, cell_seconds=cell
+                            server, group, wc, mlogs, jobs=jobs, max_seconds=limit, cell_seconds=cell, trials=a.trials
                         )
                         for res in trials:
                             res["repeat"] = rep

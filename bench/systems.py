@@ -120,6 +120,16 @@ class System:
     def commands(self, workers: int) -> list[Command]:
         raise NotImplementedError
 
+    # -- what the run records beyond the bench's own redis-server --------------------------------
+    def queue_servers(self) -> dict[str, redis.Redis]:
+        """Redis servers that hold the queue when it is not on the bench's own server (a cluster's
+        nodes), by name: a throughput run records each one's CPU and commands."""
+        return {}
+
+    def after_drain(self) -> dict[str, Any]:
+        """What a throughput run adds to its result once the backlog is drained."""
+        return {}
+
     def close(self) -> None:
         pass
 
@@ -205,19 +215,22 @@ class SetQueue(System):
         if not proc.stdout.readline():
             raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
 
+    def worker_settings(self) -> dict[str, str]:
+        """The worker service's settings, as environment variables (METRICS_PORT aside: one per process)."""
+        return {
+            "REDIS_URL": self.url,
+            "QUEUE_NAME": QUEUE,
+            "JOB_HANDLER": self.handler(),
+            "CONCURRENCY": str(self.concurrency),
+            "CLAIM_BATCH": str(self.claim_batch),
+            "LOG_LEVEL": "WARNING",
+        }
+
     def commands(self, workers: int) -> list[Command]:
         cmds = []
         for _ in range(workers):
             env = self.env()
-            env.update(
-                REDIS_URL=self.url,
-                QUEUE_NAME=QUEUE,
-                JOB_HANDLER=self.handler(),
-                CONCURRENCY=str(self.concurrency),
-                CLAIM_BATCH=str(self.claim_batch),
-                METRICS_PORT=str(free_port()),
-                LOG_LEVEL="WARNING",
-            )
+            env.update(self.worker_settings(), METRICS_PORT=str(free_port()))
             cmds.append(Command([sys.executable, "-m", "worker"], env, cwd=self.code.root))
         return cmds
 
@@ -236,6 +249,75 @@ class SetQueue(System):
 
 class SetQueueAsync(SetQueue):
     asynchronous = True
+
+
+@dataclass
+class ClusterSetQueue(SetQueue):
+    """setqueue's real worker service on a Redis Cluster (bench/cluster.py): ``url`` names one node,
+    queue ``queue`` has ``shards`` shards (QUEUE_SHARDS) and every write waits for ``wait_replicas``
+    replicas (WAIT_REPLICAS). The job's INCR goes to ``counter_url``, a Redis outside the cluster, so
+    that what the nodes do is the queue's work alone. ``nodes``: every node's port, ``masters``: the
+    masters' (flushed before each run)."""
+
+    counter_url: str = ""
+    queue: str = QUEUE
+    shards: int = 1
+    wait_replicas: int = 0
+    nodes: tuple[int, ...] = ()
+    masters: tuple[int, ...] = ()
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["BENCH_REDIS_URL"] = self.counter_url
+        return env
+
+    def worker_settings(self) -> dict[str, str]:
+        settings = super().worker_settings()
+        settings.update(QUEUE_NAME=self.queue, QUEUE_SHARDS=str(self.shards))
+        if self.wait_replicas:
+            settings["WAIT_REPLICAS"] = str(self.wait_replicas)
+        return settings
+
+    def _queue(self) -> Any:
+        if "queue" not in self.state:
+            from setqueue.sharded import open_queue
+
+            options = {"wait_replicas": self.wait_replicas} if self.wait_replicas else {}
+            self.state["queue"] = open_queue(self.url, self.queue, self.shards, **options)
+        return self.state["queue"]
+
+    def settings(self, workers: int | str) -> str:
+        return (
+            f"{workers} x `{self.runner()}` with REDIS_URL naming one node of the cluster, QUEUE_NAME={self.queue}, "
+            f"QUEUE_SHARDS={self.shards}, WAIT_REPLICAS={self.wait_replicas}, JOB_HANDLER={self.handler()}, "
+            f"CONCURRENCY={self.concurrency}, CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, LOG_LEVEL=WARNING; "
+            "the job's INCR on a redis-server outside the cluster"
+        )
+
+    def enqueue_api(self) -> str:
+        how = "ShardedQueue.enqueue (500 ids per script call and shard)" if self.shards > 1 else "Queue.enqueue"
+        return how + (f", wait_replicas={self.wait_replicas}" if self.wait_replicas else "")
+
+    def queue_servers(self) -> dict[str, redis.Redis]:
+        if "nodes" not in self.state:
+            self.state["nodes"] = {str(p): redis.Redis(port=p, decode_responses=True) for p in self.nodes}
+        servers: dict[str, redis.Redis] = self.state["nodes"]
+        return servers
+
+    def prepare(self) -> None:
+        super().prepare()
+        for port in self.masters:  # replicas follow their masters
+            self.queue_servers()[str(port)].flushall()
+
+    def after_drain(self) -> dict[str, Any]:
+        """Jobs done in each shard (done keeps every id: DONE_MAX_COUNT is 1,000,000)."""
+        stats = self._queue().stats()
+        return {"done_per_shard": [s["done"] for s in stats.get("shards", [stats])]}
+
+    def close(self) -> None:
+        for client in self.state.pop("nodes", {}).values():
+            client.close()
+        super().close()
 
 
 class Naive(System):
