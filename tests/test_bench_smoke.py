@@ -1,7 +1,7 @@
 """The benchmark script runs end to end on a tiny workload: setqueue and the naive reference only,
 so the peers (rq, dramatiq, celery, arq, saq) need not be installed. Both matrices run: the
 CPU-trivial one (setqueue, naive) and the I/O-bound one (setqueue's threaded and async handlers).
-No timing is asserted."""
+No timing is asserted. The cluster matrix runs on its own, on a tiny workload too."""
 
 from __future__ import annotations
 
@@ -46,3 +46,23 @@ def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-unty
         assert run["executed"] == JOBS and run["missing"] == 0 and run["duplicates"] == 0, run
     assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive", "setqueue-threads", "setqueue-async"}
     assert all(lat.get("ran") == 10 for lat in data["latency"]), data["latency"]
+
+
+@pytest.mark.slow
+def test_the_cluster_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`--matrix cluster` on a tiny workload: a 3-master cluster, one and three shards, one trial each."""
+    for binary in ("redis-server", "redis-cli"):
+        if not shutil.which(binary):
+            need(binary, "the cluster benchmark starts its own cluster")
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--matrix", "cluster", "--shards", "1,3"]
+    cmd += ["--cluster-jobs", str(JOBS), "--cluster-trials", "1", "--max-seconds", "60", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "cluster.json").read_text())
+    assert [r["system"] for r in data["runs"]] == ["shards=1", "shards=3"]
+    for run in data["runs"]:
+        assert run["complete"] and run["executed"] == JOBS and not run["duplicates"], run
+        assert len(run["nodes"]) == 6 and sum(run["done_per_shard"]) == JOBS, run
+    report = (tmp_path / "cluster.md").read_text()
+    assert "shards=3: Redis commands per master within 10% of an even split" in report
+    assert "## Projection: what N masters give" in report
