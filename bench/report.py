@@ -646,6 +646,7 @@ def cluster_trial(data: dict[str, Any], r: dict[str, Any]) -> dict[str, Any] | N
     out["masters_cpu_us"] = sum(out["cpu_us"][m] for m in masters)
     out["replicas_cpu_us"] = sum(v for p, v in out["cpu_us"].items() if p not in masters)
     out["masters_cmds"] = sum(out["cmds"][m] for m in masters)
+    out["masters_waits"] = sum(nodes[m]["commands_by_name"].get("wait", 0) for m in masters) / jobs
     out["busiest_master"] = max(out["busy"][m] for m in masters)
     held = data["placement"][str(r["shards"])]["shard_masters"]
     done = r.get("done_per_shard") or []
@@ -680,7 +681,7 @@ def cluster_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for key in ("cpu_us", "cmds", "busy"):
             cell[key] = {p: median([t[key].get(p) for t in trials]) for p in ports}
-        for key in ("masters_cpu_us", "replicas_cpu_us", "masters_cmds", "busiest_master"):
+        for key in ("masters_cpu_us", "replicas_cpu_us", "masters_cmds", "masters_waits", "busiest_master"):
             cell[key] = median([t[key] for t in trials])
         cell["jobs_by_master"] = trials[0]["jobs_by_master"] if trials else {}
         for key in ("jobs_dev", "cmds_dev"):
@@ -844,7 +845,8 @@ def write_cluster_markdown(data: dict[str, Any], path: Path) -> None:
                 f"- {c['name']}: steady {c['steady']:,.0f} jobs/s vs {plain['steady']:,.0f} "
                 f"(**{c['steady'] / plain['steady']:.2f}x**); drain {fmt(c['drain'])} vs {fmt(plain['drain'])}; "
                 f"enqueue {fmt(c['enqueue'])} vs {fmt(plain['enqueue'])} jobs/s; Redis cmds/job on the masters "
-                f"{c['masters_cmds']:.2f} vs {plain['masters_cmds']:.2f}; Redis CPU µs/job masters "
+                f"{c['masters_cmds']:.2f} vs {plain['masters_cmds']:.2f}, of which WAIT {c['masters_waits']:.3f} (one "
+                f"per write script); Redis CPU µs/job masters "
                 f"{c['masters_cpu_us']:.0f} vs {plain['masters_cpu_us']:.0f}, replicas {c['replicas_cpu_us']:.0f} vs "
                 f"{plain['replicas_cpu_us']:.0f}; worker CPU µs/job {fmt(c['worker_cpu_us'])} vs "
                 f"{fmt(plain['worker_cpu_us'])}"

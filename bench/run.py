@@ -610,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--shards", default="1,3,6", help="QUEUE_SHARDS values, comma-separated (default 1,3,6)")
     c.add_argument(
         "--wait-replicas",
-        default="0",
-        help="WAIT_REPLICAS values, comma-separated: each shards value runs with each (default 0)",
+        default="0,1",
+        help="WAIT_REPLICAS values, comma-separated: each shards value runs with each (default 0,1)",
     )
     c.add_argument("--cluster-jobs", type=int, default=25_000, help="jobs per drain (default 25000)")
     c.add_argument("--cluster-workers", type=int, default=2, help="worker processes (default 2)")

@@ -273,17 +273,14 @@ class ClusterSetQueue(SetQueue):
 
     def worker_settings(self) -> dict[str, str]:
         settings = super().worker_settings()
-        settings.update(QUEUE_NAME=self.queue, QUEUE_SHARDS=str(self.shards))
-        if self.wait_replicas:
-            settings["WAIT_REPLICAS"] = str(self.wait_replicas)
+        settings.update(QUEUE_NAME=self.queue, QUEUE_SHARDS=str(self.shards), WAIT_REPLICAS=str(self.wait_replicas))
         return settings
 
     def _queue(self) -> Any:
         if "queue" not in self.state:
             from setqueue.sharded import open_queue
 
-            options = {"wait_replicas": self.wait_replicas} if self.wait_replicas else {}
-            self.state["queue"] = open_queue(self.url, self.queue, self.shards, **options)
+            self.state["queue"] = open_queue(self.url, self.queue, self.shards, wait_replicas=self.wait_replicas)
         return self.state["queue"]
 
     def settings(self, workers: int | str) -> str:
@@ -296,7 +293,7 @@ class ClusterSetQueue(SetQueue):
 
     def enqueue_api(self) -> str:
         how = "ShardedQueue.enqueue (500 ids per script call and shard)" if self.shards > 1 else "Queue.enqueue"
-        return how + (f", wait_replicas={self.wait_replicas}" if self.wait_replicas else "")
+        return f"{how}, wait_replicas={self.wait_replicas}"
 
     def queue_servers(self) -> dict[str, redis.Redis]:
         if "nodes" not in self.state:

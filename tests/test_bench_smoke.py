@@ -50,19 +50,29 @@ def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-unty
 
 @pytest.mark.slow
 def test_the_cluster_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`--matrix cluster` on a tiny workload: a 3-master cluster, one and three shards, one trial each."""
+    """`--matrix cluster` on a tiny workload: a 3-master cluster, one and three shards, each with and without
+    WAIT_REPLICAS=1, one trial each."""
     for binary in ("redis-server", "redis-cli"):
         if not shutil.which(binary):
             need(binary, "the cluster benchmark starts its own cluster")
-    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--matrix", "cluster", "--shards", "1,3"]
+    cmd = [
+        sys.executable,
+        str(REPO_ROOT / "bench" / "run.py"),
+        "--matrix",
+        "cluster",
+        "--shards",
+        "1,3",
+        "--wait-replicas",
+        "0,1",
+    ]
     cmd += ["--cluster-jobs", str(JOBS), "--cluster-trials", "1", "--max-seconds", "60", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "cluster.json").read_text())
-    assert [r["system"] for r in data["runs"]] == ["shards=1", "shards=3"]
+    assert [r["system"] for r in data["runs"]] == ["shards=1", "shards=1 wait=1", "shards=3", "shards=3 wait=1"]
     for run in data["runs"]:
         assert run["complete"] and run["executed"] == JOBS and not run["duplicates"], run
         assert len(run["nodes"]) == 6 and sum(run["done_per_shard"]) == JOBS, run
     report = (tmp_path / "cluster.md").read_text()
     assert "shards=3: Redis commands per master within 10% of an even split" in report
-    assert "## Projection: what N masters give" in report
+    assert "## Projection: what N masters give" in report and "## The cost of WAIT_REPLICAS" in report
