@@ -706,32 +706,51 @@ def pct_fmt(v: float | None) -> str:
 
 
 def projection(data: dict[str, Any], cells: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[str]]:
-    """What N masters would give, from the measured Redis CPU per job of the most sharded even cell."""
+    """What N masters would give, from the measured Redis CPU per job of the most sharded even cell
+    (and of the unsharded one for N = 1), with and without WAIT_REPLICAS."""
     masters = len(data["topology"])
-    even = [c for c in cells if c["shards"] % masters == 0 and c["masters_cpu_us"]]
+
+    def cell(shards: int, wait: int) -> dict[str, Any] | None:
+        return next((c for c in cells if (c["shards"], c["wait_replicas"]) == (shards, wait)), None)
+
+    even = [c["shards"] for c in cells if c["shards"] % masters == 0 and c["masters_cpu_us"]]
     if not even:
         return None, []
-    base = max((c for c in even if c["wait_replicas"] == 0), key=lambda c: c["shards"], default=None)
-    base = base or max(even, key=lambda c: c["shards"])
+    base, waiting, single = cell(max(even), 0), cell(max(even), 1), cell(1, 0)
+    if base is None or not base["masters_cpu_us"]:
+        return None, []
     m_us, r_us, w_us = base["masters_cpu_us"], base["replicas_cpu_us"], base["worker_cpu_us"]
+    per_shards = base["shards"] // masters
     L = [
         f"From the `{base['name']}` cell: the masters spent **{m_us:.0f} µs of Redis CPU per job** between them, "
-        f"each replica set {r_us:.0f} µs, the worker processes {fmt(w_us)} µs (CONCURRENCY="
+        f"the replicas {r_us:.0f} µs between them, the worker processes {fmt(w_us)} µs (CONCURRENCY="
         f"{data['args']['cpu_concurrency']}, CLAIM_BATCH={data['args']['claim_batch']}, a job of one INCR on "
-        "another server). With the shards spread evenly over N masters, each master serves 1/N of the jobs at "
-        f"{m_us:.0f} µs each, so its one core is full at N x {1e6 / m_us:,.0f} jobs/s.\n"
+        "another server)"
+        + (f"; unsharded (`{single['name']}`) the one master spent {single['masters_cpu_us']:.0f} µs" if single else "")
+        + (
+            f"; with WAIT_REPLICAS=1 (`{waiting['name']}`) the masters {waiting['masters_cpu_us']:.0f} µs"
+            if waiting
+            else ""
+        )
+        + f". With the shards spread evenly over N masters, each master serves 1/N of the jobs at {m_us:.0f} µs "
+        f"each, so its one core is full at N x {1e6 / m_us:,.0f} jobs/s.\n"
     ]
     L.append(
         "| masters N (a core each) | shards | Redis-bound ceiling jobs/s (masters 100% busy) | at 70% busy | "
-        "worker cores at that 70% rate | replica cores (one per master) |"
+        "worker cores at that 70% rate | with WAIT_REPLICAS=1: ceiling jobs/s | replica cores (one per master) |"
     )
-    L.append("|---:|---:|---:|---:|---:|---:|")
+    L.append("|---:|---:|---:|---:|---:|---:|---:|")
     for n in (1, 3, 6, 12):
-        ceiling = n * 1e6 / m_us
-        workers = 0.7 * ceiling * w_us / 1e6 if w_us else None
+        one = n == 1 and single is not None and single["masters_cpu_us"]
+        source = single if one else base
+        assert source is not None
+        ceiling = n * 1e6 / source["masters_cpu_us"]
+        workers = 0.7 * ceiling * source["worker_cpu_us"] / 1e6 if source["worker_cpu_us"] else None
+        wait_cost = (cell(1, 1) if one else waiting) or {}
+        with_wait = n * 1e6 / wait_cost["masters_cpu_us"] if wait_cost.get("masters_cpu_us") else None
         L.append(
-            f"| {n} | {'1' if n == 1 else f'{2 * n} (2 per master)'} | {ceiling:,.0f} | {0.7 * ceiling:,.0f} | "
-            f"{fmt(workers, 1)} | {n} |"
+            f"| {n} | {'1' if one else f'{per_shards * n} ({per_shards} per master)'} | {ceiling:,.0f} | "
+            f"{0.7 * ceiling:,.0f} | {fmt(workers, 1)} | {fmt(with_wait)} | {n} |"
         )
     L.append("")
     return {"cell": base["name"], "masters_cpu_us": m_us, "replicas_cpu_us": r_us, "worker_cpu_us": w_us}, L
@@ -854,15 +873,32 @@ def write_cluster_markdown(data: dict[str, Any], path: Path) -> None:
         L.append("")
 
     L.append(f"## What {m0['nproc']} cores can and cannot show\n")
+    plain = sorted((c for c in cells if not c["wait_replicas"] and c["steady"]), key=lambda c: c["shards"])
+    busiest = max((c["busiest_master"] or 0 for c in cells), default=0)
+    top = next((c for c in reversed(plain) if c["worker_cpu_us"] and c["masters_cpu_us"]), None)
     L.append(
         f"The {args['cluster_workers']} workers, the {2 * nm} cluster nodes, the counter's redis-server and this "
-        f"script share {m0['nproc']} cores, and the workers alone use most of them (Python's cost per job is "
-        "several times Redis's): jobs/s is bound by the machine, not by any Redis core, so it **cannot rise with "
-        "the number of shards here**, and does not; the cluster's extra processes and hops only add to the "
-        "shared load. What the run does show: (1) the work spreads evenly over the masters (the split columns), "
+        f"script share {m0['nproc']} cores. The workers are what fills them"
+        + (
+            f" (they spend {top['worker_cpu_us']:,.0f} µs of CPU per job against {top['masters_cpu_us']:,.0f} µs on "
+            f"the masters and {top['replicas_cpu_us']:,.0f} µs on the replicas, `{top['name']}`)"
+            if top
+            else ""
+        )
+        + f", and no Redis is near its one core (the busiest master was at most {busiest:.0f}% busy in any cell). So "
+        "jobs/s here is bound by the machine, not by any Redis, and **cannot rise with the number of shards**; the "
+        "cluster's extra processes only add to the shared load"
+        + (
+            f" (steady {plain[-1]['name']} {plain[-1]['steady']:,.0f} jobs/s against {plain[0]['name']} "
+            f"{plain[0]['steady']:,.0f}: {plain[-1]['steady'] / plain[0]['steady']:.2f}x)"
+            if len(plain) > 1
+            else ""
+        )
+        + ". What the run does show: (1) whether the work spreads evenly over the masters (the split columns), "
         "(2) what a job costs each Redis node in CPU time and commands, which does not depend on how many cores "
-        "there are, (3) whether sharding itself costs Redis more per job (shards=1 against 3 and 6), and (4) the "
-        "price of WAIT_REPLICAS. The busiest master stays well under one core, so no Redis was the bottleneck.\n"
+        "there are (CPU time, not wall time; the load moves it far less than jobs/s), (3) whether sharding itself "
+        "costs Redis more per job (shards=1 against 3 and 6), and (4) what WAIT_REPLICAS adds per job. How much "
+        "N machines would drain is a projection from (2), below, not a measurement.\n"
     )
     proj, lines = projection(data, cells)
     if proj:
