@@ -647,6 +647,7 @@ def cluster_trial(data: dict[str, Any], r: dict[str, Any]) -> dict[str, Any] | N
     out["replicas_cpu_us"] = sum(v for p, v in out["cpu_us"].items() if p not in masters)
     out["masters_cmds"] = sum(out["cmds"][m] for m in masters)
     out["masters_waits"] = sum(nodes[m]["commands_by_name"].get("wait", 0) for m in masters) / jobs
+    out["masters_scripts"] = sum(nodes[m]["commands_by_name"].get("evalsha", 0) for m in masters) / jobs
     out["busiest_master"] = max(out["busy"][m] for m in masters)
     held = data["placement"][str(r["shards"])]["shard_masters"]
     done = r.get("done_per_shard") or []
@@ -681,7 +682,14 @@ def cluster_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for key in ("cpu_us", "cmds", "busy"):
             cell[key] = {p: median([t[key].get(p) for t in trials]) for p in ports}
-        for key in ("masters_cpu_us", "replicas_cpu_us", "masters_cmds", "masters_waits", "busiest_master"):
+        for key in (
+            "masters_cpu_us",
+            "replicas_cpu_us",
+            "masters_cmds",
+            "masters_waits",
+            "masters_scripts",
+            "busiest_master",
+        ):
             cell[key] = median([t[key] for t in trials])
         cell["jobs_by_master"] = trials[0]["jobs_by_master"] if trials else {}
         for key in ("jobs_dev", "cmds_dev"):
@@ -831,6 +839,17 @@ def write_cluster_markdown(data: dict[str, Any], path: Path) -> None:
         )
     L.append("")
 
+    plain = sorted((c for c in cells if not c["wait_replicas"]), key=lambda c: c["shards"])
+    if len(plain) > 1 and all(c["masters_cpu_us"] for c in plain):
+        L.append(
+            "Sharding's own cost: Redis CPU per job on the masters "
+            + ", ".join(f"{c['name']} {c['masters_cpu_us']:.0f} µs" for c in plain)
+            + "; script calls (EVALSHA) per job "
+            + ", ".join(f"{c['masters_scripts']:.3f}" for c in plain)
+            + ". A worker acks what finished together, once the oldest has waited 50 ms (worker/service.py "
+            "ACK_DELAY_SECONDS), one script call per shard (composite.dispatch), and its claims take turns over the "
+            "shards: one ack flush holds jobs of several shards, so each call carries fewer jobs than unsharded.\n"
+        )
     L.append("## By node\n")
     L.append(
         "Redis commands per job · Redis CPU µs per job · CPU busy (% of one core), medians of the trials; jobs "
@@ -896,7 +915,8 @@ def write_cluster_markdown(data: dict[str, Any], path: Path) -> None:
         )
         + ". What the run does show: (1) whether the work spreads evenly over the masters (the split columns), "
         "(2) what a job costs each Redis node in CPU time and commands, which does not depend on how many cores "
-        "there are (CPU time, not wall time; the load moves it far less than jobs/s), (3) whether sharding itself "
+        "there are (CPU time, not wall time: the load moves it less than jobs/s, though not nothing, as a busier "
+        "machine means fewer jobs per ack call and colder caches), (3) whether sharding itself "
         "costs Redis more per job (shards=1 against 3 and 6), and (4) what WAIT_REPLICAS adds per job. How much "
         "N machines would drain is a projection from (2), below, not a measurement.\n"
     )
