@@ -41,14 +41,18 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         super().__init__(settings, metrics, queue)
         # What it sweeps and counts, one named queue at a time (a sharded one is one).
         self.served = self.queue.members if isinstance(self.queue, QueueGroup) else [self.queue]
-        # Periodic runs and the audit look at one queue's keys: they need one unsharded queue.
+        # Periodic runs go to QUEUE_NAME's first queue (as the creator's jobs do), and the audit reads
+        # one queue's keys: both need a queue that is not sharded.
         single = self.queue if isinstance(self.queue, Queue) else None
-        for name, wanted in (("SCHEDULES", bool(schedules)), ("AUDIT", settings.audit)):
-            if wanted and single is None:
-                self.close()
-                raise SettingError(name, "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
-        first = primary(self.queue)
-        self.periodic = PeriodicRuns(first.redis, first.keys, schedules, wake_cap=first.wake_cap)
+        first = self.served[0]
+        if schedules and not isinstance(first, Queue):
+            self.close()
+            raise SettingError("SCHEDULES", "needs QUEUE_SHARDS=1 (its runs go to QUEUE_NAME's first queue), for now")
+        if settings.audit and single is None:
+            self.close()
+            raise SettingError("AUDIT", "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
+        home = first if isinstance(first, Queue) else primary(self.queue)
+        self.periodic = PeriodicRuns(home.redis, home.keys, schedules, wake_cap=home.wake_cap)
         self._priorities_seen: dict[str, set[int]] = {q.name: {0} for q in self.served}
         self.audit_log: AuditRecorder | None = None
         self.auditor: Auditor | None = None

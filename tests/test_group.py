@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from cleaner.service import CleanerService
 from setqueue import FailOutcome, Lease, MoveTo, Queue
-from setqueue.config import WorkerSettings
+from setqueue.config import CleanerSettings, WorkerSettings
 from setqueue.group import QueueGroup, open_queues, primary
 from setqueue.sharded import ShardedQueue, open_queue
 from tests.engine_jobs import ExecutionLog
@@ -167,3 +168,43 @@ def test_a_handler_moves_a_job_to_another_queue(redis_url: str, queue_name: str)
     moved = Queue.from_url(redis_url, review).inspect("suspicious-1")
     assert moved is not None and (moved.state, moved.payload, moved.priority) == ("todos", "b", 3)
     assert Queue.from_url(redis_url, review).inspect("fine") is None
+
+
+def test_a_cleaner_of_several_queues_creates_periodic_runs_in_the_first(redis_url: str, queue_name: str) -> None:
+    names = f"{queue_name}-a,{queue_name}-b"
+    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=names, METRICS_PORT=0, SCHEDULES="tick=* * * * *")
+    cleaner = CleanerService(CleanerSettings.from_env(env))
+    first, second = (Queue.from_url(redis_url, n) for n in names.split(","))
+    try:
+        now = time.time()
+        cleaner.create_periodic_runs(now)  # first seen: the slot is recorded, nothing runs
+        [run] = cleaner.create_periodic_runs(now + 60)
+        assert first.stats()["todos"] == 1 and second.stats()["todos"] == 0
+        info = first.inspect(run)
+        assert info is not None and info.state == "todos"
+    finally:
+        cleaner.close()
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "extra"),
+    [
+        ("SCHEDULES", {"QUEUE_SHARDS": "3", "SCHEDULES": "tick=* * * * *"}),
+        ("AUDIT", {"QUEUE_SHARDS": "3", "AUDIT": "true"}),
+        ("AUDIT", {"QUEUE_NAME": "{q}-1,{q}-2", "AUDIT": "true"}),
+    ],
+)
+def test_what_needs_one_unsharded_queue_is_refused_with_one_line_and_exit_2(
+    redis_url: str, queue_name: str, tmp_path: Path, setting: str, extra: dict[str, str]
+) -> None:
+    given = {key: value.replace("{q}", queue_name) for key, value in extra.items()}
+    env = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "METRICS_PORT": "0", **given}
+    cleaner = Proc.start("cleaner", tmp_path, **env)
+    assert cleaner.wait(30) == 2
+    [line] = cleaner.log().strip().splitlines()
+    assert f"invalid setting {setting}: needs" in line
+    client = Queue.from_url(redis_url, queue_name).redis
+    assert not list(client.scan_iter(match=f"setqueue:{{{queue_name}*"))
+    client.close()

@@ -375,7 +375,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "",
         "Periodic jobs: name=cron;name2=cron (5-field cron, UTC), or @path of a file with one name=cron a line; "
-        "each run is the job <name>@<slot time, ISO 8601 UTC>",
+        "each run is the job <name>@<slot time, ISO 8601 UTC>, in QUEUE_NAME's first queue (unsharded)",
         "cleaner",
         check=_check_schedules,
     ),
