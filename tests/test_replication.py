@@ -4,6 +4,7 @@ again (the same request id) applies it once."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ import pytest
 import redis
 
 from setqueue import Queue
+from setqueue.cli import main as cli_main
 from setqueue.keys import QueueKeys
 from setqueue.replication import NotReplicated
 from tests.support import RedisServer
@@ -118,3 +120,24 @@ def test_reads_do_not_wait(primary: Primary, name: str) -> None:
 def test_bad_wait_options_are_refused(redis_url: str, option: str, value: object) -> None:
     with pytest.raises(ValueError, match=option):
         Queue.from_url(redis_url, "x", **{option: value})  # type: ignore[arg-type]
+
+
+def test_the_cli_waits_for_replicas_when_asked(
+    primary: Primary, name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def push(*options: str) -> int:
+        return cli_main(
+            ["--redis-url", primary.master.url, "--queue", name, *options, "push", "a", "b"], out=io.StringIO()
+        )
+
+    assert push("--wait-replicas", "1") == 0
+    assert primary.replica_client.zcard(QueueKeys(name).todos) == 2
+    monkeypatch.setenv("WAIT_TIMEOUT_SECONDS", "0.1")
+    monkeypatch.setenv("WAIT_REPLICAS", "2")  # one replica only: never confirmed by two
+    capsys.readouterr()
+    assert push() == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("setqueue: enqueue: 1 of 2 replica(s) confirmed the write within 100 ms")
+    assert push("--wait-replicas", "-1") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("setqueue: invalid --wait-replicas / WAIT_REPLICAS: ")

@@ -37,6 +37,7 @@ import redis
 from setqueue.config import SETTING_BY_NAME, SettingError, default, redact_url, validate_redis_url
 from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, validate_job_id, validate_priority, validate_queue_name
 from setqueue.queue import Queue
+from setqueue.replication import NotReplicated
 from setqueue.scripts import text as _text
 from setqueue.sharded import ShardedQueue, open_queue
 
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("QUEUE_SHARDS", default("QUEUE_SHARDS")),
         metavar="N",
         help="shards of the queue, as the services' QUEUE_SHARDS (default: $QUEUE_SHARDS or 1)",
+    )
+    parser.add_argument(
+        "--wait-replicas",
+        default=os.environ.get("WAIT_REPLICAS", default("WAIT_REPLICAS")),
+        metavar="N",
+        help="replicas that must confirm each write, as the services' WAIT_REPLICAS (default: $WAIT_REPLICAS "
+        "or 0; waits up to $WAIT_TIMEOUT_SECONDS); a write not confirmed in time is exit code 3",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -374,6 +382,18 @@ _HEADER: dict[str, str | None] = {
 }
 
 
+# How an error names a setting the CLI takes as an option (or only from the environment).
+_FLAGS = {
+    "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
+    "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
+    "WAIT_TIMEOUT_SECONDS": "WAIT_TIMEOUT_SECONDS",
+}
+
+
+def _flag(setting: str) -> str:
+    return _FLAGS.get(setting, "--redis-url / REDIS_URL")
+
+
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -385,12 +405,13 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             url = validate_redis_url(args.redis_url)
             validate_queue_name(args.queue)
             shards = SETTING_BY_NAME["QUEUE_SHARDS"].parse(str(args.shards).strip())
+            wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
+            wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
         except SettingError as exc:
-            flag = "--shards / QUEUE_SHARDS" if exc.name == "QUEUE_SHARDS" else "--redis-url / REDIS_URL"
-            raise CliError(str(exc).replace(f"setting {exc.name}", flag), EXIT_USAGE) from None
+            raise CliError(str(exc).replace(f"setting {exc.name}", _flag(exc.name)), EXIT_USAGE) from None
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
-        queue = open_queue(url, args.queue, shards)
+        queue = open_queue(url, args.queue, shards, wait_replicas=wait_replicas, wait_timeout_seconds=wait_timeout)
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
             if isinstance(queue, ShardedQueue):
@@ -399,8 +420,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
                 queue.ping()
             return run(args, queue, stdin, out)
         except SettingError as exc:
-            flag = "--shards / QUEUE_SHARDS" if exc.name == "QUEUE_SHARDS" else "--redis-url / REDIS_URL"
-            raise CliError(str(exc).replace(f"setting {exc.name}", flag), EXIT_USAGE) from None
+            raise CliError(str(exc).replace(f"setting {exc.name}", _flag(exc.name)), EXIT_USAGE) from None
+        except NotReplicated as exc:  # a TimeoutError, but Redis is there: say what happened
+            raise CliError(str(exc), EXIT_REDIS) from None
     except CliError as exc:
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
