@@ -52,6 +52,10 @@ class CompositeQueue:
     def _member_of(self, lease: Lease) -> Any:
         raise NotImplementedError
 
+    def _made_claimable(self, n: int) -> None:
+        """After a call that made ``n`` jobs claimable again (a retry, a release, a sweep's requeue;
+        their scripts woke the member's idle workers): what else should wake (nothing, here)."""
+
     @property
     def redis(self) -> Any:
         return self.primary.redis
@@ -126,21 +130,26 @@ class CompositeQueue:
         outcome: FailOutcome = self._member_of(lease).fail(
             lease, reason, retry=retry, delay=delay, request_id=request_id
         )
+        self._made_claimable(1 if outcome is FailOutcome.RETRIED else 0)
         return outcome
 
     def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        return dispatch(
+        outcomes = dispatch(
             leases, self._member_of, lambda m, part: m.release(part, request_id=part_id(request_id, m.name))
         )
+        self._made_claimable(outcomes.count(FailOutcome.RELEASED))
+        return outcomes
 
     def sweep(self, limit: int = 1000) -> SweepResult:
         """Every member's sweep (each examines up to ``limit`` ids)."""
         results = [m.sweep(limit) for m in self.members]
-        return SweepResult(
+        swept = SweepResult(
             [i for r in results for i in r.requeued],
             [i for r in results for i in r.dead_lettered],
             sum(r.done_trimmed for r in results),
         )
+        self._made_claimable(len(swept.requeued))
+        return swept
 
     def ping(self) -> bool:
         return all(m.ping() for m in self.members)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from setqueue.composite import CompositeQueue, on_a_cluster, part_id, summed_stats
 from setqueue.config import SettingError
 from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
-from setqueue.queue import FailOutcome, JobInfo, Lease, Queue, SweepResult
+from setqueue.queue import JobInfo, Lease, Queue
 
 T = TypeVar("T")
 
@@ -104,6 +104,9 @@ class ShardedQueue(CompositeQueue):
         jobs claimable, so that an idle worker wakes at once for any shard."""
         return [self._wake] if on_a_cluster(self.redis) else super().wake_keys()
 
+    def _made_claimable(self, n: int) -> None:
+        self._wake_all(n)
+
     def _wake_all(self, n: int) -> None:
         """On a Redis Cluster, wake up to ``n`` idle workers of any shard (as the shard's own script
         woke those of the shard). A step apart from the script that made the jobs claimable: a
@@ -162,29 +165,6 @@ class ShardedQueue(CompositeQueue):
                 break
         # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
-
-    def fail(
-        self,
-        lease: Lease,
-        reason: str = "",
-        *,
-        retry: bool = True,
-        delay: float | None = None,
-        request_id: str | None = None,
-    ) -> FailOutcome:
-        outcome = super().fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
-        self._wake_all(1 if outcome is FailOutcome.RETRIED else 0)
-        return outcome
-
-    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        outcomes = super().release(leases, request_id=request_id)
-        self._wake_all(outcomes.count(FailOutcome.RELEASED))
-        return outcomes
-
-    def sweep(self, limit: int = 1000) -> SweepResult:
-        result = super().sweep(limit)
-        self._wake_all(len(result.requeued))
-        return result
 
     # -- operators ----------------------------------------------------------------------------------
 
