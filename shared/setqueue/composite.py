@@ -14,7 +14,16 @@ from typing import Any, TypeVar
 from redis.cluster import RedisCluster
 
 from setqueue.keys import STATES
-from setqueue.queue import AckResult, ClusterAwareRedis, FailOutcome, Lease, Queue, SweepResult
+from setqueue.queue import (
+    AckResult,
+    ClusterAwareRedis,
+    FailOutcome,
+    Lease,
+    Queue,
+    SweepResult,
+    take_wake_token,
+    until_due,
+)
 
 I = TypeVar("I")  # noqa: E741 (an item)
 K = TypeVar("K", bound=Hashable)
@@ -91,15 +100,12 @@ class CompositeQueue:
         """Block until an enqueue to any member wakes us, ``timeout`` passes, or a scheduled job of
         any of them is due: one BLPOP over every member's wake list, or on a Redis Cluster (whose
         BLPOP takes the keys of one slot), a ``ClusterWaiter``."""
-        due_in = self.due_in()
-        if due_in is not None:
-            timeout = min(timeout, due_in)
-            if timeout <= 0:
-                return True
+        return until_due(self.due_in(), timeout, self._take_wake_token)
+
+    def _take_wake_token(self, timeout: float) -> bool:
         keys = self.wake_keys()
         if len(keys) == 1 or not on_a_cluster(self.redis):
-            # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
-            return self.redis.blpop(keys, timeout=max(timeout, 0.001)) is not None
+            return take_wake_token(self.redis, keys, timeout)
         if self._waiter is None:
             self._waiter = ClusterWaiter(self.redis, keys)
         return self._waiter.wait(timeout)

@@ -220,6 +220,23 @@ def connect(
     )
 
 
+def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
+    """An idle worker's wait: ``block(seconds)`` (which waits for a wake-up), for at most ``timeout``
+    seconds and never past ``due_in``, when the next scheduled job is due (True at once if it is)."""
+    if due_in is not None:
+        timeout = min(timeout, due_in)
+        if timeout <= 0:
+            return True
+    return block(timeout)
+
+
+def take_wake_token(client: redis.Redis, keys: Sequence[str], timeout: float) -> bool:
+    """Block until one of the wake lists ``keys`` has a token, taking it (True), or ``timeout``
+    passes (False): one BLPOP, so on a Redis Cluster the keys must share a slot."""
+    # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
+    return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
+
+
 def new_request_id() -> str:
     """A fresh id for one call of claim, ack_many, fail or release: passing the same id again
     retries that call (after a lost reply) instead of making a second one."""
@@ -491,13 +508,7 @@ class Queue:
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an enqueue (or a requeue) wakes us, ``timeout`` seconds pass, or the next
         scheduled job (as the last empty claim saw it) is due."""
-        due_in = self.due_in()
-        if due_in is not None:
-            timeout = min(timeout, due_in)
-            if timeout <= 0:
-                return True
-        # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
-        return self.redis.blpop([self.keys.wake], timeout=max(timeout, 0.001)) is not None
+        return until_due(self.due_in(), timeout, lambda seconds: take_wake_token(self.redis, self.wake_keys(), seconds))
 
     def renew(self, lease: Lease) -> bool:
         """Extend the lease if the lock still holds its token; never re-creates a lost lock."""
