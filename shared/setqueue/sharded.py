@@ -100,14 +100,11 @@ class ShardedQueue(CompositeQueue):
     def wake_keys(self) -> list[str]:
         """The lists idle workers block on. On one Redis: every shard's (one BLPOP takes them all).
         On a Redis Cluster, where one BLPOP cannot span the shards' slots: the queue's own list
-        ``setqueue:{Q}:wake``, which this class also pushes to (``_wake_all``) whenever a call made
+        ``setqueue:{Q}:wake``, which this class also pushes to (``_made_claimable``) whenever a call made
         jobs claimable, so that an idle worker wakes at once for any shard."""
         return [self._wake] if on_a_cluster(self.redis) else super().wake_keys()
 
     def _made_claimable(self, n: int) -> None:
-        self._wake_all(n)
-
-    def _wake_all(self, n: int) -> None:
         """On a Redis Cluster, wake up to ``n`` idle workers of any shard (as the shard's own script
         woke those of the shard). A step apart from the script that made the jobs claimable: a
         wake-up is a hint, and one lost (the process dying in between) delays a pick-up by at most
@@ -144,7 +141,7 @@ class ShardedQueue(CompositeQueue):
             )
             added += self.shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
         # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
-        self._wake_all(added if delay is None and at is None else min(added, 1))
+        self._made_claimable(added if delay is None and at is None else min(added, 1))
         return added
 
     # -- workers ------------------------------------------------------------------------------------
@@ -180,11 +177,10 @@ class ShardedQueue(CompositeQueue):
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
         if ids is None:
             moved = sum(q.requeue_failed(limit=limit) for q in self.shards)
-            self._wake_all(moved)
-            return moved
-        grouped = self._by_shard([validate_job_id(i) for i in ids], lambda i: i)
-        moved = sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
-        self._wake_all(moved)
+        else:
+            grouped = self._by_shard([validate_job_id(i) for i in ids], lambda i: i)
+            moved = sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
+        self._made_claimable(moved)
         return moved
 
     def delete(self, job_id: str) -> str | None:
