@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -29,7 +30,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
 import redis
@@ -234,7 +235,7 @@ def _push(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO) 
         validate_priority(args.priority)
     except ValueError as exc:
         raise CliError(f"bad --priority: {exc}", EXIT_USAGE) from None
-    try:
+    with _bad_ids_are_usage_errors():
         for job_id, _ in jobs:  # all checked before anything is written
             validate_job_id(job_id)
         added = 0
@@ -247,11 +248,20 @@ def _push(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO) 
                 else [job_id for job_id, _ in batch]
             )
             added += queue.enqueue(ids, delay=delay, at=at, priority=args.priority)
-    except SettingError:  # the URL, as only the first command could tell (a cluster node with a db)
+    return added, len(jobs)
+
+
+@contextlib.contextmanager
+def _bad_ids_are_usage_errors() -> Iterator[None]:
+    """A malformed job id (a TypeError or ValueError from the queue) becomes a usage error; a
+    SettingError, a ValueError too, passes on: the URL, as only the first command could tell (a
+    Redis Cluster node with a db)."""
+    try:
+        yield
+    except SettingError:
         raise
     except (TypeError, ValueError) as exc:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
-    return added, len(jobs)
 
 
 def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
@@ -297,7 +307,7 @@ def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, ou
         return EXIT_OK
 
     if args.command == "requeue-failed":
-        try:
+        with _bad_ids_are_usage_errors():
             if args.ids:
                 moved = queue.requeue_failed(args.ids)
             else:
@@ -307,22 +317,14 @@ def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, ou
                     moved += step
                     if step == 0:
                         break
-        except SettingError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
         print(f"requeued {moved}", file=out)
         if args.ids and moved < len(set(args.ids)):
             print(f"{len(set(args.ids)) - moved} of the ids given were not in failed", file=sys.stderr)
         return EXIT_OK
 
     if args.command == "delete":
-        try:
+        with _bad_ids_are_usage_errors():
             state = queue.delete(args.id)
-        except SettingError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
         if state is None:
             raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
         print(f"deleted {args.id} (was in {state})", file=out)
@@ -335,10 +337,10 @@ def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, ou
 
 
 def _schedules(args: argparse.Namespace, queue: Queue | ShardedQueue, out: TextIO) -> int:
-    if not isinstance(queue, Queue):
-        raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     """Each schedule of $SCHEDULES with the latest slot the cleaners handled (its run created, or only
     recorded when the schedule was first seen) and its next slot after now by the Redis clock."""
+    if not isinstance(queue, Queue):
+        raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     # Here, not at the top: croniter takes a fifth of a second to import; the other commands skip it.
     from setqueue.periodic import iso, parse_schedules, redis_now  # noqa: PLC0415
 
@@ -390,8 +392,11 @@ _FLAGS = {
 }
 
 
-def _flag(setting: str) -> str:
-    return _FLAGS.get(setting, "--redis-url / REDIS_URL")
+def _usage_error(exc: SettingError) -> CliError:
+    """A bad setting, named as the CLI's option for it."""
+    return CliError(
+        str(exc).replace(f"setting {exc.name}", _FLAGS.get(exc.name, "--redis-url / REDIS_URL")), EXIT_USAGE
+    )
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
@@ -408,7 +413,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
             wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
         except SettingError as exc:
-            raise CliError(str(exc).replace(f"setting {exc.name}", _flag(exc.name)), EXIT_USAGE) from None
+            raise _usage_error(exc) from None
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
         queue = open_queue(url, args.queue, shards, wait_replicas=wait_replicas, wait_timeout_seconds=wait_timeout)
@@ -420,7 +425,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
                 queue.ping()
             return run(args, queue, stdin, out)
         except SettingError as exc:
-            raise CliError(str(exc).replace(f"setting {exc.name}", _flag(exc.name)), EXIT_USAGE) from None
+            raise _usage_error(exc) from None
         except NotReplicated as exc:  # a TimeoutError, but Redis is there: say what happened
             raise CliError(str(exc), EXIT_REDIS) from None
     except CliError as exc:
