@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 from prometheus_client import Counter as PromCounter
@@ -47,7 +47,7 @@ from setqueue.queue import (
     new_request_id,
 )
 from setqueue.service import Service, Stopping
-from setqueue.sharded import open_queue
+from setqueue.sharded import ShardedQueue, open_queue
 from worker.engine import Engine, Running
 
 TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
@@ -62,6 +62,7 @@ MAX_BLOCK_SECONDS = 20.0
 
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class WorkerService(Service[WorkerSettings, WorkerMetrics]):
@@ -83,6 +84,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
         single = self.queue if isinstance(self.queue, Queue) else None
         self.audit = AuditRecorder(single.redis, single.keys) if settings.audit and single is not None else None
+        self._move_targets: dict[str, Queue | ShardedQueue] = {}  # the queues handlers moved jobs to
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []
@@ -201,7 +203,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             acks, self._acks = self._acks, []
             fails, self._fails = self._fails, []
             durations, self._durations = self._durations, []
-        for queue, seconds in _by_queue(durations).items():
+        for queue, seconds in _grouped(durations).items():
             self.metrics.processing_seconds.observe_many(seconds, queue)
         if acks:
             self._ack(acks)
@@ -236,9 +238,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _move(self, lease: Lease, move: MoveTo) -> None:
         """The handler moved the job: into the other queue first, then acked here (at least once)."""
-        s = self.settings
-        options = {k: v for k, v in s.queue_options().items() if k != "name"}
-        target = open_queue(s.redis_url, move.queue, s.queue_shards, client=self.queue.redis, **options)
+        target = self._move_targets.get(move.queue)
+        if target is None:  # opened once, on this worker's client
+            s = self.settings
+            target = open_queue(s.redis_url, move.queue, s.queue_shards, client=self.queue.redis, **self.queue_options)
+            self._move_targets[move.queue] = target
         job = {lease.id: lease.payload} if lease.payload is not None else [lease.id]
         self.retry(lambda: target.enqueue(job, priority=move.priority), "move", until_stopped=False)
         self.log.info("job %s moved from queue %s to %s", lease.id, lease.queue, move.queue)
@@ -372,10 +376,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _observe_queue_wait(self, leases: list[Lease]) -> None:
         """Queue wait per queue and priority: one histogram batch for each (usually one a claim)."""
-        waits: dict[tuple[str, int], list[float]] = {}
-        for lease in leases:
-            if (wait := lease.queue_wait_seconds) is not None:
-                waits.setdefault((lease.queue, lease.priority), []).append(wait)
+        waits = _grouped(
+            ((lease.queue, lease.priority), wait) for lease in leases if (wait := lease.queue_wait_seconds) is not None
+        )
         for (queue, priority), values in waits.items():
             self.metrics.queue_wait_seconds.observe_many(values, queue, str(priority))
 
@@ -403,8 +406,9 @@ def _count(counter: PromCounter, leases: list[Lease]) -> None:
         counter.labels(queue).inc(n)
 
 
-def _by_queue(values: list[tuple[str, float]]) -> dict[str, list[float]]:
-    grouped: dict[str, list[float]] = {}
-    for queue, value in values:
-        grouped.setdefault(queue, []).append(value)
+def _grouped(pairs: Iterable[tuple[K, float]]) -> dict[K, list[float]]:
+    """The values of ``(key, value)`` pairs, by key (for one histogram batch per label set)."""
+    grouped: dict[K, list[float]] = {}
+    for key, value in pairs:
+        grouped.setdefault(key, []).append(value)
     return grouped

@@ -118,10 +118,11 @@ class Service(Generic[S, M]):
 
     def __init__(self, settings: S, metrics: M, queue: QueueLike | None = None) -> None:
         self.settings = settings
+        # What every queue this service opens gets, besides its URL and name.
+        self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
-            options = {k: v for k, v in settings.queue_options().items() if k != "name"}
-            queue = open_queues(settings.redis_url, names, settings.queue_shards, **options)
+            queue = open_queues(settings.redis_url, names, settings.queue_shards, **self.queue_options)
         self.queue = queue
         self.metrics = metrics
         self.stop_event = threading.Event()
