@@ -33,6 +33,16 @@ T = TypeVar("T")
 
 # The stack the tests start; grafana has no image on offline machines and is checked statically.
 SERVICES = ["redis", "creator", "worker", "cleaner", "prometheus"]
+# The demo settings of a stack test in which every job must end in done, whatever befalls it.
+EVERY_JOB_ENDS_IN_DONE = {
+    "CREATE_BATCH": "10",
+    "CLAIM_BATCH": "5",  # a worker holds up to 5 jobs, so a killed one takes jobs with it
+    "WORK_JITTER": "0.5",
+    "FAIL_RATE": "0.05",  # failures are retried...
+    "MAX_ATTEMPTS": "25",  # ...and never run out of attempts, so every job must end in done
+    "LEASE_SECONDS": "3",
+    "SWEEP_INTERVAL": "1",
+}
 IMAGE_VARIABLES = ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE")
 STATE_KEYS = {"todos": "ZCARD", "in_progress": "ZCARD", "done": "SCARD", "failed": "SCARD", "scheduled": "ZCARD"}
 

@@ -20,7 +20,7 @@ import pytest
 from python_on_whales import DockerClient
 
 from tests.compose.observability import CLUSTER_COMPOSE_FILE
-from tests.compose.stack import Stack, image_overrides, running_stack
+from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, image_overrides, running_stack
 
 pytestmark = pytest.mark.compose
 
@@ -32,16 +32,10 @@ QUEUE = "cluster-test"  # its shards' hash tags {cluster-test~0..5} fall in ever
 CREATE_TOTAL = 1500
 WORKERS = 3
 SETTINGS = {
+    **EVERY_JOB_ENDS_IN_DONE,
     "CREATE_RATE": "30",  # 1500 jobs take the creator about 50 s
     "CREATE_TOTAL": str(CREATE_TOTAL),
-    "CREATE_BATCH": "10",
-    "CLAIM_BATCH": "5",
     "WORK_SECONDS": "0.05",
-    "WORK_JITTER": "0.5",
-    "FAIL_RATE": "0.05",  # failures are retried...
-    "MAX_ATTEMPTS": "25",  # ...and never run out of attempts, so every job must end in done
-    "LEASE_SECONDS": "3",
-    "SWEEP_INTERVAL": "1",
 }
 
 

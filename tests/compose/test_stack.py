@@ -24,23 +24,17 @@ from tests.compose.observability import (
     metric_names,
     substitute_grafana_variables,
 )
-from tests.compose.stack import Stack, image_overrides, running_stack
+from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, image_overrides, running_stack
 
 pytestmark = pytest.mark.compose
 
 CREATE_TOTAL = 3000
 WORKERS = 4
 SETTINGS = {
+    **EVERY_JOB_ENDS_IN_DONE,
     "CREATE_RATE": "50",  # 3000 jobs take the creator about a minute
     "CREATE_TOTAL": str(CREATE_TOTAL),
-    "CREATE_BATCH": "10",
-    "CLAIM_BATCH": "5",  # a worker holds up to 5 jobs, so a killed one takes jobs with it
     "WORK_SECONDS": "0.1",
-    "WORK_JITTER": "0.5",
-    "FAIL_RATE": "0.05",  # failures are retried...
-    "MAX_ATTEMPTS": "25",  # ...and never run out of attempts, so every job must end in done
-    "LEASE_SECONDS": "3",
-    "SWEEP_INTERVAL": "1",
     "LOG_LEVEL": "INFO",
     "AUDIT": "true",  # the dashboard's "Nothing lost" row needs the cleaner's audit
     "AUDIT_INTERVAL": "5",
