@@ -26,6 +26,7 @@ from setqueue.queue import (
     SweepResult,
 )
 from setqueue.replication import NotReplicated
+from setqueue.sharded import open_queue
 
 __all__ = [
     "AckResult",
@@ -42,6 +43,7 @@ __all__ = [
     "QueueKeys",
     "RetryLater",
     "SweepResult",
+    "open_queue",
 ]
 __version__ = "0.1.0"
 
