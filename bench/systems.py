@@ -278,9 +278,9 @@ class ClusterSetQueue(SetQueue):
 
     def _queue(self) -> Any:
         if "queue" not in self.state:
-            from setqueue.sharded import open_queue
+            from setqueue import open_queue
 
-            self.state["queue"] = open_queue(self.url, self.queue, self.shards, wait_replicas=self.wait_replicas)
+            self.state["queue"] = open_queue(self.url, self.queue, shards=self.shards, wait_replicas=self.wait_replicas)
         return self.state["queue"]
 
     def settings(self, workers: int | str) -> str:

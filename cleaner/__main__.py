@@ -2,8 +2,8 @@
 (see the README's configuration table)."""
 
 from cleaner.service import CleanerService
-from setqueue.config import CleanerSettings
-from setqueue.service import main as run_service
+from setqueue.runtime.service import main as run_service
+from setqueue.runtime.settings import CleanerSettings
 
 
 def main() -> int:

@@ -3,7 +3,7 @@ worker died or hung past the lease), apply the retention of done, create the run
 that are due (SCHEDULES), and publish the queue depth.
 
 With AUDIT=true it also records the ids whose lease it found lost, and every AUDIT_INTERVAL starts
-an audit of every created id (``setqueue.audit``), AUDIT_IDS_PER_ROUND ids a round, whose findings
+an audit of every created id (``setqueue.runtime.audit``), AUDIT_IDS_PER_ROUND ids a round, whose findings
 it exports as the setqueue_audit_* gauges."""
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ from __future__ import annotations
 import functools
 import time
 
-from setqueue.audit import Auditor, AuditPass, AuditRecorder
-from setqueue.config import CleanerSettings, SettingError
-from setqueue.group import QueueGroup, QueueLike, primary
+from setqueue.interface import JobQueue
 from setqueue.keys import STATES
-from setqueue.metrics import CleanerMetrics, new_registry
-from setqueue.periodic import PeriodicRuns, parse_schedules, redis_now
-from setqueue.queue import Queue
-from setqueue.service import Service, Stopping
-from setqueue.sharded import ShardedQueue
+from setqueue.runtime.audit import Auditor, AuditPass, AuditRecorder
+from setqueue.runtime.metrics import CleanerMetrics, new_registry
+from setqueue.runtime.periodic import due_runs, parse_schedules, redis_now
+from setqueue.runtime.service import Service, Stopping
+from setqueue.runtime.settings import CleanerSettings, SettingError
 
 MAX_SWEEP_ROUNDS = 100  # sweeps back to back while each one hits SWEEP_BATCH
 # Bounds the Redis work of one round's audit step (40 pipelined chunks of 500 ids): a larger queue
@@ -30,7 +28,7 @@ AUDIT_IDS_PER_ROUND = 20_000
 class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     role = "cleaner"
 
-    def __init__(self, settings: CleanerSettings, queue: QueueLike | None = None) -> None:
+    def __init__(self, settings: CleanerSettings, queue: JobQueue | None = None) -> None:
         try:
             schedules = parse_schedules(settings.schedules)
         except ValueError as exc:  # checked with the settings already; a @file may have changed since
@@ -40,19 +38,19 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         )
         super().__init__(settings, metrics, queue)
         # What it sweeps and counts, one named queue at a time (a sharded one is one).
-        self.served = self.queue.members if isinstance(self.queue, QueueGroup) else [self.queue]
+        self.served = self.queue.queues
         # Periodic runs go to QUEUE_NAME's first queue (as the creator's jobs do), and the audit reads
         # one queue's keys: both need a queue that is not sharded.
-        single = self.queue if isinstance(self.queue, Queue) else None
-        first = self.served[0]
-        if schedules and not isinstance(first, Queue):
+        first = self.served[0].shards
+        single = self.queue.shards[0] if len(self.queue.shards) == 1 else None
+        if schedules and len(first) != 1:
             self.close()
             raise SettingError("SCHEDULES", "needs QUEUE_SHARDS=1 (its runs go to QUEUE_NAME's first queue), for now")
         if settings.audit and single is None:
             self.close()
             raise SettingError("AUDIT", "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
-        home = first if isinstance(first, Queue) else primary(self.queue)
-        self.periodic = PeriodicRuns(home.redis, home.keys, schedules, wake_cap=home.wake_cap)
+        self.schedules = schedules
+        self.periodic_home = first[0]  # QUEUE_NAME's first queue, unsharded
         self._priorities_seen: dict[str, set[int]] = {q.name: {0} for q in self.served}
         self.audit_log: AuditRecorder | None = None
         self.auditor: Auditor | None = None
@@ -69,7 +67,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     def run(self) -> int:
         s = self.settings
         self.log.info("sweeping every %gs, up to %d ids per sweep", s.sweep_interval, s.sweep_batch)
-        for schedule in self.periodic.schedules:
+        for schedule in self.schedules:
             self.log.info("periodic job %s: %s (UTC)", schedule.name, schedule.expr)
         next_at = time.monotonic()
         try:
@@ -94,7 +92,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         self.metrics.sweep_seconds.observe(time.monotonic() - started)
         self.metrics.last_sweep_timestamp.set(time.time())
 
-    def _sweep(self, queue: Queue | ShardedQueue) -> None:
+    def _sweep(self, queue: JobQueue) -> None:
         s = self.settings
         requeued = dead = trimmed = 0
         for _ in range(MAX_SWEEP_ROUNDS):
@@ -126,16 +124,19 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         """Enqueue the run of each schedule's latest slot at or before ``now`` (default: the Redis
         clock) unless it (or a later one) was created already, by this cleaner or another. Returns
         the run ids this call created."""
-        if not self.periodic.schedules:
+        if not self.schedules:
             return []
         at = now if now is not None else self.retry(lambda: redis_now(self.queue.redis), "time")
-        result = self.retry(lambda: self.periodic.create_due(at), "periodic")
-        for run_id in result.created:
-            self.metrics.periodic_runs.labels(run_id.partition("@")[0]).inc()
-            self.log.info("periodic: created %s", run_id)
-        for name in result.first_seen:
+        runs = due_runs(self.schedules, at)
+        made, first_seen = self.retry(lambda: self.periodic_home.create_periodic_runs(runs), "periodic")
+        run_ids = {name: run_id for name, _, run_id, _ in runs}
+        created = [run_ids[name] for name in made]
+        for name in made:
+            self.metrics.periodic_runs.labels(name).inc()
+            self.log.info("periodic: created %s", run_ids[name])
+        for name in first_seen:
             self.log.info("periodic job %s seen for the first time: its first run is its next slot", name)
-        return result.created
+        return created
 
     def update_depth(self) -> None:
         m = self.metrics
@@ -167,7 +168,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             return
         self._audit = None
         report = audit.report()
-        gauges.publish(report)
+        gauges.publish(report.as_dict())
         if not report.ok:
             self.log.error(
                 "audit of %d ids: %d lost, %d in two states, %d run twice unexplained (e.g. %s)",

@@ -2,8 +2,8 @@
 (see the README's configuration table)."""
 
 from creator.service import CreatorService
-from setqueue.config import CreatorSettings
-from setqueue.service import main as run_service
+from setqueue.runtime.service import main as run_service
+from setqueue.runtime.settings import CreatorSettings
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ Ids go out at CREATE_RATE per second in batches of at most CREATE_BATCH, on a mo
 the creator stops after CREATE_TOTAL (0 = never) or at the end of stdin. A batch that hit a Redis
 error is sent again (enqueue is idempotent: an id the queue knows is not added twice).
 
-With AUDIT=true, after each batch of generated ids it records how far it got (``setqueue.audit``):
+With AUDIT=true, after each batch of generated ids it records how far it got (``setqueue.runtime.audit``):
 the auditor then knows every id it made. Ids from stdin are not recorded.
 """
 
@@ -18,35 +18,31 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from setqueue.audit import AuditRecorder
-from setqueue.config import CreatorSettings, SettingError
-from setqueue.group import QueueGroup, primary
-from setqueue.metrics import CreatorMetrics, new_registry
-from setqueue.queue import Queue
-from setqueue.service import Service, Stopping
-from setqueue.sharded import ShardedQueue
+from setqueue.interface import JobQueue
+from setqueue.runtime.audit import AuditRecorder
+from setqueue.runtime.metrics import CreatorMetrics, new_registry
+from setqueue.runtime.service import Service, Stopping
+from setqueue.runtime.settings import CreatorSettings, SettingError
 
 
 class CreatorService(Service[CreatorSettings, CreatorMetrics]):
     role = "creator"
     serves_several = False  # it fills QUEUE_NAME's first queue
 
-    def __init__(
-        self, settings: CreatorSettings, queue: Queue | ShardedQueue | None = None, stdin: TextIO | None = None
-    ) -> None:
+    def __init__(self, settings: CreatorSettings, queue: JobQueue | None = None, stdin: TextIO | None = None) -> None:
         super().__init__(settings, CreatorMetrics(new_registry(), settings.queue_names[0]), queue)
-        assert not isinstance(self.queue, QueueGroup)  # serves_several is False: the first queue only
-        self.target: Queue | ShardedQueue = self.queue
+        self.target = self.queue  # serves_several is False: QUEUE_NAME's first queue only
         self.stdin = stdin
         self.prefix = settings.create_id_prefix or f"run-{secrets.token_hex(4)}"
         self.sent = 0
         self.created = 0
         self.duplicates = 0
         audited = settings.audit and not settings.create_from_stdin
-        if audited and not isinstance(self.queue, Queue):
+        shards = self.queue.shards
+        if audited and len(shards) != 1:
             self.close()
             raise SettingError("AUDIT", "needs QUEUE_NAME's first queue unsharded (QUEUE_SHARDS=1), for now")
-        self.audit = AuditRecorder(self.target.redis, primary(self.queue).keys) if audited else None
+        self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if audited else None
 
     def _ids(self) -> Iterator[str]:
         if self.settings.create_from_stdin:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from setqueue.config import SETTINGS
+from setqueue.runtime.settings import SETTINGS
 from tests.support import REPO_ROOT, RedisServer, free_port
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The audit (setqueue.audit) against a real redis-server: what the creator, the demo handler and the
+"""The audit (setqueue.runtime.audit) against a real redis-server: what the creator, the demo handler and the
 cleaner record, and what the auditor makes of it. Each test has its own queue (key prefix)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import redis
 
 from cleaner.service import CleanerService
 from creator.service import CreatorService
-from setqueue import Lease, Queue, demo
-from setqueue.audit import Auditor, AuditRecorder, AuditReport
-from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
-from setqueue.group import primary
+from setqueue import Lease, Queue, Shard
+from setqueue.runtime import demo
+from setqueue.runtime.audit import Auditor, AuditRecorder, AuditReport
+from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
 from tests.procs import base_env
 
 
@@ -23,7 +23,7 @@ def recorder(queue: Queue) -> AuditRecorder:
     return AuditRecorder(queue.redis, queue.keys)
 
 
-def auditor(queue: Queue, *, retention: bool = False, chunk: int = 500) -> Auditor:
+def auditor(queue: Shard, *, retention: bool = False, chunk: int = 500) -> Auditor:
     return Auditor(queue.redis, queue.keys, retention=retention, chunk=chunk)
 
 
@@ -176,8 +176,8 @@ def test_the_creator_records_the_ids_it_made(redis_url: str, queue_name: str, cl
     creator = CreatorService(CreatorSettings.from_env(env))
     try:
         assert creator.run() == 0
-        assert client.hgetall(primary(creator.queue).keys.audit_created) == {"run": "25"}
-        report = auditor(primary(creator.queue)).audit()
+        assert client.hgetall(creator.queue.shards[0].keys.audit_created) == {"run": "25"}
+        report = auditor(creator.queue.shards[0]).audit()
         assert (report.created, report.states["todos"], report.lost) == (25, 25, 0)
     finally:
         creator.close()
@@ -262,7 +262,7 @@ def test_without_the_audit_setting_nothing_is_recorded_or_exported(
         creator.run()
         cleaner.sweep_once()
         cleaner.audit_step()
-        assert not client.keys(primary(creator.queue).keys.prefix + "audit:*")
+        assert not client.keys(creator.queue.shards[0].keys.prefix + "audit:*")
         assert cleaner.metrics.registry.get_sample_value("setqueue_audit_lost") is None
     finally:
         creator.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from setqueue import Queue
-from setqueue.cli import main
+from setqueue.runtime.cli import main
 from tests.procs import base_env
 from tests.support import REPO_ROOT, free_port
 

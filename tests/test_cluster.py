@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from setqueue import FailOutcome, Queue
-from setqueue.cli import main as cli_main
-from setqueue.config import SettingError
-from setqueue.group import QueueGroup, open_queues
+from setqueue import FailOutcome, OptionError, Queue, open_queue
+from setqueue.client import ClusterAwareRedis
+from setqueue.group import QueueGroup
 from setqueue.keys import QueueKeys
-from setqueue.queue import ClusterAwareRedis
+from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
-from setqueue.sharded import ShardedQueue, open_queue, shard_of
+from setqueue.sharded import ShardedQueue, shard_of
 from tests.cluster_support import RedisClusterNodes
 from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, wait_until
@@ -164,9 +163,9 @@ def test_a_cluster_url_with_a_database_is_one_line_exit_2_and_writes_nothing(
     assert len(lines) == 2 and all(line.startswith("setqueue: invalid --redis-url / REDIS_URL: ") for line in lines)
     assert "only database 0" in lines[0]
     q = Queue.from_url(url, name)
-    with pytest.raises(SettingError, match="REDIS_URL"):
+    with pytest.raises(OptionError, match=r"url: .*only database 0"):  # the library names its parameter
         q.enqueue(["x"])
-    with pytest.raises(SettingError, match="REDIS_URL"):  # every call, not only the first
+    with pytest.raises(OptionError, match="url: "):  # every call, not only the first
         q.stats()
     q.close()
     for service in ("creator", "worker", "cleaner"):
@@ -486,8 +485,7 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert q.delete("unknown") is None
     assert q.stats()["failed"] == 2
     tick = [("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)]
-    assert q._scripts.periodic(tick, request_ttl_ms=120_000, wake_cap=64) == ([], ["tick"])
-    q._scripts.adopt_old_layout()
+    assert q.create_periodic_runs(tick) == ([], ["tick"])
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:
@@ -584,7 +582,7 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
 def test_an_idle_worker_of_several_queues_wakes_for_each_on_a_cluster(cluster: RedisClusterNodes) -> None:
     """Their wake lists are in different slots (on different masters): one BLPOP each, at once."""
     names = list(cluster.queues_on_each_master("group-wake").values())
-    idle = open_queues(cluster.url(), names)
+    idle = open_queue(cluster.url(), names)
     producers = [Queue.from_url(cluster.url(cluster.ports[-1]), name) for name in names]
     assert isinstance(idle, QueueGroup) and len(set(idle.wake_keys())) == 3
     assert not idle.wait_for_work(0.3)

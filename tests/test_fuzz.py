@@ -20,9 +20,16 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from setqueue.cli import main as cli_main
-from setqueue.config import SETTINGS, CleanerSettings, CommonSettings, CreatorSettings, Setting, WorkerSettings
-from setqueue.service import load_settings
+from setqueue.runtime.cli import main as cli_main
+from setqueue.runtime.service import load_settings
+from setqueue.runtime.settings import (
+    SETTINGS,
+    CleanerSettings,
+    CommonSettings,
+    CreatorSettings,
+    Setting,
+    WorkerSettings,
+)
 from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from cleaner.service import CleanerService
-from setqueue import FailOutcome, Lease, MoveTo, Queue
-from setqueue.config import CleanerSettings, WorkerSettings
-from setqueue.group import QueueGroup, open_queues, primary
-from setqueue.sharded import ShardedQueue, open_queue
+from setqueue import FailOutcome, Lease, MoveTo, Queue, open_queue
+from setqueue.group import QueueGroup
+from setqueue.runtime.settings import CleanerSettings, WorkerSettings
+from setqueue.sharded import ShardedQueue
 from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, base_env, wait_until
 from worker.service import WorkerService
@@ -97,7 +97,7 @@ def test_one_worker_serves_two_queues_first_things_first(
     the handler sees each job's queue."""
     execlog = ExecutionLog(tmp_path / "executions.log")
     urgent, bulk = f"{queue_name}-urgent", f"{queue_name}-bulk"
-    group = open_queues(redis_url, [urgent, bulk])
+    group = open_queue(redis_url, [urgent, bulk])
     assert isinstance(group, QueueGroup)
     group.member(bulk).enqueue([f"b{n}" for n in range(10)])  # queued first, served last
     group.member(urgent).enqueue([f"u{n}" for n in range(5)])
@@ -156,7 +156,7 @@ def test_a_handler_moves_a_job_to_another_queue(redis_url: str, queue_name: str)
 
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=inbox, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
     service = WorkerService(WorkerSettings.from_env(env), handler=handler)
-    source = primary(service.queue)
+    source = service.queue.shards[0]
     source.enqueue({"fine": "a", "suspicious-1": "b"})
     thread = threading.Thread(target=service.run)
     thread.start()

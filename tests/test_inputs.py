@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from setqueue import Queue
-from setqueue.cli import main
-from setqueue.config import SETTINGS
+from setqueue.runtime.cli import main
+from setqueue.runtime.settings import SETTINGS
 from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
 
@@ -69,7 +69,7 @@ def test_every_numeric_setting_is_bounded() -> None:
 @pytest.mark.parametrize("setting", [s for s in SETTINGS if s.kind in (int, float)], ids=lambda s: s.name)
 @pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "1e308", "1e300"])
 def test_no_numeric_setting_takes_an_infinite_or_huge_value(setting: object, raw: str) -> None:
-    from setqueue.config import Setting, SettingError  # noqa: PLC0415
+    from setqueue.runtime.settings import Setting, SettingError  # noqa: PLC0415
 
     assert isinstance(setting, Setting)
     with pytest.raises(SettingError, match=setting.name):
@@ -77,7 +77,7 @@ def test_no_numeric_setting_takes_an_infinite_or_huge_value(setting: object, raw
 
 
 def test_a_creator_id_prefix_past_the_id_limit_is_a_setting_error() -> None:
-    from setqueue.config import SETTING_BY_NAME, SettingError  # noqa: PLC0415
+    from setqueue.runtime.settings import SETTING_BY_NAME, SettingError  # noqa: PLC0415
 
     with pytest.raises(SettingError, match="CREATE_ID_PREFIX"):
         SETTING_BY_NAME["CREATE_ID_PREFIX"].parse("x" * 1020)

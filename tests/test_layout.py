@@ -13,25 +13,22 @@ from pathlib import Path
 import pytest
 
 from setqueue import Queue
-from setqueue.config import SETTINGS, CleanerSettings, CreatorSettings, WorkerSettings, default
+from setqueue.runtime.settings import SETTINGS, CleanerSettings, CreatorSettings, WorkerSettings, default
 from tests.support import REPO_ROOT
 
 SERVICES = ("worker", "creator", "cleaner")
-# What a library user (or the CLI) must not pay for: the services' runtime and its HTTP server.
-HEAVY = ("prometheus_client", "http.server", "setqueue.service", "setqueue.metrics_server", *SERVICES)
+LIBRARY = REPO_ROOT / "shared" / "setqueue"
+# What a library user must not pay for: the services' runtime, its HTTP server, metrics and cron.
+HEAVY = ("prometheus_client", "http.server", "croniter", "setqueue.runtime", *SERVICES)
+# The kinds of queue: only the factory may tell them apart (everyone else uses setqueue.JobQueue).
+QUEUE_KINDS = {"Queue", "ShardedQueue", "QueueGroup", "CompositeQueue", "JobQueue"}
+MOST_FLOORS = 8
 
 
 def modules_loaded_by(statement: str) -> list[str]:
     code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True)
     return list(json.loads(result.stdout))
-
-
-@pytest.mark.parametrize("statement", ["import setqueue", "import setqueue.cli", "from setqueue import Queue"])
-def test_the_library_front_door_is_light(statement: str) -> None:
-    loaded = modules_loaded_by(statement)
-    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
-    assert heavy == [], f"{statement!r} loads {heavy}"
 
 
 def first_party_imports(path: Path) -> set[str]:
@@ -46,12 +43,86 @@ def first_party_imports(path: Path) -> set[str]:
 
 
 def module_files() -> dict[str, Path]:
-    files = {f"setqueue.{p.stem}": p for p in (REPO_ROOT / "shared" / "setqueue").glob("*.py")}
-    files["setqueue"] = files.pop("setqueue.__init__")
+    """Every module of the library and the services, by its dotted name."""
+    files: dict[str, Path] = {}
+    for path in LIBRARY.rglob("*.py"):
+        parts = ("setqueue", *path.relative_to(LIBRARY).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     for service in SERVICES:
         for p in (REPO_ROOT / service).glob("*.py"):
             files[service if p.stem == "__init__" else f"{service}.{p.stem}"] = p
     return files
+
+
+def core_modules() -> list[str]:
+    """The queue core: the library without its runtime (and without ``python -m setqueue``)."""
+    return sorted(
+        m
+        for m in module_files()
+        if m.startswith("setqueue") and not m.startswith("setqueue.runtime")
+        if m != "setqueue.__main__"
+    )
+
+
+@pytest.mark.parametrize("module", ["setqueue", *core_modules()])
+def test_the_core_loads_nothing_of_the_runtime(module: str) -> None:
+    loaded = modules_loaded_by(f"import {module}")
+    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert heavy == [], f"import {module} loads {heavy}"
+
+
+def test_the_command_line_loads_no_metrics_and_no_service() -> None:
+    loaded = modules_loaded_by("import setqueue.runtime.cli")
+    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in ("prometheus_client", *SERVICES))]
+    assert heavy == [], f"the CLI loads {heavy}"
+
+
+def test_the_core_raises_no_error_that_names_an_environment_variable() -> None:
+    names = {setting.name for setting in SETTINGS}
+    for module in core_modules():
+        tree = ast.parse(module_files()[module].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                said = [c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                named = [n for n in names for text in said if n in text]
+                assert named == [], f"{module} line {node.lineno} raises an error naming {named}"
+
+
+def test_only_the_factory_tells_the_kinds_of_queue_apart() -> None:
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+                kinds = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & QUEUE_KINDS
+                assert not kinds or module == "setqueue.factory", f"{module} line {node.lineno}: isinstance on {kinds}"
+
+
+def library_floors() -> dict[str, int]:
+    """Each library module's floor: 1 when it imports no other module of the library, else one
+    above the highest it imports (the package's front door, imported by every submodule, aside)."""
+    files = {m: p for m, p in module_files().items() if m.startswith("setqueue")}
+    graph = {
+        m: {i for i in first_party_imports(p) if i in files and i not in (m, "setqueue")} for m, p in files.items()
+    }
+    floors: dict[str, int] = {}
+
+    def floor(module: str) -> int:
+        if module not in floors:
+            floors[module] = 1 + max((floor(dep) for dep in graph[module]), default=0)
+        return floors[module]
+
+    for module in graph:
+        floor(module)
+    return floors
+
+
+def test_the_library_stands_on_few_floors() -> None:
+    floors = library_floors()
+    assert max(floors.values()) <= MOST_FLOORS, sorted(floors.items(), key=lambda item: item[1])
+
+
+def test_no_code_is_left_for_the_set_layout_nobody_ran() -> None:
+    for path in [*LIBRARY.rglob("*.py"), *LIBRARY.rglob("*.lua")]:
+        assert "legacy" not in path.read_text().lower(), path
 
 
 def test_shared_imports_no_service_and_services_do_not_import_each_other() -> None:
@@ -93,11 +164,11 @@ def test_each_service_folder_holds_its_service(service: str) -> None:
     code = "\n".join(p.read_text() for p in (REPO_ROOT / service).glob("*.py"))
     assert f"class {service.capitalize()}Service(Service[" in code
     assert len(code.splitlines()) > 50
-    shared = "\n".join(p.read_text() for p in (REPO_ROOT / "shared" / "setqueue").glob("*.py"))
+    shared = "\n".join(p.read_text() for p in LIBRARY.rglob("*.py"))
     assert f"class {service.capitalize()}Service" not in shared
 
 
-def test_the_library_takes_its_defaults_from_the_settings_table() -> None:
+def test_the_settings_take_the_library_defaults() -> None:
     parameters = inspect.signature(Queue.__init__).parameters
     for name in ("lease_seconds", "max_attempts", "done_max_count", "done_max_age_seconds"):
         assert parameters[name].default == default(name.upper()), name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from setqueue.metrics import PROCESSING_BUCKETS, BatchHistogram
+from setqueue.runtime.metrics import PROCESSING_BUCKETS, BatchHistogram
 
 VALUES = [0.0, 0.0005, 0.001, 0.003, 0.01, 0.3, 1.0, 59.0, 300.0, 4000.0]
 

@@ -1,6 +1,6 @@
 """The claim order, against a real redis-server: the highest priority first, and within a priority
 first in, first out; where retried, released, swept and scheduled jobs join the line; priorities
-through the API and the CLI; and a queue written by the layout before 0.3 (plain sets) adopted."""
+through the API and the CLI."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 
 from setqueue import FailOutcome, Queue
-from setqueue.cli import main
+from setqueue.runtime.cli import main
 from tests.engine_jobs import ExecutionLog
 from tests.procs import Proc, wait_until
 
@@ -137,55 +136,6 @@ def test_inspect_and_stats_show_priorities(queue: Queue) -> None:
     info = queue.inspect("a")
     assert a.id == "a" and info is not None and (info.state, info.priority) == ("in_progress", 7)
     assert queue.stats()["todos_by_priority"] == {0: 2}
-
-
-def test_a_queue_written_by_the_old_layout_is_adopted_with_nothing_lost(
-    make_queue: Callable[..., Queue], client: redis.Redis
-) -> None:
-    """Before 0.3 todos and in_progress were plain sets (and the seed design's creator just SADDed
-    into todos). The new code adopts such a queue on first contact; its jobs come first."""
-    q = make_queue(lease_seconds=30)
-    k = q.keys
-    client.sadd(k.todos, "old-1", "old-2", "old-3")
-    client.zadd(k.pending, {"old-1": 1000, "old-2": 1000})  # old-3 was SADDed: no enqueue time
-    client.sadd(k.in_progress, "held")  # claimed by an old worker that has since stopped
-    client.zadd(k.pending, {"held": 1000})
-    client.hset(k.owners, "held", "old-token")
-    client.hset(k.attempts, "held", 1)
-    client.set(k.lock("old-token"), 1, px=300)
-    # Read-only calls work on the old layout as it is.
-    assert q.stats()["todos"] == 3 and q.stats()["in_progress"] == 1
-    info = q.inspect("old-3")
-    assert info is not None and info.state == "todos"
-    assert q.enqueue(["old-2", "new-1"]) == 1  # old-2 is known already
-    first = q.claim(2)
-    assert {lease.id for lease in first} <= {"old-1", "old-2", "old-3"}
-    assert client.type(k.todos) == "zset" and client.type(k.in_progress) == "zset"
-    time.sleep(0.4)  # the old worker's lease runs out: the cleaner puts "held" back
-    assert q.sweep().requeued == ["held"]
-    rest = claim_all(q, 10)
-    claimed = [lease.id for lease in first] + rest
-    assert sorted(claimed) == ["held", "new-1", "old-1", "old-2", "old-3"]
-    assert claimed[-1] == "new-1"  # what the old layout held comes first
-    assert q.stats()["todos"] == 0 and client.exists(k.legacy_todos) == 0
-
-
-def test_a_producer_that_sadds_into_an_empty_queue_still_works(queue: Queue, client: redis.Redis) -> None:
-    """The seed design's creator SADDs into todos. While todos is empty (no key) that makes a set,
-    which the next script call adopts; once todos is a zset, SADD fails with WRONGTYPE."""
-    client.sadd(queue.keys.todos, "legacy")
-    [lease] = queue.claim()
-    assert lease.id == "legacy" and lease.enqueued_at is None and lease.queue_wait_seconds is None
-    assert queue.ack(lease)
-
-
-def test_many_legacy_jobs_are_adopted_a_batch_at_a_time(queue: Queue, client: redis.Redis) -> None:
-    client.sadd(queue.keys.todos, *[f"old-{n}" for n in range(1200)])
-    queue.enqueue(["new"])
-    assert queue.stats()["todos"] == 1201
-    claimed = claim_all(queue, 100)
-    assert len(claimed) == 1201 and len(set(claimed)) == 1201
-    assert claimed[-1] == "new"
 
 
 def test_the_cli_pushes_with_a_priority_in_the_order_given(

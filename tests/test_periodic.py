@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry
 
 from cleaner.service import CleanerService
 from setqueue import Queue
-from setqueue.cli import main
-from setqueue.config import CleanerSettings, SettingError
-from setqueue.metrics import CleanerMetrics
-from setqueue.periodic import Schedule, iso, latest_slot, next_slot, parse_schedules, redis_now
+from setqueue.runtime.cli import main
+from setqueue.runtime.metrics import CleanerMetrics
+from setqueue.runtime.periodic import Schedule, iso, latest_slot, next_slot, parse_schedules, redis_now
+from setqueue.runtime.settings import CleanerSettings, SettingError
 from tests.procs import Proc, base_env, wait_until
 from tests.support import queue_members
 

@@ -6,9 +6,9 @@ import re
 
 from prometheus_client import CollectorRegistry
 
-from setqueue.config import SETTINGS
 from setqueue.keys import QueueKeys
-from setqueue.metrics import CleanerMetrics, CreatorMetrics, WorkerMetrics
+from setqueue.runtime.metrics import CleanerMetrics, CreatorMetrics, WorkerMetrics
+from setqueue.runtime.settings import SETTINGS
 from tests.support import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()

@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from setqueue import Queue
-from setqueue.cli import main as cli_main
 from setqueue.keys import QueueKeys
 from setqueue.replication import NotReplicated
+from setqueue.runtime.cli import main as cli_main
 from tests.support import RedisServer
 
 

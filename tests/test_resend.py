@@ -13,8 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from setqueue import FailOutcome, Queue
-from setqueue.queue import new_request_id
+from setqueue import FailOutcome, Queue, new_request_id
 from tests.support import RedisServer
 
 

@@ -13,8 +13,7 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Lease, Queue, RetryLater
-from setqueue.config import WorkerSettings
-from setqueue.group import primary
+from setqueue.runtime.settings import WorkerSettings
 from tests.procs import base_env, wait_until
 from worker.service import WorkerService
 
@@ -110,7 +109,7 @@ def test_a_handler_raising_retry_later_waits_that_long_and_an_idle_worker_wakes_
     # IDLE_WAIT_SECONDS=60: without waking for the due time the retry would wait a minute.
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=60)
     service = WorkerService(WorkerSettings.from_env(env), handler=handler)
-    q = primary(service.queue)
+    q = service.queue.shards[0]
     q.enqueue(["job"])
     thread = threading.Thread(target=service.run)
     thread.start()

@@ -15,9 +15,12 @@ from setqueue.keys import QueueKeys
 from setqueue.scripts import (
     CONTRACTS,
     NAMES,
+    PER_CALL_KEYS,
     SOURCES,
     Script,
     ScriptContractError,
+    check_layout,
+    layout_key_names,
     parse_contract,
     resolve_includes,
 )
@@ -172,18 +175,47 @@ def test_a_header_with_a_tail_parses() -> None:
 def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.Redis) -> None:
     k = QueueKeys("contract-check")
     stats = Script("stats", client)
-    assert stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled, k.legacy_todos]) == [0] * 6
+    assert stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]) == [0] * 6
     with pytest.raises(
         ScriptContractError,
-        match=r"stats\.lua takes 7 KEYS \(todos, in_progress, done, failed, pending, scheduled, legacy_todos\), "
-        r"given 5",
+        match=r"stats\.lua takes 6 KEYS \(todos, in_progress, done, failed, pending, scheduled\), given 5",
     ):
         stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending])
     with pytest.raises(ScriptContractError, match=r"takes 0 ARGV"):
-        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled, k.legacy_todos], [1])
+        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled], [1])
     renew = Script("renew", client)
     assert renew.call([k.owners, k.lock("t")], [1000, 1, "t", "nobody", 1]) == [0]  # one claim, one lease
     with pytest.raises(ScriptContractError, match=r"renew\.lua takes 1 or more KEYS \(owners\), given 0"):
         renew.call([], [1000, 0])
     with pytest.raises(ScriptContractError, match=r"claim\.lua takes 6 ARGV"):
-        Script("claim", client).call([k.request("x"), *[k.todos] * 12], [1, 2, 3, 4, 5])
+        Script("claim", client).call([k.request("x"), *[k.todos] * 11], [1, 2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_key_a_header_names_is_a_key_of_the_layout(name: str) -> None:
+    """The wrappers build KEYS from the header's names and QueueKeys, so the two must agree."""
+    layout = layout_key_names()
+    keys = QueueKeys("Q")
+    for key in CONTRACTS[name].keys:
+        assert key in layout or key in PER_CALL_KEYS, f"{name}.lua: KEYS name {key!r} is not in QueueKeys"
+        if key in layout:  # and the key of that name is the one the header describes
+            assert getattr(keys, key) == f"setqueue:{{Q}}:{key}"
+
+
+def test_a_header_naming_a_key_the_layout_lacks_is_refused() -> None:
+    source = "-- s.lua\nlocal request, todo = KEYS[1], KEYS[2]\nreturn 1\n"
+    with pytest.raises(ScriptContractError, match=r"names KEYS \['todo'\] that the key layout"):
+        check_layout("s", parse_contract("s", source), layout_key_names())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_helper_a_script_calls_is_included_in_it(name: str) -> None:
+    helpers = {
+        helper
+        for path in (LUA_DIR / "includes").glob("*.lua")
+        for helper in re.findall(r"local function (\w+)", path.read_text())
+    }
+    source = SOURCES[name]
+    defined = set(re.findall(r"local function (\w+)", source))
+    called = {f for f in re.findall(r"\b(\w+)\(", source) if f in helpers}
+    assert called <= defined, f"{name}.lua calls {sorted(called - defined)} without its -- @include"

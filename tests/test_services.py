@@ -24,8 +24,7 @@ import redis
 from cleaner.service import CleanerService
 from creator.service import CreatorService
 from setqueue import Lease, PermanentJobError, Queue
-from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings
-from setqueue.group import primary
+from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
 from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
 from tests.support import free_port
 from worker.service import WorkerService
@@ -269,7 +268,7 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
             raise PermanentJobError("cannot be retried")
 
     service = WorkerService(settings, handler=handler)
-    q = primary(service.queue)
+    q = service.queue.shards[0]
     q.enqueue(["a", "b", "bad", "fatal"])
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(service.run()))
@@ -413,7 +412,7 @@ def test_a_handler_returning_an_awaitable_has_it_awaited(redis_url: str, queue_n
         base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
     )
     service = WorkerService(settings, handler=handler)
-    q = primary(service.queue)
+    q = service.queue.shards[0]
     q.enqueue(["a", "b", "c"])
     thread = threading.Thread(target=service.run)
     thread.start()

@@ -13,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from setqueue.config import CleanerSettings, CreatorSettings, WorkerSettings, redact_url
-from setqueue.logs import JsonFormatter, configure_logging
-from setqueue.service import load_settings
+from setqueue.client import redact_url
+from setqueue.runtime.logs import JsonFormatter, configure_logging
+from setqueue.runtime.service import load_settings
+from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
 from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
 
@@ -43,7 +44,7 @@ ONLY = {
     "creator": [("CREATE_RATE", "abc"), ("CREATE_RATE", "-5"), ("CREATE_BATCH", "0"), ("CREATE_FROM_STDIN", "maybe")],
     "worker": [
         ("JOB_HANDLER", "nope:nothing"),
-        ("JOB_HANDLER", "setqueue.demo:missing"),
+        ("JOB_HANDLER", "setqueue.runtime.demo:missing"),
         ("JOB_HANDLER", "no-colon"),
         ("CLAIM_BATCH", "0"),
         ("CONCURRENCY", "0"),

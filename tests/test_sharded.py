@@ -13,10 +13,9 @@ from collections import Counter
 import pytest
 import redis
 
-from setqueue import FailOutcome, Queue
-from setqueue.cli import main
-from setqueue.config import SettingError
-from setqueue.sharded import ShardedQueue, open_queue, shard_of
+from setqueue import FailOutcome, OptionError, Queue, open_queue
+from setqueue.runtime.cli import main
+from setqueue.sharded import ShardedQueue, shard_of
 from tests.procs import base_env
 from tests.support import REPO_ROOT
 
@@ -139,18 +138,18 @@ def test_the_cli_reaches_a_sharded_queue_as_one(
 
 def test_a_queue_keeps_the_number_of_shards_it_was_opened_with(redis_url: str, queue_name: str) -> None:
     four = open_queue(redis_url, queue_name, shards=4)
-    assert four.ping()  # a service's start: records 4
+    assert four.ping(record=True)  # a service's start: records 4
     for other in (open_queue(redis_url, queue_name, shards=3), open_queue(redis_url, queue_name)):
-        with pytest.raises(SettingError, match=r"QUEUE_SHARDS.*4 shards"):
+        with pytest.raises(OptionError, match=r"shards.*4 shards"):
             other.ping()
     plain = Queue.from_url(redis_url, f"{queue_name}-plain")
     plain.enqueue(["waiting"])
-    with pytest.raises(SettingError, match="holds jobs unsharded"):
+    with pytest.raises(OptionError, match="holds jobs unsharded"):
         open_queue(redis_url, f"{queue_name}-plain", shards=2).ping()
 
 
 def test_a_worker_with_another_number_of_shards_is_refused_with_one_line(redis_url: str, queue_name: str) -> None:
-    assert open_queue(redis_url, queue_name, shards=4).ping()
+    assert open_queue(redis_url, queue_name, shards=4).ping(record=True)
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, QUEUE_SHARDS=3, METRICS_PORT=0)
     result = subprocess.run(
         [sys.executable, "-m", "worker"],

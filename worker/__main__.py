@@ -1,8 +1,8 @@
 """`python -m worker` (or `setqueue-worker`): the worker service. Settings come from the environment
 (see the README's configuration table)."""
 
-from setqueue.config import WorkerSettings
-from setqueue.service import main as run_service
+from setqueue.runtime.service import main as run_service
+from setqueue.runtime.settings import WorkerSettings
 from worker.service import WorkerService
 
 

@@ -3,7 +3,8 @@
 A plain function handler runs on CONCURRENCY threads; an ``async def`` handler runs on one asyncio
 event loop (its own thread) with up to CONCURRENCY jobs in flight. Either way:
 
-- claimed jobs wait in a FIFO buffer (``take`` / ``put``) and a free slot takes the oldest;
+- claimed jobs wait in a FIFO buffer (``put``) and a free slot takes the oldest; ``wanted`` is the
+  claim policy: how many jobs the worker should claim now for its free slots and the buffer;
 - every running job is a ``Running`` record with its deadline, so the supervisor (the worker's
   main thread) can time it out whatever the handler does: ``interrupt`` raises ``JobTimeout`` in
   the job's thread (best effort, as Dramatiq's TimeLimit: a thread blocked in C code, such as
@@ -26,9 +27,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from setqueue import JobTimeout, Lease
+from setqueue.jobs import JobTimeout, Lease
 
 Finish = Callable[["Running", BaseException | None], None]
+
+PREFETCH_WINDOW_SECONDS = 1.0  # claim beyond the free slots only while a job started this recently
 
 
 def is_async(function: Callable[..., Any]) -> bool:
@@ -92,14 +95,23 @@ class Engine:
     """Runs claimed jobs in CONCURRENCY slots: threads for a plain handler, an event loop for an
     async one. ``put`` buffers jobs; ``finish`` is called from the job's thread (or the loop)."""
 
-    def __init__(self, handler: Callable[[Lease], Any], concurrency: int, timeout: float, finish: Finish) -> None:
+    def __init__(
+        self,
+        handler: Callable[[Lease], Any],
+        concurrency: int,
+        timeout: float,
+        finish: Finish,
+        claim_batch: int | None = None,
+    ) -> None:
         self.handler = handler
         self.timeout = timeout  # seconds; 0 = none
         self.finish = finish
         self.slots = Slots(concurrency)
-        # A job's end wakes the claimer only when the buffer is this low: waking it on every job
-        # cost 11% of an I/O-bound worker's CPU (bench/results/profile.md) for claims it skipped.
-        self.low_water = concurrency
+        self.claim_batch = claim_batch if claim_batch is not None else concurrency
+        # A job's end wakes the claimer only when the buffer is this low (where ``wanted`` would
+        # claim again): waking it on every job cost 11% of an I/O-bound worker's CPU in a profile,
+        # for claims it then skipped.
+        self.low_water = max(1, self.claim_batch // 2)
         self.asynchronous = is_async(handler)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -140,6 +152,25 @@ class Engine:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
     # -- the buffer ----------------------------------------------------------------------------
+
+    def wanted(self, stop: threading.Event) -> int:
+        """How many jobs to claim now: the free slots, plus up to ``claim_batch`` buffered while jobs
+        keep starting (one started within PREFETCH_WINDOW_SECONDS), at most ``claim_batch`` per
+        call, and not for a handful (half a batch) while the buffer still covers the free slots.
+        Waits up to a second for room; 0 then (ask again), or once closed or ``stop`` is set."""
+        batch, slots = self.claim_batch, self.slots
+        with slots.lock:
+            for _ in range(10):
+                if slots.closed or stop.is_set():
+                    return 0
+                buffered = len(slots.buffer)
+                free = slots.free
+                turning = time.monotonic() - slots.last_start < PREFETCH_WINDOW_SECONDS
+                want = min(batch, free + (batch if turning else 0) - buffered)
+                if want > 0 and (buffered < free or want * 2 >= batch):
+                    return want
+                slots.room.wait(0.1)
+        return 0
 
     def put(self, leases: list[Lease]) -> None:
         now = time.monotonic()

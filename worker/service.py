@@ -31,29 +31,21 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter as PromCounter
 
-from setqueue.audit import AuditRecorder
-from setqueue.config import WorkerSettings, load_handler
+from setqueue.factory import open_queue
+from setqueue.interface import JobQueue
+from setqueue.jobs import FailOutcome, JobTimeout, Lease, MoveTo, PermanentJobError, RetryLater
 from setqueue.lease import LeaseKeeper
-from setqueue.logs import flush_logs
-from setqueue.metrics import WorkerMetrics, new_registry
-from setqueue.queue import (
-    FailOutcome,
-    JobTimeout,
-    Lease,
-    MoveTo,
-    PermanentJobError,
-    Queue,
-    RetryLater,
-    new_request_id,
-)
-from setqueue.service import Service, Stopping
-from setqueue.sharded import ShardedQueue, open_queue
+from setqueue.runtime.audit import AuditRecorder
+from setqueue.runtime.logs import flush_logs
+from setqueue.runtime.metrics import WorkerMetrics, new_registry
+from setqueue.runtime.service import Service, Stopping
+from setqueue.runtime.settings import WorkerSettings, load_handler
+from setqueue.scripts import new_request_id
 from worker.engine import Engine, Running
 
 TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
 ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
 ZOMBIE_AFTER_SECONDS = 1.0  # a job still running this long after its timeout makes its slot a zombie
-PREFETCH_WINDOW_SECONDS = 1.0  # claim beyond the free slots only while a job started this recently
 BACKSTOP_SECONDS = 10.0  # past the grace: exit even if Redis never answered the last acks
 EXIT_ZOMBIES = 4
 
@@ -71,20 +63,21 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def __init__(
         self,
         settings: WorkerSettings,
-        queue: Queue | None = None,
+        queue: JobQueue | None = None,
         handler: Callable[[Lease], Any] | None = None,
     ) -> None:
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
         self._configure = self._configure_hook(settings)
         super().__init__(settings, WorkerMetrics(new_registry(), settings.queue_names), queue)
-        self.engine = Engine(self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended)
-        self.engine.low_water = max(1, settings.claim_batch // 2)  # where _wanted starts to claim
+        self.engine = Engine(
+            self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended, settings.claim_batch
+        )
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
         # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
-        single = self.queue if isinstance(self.queue, Queue) else None
-        self.audit = AuditRecorder(single.redis, single.keys) if settings.audit and single is not None else None
-        self._move_targets: dict[str, Queue | ShardedQueue] = {}  # the queues handlers moved jobs to
+        shards = self.queue.shards
+        self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None
+        self._move_targets: dict[str, JobQueue] = {}  # the queues handlers moved jobs to
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []
@@ -241,7 +234,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         target = self._move_targets.get(move.queue)
         if target is None:  # opened once, on this worker's client
             s = self.settings
-            target = open_queue(s.redis_url, move.queue, s.queue_shards, client=self.queue.redis, **self.queue_options)
+            target = open_queue(
+                s.redis_url, move.queue, shards=s.queue_shards, client=self.queue.redis, **self.queue_options
+            )
             self._move_targets[move.queue] = target
         job = {lease.id: lease.payload} if lease.payload is not None else [lease.id]
         self.retry(lambda: target.enqueue(job, priority=move.priority), "move", until_stopped=False)
@@ -276,7 +271,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         try:
             while not self.stop_event.is_set():
-                count = self._wanted()
+                count = self.engine.wanted(self.stop_event)
                 if count == 0:
                     continue
                 leases = self._resendable(lambda rid, n=count: self.queue.claim(n, request_id=rid), "claim")  # type: ignore[misc]
@@ -296,24 +291,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self.log.exception("the claimer failed; stopping")
             self._exit_code = 1
             self.request_stop()
-
-    def _wanted(self) -> int:
-        """How many jobs to claim now (0 after waiting a while: ask again). Free slots, plus up to
-        CLAIM_BATCH buffered while jobs keep starting; at most CLAIM_BATCH per call."""
-        batch = self.settings.claim_batch
-        slots = self.engine.slots
-        with slots.lock:
-            for _ in range(10):
-                if slots.closed or self.stop_event.is_set():
-                    return 0
-                buffered = len(slots.buffer)
-                free = slots.free
-                turning = time.monotonic() - slots.last_start < PREFETCH_WINDOW_SECONDS
-                want = min(batch, free + (batch if turning else 0) - buffered)
-                if want > 0 and (buffered < free or want * 2 >= batch):
-                    return want
-                slots.room.wait(0.1)
-        return 0
 
     # -- shutdown ---------------------------------------------------------------------------------
 

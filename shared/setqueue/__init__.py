@@ -1,19 +1,23 @@
 """setqueue: a reliable Redis work queue on the set model.
 
-from setqueue import Queue
-q = Queue.from_url("redis://localhost:6379/0", name="default", lease_seconds=30, max_attempts=5)
-q.enqueue(["a", "b"])
-for lease in q.claim(count=10):
-    ...
-    q.ack(lease)
+    from setqueue import open_queue
+    q = open_queue("redis://localhost:6379/0", "default", lease_seconds=30, max_attempts=5)
+    q.enqueue(["a", "b"])
+    for lease in q.claim(count=10):
+        ...
+        q.ack(lease)
+
+The package is the queue core: it needs redis-py and nothing else. ``setqueue.runtime`` is what the
+services run on (settings from the environment, metrics, logs, signals) and is never imported from
+here.
 """
 
 import logging
 
-from setqueue.backoff import Backoff
-from setqueue.keys import QueueKeys
-from setqueue.lease import LeaseKeeper
-from setqueue.queue import (
+from setqueue.client import OptionError
+from setqueue.factory import open_queue
+from setqueue.interface import JobQueue, Shard
+from setqueue.jobs import (
     AckResult,
     FailOutcome,
     JobInfo,
@@ -21,28 +25,33 @@ from setqueue.queue import (
     Lease,
     MoveTo,
     PermanentJobError,
-    Queue,
     RetryLater,
     SweepResult,
 )
+from setqueue.keys import QueueKeys
+from setqueue.lease import LeaseKeeper
+from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
-from setqueue.sharded import open_queue
+from setqueue.scripts import new_request_id
 
 __all__ = [
     "AckResult",
-    "Backoff",
     "FailOutcome",
     "JobInfo",
+    "JobQueue",
     "JobTimeout",
     "Lease",
     "LeaseKeeper",
     "MoveTo",
     "NotReplicated",
+    "OptionError",
     "PermanentJobError",
     "Queue",
     "QueueKeys",
     "RetryLater",
+    "Shard",
     "SweepResult",
+    "new_request_id",
     "open_queue",
 ]
 __version__ = "0.1.0"

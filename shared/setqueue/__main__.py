@@ -1,6 +1,6 @@
-"""`python -m setqueue`: the operator CLI (see ``setqueue.cli``)."""
+"""`python -m setqueue`: the operator CLI (see ``setqueue.runtime.cli``)."""
 
-from setqueue.cli import main
+from setqueue.runtime.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

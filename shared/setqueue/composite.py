@@ -4,29 +4,19 @@ it belongs to."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.cluster import RedisCluster
+import redis
 
-from setqueue.keys import STATES
-from setqueue.queue import (
-    AckResult,
-    ClusterAwareRedis,
-    FailOutcome,
-    Lease,
-    Queue,
-    SweepResult,
-    take_wake_token,
-    until_due,
-)
+from setqueue.client import ClusterWaiter, on_a_cluster, take_wake_token, until_due
+from setqueue.interface import JobQueue, Shard
+from setqueue.jobs import AckResult, FailOutcome, JobInfo, Lease, SweepResult
+from setqueue.keys import STATES, validate_job_id
 
 I = TypeVar("I")  # noqa: E741 (an item)
-K = TypeVar("K", bound=Hashable)
+K = TypeVar("K")  # a member: compared by identity
 R = TypeVar("R")
 
 
@@ -48,17 +38,34 @@ def part_id(request_id: str | None, member: str) -> str | None:
     return None if request_id is None else f"{request_id}-{member}"
 
 
+def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The members' ``stats()`` as one: every state and the jobs per priority summed, the oldest
+    pending age the oldest of any member."""
+    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in STATES}
+    total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
+    by_priority: dict[int, int] = defaultdict(int)
+    for s in each:
+        for priority, n in s["todos_by_priority"].items():
+            by_priority[priority] += n
+    total["todos_by_priority"] = dict(by_priority)
+    return total
+
+
 class CompositeQueue:
     """What a queue made of others (``members``) does alike whatever it is made of: its options
-    (the members share one set of settings, read from ``primary``, the first plain ``Queue``: a
-    group's first queue, or the first shard), waiting for work on all of them, sweeping them all,
-    and handing each lease to the member it came from (``_member_of``)."""
+    (the members share one set of settings, read from the first shard), waiting for work on all of
+    them, sweeping them all, and handing each lease to the member it came from (``_member_of``)
+    and each id to the member that holds it (``_holder_of``)."""
 
-    primary: Queue
-    members: Sequence[Any]  # Queue or ShardedQueue: each has the Queue API used below
+    name: str
+    members: Sequence[JobQueue]
     _waiter: ClusterWaiter | None = None  # made by the first wait on a Redis Cluster
 
-    def _member_of(self, lease: Lease) -> Any:
+    def _member_of(self, lease: Lease) -> JobQueue:
+        raise NotImplementedError
+
+    def _holders_of(self, job_id: str) -> Sequence[JobQueue]:
+        """The members that may hold ``job_id`` (a shard: exactly one)."""
         raise NotImplementedError
 
     def _made_claimable(self, n: int) -> None:
@@ -66,27 +73,35 @@ class CompositeQueue:
         their scripts woke the member's idle workers): what else should wake (nothing, here)."""
 
     @property
-    def redis(self) -> Any:
-        return self.primary.redis
+    def shards(self) -> Sequence[Shard]:
+        return [shard for member in self.members for shard in member.shards]
+
+    @property
+    def _first(self) -> Shard:
+        return self.shards[0]
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self._first.redis
 
     @property
     def lease_seconds(self) -> float:
-        return self.primary.lease_seconds
+        return self._first.lease_seconds
 
     @property
     def retry_backoff_seconds(self) -> float:
-        return self.primary.retry_backoff_seconds
+        return self._first.retry_backoff_seconds
 
     @property
     def request_ttl_seconds(self) -> float:
-        return self.primary.request_ttl_seconds
+        return self._first.request_ttl_seconds
 
     @property
     def wake_cap(self) -> int:
-        return self.primary.wake_cap
+        return self._first.wake_cap
 
     def backoff_delay(self, attempt: int) -> float:
-        return self.primary.backoff_delay(attempt)
+        return self._first.backoff_delay(attempt)
 
     def due_in(self) -> float | None:
         """Seconds until the next scheduled job of any member is due, as the last claims saw it."""
@@ -109,6 +124,8 @@ class CompositeQueue:
         if self._waiter is None:
             self._waiter = ClusterWaiter(self.redis, keys)
         return self._waiter.wait(timeout)
+
+    # -- leases go back to the member they came from -------------------------------------------
 
     def renew(self, lease: Lease) -> bool:
         return self.renew_many([lease])[0]
@@ -133,9 +150,7 @@ class CompositeQueue:
         delay: float | None = None,
         request_id: str | None = None,
     ) -> FailOutcome:
-        outcome: FailOutcome = self._member_of(lease).fail(
-            lease, reason, retry=retry, delay=delay, request_id=request_id
-        )
+        outcome = self._member_of(lease).fail(lease, reason, retry=retry, delay=delay, request_id=request_id)
         self._made_claimable(1 if outcome is FailOutcome.RETRIED else 0)
         return outcome
 
@@ -145,6 +160,40 @@ class CompositeQueue:
         )
         self._made_claimable(outcomes.count(FailOutcome.RELEASED))
         return outcomes
+
+    # -- ids go to the member that holds them ----------------------------------------------------
+
+    def inspect(self, job_id: str) -> JobInfo | None:
+        validate_job_id(job_id)
+        for member in self._holders_of(job_id):
+            found = member.inspect(job_id)
+            if found is not None:
+                return found
+        return None
+
+    def delete(self, job_id: str) -> str | None:
+        validate_job_id(job_id)
+        for member in self._holders_of(job_id):
+            state = member.delete(job_id)
+            if state is not None:
+                return state
+        return None
+
+    def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
+        """Every member's dead letters (up to ``limit`` from each), or the ids given, each in the
+        member that holds it."""
+        if ids is None:
+            moved = sum(m.requeue_failed(limit=limit) for m in self.members)
+        else:
+            by_member: dict[JobQueue, list[str]] = defaultdict(list)
+            for job_id in ids:
+                for member in self._holders_of(validate_job_id(job_id)):
+                    by_member[member].append(job_id)
+            moved = sum(member.requeue_failed(part) for member, part in by_member.items())
+        self._made_claimable(moved)
+        return moved
+
+    # -- all members ----------------------------------------------------------------------------
 
     def sweep(self, limit: int = 1000) -> SweepResult:
         """Every member's sweep (each examines up to ``limit`` ids)."""
@@ -157,75 +206,11 @@ class CompositeQueue:
         self._made_claimable(len(swept.requeued))
         return swept
 
-    def ping(self) -> bool:
-        return all(m.ping() for m in self.members)
+    def ping(self, *, record: bool = False) -> bool:
+        return all([m.ping(record=record) for m in self.members])
 
     def close(self) -> None:
         if self._waiter is not None:
             self._waiter.close()
         for m in self.members:
             m.close()
-
-
-def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The members' ``stats()`` as one: every state and the jobs per priority summed, the oldest
-    pending age the oldest of any member."""
-    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in STATES}
-    total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
-    by_priority: dict[int, int] = defaultdict(int)
-    for s in each:
-        for priority, n in s["todos_by_priority"].items():
-            by_priority[priority] += n
-    total["todos_by_priority"] = dict(by_priority)
-    return total
-
-
-# On a Redis Cluster, the longest one BLPOP of a ClusterWaiter blocks: a BLPOP cannot be called off,
-# so this bounds how long one outlives the wait it was sent for.
-CLUSTER_WAKE_SLICE_SECONDS = 0.25
-
-
-class ClusterWaiter:
-    """Waits on wake lists that live in different slots of a Redis Cluster, where one BLPOP takes
-    keys of one slot only: one BLPOP per list at once, each in a thread of its own, and the first
-    token wakes the wait.
-
-    A BLPOP cannot be called off, so each blocks for at most CLUSTER_WAKE_SLICE_SECONDS and the
-    wait sends the next one. One still blocked when a wait returns is kept, not sent again: the
-    token it may take then is what the next wait sees first, so no token is taken for nothing."""
-
-    def __init__(self, client: Any, keys: Sequence[str]) -> None:
-        self._client = client
-        self._keys = list(keys)
-        self._pool = ThreadPoolExecutor(max_workers=len(self._keys), thread_name_prefix="setqueue-wake")
-        self._blocked: dict[str, Future[Any]] = {}
-
-    def wait(self, timeout: float) -> bool:
-        """True when a token was taken from any list, False when ``timeout`` passed first."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            for key in self._keys:
-                if key not in self._blocked:
-                    slice_ = max(min(remaining, CLUSTER_WAKE_SLICE_SECONDS), 0.001)
-                    self._blocked[key] = self._pool.submit(self._client.blpop, [key], timeout=slice_)
-            finished, _ = futures_wait(self._blocked.values(), max(remaining, 0), FIRST_COMPLETED)
-            woken = False
-            for key, future in list(self._blocked.items()):
-                if future in finished:
-                    del self._blocked[key]
-                    woken = future.result() is not None or woken  # a Redis error is the caller's
-            if woken:
-                return True
-            if deadline - time.monotonic() <= 0:
-                return False
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def on_a_cluster(client: Any) -> bool:
-    """Whether ``client`` runs on a Redis Cluster (connects to find out)."""
-    if isinstance(client, ClusterAwareRedis):
-        return client.cluster_client() is not None
-    return isinstance(client, RedisCluster)

@@ -10,44 +10,58 @@ also scales them apart. The price is the same as for priorities: a queue that is
 starves the ones after it (the per-queue queue-wait and oldest-age gauges show it).
 
 Each lease names its queue (``lease.queue``); acks, fails, renewals and releases go to that queue.
+An enqueue goes to the first queue (as the creator's does); ``inspect``, ``delete`` and
+``requeue_failed`` of an id look in every queue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from setqueue.composite import CompositeQueue, part_id, summed_stats
-from setqueue.queue import JobInfo, Lease, Queue
-from setqueue.sharded import ShardedQueue, open_queue
-
-Member = Queue | ShardedQueue
+from setqueue.interface import JobQueue
+from setqueue.jobs import Lease
 
 
 class QueueGroup(CompositeQueue):
-    """The worker's and the cleaner's side of the ``Queue`` API over several named queues, in strict
-    priority of their order (see the module's doc)."""
+    """Several named queues (each a plain or a sharded queue) in strict priority of their order
+    (see the module's doc)."""
 
-    def __init__(self, members: Sequence[Member]) -> None:
+    def __init__(self, members: Sequence[JobQueue]) -> None:
         names = [m.name for m in members]
         if len(members) < 2 or len(set(names)) != len(names):
             raise ValueError(f"a queue group has two or more different queues, got {names}")
         self.members = list(members)
         self.by_name = {m.name: m for m in members}
         self.name = ",".join(names)
-        first = members[0]
-        self.primary = first.primary if isinstance(first, ShardedQueue) else first
 
-    def member(self, name: str) -> Member:
+    @property
+    def queues(self) -> Sequence[JobQueue]:
+        return self.members
+
+    def member(self, name: str) -> JobQueue:
         try:
             return self.by_name[name]
         except KeyError:
             raise ValueError(f"queue {name!r} is not one of {self.name}") from None
 
-    def _member_of(self, lease: Lease) -> Member:
+    def _member_of(self, lease: Lease) -> JobQueue:
         return self.member(lease.queue)
 
-    # -- workers ------------------------------------------------------------------------------------
+    def _holders_of(self, job_id: str) -> Sequence[JobQueue]:
+        return self.members
+
+    def enqueue(
+        self,
+        ids: Iterable[str] | Mapping[str, str],
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int = 0,
+    ) -> int:
+        """As ``Queue.enqueue``, into the group's first queue."""
+        return self.members[0].enqueue(ids, delay=delay, at=at, priority=priority)
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
         """Up to ``count`` jobs: all the first queue has (up to count), then the next queue's..."""
@@ -60,32 +74,7 @@ class QueueGroup(CompositeQueue):
                 break
         return leases
 
-    # -- the cleaner and operators ----------------------------------------------------------------
-
     def stats(self) -> dict[str, Any]:
         """Each queue's ``stats()`` under ``"queues"``, and the states summed over them."""
         each = {m.name: m.stats() for m in self.members}
         return {**summed_stats(list(each.values())), "queues": each}
-
-    def inspect(self, job_id: str, queue: str) -> JobInfo | None:
-        return self.member(queue).inspect(job_id)
-
-
-QueueLike = Queue | ShardedQueue | QueueGroup
-
-
-def open_queues(url: str, names: Sequence[str], shards: int = 1, **options: Any) -> QueueLike:
-    """What QUEUE_NAME and QUEUE_SHARDS name, on one client: a ``Queue`` (one name, one shard), a
-    ``ShardedQueue`` (one name, N shards) or a ``QueueGroup`` of those (several names)."""
-    if not names:
-        raise ValueError("no queue name")
-    first = open_queue(url, names[0], shards, **options)
-    if len(names) == 1:
-        return first
-    client = first.redis
-    return QueueGroup([first, *(open_queue(url, name, shards, client=client, **options) for name in names[1:])])
-
-
-def primary(queue: QueueLike) -> Queue:
-    """The plain ``Queue`` that stands for ``queue`` where one is needed (its first queue's first shard)."""
-    return queue if isinstance(queue, Queue) else queue.primary

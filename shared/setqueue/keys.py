@@ -42,7 +42,7 @@ def validate_queue_name(name: str) -> str:
     if any(c in name for c in "{}") or any(c.isspace() for c in name):
         raise ValueError(f"queue name {name!r} must not contain braces or white space")
     if "," in name:
-        raise ValueError(f"queue name {name!r} must not contain a comma (it separates the names in QUEUE_NAME)")
+        raise ValueError(f"queue name {name!r} must not contain a comma (a comma separates the names of queues)")
     return name
 
 
@@ -152,9 +152,10 @@ class QueueKeys:
 
     @property
     def finished(self) -> str:
-        """HASH id -> "<enqueued ms>:<finished ms>" (Redis clock; enqueued empty if unknown) of an id
-        in done or failed, kept as long as the id is, so that inspect can tell when a finished job
-        was enqueued and finished. Its attempt count stays in attempts for as long."""
+        """HASH id -> "<enqueued ms>:<finished ms>:<attempts>" (Redis clock; enqueued empty if
+        unknown) of an id in done or failed, kept as long as the id is, so that inspect can tell
+        when a finished job was enqueued and finished and how many claims it took (its entry in
+        attempts goes when it finishes)."""
         return self.prefix + "finished"
 
     @property
@@ -182,17 +183,11 @@ class QueueKeys:
         return self.prefix + "shards"
 
     @property
-    def legacy_todos(self) -> str:
-        """SET: the todos of a queue written before 0.3 (a plain set then), renamed on first contact
-        and drained into todos by claims and sweeps, a batch at a time (lua/includes/layout.lua)."""
-        return self.prefix + "legacy_todos"
-
-    @property
     def wake(self) -> str:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"
 
-    # -- auditing (AUDIT=true: chaos runs; see setqueue.audit) --------------------------------
+    # -- auditing (AUDIT=true: chaos runs; see setqueue.runtime.audit) --------------------------------
 
     @property
     def audit_created(self) -> str:

@@ -9,13 +9,13 @@ from typing import Protocol
 
 import redis
 
-from setqueue.queue import Lease
+from setqueue.jobs import Lease
 
 log = logging.getLogger("setqueue.lease")
 
 
 class Renewable(Protocol):
-    """What renews leases: a Queue, a ShardedQueue or a QueueGroup."""
+    """What renews leases: any JobQueue."""
 
     @property
     def lease_seconds(self) -> float: ...

@@ -9,14 +9,19 @@ arg and the reply; right below it, locals name each entry of KEYS and ARGV::
 
 A variable-length list (the lock keys of the claims, the tokens, the leases) starts at a named constant
 like ``FIRST_LOCK``, and the body reads it in a loop from there: no body line indexes KEYS or ARGV
-with a number or with arithmetic. Helpers several scripts share live in ``lua/includes/<name>.lua``
-and are pulled in by a ``-- @include "<name>"`` line (after BullMQ's ``src/commands/includes``): each
+with a number or with arithmetic. The names of KEYS are the key layout's: each is a key of
+``QueueKeys`` of that name, except the two a call names itself, ``request`` (this call's request
+record) and ``lock`` (one claim's lock); so the Python side builds every KEYS list from the header
+and the layout, and a header naming a key the layout does not have fails the import of this module.
+
+Helpers several scripts share live in ``lua/includes/<name>.lua`` and are pulled in by a
+``-- @include "<name>"`` line (after BullMQ's ``src/commands/includes``): each
 include is inlined once per script, an include may include others, and a missing or circular one
 fails the import of this module.
 
 :class:`Script` runs one script on one client and checks the number of KEYS and ARGV of every call
-against its header. :class:`QueueScripts` holds one wrapper per script: it builds the script's KEYS
-and ARGV and decodes its reply, whose format the script's header states.
+against its header. :class:`QueueScripts` holds one wrapper per script: it builds the script's ARGV
+and decodes its reply, whose format the script's header states.
 """
 
 from __future__ import annotations
@@ -45,7 +50,6 @@ NAMES = (
     "delete",
     "stats",
     "periodic",
-    "adopt",
 )
 
 # The scripts that write nothing: the only ones a ReplicaWait leaves alone.
@@ -181,14 +185,40 @@ def parse_contract(name: str, source: str) -> Contract:
     )
 
 
+# The KEYS a call names itself: its request record (setqueue:{Q}:req:<request id>) and the lock of
+# one claim (setqueue:{Q}:lock:<token>). Every other name in a header's KEYS is a key of the layout.
+PER_CALL_KEYS = ("request", "lock")
+
+
+def layout_key_names() -> frozenset[str]:
+    """The keys of a queue's layout: the properties of ``QueueKeys`` that name one key."""
+    return frozenset(
+        name for name, value in vars(QueueKeys).items() if isinstance(value, property) and name != "prefix"
+    )
+
+
+def check_layout(name: str, contract: Contract, layout: frozenset[str]) -> None:
+    """Every KEYS entry a header names is a key of the layout or one a call names itself."""
+    unknown = [key for key in contract.keys if key not in layout and key not in PER_CALL_KEYS]
+    if unknown:
+        raise ScriptContractError(
+            f"{name}.lua names KEYS {unknown} that the key layout (setqueue.keys.QueueKeys) does not have"
+        )
+
+
 SOURCES: dict[str, str] = {name: load(name) for name in NAMES}
 CONTRACTS: dict[str, Contract] = {name: parse_contract(name, SOURCES[name]) for name in NAMES}
+for _name, _contract in CONTRACTS.items():
+    check_layout(_name, _contract, layout_key_names())
 
 
 # -- calling ----------------------------------------------------------------------------------
 
 
 def new_request_id() -> str:
+    """A fresh id for one call of claim, ack_many, fail or release: passing the same id again
+    retries that call (after a lost reply) instead of making a second one. Claims use it as the
+    lease token too."""
     return os.urandom(12).hex()
 
 
@@ -257,22 +287,35 @@ def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], lis
 
 
 class QueueScripts:
-    """The scripts of one queue on one client: one wrapper each, which builds its KEYS and ARGV (in
-    the order of the script's header) and decodes its reply (the format the header's "Returns" line
-    states). Each wrapper is one script call; batching is the caller's."""
+    """The scripts of one queue on one client: one wrapper each, which builds its ARGV (in the order
+    of the script's header) and decodes its reply (the format the header's "Returns" line states).
+    KEYS come from the header and the layout (``_keys``). Each wrapper is one script call; batching
+    is the caller's."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
         self.by_name = {name: Script(name, client, wait) for name in NAMES}
-        self._enqueue = self.by_name["enqueue"]
-        self._claim = self.by_name["claim"]
-        self._renew = self.by_name["renew"]
-        self._ack = self.by_name["ack"]
-        self._fail = self.by_name["fail"]
-        self._sweep = self.by_name["sweep"]
-        self._requeue_failed = self.by_name["requeue_failed"]
-        self._delete = self.by_name["delete"]
-        self._stats = self.by_name["stats"]
+        # Per script, its KEYS with the layout's keys filled in once, and where the per-call ones go.
+        self._templates: dict[str, tuple[list[str], dict[str, int]]] = {}
+        for name, contract in CONTRACTS.items():
+            per_call = {key: index for index, key in enumerate(contract.keys) if key in PER_CALL_KEYS}
+            template = ["" if key in per_call else getattr(keys, key) for key in contract.keys]
+            self._templates[name] = (template, per_call)
+
+    def _keys(self, name: str, tail: Sequence[str] = (), **per_call: str) -> list[str]:
+        """The KEYS of one call of script ``name``, in its header's order: the layout's keys, the
+        per-call ones given here (``request=``, ``lock=``), then ``tail`` (a variable-length list)."""
+        template, slots = self._templates[name]
+        if per_call.keys() != slots.keys():
+            raise ScriptContractError(f"{name}.lua takes the per-call keys {sorted(slots)}, given {sorted(per_call)}")
+        keys = template.copy()
+        for key, index in slots.items():
+            keys[index] = per_call[key]
+        keys += tail
+        return keys
+
+    def _request(self, request_id: str | None) -> str:
+        return self.k.request(request_id or new_request_id())
 
     def enqueue(
         self,
@@ -287,7 +330,6 @@ class QueueScripts:
     ) -> int:
         """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
         due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``."""
-        k = self.k
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -300,9 +342,8 @@ class QueueScripts:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending, k.payloads, k.wake]
-        keys += [k.scheduled, k.seq, k.priorities, k.legacy_todos]
-        added: int = json.loads(self._enqueue.call(keys, args))[0]
+        keys = self._keys("enqueue", request=self._request(None))
+        added: int = json.loads(self.by_name["enqueue"].call(keys, args))[0]
         return added
 
     def claim(
@@ -322,9 +363,8 @@ class QueueScripts:
         Times in seconds."""
         k = self.k
         token = token or new_request_id()
-        keys = [k.request(token), k.todos, k.in_progress, k.pending, k.attempts, k.payloads, k.owners, k.lock(token)]
-        keys += [k.scheduled, k.wake, k.seq, k.priorities, k.legacy_todos]
-        reply = self._claim.call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
+        keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
+        reply = self.by_name["claim"].call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
         now = reply[0] / 1000
         next_due = reply[1] / 1000 if reply[1] >= 0 else None
         leases = [
@@ -350,21 +390,19 @@ class QueueScripts:
         args: list[Any] = [lease_ms, *listed]
         for lease in leases:
             args += [lease.id, claims[lease.token]]
-        return [bool(r) for r in self._renew.call([self.k.owners, *locks], args)]
+        return [bool(r) for r in self.by_name["renew"].call(self._keys("renew", locks), args)]
 
     def ack(
         self, leases: Sequence[Held], *, request_ttl_ms: int, done_max_count: int, request_id: str | None = None
     ) -> tuple[float, list[bool]]:
         """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale)."""
-        k = self.k
-        claims, locks, listed = _claims(k, (lease.token for lease in leases))
-        keys = [k.request(request_id or new_request_id()), k.in_progress, k.done, k.done_log, k.pending, k.attempts]
-        keys += [k.payloads, k.errors, k.owners, k.finished, *locks]
+        claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
+        keys = self._keys("ack", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, done_max_count, *listed]
         for lease in leases:
             enqueued = lease.enqueued_at
             args += [lease.id, claims[lease.token], "" if enqueued is None else round(enqueued * 1000), lease.attempt]
-        now_ms, flags = text(self._ack.call(keys, args)).split(" ")
+        now_ms, flags = text(self.by_name["ack"].call(keys, args)).split(" ")
         return int(now_ms) / 1000, [flag == "1" for flag in flags]
 
     def fail(
@@ -379,14 +417,12 @@ class QueueScripts:
         """fail.lua: for each (lease, mode, reason, retry delay in ms), mode "retry", "dead" or
         "release", the outcome: "retried" (to todos, or to scheduled with a delay), "dead",
         "released" or "stale"."""
-        k = self.k
-        claims, locks, listed = _claims(k, (item[0].token for item in items))
-        keys = [k.request(request_id or new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.owners, k.finished, k.scheduled, k.seq, k.priorities, k.legacy_todos, *locks]
+        claims, locks, listed = _claims(self.k, (item[0].token for item in items))
+        keys = self._keys("fail", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
-        return text(self._fail.call(keys, args)).split(" ")
+        return text(self.by_name["fail"].call(keys, args)).split(" ")
 
     def sweep(
         self,
@@ -403,49 +439,35 @@ class QueueScripts:
         read owners (None: no owner), the ids requeued and dead-lettered; the number of ids dropped
         from done (at most ``trim_limit``, older than ``done_max_age_ms``; 0 = no trimming); and the
         number of due ids promoted from scheduled into todos (at most ``trim_limit``)."""
-        k = self.k
-        claims, locks, listed = _claims(k, (o for o in owners if o is not None))
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.failed, k.pending, k.attempts]
-        keys += [k.errors, k.wake, k.done, k.done_log, k.owners, k.finished, k.scheduled]
-        keys += [k.seq, k.priorities, k.legacy_todos, *locks]
+        claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
+        keys = self._keys("sweep", locks, request=self._request(None))
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
-        requeued, dead, trimmed, promoted = json.loads(self._sweep.call(keys, args))
+        requeued, dead, trimmed, promoted = json.loads(self.by_name["sweep"].call(keys, args))
         return list(requeued), list(dead), int(trimmed), int(promoted)
 
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
-        k = self.k
-        keys = [k.request(new_request_id()), k.todos, k.failed, k.pending, k.attempts, k.errors, k.wake, k.finished]
-        keys += [k.in_progress, k.seq, k.priorities, k.legacy_todos]
-        moved: int = json.loads(self._requeue_failed.call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
+        keys = self._keys("requeue_failed", request=self._request(None))
+        moved: int = json.loads(self.by_name["requeue_failed"].call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
         return moved
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
         """delete.lua: the state ``job_id`` was in, or None if the queue did not know it. ``token``
         names the claim that owned it as the caller read owners (None: no owner)."""
-        k = self.k
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.pending]
-        keys += [k.attempts, k.payloads, k.errors, k.done_log, k.lock(token or "-"), k.owners, k.finished, k.scheduled]
-        keys += [k.priorities, k.legacy_todos]
-        state: str | None = json.loads(self._delete.call(keys, [request_ttl_ms, job_id, token or ""]))[0]
+        keys = self._keys("delete", request=self._request(None), lock=self.k.lock(token or "-"))
+        state: str | None = json.loads(self.by_name["delete"].call(keys, [request_ttl_ms, job_id, token or ""]))[0]
         return state or None
 
     def stats(self) -> tuple[int, int, int, int, int, int, dict[int, int]]:
         """stats.lua: the sizes of todos, in_progress, done and failed, the age (ms) of the oldest
         pending job, the size of scheduled, and the jobs in todos per priority (those with any)."""
-        k = self.k
-        todos, in_progress, done, failed, age_ms, scheduled, *by_priority = self._stats.call(
-            [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled, k.legacy_todos]
+        todos, in_progress, done, failed, age_ms, scheduled, *by_priority = self.by_name["stats"].call(
+            self._keys("stats")
         )
         counts = dict(zip(by_priority[::2], by_priority[1::2], strict=True))
         return todos, in_progress, done, failed, age_ms, scheduled, counts
-
-    def adopt_old_layout(self) -> None:
-        """adopt.lua: make a queue written before 0.3 (todos, in_progress sets) the current layout."""
-        k = self.k
-        self.by_name["adopt"].call([k.todos, k.in_progress, k.legacy_todos], [])
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
@@ -453,9 +475,7 @@ class QueueScripts:
         """periodic.lua: for each (schedule name, latest slot in ms, run id, payload or None), create the
         run unless a run of that slot or a later one was created already. Returns the names whose run
         was created, and the names seen for the first time (their slot recorded, no run created)."""
-        k = self.k
-        keys = [k.request(new_request_id()), k.todos, k.in_progress, k.done, k.failed, k.scheduled, k.pending]
-        keys += [k.payloads, k.wake, k.periodic, k.seq, k.legacy_todos]
+        keys = self._keys("periodic", request=self._request(None))
         args: list[Any] = [request_ttl_ms, wake_cap]
         for name, slot_ms, run_id, payload in runs:
             args += [name, slot_ms, run_id, "" if payload is None else payload]

@@ -2,13 +2,12 @@
 so that on a Redis Cluster the shards spread over the nodes and one queue is not bound to one core.
 
 Shard ``i`` of queue ``Q`` is the queue named ``Q~i`` (keys ``setqueue:{Q~i}:…``, and an operator
-may open it as a plain ``Queue`` by that name to look at one shard); with one shard
-there is no sharding at all: ``Queue`` itself, today's key layout exactly. An id always lives in the
-same shard, ``crc32(id) mod N``: so idempotent enqueue, ``inspect``, ``delete`` and the fencing of
-a lease stay exact, every script stays single-slot, and a lease finds its way back to its shard from
-its id alone. Order and priorities hold within a shard; a claim visits the shards in turn, starting
-one further each time, so none is starved. Changing N moves ids to other shards: see
-``check_shards``.
+may open it as a plain ``Queue`` by that name to look at one shard); with one shard there is no
+sharding at all: ``Queue`` itself. An id always lives in the same shard, ``crc32(id) mod N``: so
+idempotent enqueue, ``inspect``, ``delete`` and the fencing of a lease stay exact, every script
+stays single-slot, and a lease finds its way back to its shard from its id alone. Order and
+priorities hold within a shard; a claim visits the shards in turn, starting one further each
+time, so none is starved. Changing N moves ids to other shards: see ``check_shards``.
 """
 
 from __future__ import annotations
@@ -17,14 +16,14 @@ import dataclasses
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from setqueue.composite import CompositeQueue, on_a_cluster, part_id, summed_stats
-from setqueue.config import SettingError
+from setqueue.client import OptionError, on_a_cluster
+from setqueue.composite import CompositeQueue, part_id, summed_stats
+from setqueue.interface import JobQueue
+from setqueue.jobs import JobInfo, Lease
 from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
-from setqueue.queue import JobInfo, Lease, Queue
-
-T = TypeVar("T")
+from setqueue.queue import Queue
 
 
 def shard_name(name: str, shard: int) -> str:
@@ -48,52 +47,56 @@ class ShardedQueue(CompositeQueue):
         if not 2 <= len(shards) <= MAX_SHARDS:
             raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(shards)}")
         self.name = name
-        self.shards = list(shards)
-        self.members = self.shards
-        self.primary = self.shards[0]
+        self.members = list(shards)
+        self._shards = list(shards)
         self._next = 0  # the shard the next claim starts at
         self._wake = QueueKeys(name).wake  # idle workers' list on a Redis Cluster (see wake_keys)
 
+    @property
+    def queues(self) -> Sequence[JobQueue]:
+        return (self,)
+
+    @property
+    def shards(self) -> Sequence[Queue]:
+        return self._shards
+
     def _shard(self, job_id: str) -> Queue:
-        return self.shards[shard_of(job_id, len(self.shards))]
+        return self._shards[shard_of(job_id, len(self._shards))]
 
     def _member_of(self, lease: Lease) -> Queue:
         return self._shard(lease.id)
 
-    def ping(self) -> bool:
-        """Every shard answers, and the queue has this many shards (``check_shards``, recording
-        the number the first time: a service's start-up check)."""
-        answered = super().ping()
-        self.check_shards(record=True)
+    def _holders_of(self, job_id: str) -> Sequence[JobQueue]:
+        return (self._shard(job_id),)
+
+    def ping(self, *, record: bool = False) -> bool:
+        """Every shard answers, and the queue has this many shards (``check_shards``; ``record``:
+        write the number the first time, as a service does at start)."""
+        answered = all([shard.ping() for shard in self._shards])
+        self.check_shards(record=record)
         return answered
 
     def check_shards(self, *, record: bool) -> None:
-        """Refuse (SettingError for QUEUE_SHARDS) a queue that was opened with another number of
-        shards (``setqueue:{Q}:shards``), or that holds jobs unsharded: either way ids would change
+        """Refuse (OptionError for shards) a queue that was opened with another number of shards
+        (``setqueue:{Q}:shards``), or that holds jobs unsharded: either way ids would change
         place. ``record``: write this number when none is (never written for one shard)."""
         plain = QueueKeys(self.name)
-        stored = self.redis.get(plain.shards)
+        stored: str | None = self.redis.get(plain.shards)  # type: ignore[assignment]  # decoded
         if stored is None:
             if self.redis.exists(plain.todos, plain.in_progress, plain.scheduled):
-                raise SettingError(
-                    "QUEUE_SHARDS", f"queue {self.name} holds jobs unsharded: drain it (or use a new name) first"
+                raise OptionError(
+                    "shards", f"queue {self.name} holds jobs unsharded: drain it (or use a new name) first"
                 )
             if not record:
                 return
-            self.redis.set(plain.shards, len(self.shards), nx=True)
-            stored = self.redis.get(plain.shards)
-        if int(stored) != len(self.shards):
-            raise SettingError(
-                "QUEUE_SHARDS",
-                f"queue {self.name} has {int(stored)} shards, not {len(self.shards)}: "
+            self.redis.set(plain.shards, len(self._shards), nx=True)
+            stored = self.redis.get(plain.shards)  # type: ignore[assignment]
+        if int(stored or 0) != len(self._shards):
+            raise OptionError(
+                "shards",
+                f"queue {self.name} has {stored} shards, not {len(self._shards)}: "
                 "drain it (or use a new name) before changing that",
             )
-
-    def _by_shard(self, items: Iterable[T], job_id: Any) -> dict[int, list[T]]:
-        grouped: dict[int, list[T]] = defaultdict(list)
-        for item in items:
-            grouped[shard_of(job_id(item), len(self.shards))].append(item)
-        return grouped
 
     # -- waking idle workers ------------------------------------------------------------------------
 
@@ -102,14 +105,17 @@ class ShardedQueue(CompositeQueue):
         On a Redis Cluster, where one BLPOP cannot span the shards' slots: the queue's own list
         ``setqueue:{Q}:wake``, which this class also pushes to (``_made_claimable``) whenever a call made
         jobs claimable, so that an idle worker wakes at once for any shard."""
-        return [self._wake] if on_a_cluster(self.redis) else super().wake_keys()
+        return [self._wake] if self._on_a_cluster() else super().wake_keys()
+
+    def _on_a_cluster(self) -> bool:
+        return on_a_cluster(self.redis)
 
     def _made_claimable(self, n: int) -> None:
         """On a Redis Cluster, wake up to ``n`` idle workers of any shard (as the shard's own script
         woke those of the shard). A step apart from the script that made the jobs claimable: a
         wake-up is a hint, and one lost (the process dying in between) delays a pick-up by at most
         IDLE_WAIT_SECONDS, never a job."""
-        if n <= 0 or not on_a_cluster(self.redis):
+        if n <= 0 or not self._on_a_cluster():
             return
         cap = self.wake_cap
         with self.redis.pipeline(transaction=True) as pipe:
@@ -130,16 +136,17 @@ class ShardedQueue(CompositeQueue):
         """As ``Queue.enqueue``; each id goes to its shard (in the order given, within the shard).
         All ids are checked before any shard is written."""
         items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
-        for job_id, _ in items:
-            validate_job_id(job_id)
+        by_shard: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
+        for job_id, payload in items:
+            by_shard[shard_of(validate_job_id(job_id), len(self._shards))].append((job_id, payload))
         added = 0
-        for shard, part in self._by_shard(items, lambda item: item[0]).items():
+        for shard, part in by_shard.items():
             jobs: Mapping[str, str] | list[str] = (
                 {job_id: payload for job_id, payload in part if payload is not None}
                 if isinstance(ids, Mapping)
                 else [job_id for job_id, _ in part]
             )
-            added += self.shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
+            added += self._shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
         # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
         self._made_claimable(added if delay is None and at is None else min(added, 1))
         return added
@@ -151,12 +158,11 @@ class ShardedQueue(CompositeQueue):
         further than the last call's, and it goes on to the next while it has fewer than ``count``."""
         if count < 1:
             raise ValueError("count must be at least 1")
-        start, n = self._next, len(self.shards)
+        start, n = self._next, len(self._shards)
         self._next = (start + 1) % n
         leases: list[Lease] = []
         for step in range(n):
-            shard = (start + step) % n
-            queue = self.shards[shard]
+            queue = self._shards[(start + step) % n]
             leases += queue.claim(count - len(leases), request_id=part_id(request_id, queue.name))
             if len(leases) == count:
                 break
@@ -168,31 +174,9 @@ class ShardedQueue(CompositeQueue):
     def stats(self) -> dict[str, Any]:
         """``Queue.stats`` summed over the shards (the oldest age is the oldest of any shard), with
         each shard's own under ``"shards"``."""
-        each = [q.stats() for q in self.shards]
+        each = [q.stats() for q in self._shards]
         return {**summed_stats(each), "shards": each}
 
     def inspect(self, job_id: str) -> JobInfo | None:
-        return self._shard(validate_job_id(job_id)).inspect(job_id)
-
-    def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
-        if ids is None:
-            moved = sum(q.requeue_failed(limit=limit) for q in self.shards)
-        else:
-            grouped = self._by_shard([validate_job_id(i) for i in ids], lambda i: i)
-            moved = sum(self.shards[shard].requeue_failed(part) for shard, part in grouped.items())
-        self._made_claimable(moved)
-        return moved
-
-    def delete(self, job_id: str) -> str | None:
-        return self._shard(validate_job_id(job_id)).delete(job_id)
-
-
-def open_queue(url: str, name: str, shards: int = 1, *, client: Any = None, **options: Any) -> Queue | ShardedQueue:
-    """``Queue.from_url(url, name, **options)`` with ``shards=1`` (today's layout exactly), else a
-    ShardedQueue of ``shards`` sub-queues on one client (``client``, if given: one already open on ``url``)."""
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
-        raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
-    names = shard_names(name, shards)
-    first = Queue.from_url(url, names[0], **options) if client is None else Queue(client, names[0], **options)
-    queues = [first, *(Queue(first.redis, n, **options) for n in names[1:])]
-    return first if shards == 1 else ShardedQueue(queues, name)
+        found = super().inspect(job_id)
+        return None if found is None else dataclasses.replace(found, queue=self.name)

@@ -9,7 +9,7 @@ kind): SIGKILL random workers (started again), SIGSTOP a worker past its lease t
 SIGKILL the cleaner (started again), restart Redis with SIGTERM and with SIGKILL, scale the
 workers. After each fault it reads the cleaner's continuous audit (its setqueue_audit_* gauges).
 Then it brings everything back, waits for the queue to drain, takes a final audit
-(``python -m setqueue.audit`` in the cleaner's container) and writes a verdict table to
+(``python -m setqueue.runtime.audit`` in the cleaner's container) and writes a verdict table to
 ``chaos-results/<date>.md`` (and ``.json``). Exit code 1 if any id was lost, in two states or run
 successfully twice without a lost lease to explain it. The stack is always torn down.
 
@@ -40,7 +40,7 @@ from typing import Any
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from setqueue.audit import AuditReport
+from setqueue.runtime.audit import AuditReport
 from tests.compose.observability import REPO
 from tests.compose.stack import Stack, WaitTimeout, image_overrides, running_stack
 
@@ -313,7 +313,7 @@ class Chaos:
     def final_audit(self) -> AuditReport:
         """One audit of every created id, by the library's auditor in the cleaner's container."""
         try:
-            out = self.stack.docker.compose.execute("cleaner", ["python", "-m", "setqueue.audit"], tty=False)
+            out = self.stack.docker.compose.execute("cleaner", ["python", "-m", "setqueue.runtime.audit"], tty=False)
         except DockerException as exc:  # exit code 1: the audit found something; its report is on stdout
             if exc.return_code != 1 or not exc.stdout:
                 raise

@@ -15,12 +15,11 @@
 -- KEYS[10] wake        (list idle workers block on: woken when more became due than this claim took)
 -- KEYS[11] seq         (counter: the last place given in the line)
 -- KEYS[12] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[13] legacy_todos (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] token        lease token (random, fresh for every call)
 -- ARGV[3] lease_ms     lease duration in ms
 -- ARGV[4] most         most ids to claim
--- ARGV[5] promote      most due (or legacy_todos) ids to move into todos in this call
+-- ARGV[5] promote      most due ids to move from scheduled into todos in this call
 -- ARGV[6] wake_cap     wake list cap
 -- Returns an array: now ms, the due time in ms of the next scheduled job when nothing was claimed
 -- (-1: none, or something was claimed), then id, attempt, enqueue ms (-1 if unknown), priority,
@@ -29,14 +28,13 @@
 -- no line breaks).
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local seq, priorities, legacy_todos = KEYS[11], KEYS[12], KEYS[13]
+local seq, priorities = KEYS[11], KEYS[12]
 local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "promote"
 -- @include "wake"
--- @include "layout"
 
 local now = now_ms()
 
@@ -57,9 +55,7 @@ if listed then
     ranks = redis.call('ZMSCORE', in_progress, unpack(ids))
   end
 else
-  adopt_old_layout(todos, in_progress, legacy_todos)
   local promoted = promote_due(scheduled, todos, pending, priorities, seq, now, promote)
-  promoted = promoted + drain_legacy(legacy_todos, todos, promote)
   local front = redis.call('ZPOPMIN', todos, most)
   for j = 1, #front, 2 do
     ids[#ids + 1] = front[j]

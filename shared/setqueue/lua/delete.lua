@@ -11,7 +11,6 @@
 -- KEYS[13] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[14] scheduled   (zset: id -> due time in ms)
 -- KEYS[15] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[16] legacy_todos (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
@@ -19,21 +18,19 @@
 -- "scheduled", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local finished, scheduled, priorities, legacy_todos = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local finished, scheduled, priorities = KEYS[13], KEYS[14], KEYS[15]
 local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
 -- @include "request_record"
 -- @include "lock_countdown"
--- @include "layout"
 
 local cached = recorded(request)
 if cached then return cached end
-adopt_old_layout(todos, in_progress, legacy_todos)
 
 -- The lock counts the claim's jobs still held: one less, if that claim still owns this one.
 if token ~= '' and redis.call('HGET', owners, id) == token then count_down(lock, 1) end
 
 local state = false
-if redis.call('ZREM', todos, id) == 1 or redis.call('SREM', legacy_todos, id) == 1 then state = 'todos' end
+if redis.call('ZREM', todos, id) == 1 then state = 'todos' end
 if redis.call('ZREM', in_progress, id) == 1 then state = 'in_progress' end
 if redis.call('SREM', done, id) == 1 then state = 'done' end
 if redis.call('SREM', failed, id) == 1 then state = 'failed' end

@@ -11,7 +11,6 @@
 -- KEYS[9] scheduled (zset: id -> due time in ms)
 -- KEYS[10] seq      (counter: the last place given in the line, see includes/rank.lua)
 -- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[12] legacy_todos (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
@@ -22,7 +21,7 @@
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local seq, priorities, legacy_todos = KEYS[10], KEYS[11], KEYS[12]
+local seq, priorities = KEYS[10], KEYS[11]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local FIRST_JOB = 7  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
@@ -30,7 +29,7 @@ local FIRST_JOB = 7  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when w
 -- @include "now_ms"
 -- @include "fields"
 -- @include "wake"
--- @include "layout"
+-- @include "rank"
 -- @include "known"
 
 local cached = recorded(request)
@@ -46,11 +45,10 @@ local due = now + delay_ms
 if at_ms ~= '' then due = tonumber(at_ms) end
 local later = due > now
 
-adopt_old_layout(todos, in_progress, legacy_todos)
 local added, new_ids, scored, seen = 0, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, legacy_todos) then
+  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled) then
     seen[id] = true
     added = added + 1
     new_ids[added] = id

@@ -14,7 +14,6 @@
 -- KEYS[11] scheduled     (zset: id -> due time in ms)
 -- KEYS[12] seq           (counter: the last place given in the line)
 -- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[14] legacy_todos  (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
@@ -25,8 +24,8 @@
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local seq, priorities, legacy_todos = KEYS[12], KEYS[13], KEYS[14]
-local FIRST_LOCK = 15  -- KEYS[FIRST_LOCK..] lock key of each claim
+local seq, priorities = KEYS[12], KEYS[13]
+local FIRST_LOCK = 14  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
@@ -35,13 +34,11 @@ local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 -- @include "claims"
 -- @include "lock_countdown"
 -- @include "wake"
--- @include "layout"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
-adopt_old_layout(todos, in_progress, legacy_todos)
 local now = now_ms()
 local outcomes, held_less = {}, {}
 local retried, delayed = 0, 0

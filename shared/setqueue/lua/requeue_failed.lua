@@ -4,27 +4,25 @@
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] failed   KEYS[4] pending   KEYS[5] attempts   KEYS[6] errors   KEYS[7] wake
 -- KEYS[8] finished     (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
--- KEYS[9] in_progress  KEYS[10] seq (counter: the last place given in the line)
--- KEYS[11] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[12] legacy_todos (set: todos of a queue written before 0.3, see includes/layout.lua)
+-- KEYS[9] seq          (counter: the last place given in the line)
+-- KEYS[10] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] wake_cap     wake list cap
 -- ARGV[FIRST_ID..]     the ids
 -- Returns a JSON string: [number of ids moved back to todos]
 local request, todos, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, wake, finished = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local in_progress, seq, priorities, legacy_todos = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local seq, priorities = KEYS[9], KEYS[10]
 local record_ttl, wake_cap = ARGV[1], ARGV[2]
 local FIRST_ID = 3  -- ARGV[FIRST_ID..] the ids
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "wake"
--- @include "layout"
+-- @include "rank"
 
 local cached = recorded(request)
 if cached then return cached end
 
-adopt_old_layout(todos, in_progress, legacy_todos)
 local now = now_ms()
 local moved, ids, priority, scored = 0, {}, {}, {}
 for i = FIRST_ID, #ARGV do

@@ -5,7 +5,7 @@
 -- whose owner changed meanwhile waits for the next sweep; an id another cleaner already moved is
 -- no longer in in_progress: so concurrent sweeps are safe. Also drops ids from done that are
 -- older than the age retention, and promotes scheduled jobs that are due (at most trim_limit) into
--- todos, waking idle workers for them (and as many jobs of a queue written before 0.3).
+-- todos, waking idle workers for them.
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
@@ -15,7 +15,6 @@
 -- KEYS[13] scheduled     (zset: id -> due time in ms)
 -- KEYS[14] seq           (counter: the last place given in the line)
 -- KEYS[15] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[16] legacy_todos  (set: todos of a queue written before 0.3, see includes/layout.lua)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts
@@ -28,8 +27,8 @@
 -- number of scheduled ids promoted]
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local finished, scheduled, seq, priorities, legacy_todos = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
-local FIRST_LOCK = 17  -- KEYS[FIRST_LOCK..] lock key of each claim
+local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local FIRST_LOCK = 16  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -39,14 +38,12 @@ local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim n
 -- @include "wake"
 -- @include "finish"
 -- @include "promote"
--- @include "layout"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
 local locks, tokens, ids, claim_of = read_claims(FIRST_LOCK, CLAIMS, 2)
-adopt_old_layout(todos, in_progress, legacy_todos)
 
 local requeued, dead, lock_gone = {}, {}, {}
 for j = 1, #ids do
@@ -86,7 +83,6 @@ if max_age > 0 then
 end
 
 local promoted = promote_due(scheduled, todos, pending, priorities, seq, now, trim_limit)
-promoted = promoted + drain_legacy(legacy_todos, todos, trim_limit)
 if promoted > 0 then wake_workers(wake, promoted, wake_cap) end
 
 return record(request, cjson.encode({requeued, dead, trimmed, promoted}), record_ttl)

@@ -1,8 +1,7 @@
--- includes/known.lua: is_known(id, todos, in_progress, done, failed, scheduled, legacy_todos): whether the
--- queue knows id in any of its five states (legacy_todos: todos of a queue written before 0.3), so that
--- adding it again would make a second job.
-local function is_known(id, todos, in_progress, done, failed, scheduled, legacy_todos)
+-- includes/known.lua: is_known(id, todos, in_progress, done, failed, scheduled): whether the queue
+-- knows id in any of its five states, so that adding it again would make a second job.
+local function is_known(id, todos, in_progress, done, failed, scheduled)
   return redis.call('ZSCORE', todos, id) or redis.call('ZSCORE', in_progress, id)
     or redis.call('SISMEMBER', done, id) == 1 or redis.call('SISMEMBER', failed, id) == 1
-    or redis.call('ZSCORE', scheduled, id) or redis.call('SISMEMBER', legacy_todos, id) == 1
+    or redis.call('ZSCORE', scheduled, id)
 end

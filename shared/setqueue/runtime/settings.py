@@ -1,9 +1,10 @@
 """Settings of the three services, from environment variables, parsed once and validated.
 
 Each setting is declared once in ``SETTINGS`` (name, type, default, bounds, meaning, who reads
-it); the dataclasses below take their fields from it, ``default()`` gives its defaults to the
-library and the CLI, and the README's configuration table lists the same names and defaults (a
-test keeps the two in step). A bad value raises ``SettingError`` naming the variable; the
+it); the dataclasses below take their fields from it, ``default()`` gives its defaults to the CLI,
+and docs/reference.md's configuration table lists the same names and defaults (a test keeps the
+two in step). A setting that is an option of the queue takes its default from ``Queue``'s
+signature (``queue_default``): the core declares it, once. A bad value raises ``SettingError`` naming the variable; the
 services turn that into one line on stderr and exit code 2.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import ipaddress
 import math
 import os
@@ -19,9 +21,11 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
+from setqueue.client import OptionError, redact_url
 from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
+from setqueue.queue import Queue
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -33,6 +37,22 @@ class SettingError(ValueError):
     def __init__(self, name: str, problem: str) -> None:
         super().__init__(f"invalid setting {name}: {problem}")
         self.name = name
+        self.problem = problem
+
+    @classmethod
+    def of(cls, error: OptionError) -> SettingError:
+        """The setting behind a queue's option (``url`` is REDIS_URL, ``shards`` QUEUE_SHARDS)."""
+        return cls(OPTION_SETTINGS.get(error.option, error.option.upper()), error.problem)
+
+
+# The setting that gives each option of a queue its value, for errors the core raises about one.
+OPTION_SETTINGS = {"url": "REDIS_URL", "name": "QUEUE_NAME", "shards": "QUEUE_SHARDS"}
+
+
+def queue_default(option: str) -> str:
+    """The default of ``Queue``'s option, as a setting's text (``30``, not ``30.0``)."""
+    value = inspect.signature(Queue.__init__).parameters[option].default
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,7 @@ def _check_job_handler(spec: str) -> None:
 def _check_schedules(raw: str) -> None:
     # Here, not at the top: croniter takes a fifth of a second to import, and only the cleaner and
     # `setqueue schedules` need it.
-    from setqueue.periodic import parse_schedules  # noqa: PLC0415
+    from setqueue.runtime.periodic import parse_schedules  # noqa: PLC0415
 
     parse_schedules(raw)
 
@@ -149,7 +169,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "QUEUE_NAME",
         str,
-        "default",
+        queue_default("name"),
         "Queue name (every key is setqueue:{name}:…), or several, comma-separated: a worker and a cleaner "
         "serve them all, the worker in strict priority of their order; the creator fills the first",
         "all",
@@ -168,19 +188,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "LEASE_SECONDS",
         float,
-        "30",
+        queue_default("lease_seconds"),
         "Lease (lock TTL) of a claimed job; workers renew at a third of it",
         "all",
         low=0.1,
         high=86400,
     ),
     Setting(
-        "MAX_ATTEMPTS", int, "5", "Claims a job gets before it is dead-lettered into failed", "all", low=1, high=1000
+        "MAX_ATTEMPTS",
+        int,
+        queue_default("max_attempts"),
+        "Claims a job gets before it is dead-lettered into failed",
+        "all",
+        low=1,
+        high=1000,
     ),
     Setting(
         "DONE_MAX_COUNT",
         int,
-        "1000000",
+        queue_default("done_max_count"),
         "Most ids kept in done (oldest dropped first; 0 = no limit)",
         "all",
         low=0,
@@ -189,7 +215,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DONE_MAX_AGE_SECONDS",
         float,
-        "604800",
+        queue_default("done_max_age_seconds"),
         "Ids older than this are dropped from done by the cleaner (0 = keep)",
         "all",
         low=0,
@@ -198,7 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "WAIT_REPLICAS",
         int,
-        "0",
+        queue_default("wait_replicas"),
         "Replicas that must confirm every write (Redis WAIT) before a call succeeds; unconfirmed in time, "
         "the call is sent again. 0 = do not wait (a failover can undo the last acknowledged writes)",
         "all",
@@ -208,7 +234,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "WAIT_TIMEOUT_SECONDS",
         float,
-        "1",
+        queue_default("wait_timeout_seconds"),
         "How long a write waits for WAIT_REPLICAS replicas before it counts as not made and is sent again",
         "all",
         low=0.001,
@@ -299,7 +325,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RETRY_BACKOFF_SECONDS",
         float,
-        "1",
+        queue_default("retry_backoff_seconds"),
         "Retry n of a failed job waits a random time in [d/2, d], d = min(max, this * 2^(n-1)); 0 = at once",
         "worker",
         low=0,
@@ -308,7 +334,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RETRY_BACKOFF_MAX_SECONDS",
         float,
-        "300",
+        queue_default("retry_backoff_max_seconds"),
         "The cap d of the retry backoff",
         "worker",
         low=0,
@@ -317,7 +343,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "JOB_HANDLER",
         str,
-        "setqueue.demo:simulated_work",
+        "setqueue.runtime.demo:simulated_work",
         "The job function, as module:function; called with each Lease",
         "worker",
         check=_check_job_handler,
@@ -429,21 +455,6 @@ def _check_url_options(url: str, query: str) -> None:
                     parse(value)
             except (TypeError, ValueError):
                 raise SettingError("REDIS_URL", f"{redact_url(url)!r}: option {name}={value!r} is not valid") from None
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 def load_handler(spec: str) -> Callable[..., Any]:

@@ -21,19 +21,14 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 from croniter import CroniterBadDateError, CroniterError, croniter  # type: ignore[import-untyped]
 
-from setqueue.keys import MAX_IDS_PER_CALL, QueueKeys
-from setqueue.scripts import QueueScripts
-
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
-REQUEST_TTL_MS = 120_000
 
 
 def iso(t: float) -> str:
@@ -137,47 +132,11 @@ def redis_now(client: redis.Redis) -> float:
     return float(seconds) + micros / 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class PeriodicResult:
-    created: list[str]  # run ids created by this call
-    first_seen: list[str]  # names of schedules seen for the first time (slot recorded, no run)
-
-
-class PeriodicRuns:
-    """Creates the runs of ``schedules`` that are due in queue ``keys`` (one script call per round)."""
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        keys: QueueKeys,
-        schedules: Sequence[Schedule],
-        *,
-        wake_cap: int = 64,
-        request_ttl_ms: int = REQUEST_TTL_MS,
-    ) -> None:
-        self.schedules = tuple(schedules)
-        self.keys = keys
-        self._scripts = QueueScripts(client, keys)
-        self._wake_cap = wake_cap
-        self._request_ttl_ms = request_ttl_ms
-
-    def create_due(self, now: float) -> PeriodicResult:
-        """Create the run of each schedule's latest slot at or before ``now`` (Unix seconds, the
-        Redis clock), unless that slot's run or a later one was created already."""
-        if not self.schedules:
-            return PeriodicResult([], [])
-        runs: list[tuple[str, int, str, str | None]] = []
-        run_ids: dict[str, str] = {}
-        for schedule in self.schedules:
-            slot = schedule.latest_slot(now)
-            run_ids[schedule.name] = schedule.run_id(slot)
-            runs.append((schedule.name, round(slot * 1000), run_ids[schedule.name], schedule.payload(slot)))
-        created: list[str] = []
-        first_seen: list[str] = []
-        for start in range(0, len(runs), MAX_IDS_PER_CALL):
-            made, first = self._scripts.periodic(
-                runs[start : start + MAX_IDS_PER_CALL], request_ttl_ms=self._request_ttl_ms, wake_cap=self._wake_cap
-            )
-            created += [run_ids[name] for name in made]
-            first_seen += first
-        return PeriodicResult(created, first_seen)
+def due_runs(schedules: tuple[Schedule, ...], now: float) -> list[tuple[str, int, str, str | None]]:
+    """The run of each schedule's latest slot at or before ``now`` (Unix seconds, the Redis clock),
+    as ``Queue.create_periodic_runs`` takes them: (name, slot in ms, run id, payload)."""
+    runs: list[tuple[str, int, str, str | None]] = []
+    for schedule in schedules:
+        slot = schedule.latest_slot(now)
+        runs.append((schedule.name, round(slot * 1000), schedule.run_id(slot), schedule.payload(slot)))
+    return runs

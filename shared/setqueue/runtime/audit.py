@@ -31,9 +31,10 @@ from typing import Any
 
 import redis
 
-from setqueue.config import CommonSettings, SettingError
+from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
-from setqueue.queue import Lease, Queue
+from setqueue.queue import Queue
+from setqueue.runtime.settings import CommonSettings, SettingError
 from setqueue.scripts import text
 
 RUN_RECORD_TTL_MS = 120_000  # long enough to outlive redis-py's resends of one record
@@ -170,8 +171,8 @@ class Auditor:
         return audit.report()
 
     def _read_chunk(self, ids: list[str]) -> list[list[Any]]:
-        """Per state (STATES order, then legacy todos) whether each id is in it, then its
-        successful runs, failed runs and lost leases: one MULTI, so one instant."""
+        """Per state (STATES order) whether each id is in it, then its successful runs, failed runs
+        and lost leases: one MULTI, so one instant."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=True)
         pipe.zmscore(k.todos, ids)
@@ -179,7 +180,6 @@ class Auditor:
         pipe.smismember(k.done, ids)
         pipe.smismember(k.failed, ids)
         pipe.zmscore(k.scheduled, ids)
-        pipe.smismember(k.legacy_todos, ids)  # todos of a queue being upgraded from the set layout
         pipe.hmget(k.audit_successes, ids)
         pipe.hmget(k.audit_failures, ids)
         pipe.hmget(k.audit_lease_lost, ids)
@@ -220,10 +220,10 @@ class AuditPass:
 
     def _judge(self, ids: list[str], replies: list[list[Any]]) -> None:
         t = self._tally
-        todos, in_progress, done, failed, scheduled, legacy, successes, failures, lease_lost = replies
+        todos, in_progress, done, failed, scheduled, successes, failures, lease_lost = replies
         for i, job_id in enumerate(ids):
             present = (
-                todos[i] is not None or bool(legacy[i]),
+                todos[i] is not None,
                 in_progress[i] is not None,
                 bool(done[i]),
                 bool(failed[i]),
@@ -270,13 +270,13 @@ class AuditPass:
 
 
 def main() -> int:
-    """``python -m setqueue.audit``: audit the queue of the environment's settings (REDIS_URL,
+    """``python -m setqueue.runtime.audit``: audit the queue of the environment's settings (REDIS_URL,
     QUEUE_NAME and the retention of done) once, print the report as JSON; exit 1 if it finds a
     problem, 2 on a bad setting."""
     try:
         settings = CommonSettings.from_env()
     except SettingError as exc:
-        print(f"setqueue.audit: {exc}", file=sys.stderr)
+        print(f"setqueue.runtime.audit: {exc}", file=sys.stderr)
         return 2
     queue = Queue.from_url(settings.redis_url, **settings.queue_options())
     try:

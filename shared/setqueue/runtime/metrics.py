@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
@@ -21,9 +21,6 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from setqueue.keys import STATES
-
-if TYPE_CHECKING:
-    from setqueue.audit import AuditReport
 
 # Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
 PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -289,7 +286,7 @@ class CleanerMetrics(ServiceMetrics):
 
 
 class AuditMetrics:
-    """The cleaner's audit (AUDIT=true, ``setqueue.audit``): the findings of the last full audit."""
+    """The cleaner's audit (AUDIT=true, ``setqueue.runtime.audit``): the findings of the last full audit."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         def gauge(name: str, documentation: str) -> Gauge:
@@ -309,15 +306,16 @@ class AuditMetrics:
         self.last_timestamp = gauge("last_timestamp_seconds", "Unix time the last audit finished.")
         self.duration = gauge("duration_seconds", "Time the last audit took, spread over sweep rounds.")
 
-    def publish(self, report: AuditReport) -> None:
-        self.created.set(report.created)
-        self.lost.set(report.lost)
-        self.in_two_states.set(report.in_two_states)
-        self.trimmed.set(report.trimmed)
-        self.duplicates.set(report.duplicates)
-        self.unexplained_duplicates.set(report.unexplained_duplicates)
-        self.last_timestamp.set(report.finished_at)
-        self.duration.set(report.seconds)
+    def publish(self, report: Mapping[str, Any]) -> None:
+        """The figures of an audit report (``AuditReport.as_dict()``)."""
+        self.created.set(report["created"])
+        self.lost.set(report["lost"])
+        self.in_two_states.set(report["in_two_states"])
+        self.trimmed.set(report["trimmed"])
+        self.duplicates.set(report["duplicates"])
+        self.unexplained_duplicates.set(report["unexplained_duplicates"])
+        self.last_timestamp.set(report["finished_at"])
+        self.duration.set(report["seconds"])
 
 
 def dead_lettered_counter(registry: CollectorRegistry, queues: Sequence[str]) -> Counter:

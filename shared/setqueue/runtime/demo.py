@@ -8,9 +8,9 @@ are used up, then dead-lettered into failed with ``repr(exception)`` as the reas
 ``setqueue.PermanentJobError`` to dead-letter at once (no retry can fix it).
 
 If the handler's module defines ``configure_worker(settings)``, the worker calls it once at start,
-before the first job, with its ``setqueue.config.WorkerSettings``: the hook to read settings, open
+before the first job, with its ``setqueue.runtime.settings.WorkerSettings``: the hook to read settings, open
 connections or warm caches. This module uses it to pick up WORK_SECONDS, WORK_JITTER and FAIL_RATE,
-and with AUDIT=true to record every run in Redis for the audit (``setqueue.audit``).
+and with AUDIT=true to record every run in Redis for the audit (``setqueue.runtime.audit``).
 
 A worker runs CONCURRENCY jobs at once: a plain function on that many threads, an ``async def``
 one on an event loop; ``configure_worker`` may be async too. Leases are renewed in the background,
@@ -24,11 +24,12 @@ import random
 import time
 from dataclasses import dataclass
 
-from setqueue.audit import AuditRecorder
-from setqueue.backoff import Backoff
-from setqueue.config import WorkerSettings, default
-from setqueue.queue import Lease, Queue
-from setqueue.service import TRANSIENT_REDIS_ERRORS
+from setqueue.client import TRANSIENT_REDIS_ERRORS
+from setqueue.jobs import Lease
+from setqueue.queue import Queue
+from setqueue.runtime.audit import AuditRecorder
+from setqueue.runtime.backoff import Backoff
+from setqueue.runtime.settings import WorkerSettings, default
 
 
 class SimulatedFailure(RuntimeError):

@@ -2,8 +2,8 @@
 
 A service is a ``Service`` subclass (``worker/``, ``creator/`` and ``cleaner/`` each hold one)
 with a ``run()`` main loop. ``main()`` drives one: it loads the settings (a bad one is one line on
-stderr and exit code 2, before anything touches Redis), sets up logging (``setqueue.logs``),
-starts the HTTP server on ``METRICS_PORT`` (``setqueue.metrics_server``; 0 = none), installs the
+stderr and exit code 2, before anything touches Redis), sets up logging (``setqueue.runtime.logs``),
+starts the HTTP server on ``METRICS_PORT`` (``setqueue.runtime.httpd``; 0 = none), installs the
 signal handlers and returns ``run()``'s exit code.
 
 Signals: the first SIGTERM or SIGINT asks the main loop to stop gracefully; a second one exits at
@@ -39,43 +39,35 @@ from typing import Any, ClassVar, Generic, TypeVar
 import redis
 from redis import exceptions as rexc
 
-from setqueue.backoff import Backoff
-from setqueue.config import CommonSettings, SettingError, redact_url
-from setqueue.group import QueueLike, open_queues
-from setqueue.logs import configure_logging, flush_logs
-from setqueue.metrics import ServiceMetrics
-from setqueue.metrics_server import MetricsServer
-from setqueue.queue import connect
+from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError, connect, redact_url
+from setqueue.factory import open_queue
+from setqueue.interface import JobQueue
+from setqueue.runtime.backoff import Backoff
+from setqueue.runtime.httpd import MetricsServer
+from setqueue.runtime.logs import configure_logging, flush_logs
+from setqueue.runtime.metrics import ServiceMetrics
+from setqueue.runtime.settings import CommonSettings, SettingError
 
 T = TypeVar("T")
 S = TypeVar("S", bound=CommonSettings)
 M = TypeVar("M", bound=ServiceMetrics)
 
-log = logging.getLogger("setqueue.service")
-
-# Errors that mean "Redis is not there right now": wait and try the same call again.
-TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
-    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB), auth errors and
-    # setqueue.queue.ClusterUnavailable (no cluster node reachable, or a slot not served for now)
-    rexc.TimeoutError,
-    rexc.ReadOnlyError,  # talking to a replica during a failover
-    rexc.TryAgainError,  # a cluster slot being migrated
-    rexc.ClusterError,  # a cluster failing over: ClusterDownError, MasterDownError, redirections without end
-    rexc.AskError,  # includes MovedError: a redirection the cluster client could not follow in its own tries
-    rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
-)
+log = logging.getLogger("setqueue.runtime.service")
 
 EXIT_SETTING = 2
 EXIT_REDIS = 3
 
 
-def refusal(queue: QueueLike) -> str | None:
+def refusal(queue: JobQueue) -> str | None:
     """Why Redis refuses this service's settings at start (a wrong password, no permission, a
     database it does not have), or None. Unreachable is no refusal: the loops wait for Redis.
-    Raises SettingError for REDIS_URL when it names a Redis Cluster node in a way a cluster client
-    cannot use (a database other than 0, a unix socket): the first command finds that out."""
+    Raises SettingError when Redis tells what the settings could not: REDIS_URL names a Redis
+    Cluster node in a way a cluster client cannot use (a database other than 0, a unix socket),
+    or QUEUE_SHARDS is not the number the queue was opened with (recorded here the first time)."""
     try:
-        queue.ping()
+        queue.ping(record=True)
+    except OptionError as exc:
+        raise SettingError.of(exc) from None
     except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
         return f"{type(exc).__name__}: {exc}"
     except rexc.ResponseError as exc:  # e.g. "DB index is out of range"
@@ -109,20 +101,20 @@ def load_settings(
 class Service(Generic[S, M]):
     """Base of the creator, worker and cleaner: a main loop plus the shared runtime.
 
-    ``queue`` defaults to what QUEUE_NAME and QUEUE_SHARDS name on the settings' Redis URL: a
-    ``Queue``, a ``ShardedQueue`` or a ``QueueGroup`` (see ``setqueue.group.open_queues``); a service
-    that serves one queue only (``serves_several`` False: the creator) gets the first."""
+    ``queue`` defaults to what QUEUE_NAME and QUEUE_SHARDS name on the settings' Redis URL (see
+    ``setqueue.open_queue``: any ``JobQueue``); a service that serves one queue only
+    (``serves_several`` False: the creator) gets the first."""
 
     role: ClassVar[str] = "service"
     serves_several: ClassVar[bool] = True
 
-    def __init__(self, settings: S, metrics: M, queue: QueueLike | None = None) -> None:
+    def __init__(self, settings: S, metrics: M, queue: JobQueue | None = None) -> None:
         self.settings = settings
         # What every queue this service opens gets, besides its URL and name.
         self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
-            queue = open_queues(settings.redis_url, names, settings.queue_shards, **self.queue_options)
+            queue = open_queue(settings.redis_url, names, shards=settings.queue_shards, **self.queue_options)
         self.queue = queue
         self.metrics = metrics
         self.stop_event = threading.Event()
@@ -179,7 +171,7 @@ class Service(Generic[S, M]):
             )
         try:
             return bool(self._health_client.ping())
-        except (rexc.RedisError, SettingError):
+        except (rexc.RedisError, OptionError):
             return False
 
     # -- Redis outages -----------------------------------------------------------------------
@@ -335,7 +327,10 @@ def main(
     )
     try:
         code = service.run()
-    except SettingError as exc:  # as above, when Redis was unreachable at start
+    except OptionError as exc:  # as above, when Redis was unreachable at start
+        print(f"{program}: {SettingError.of(exc)}", file=sys.stderr, flush=True)
+        code = EXIT_SETTING
+    except SettingError as exc:
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         code = EXIT_SETTING
     finally:

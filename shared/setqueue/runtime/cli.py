@@ -35,12 +35,12 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.config import SETTING_BY_NAME, SettingError, default, redact_url, validate_redis_url
+from setqueue.client import OptionError, redact_url
+from setqueue.factory import open_queue
+from setqueue.interface import JobQueue
 from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, validate_job_id, validate_priority, validate_queue_name
-from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
-from setqueue.scripts import text as _text
-from setqueue.sharded import ShardedQueue, open_queue
+from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 PROG = "setqueue"
@@ -216,7 +216,7 @@ def parse_time(text: str) -> float:
     return parsed.timestamp()
 
 
-def _push(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO) -> tuple[int, int]:
+def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int, int]:
     """Enqueue what push was given; (new, submitted)."""
     from_stdin = not args.ids or args.ids == ["-"]
     if args.jsonl and not from_stdin:
@@ -253,12 +253,12 @@ def _push(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO) 
 
 @contextlib.contextmanager
 def _bad_ids_are_usage_errors() -> Iterator[None]:
-    """A malformed job id (a TypeError or ValueError from the queue) becomes a usage error; a
-    SettingError, a ValueError too, passes on: the URL, as only the first command could tell (a
+    """A malformed job id (a TypeError or ValueError from the queue) becomes a usage error; an
+    OptionError, a ValueError too, passes on: the URL, as only the first command could tell (a
     Redis Cluster node with a db)."""
     try:
         yield
-    except SettingError:
+    except OptionError:
         raise
     except (TypeError, ValueError) as exc:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
@@ -276,7 +276,7 @@ def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
     print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
 
 
-def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
+def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
     if args.command == "push":
         added, submitted = _push(args, queue, stdin)
         print(f"{added} new, {submitted - added} already known", file=out)
@@ -300,7 +300,8 @@ def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, ou
             return EXIT_OK
 
     if args.command == "inspect":
-        info = queue.inspect(args.id)
+        with _bad_ids_are_usage_errors():
+            info = queue.inspect(args.id)
         if info is None:
             raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
         print(json.dumps(dataclasses.asdict(info), indent=2), file=out)
@@ -336,13 +337,13 @@ def run(args: argparse.Namespace, queue: Queue | ShardedQueue, stdin: TextIO, ou
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 
 
-def _schedules(args: argparse.Namespace, queue: Queue | ShardedQueue, out: TextIO) -> int:
+def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
     """Each schedule of $SCHEDULES with the latest slot the cleaners handled (its run created, or only
     recorded when the schedule was first seen) and its next slot after now by the Redis clock."""
-    if not isinstance(queue, Queue):
+    if len(queue.shards) != 1:
         raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     # Here, not at the top: croniter takes a fifth of a second to import; the other commands skip it.
-    from setqueue.periodic import iso, parse_schedules, redis_now  # noqa: PLC0415
+    from setqueue.runtime.periodic import iso, parse_schedules, redis_now  # noqa: PLC0415
 
     raw = os.environ.get("SCHEDULES", default("SCHEDULES"))
     try:
@@ -354,15 +355,15 @@ def _schedules(args: argparse.Namespace, queue: Queue | ShardedQueue, out: TextI
             print("no periodic jobs: SCHEDULES is empty", file=out)
         return EXIT_OK
     now = redis_now(queue.redis)
-    last_ms = {_text(k): int(v) for k, v in queue.redis.hgetall(queue.keys.periodic).items()}  # type: ignore[union-attr]
+    last_slots = queue.shards[0].periodic_slots()
     rows: list[dict[str, str | None]] = []
     for schedule in schedules:
-        last = last_ms.get(schedule.name)
+        last = last_slots.get(schedule.name)
         rows.append(
             {
                 "name": schedule.name,
                 "cron": schedule.expr,
-                "last_slot": None if last is None else iso(last / 1000),
+                "last_slot": None if last is None else iso(last),
                 "next_run": iso(schedule.next_slot(now)),
             }
         )
@@ -404,7 +405,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     args = parser.parse_args(argv)
     out = out if out is not None else sys.stdout
     stdin = stdin if stdin is not None else sys.stdin
-    queue: Queue | ShardedQueue | None = None
+    queue: JobQueue | None = None
     try:
         try:
             url = validate_redis_url(args.redis_url)
@@ -416,16 +417,15 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             raise _usage_error(exc) from None
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
-        queue = open_queue(url, args.queue, shards, wait_replicas=wait_replicas, wait_timeout_seconds=wait_timeout)
+        queue = open_queue(
+            url, args.queue, shards=shards, wait_replicas=wait_replicas, wait_timeout_seconds=wait_timeout
+        )
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
-            if isinstance(queue, ShardedQueue):
-                queue.check_shards(record=False)
-            else:
-                queue.ping()
+            queue.ping()
             return run(args, queue, stdin, out)
-        except SettingError as exc:
-            raise _usage_error(exc) from None
+        except OptionError as exc:
+            raise _usage_error(SettingError.of(exc)) from None
         except NotReplicated as exc:  # a TimeoutError, but Redis is there: say what happened
             raise CliError(str(exc), EXIT_REDIS) from None
     except CliError as exc:

@@ -1,0 +1,304 @@
+"""Connecting to Redis: one URL that may name one Redis or any node of a Redis Cluster, the
+errors that mean Redis is not there right now, and the idle worker's wait for a wake-up token.
+
+Every key of a queue shares one Redis Cluster hash tag, so a queue lives in one slot and runs on a
+Redis Cluster as it does on one Redis: ``connect`` finds out on the first command which of the two
+the URL names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from typing import Any, TypeAlias, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis import exceptions as rexc
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.client import Pipeline
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
+from redis.retry import Retry
+
+
+class OptionError(ValueError):
+    """An option of a queue that does not fit what Redis holds or what the URL reaches (a queue
+    opened with another number of shards, a Redis Cluster node asked for database 3). ``option``
+    names the parameter (``url``, ``shards``); ``str()`` is one line."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"{option}: {problem}")
+        self.option = option
+        self.problem = problem
+
+
+# What a Queue runs on: one Redis, or a Redis Cluster (a queue's keys are all in one slot).
+Client: TypeAlias = redis.Redis | RedisCluster
+
+# Errors that mean "Redis is not there right now": wait and make the same call again (every script
+# is safe to resend).
+TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
+    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB), auth errors and
+    # ClusterUnavailable (no cluster node reachable, or a slot not served for now)
+    rexc.TimeoutError,  # includes setqueue.NotReplicated (WAIT_REPLICAS not confirmed in time)
+    rexc.ReadOnlyError,  # talking to a replica during a failover
+    rexc.TryAgainError,  # a cluster slot being migrated
+    rexc.ClusterError,  # a cluster failing over: ClusterDownError, MasterDownError, redirections without end
+    rexc.AskError,  # includes MovedError: a redirection the cluster client could not follow in its own tries
+    rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
+)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+class ClusterUnavailable(redis.ConnectionError):
+    """No node of the Redis Cluster could tell where a slot lives (all unreachable, or the slot
+    not served during a failover): as transient as a refused connection, and reported as one."""
+
+
+@contextlib.contextmanager
+def _cluster_reachability() -> Iterator[None]:
+    """redis-py reports a cluster it cannot map (while refreshing its slot table) with exceptions
+    that are not RedisErrors; turn them into the ConnectionError every caller already waits out.
+    Its other RedisClusterExceptions (a cross-slot transaction, ...) are bugs and pass through."""
+    try:
+        yield
+    except SlotNotCoveredError as exc:
+        raise ClusterUnavailable(str(exc)) from exc
+    except RedisClusterException as exc:
+        if type(exc) is not RedisClusterException:
+            raise
+        raise ClusterUnavailable(str(exc)) from exc
+
+
+class _ClusterPipeline:
+    """A RedisCluster pipeline (transaction=True: MULTI/EXEC on the node of its one slot) whose
+    ``execute`` reports an unreachable cluster as a ConnectionError; everything else is the
+    pipeline's own (commands queue on it, as redis-py's Pipeline does)."""
+
+    def __init__(self, pipe: ClusterPipeline) -> None:
+        self._pipe = pipe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def __enter__(self) -> _ClusterPipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pipe.reset()  # type: ignore[no-untyped-call]
+
+    def __len__(self) -> int:
+        return len(self._pipe)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        with _cluster_reachability():
+            return self._pipe.execute(raise_on_error)
+
+
+class ClusterAwareRedis(redis.Redis):
+    """A ``redis.Redis`` for a URL that may name one Redis or any node of a Redis Cluster.
+
+    Nothing connects until the first command, which first asks the node (``HELLO``, which every
+    user may send, on a connection of its own to db 0) whether it runs in cluster mode. If not,
+    this is the plain client it looks like. If so, every command from then on goes through a
+    redis-py ``RedisCluster`` made from the same URL and options: it learns the other nodes from
+    this one, sends each command to the master of its key's slot, follows MOVED and ASK, and
+    finds the new master after a failover. A queue's keys share one hash tag, so its scripts,
+    BLPOP on its wake-up list and its MULTI/EXEC pipelines each go to one node.
+
+    A cluster has only database 0 and is reached over TCP: a URL asking otherwise raises
+    ``OptionError`` for the url (on every call, from the first on), before anything is sent."""
+
+    def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
+        super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))
+        self.auto_close_connection_pool = True
+        self._url = url
+        self._options = options
+        self._cluster = cluster
+        self._decided = cluster is not None
+        self._refused: OptionError | None = None
+        self._deciding = threading.Lock()
+
+    @classmethod
+    def around(cls, cluster: RedisCluster) -> ClusterAwareRedis:
+        """A client whose every command goes through ``cluster`` (a RedisCluster made by hand)."""
+        return cls("redis://", cluster=cluster)
+
+    def cluster_client(self) -> RedisCluster | None:
+        """The cluster client when the URL names a cluster node, else None (connects to decide)."""
+        if not self._decided:
+            with self._deciding:
+                if not self._decided:
+                    try:
+                        self._cluster = self._connect_cluster() if self._is_cluster_node() else None
+                    except OptionError as exc:
+                        self._refused = exc
+                    self._decided = True  # not when unreachable: the next command asks again
+        if self._refused is not None:
+            raise self._refused
+        return self._cluster
+
+    def _is_cluster_node(self) -> bool:
+        pool = self.connection_pool
+        kwargs = {**pool.connection_kwargs, "db": 0}  # a cluster node refuses SELECT of any other db
+        probe = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        try:
+            reply = redis.Redis(connection_pool=probe).execute_command("HELLO")  # type: ignore[no-untyped-call]
+        except redis.ResponseError:  # not an auth error (a ConnectionError): a Redis before 6, no cluster
+            return False
+        finally:
+            probe.disconnect()
+        if isinstance(reply, list):
+            reply = dict(zip(reply[::2], reply[1::2], strict=False))
+        mode = reply.get("mode", reply.get(b"mode")) if isinstance(reply, dict) else None
+        return mode in ("cluster", b"cluster")
+
+    def _connect_cluster(self) -> RedisCluster:
+        kwargs = self.connection_pool.connection_kwargs
+        where = redact_url(self._url)
+        if "path" in kwargs:
+            raise OptionError("url", f"{where} is a Redis Cluster node: reach it with redis:// or rediss://")
+        if kwargs.get("db", 0) != 0:
+            raise OptionError(
+                "url", f"{where} is a Redis Cluster node: a cluster has only database 0 (end the URL in /0)"
+            )
+        with _cluster_reachability():
+            # Not every slot need be served: a queue needs only its own, and a slot without a
+            # master (during a failover) is an error of the commands on it, which are retried.
+            return RedisCluster.from_url(self._url, require_full_coverage=False, **self._options)
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        cluster = self.cluster_client()
+        if cluster is None:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        with _cluster_reachability():
+            return cluster.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        cluster = self.cluster_client()
+        if cluster is None:
+            return super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        # Not a redis.client.Pipeline, but it queues the same commands and executes them alike.
+        return cast(Pipeline, _ClusterPipeline(cluster.pipeline(transaction=transaction)))  # type: ignore[no-untyped-call]
+
+    def get_encoder(self) -> Any:
+        return self._cluster.get_encoder() if self._cluster is not None else super().get_encoder()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        super().close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def connect(
+    url: str, *, socket_connect_timeout: float = 5, socket_timeout: float = 30, retries: int = 5
+) -> ClusterAwareRedis:
+    """The client ``Queue.from_url`` uses for ``url`` (redis:// rediss:// unix://), one Redis or a
+    Redis Cluster node (see ``ClusterAwareRedis``; nothing connects before the first command).
+
+    It resends a command after a connection error or timeout (``retries`` times, with backoff;
+    every script is safe to resend), and its socket timeouts stop a call from hanging forever on
+    a dead connection; a cluster client gets the same, plus following redirections and failovers.
+    """
+    # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
+    tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
+    return ClusterAwareRedis(
+        url,
+        retry=Retry(backoff, retries=retries),
+        decode_responses=True,
+        socket_connect_timeout=socket_connect_timeout,
+        socket_timeout=socket_timeout,
+        **tcp,
+        health_check_interval=30,
+    )
+
+
+def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
+    """An idle worker's wait: ``block(seconds)`` (which waits for a wake-up), for at most ``timeout``
+    seconds and never past ``due_in``, when the next scheduled job is due (True at once if it is)."""
+    if due_in is not None:
+        timeout = min(timeout, due_in)
+        if timeout <= 0:
+            return True
+    return block(timeout)
+
+
+def take_wake_token(client: redis.Redis, keys: Sequence[str], timeout: float) -> bool:
+    """Block until one of the wake lists ``keys`` has a token, taking it (True), or ``timeout``
+    passes (False): one BLPOP, so on a Redis Cluster the keys must share a slot."""
+    # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
+    return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
+
+
+# On a Redis Cluster, the longest one BLPOP of a ClusterWaiter blocks: a BLPOP cannot be called off,
+# so this bounds how long one outlives the wait it was sent for.
+CLUSTER_WAKE_SLICE_SECONDS = 0.25
+
+
+class ClusterWaiter:
+    """Waits on wake lists that live in different slots of a Redis Cluster, where one BLPOP takes
+    keys of one slot only: one BLPOP per list at once, each in a thread of its own, and the first
+    token wakes the wait.
+
+    A BLPOP cannot be called off, so each blocks for at most CLUSTER_WAKE_SLICE_SECONDS and the
+    wait sends the next one. One still blocked when a wait returns is kept, not sent again: the
+    token it may take then is what the next wait sees first, so no token is taken for nothing."""
+
+    def __init__(self, client: Any, keys: Sequence[str]) -> None:
+        self._client = client
+        self._keys = list(keys)
+        self._pool = ThreadPoolExecutor(max_workers=len(self._keys), thread_name_prefix="setqueue-wake")
+        self._blocked: dict[str, Future[Any]] = {}
+
+    def wait(self, timeout: float) -> bool:
+        """True when a token was taken from any list, False when ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            for key in self._keys:
+                if key not in self._blocked:
+                    slice_ = max(min(remaining, CLUSTER_WAKE_SLICE_SECONDS), 0.001)
+                    self._blocked[key] = self._pool.submit(self._client.blpop, [key], timeout=slice_)
+            finished, _ = futures_wait(self._blocked.values(), max(remaining, 0), FIRST_COMPLETED)
+            woken = False
+            for key, future in list(self._blocked.items()):
+                if future in finished:
+                    del self._blocked[key]
+                    woken = future.result() is not None or woken  # a Redis error is the caller's
+            if woken:
+                return True
+            if deadline - time.monotonic() <= 0:
+                return False
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def on_a_cluster(client: Any) -> bool:
+    """Whether ``client`` runs on a Redis Cluster (connects to find out)."""
+    if isinstance(client, ClusterAwareRedis):
+        return client.cluster_client() is not None
+    return isinstance(client, RedisCluster)

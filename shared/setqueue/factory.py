@@ -1,0 +1,42 @@
+"""``open_queue``: the one way to open a queue of any kind (see ``setqueue.interface.JobQueue``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from setqueue.client import connect
+from setqueue.group import QueueGroup
+from setqueue.interface import JobQueue
+from setqueue.keys import MAX_SHARDS, parse_queue_names
+from setqueue.queue import Queue
+from setqueue.sharded import ShardedQueue, shard_names
+
+
+def open_queue(
+    url: str, name: str | Sequence[str] = "default", *, shards: int = 1, client: Any = None, **options: Any
+) -> JobQueue:
+    """The queue ``name`` on ``url`` (redis:// rediss:// unix://, one Redis or any node of a Redis
+    Cluster), on one client for all of it:
+
+    - one name, ``shards=1``: a plain ``Queue`` (one Redis slot);
+    - one name, ``shards=N``: a ``ShardedQueue`` of the N queues ``name~0`` .. ``name~N-1``, which
+      spread over a Redis Cluster's masters;
+    - several names (a list, or one string with commas, as ``QUEUE_NAME``): a ``QueueGroup`` of
+      those queues, each with ``shards`` shards, claimed in strict priority of their order.
+
+    ``options`` go to every ``Queue`` (lease_seconds, max_attempts, ...); ``client``: an open client
+    on ``url`` to use instead of a new one. Every kind has the ``JobQueue`` interface."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
+    names = parse_queue_names(name) if isinstance(name, str) else tuple(name)
+    if not names:
+        raise ValueError("no queue name")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{list(names)} names a queue twice")
+    client = connect(url) if client is None else client
+    members: list[JobQueue] = []
+    for each in names:
+        queues = [Queue(client, queue_name, **options) for queue_name in shard_names(each, shards)]
+        members.append(queues[0] if shards == 1 else ShardedQueue(queues, each))
+    return members[0] if len(members) == 1 else QueueGroup(members)

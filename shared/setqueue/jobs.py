@@ -1,0 +1,105 @@
+"""What a job is to the code around it: the lease a handler is given, what the queue's calls
+return, and the exceptions a handler raises to steer its job. Plain data: nothing here talks to
+Redis, so a handler module (and the worker's engine) can import it alone."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from setqueue.keys import validate_priority, validate_queue_name
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on one job. ``token`` proves ownership; ``attempt`` counts claims (1 = first)."""
+
+    id: str
+    token: str
+    attempt: int
+    payload: str | None
+    enqueued_at: float | None  # Redis clock, seconds since the epoch; None if enqueued by other means
+    claimed_at: float  # Redis clock
+    priority: int = 0  # -10 to 10, higher runs first
+    queue: str = ""  # the name of the queue it came from
+
+    @property
+    def queue_wait_seconds(self) -> float | None:
+        return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    acked: bool  # False: the lease was stale and nothing changed
+    end_to_end_seconds: float | None  # enqueue -> done by the Redis clock, when known
+
+
+class FailOutcome(enum.StrEnum):
+    RETRIED = "retried"  # back in todos for another attempt
+    DEAD = "dead"  # moved into failed
+    RELEASED = "released"  # back in todos without using up an attempt
+    STALE = "stale"  # the lease was no longer ours; nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    requeued: list[str]
+    dead_lettered: list[str]
+    done_trimmed: int
+
+    @property
+    def total(self) -> int:
+        """Ids moved out of in_progress."""
+        return len(self.requeued) + len(self.dead_lettered)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    id: str
+    queue: str  # the name of the queue that holds it (a sharded queue's name, not its shard's)
+    state: str  # todos, in_progress, done, failed or scheduled
+    priority: int | None  # -10 to 10; None: not known (a job in done)
+    attempts: int | None  # claims so far (0: never claimed); None: not known
+    payload: str | None
+    error: str | None
+    enqueued_at: float | None  # Redis clock, seconds; None: not known
+    done_at: float | None  # when it was acked into done
+    due_at: float | None  # scheduled: when it becomes claimable (Unix seconds, Redis clock)
+    finished_at: float | None  # when it reached done or failed
+    lock_token: str | None
+    lock_ttl_seconds: float | None
+
+
+class PermanentJobError(Exception):
+    """Raise from a job handler to dead-letter the job at once, without retries."""
+
+
+class RetryLater(Exception):
+    """Raise from a job handler to fail this attempt and retry the job after ``seconds`` (it uses
+    an attempt like any failure; once attempts are used up the job is dead-lettered)."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"RetryLater needs a finite number of seconds >= 0, got {seconds!r}")
+        super().__init__(reason or f"retry in {seconds:g}s")
+        self.seconds = float(seconds)
+
+
+class MoveTo(Exception):
+    """Raise from a job handler to move the job to another queue: the worker enqueues it there (same
+    id, same payload, ``priority``) and then acks it here, so it runs there next. At least once: a
+    worker that dies in between leaves it here to run again, and enqueue there is idempotent."""
+
+    def __init__(self, queue: str, priority: int = 0) -> None:
+        validate_queue_name(queue)
+        validate_priority(priority)
+        super().__init__(f"moved to queue {queue}")
+        self.queue = queue
+        self.priority = priority
+
+
+class JobTimeout(BaseException):
+    """Raised in a job's thread when it runs past its timeout (an async job is cancelled instead).
+    A BaseException, as Dramatiq's time limit is, so that a handler's ``except Exception`` does not
+    swallow it; catch it to clean up, then let it go."""
