@@ -30,7 +30,7 @@ from report import write_cluster_markdown, write_cluster_plot
 from run import Server, cell_trials, log, machine
 from systems import ClusterSetQueue
 
-from tests.cluster_support import RedisClusterNodes
+from tests.support.cluster import RedisClusterNodes
 
 
 def values(text: str) -> list[int]:

@@ -8,13 +8,13 @@ import pytest
 import redis
 
 from setqueue import Queue
-from tests.procs import Proc
 from tests.support import RedisServer
+from tests.support.procs import Proc
 
 
 @pytest.fixture
 def procs() -> Iterator[list[Proc]]:
-    """Service processes a test starts (tests.procs.Proc); killed when it ends."""
+    """Service processes a test starts (tests.support.procs.Proc); killed when it ends."""
     started: list[Proc] = []
     yield started
     for p in started:

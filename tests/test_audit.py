@@ -15,7 +15,8 @@ from setqueue import Lease, Queue, Shard
 from setqueue.runtime import demo
 from setqueue.runtime.audit import Auditor, AuditRecorder, AuditReport
 from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
-from tests.procs import base_env
+from tests.support.procs import base_env
+from tests.support.waits import wait_until_leases_expire
 
 
 @pytest.fixture
@@ -229,7 +230,7 @@ def test_the_cleaner_records_lost_leases_and_exports_its_audit(
         created(queue, recorder, "a", 3)
         stalled = queue.claim(1)  # its worker stops here; the lease runs out
         recorder.run(stalled[0], succeeded=True)
-        time.sleep(0.3)
+        wait_until_leases_expire(queue, stalled)
         cleaner.sweep_once()
         assert queue.redis.hgetall(queue.keys.audit_lease_lost) == {"a-1": "1"}
         run_and_ack(queue, recorder, 3)  # a-1 runs again: explained

@@ -14,8 +14,8 @@ import pytest
 
 from setqueue import Queue
 from setqueue.runtime.cli import main
-from tests.procs import base_env
 from tests.support import REPO_ROOT, free_port
+from tests.support.procs import base_env
 
 Cli = Callable[..., tuple[int, str, str]]
 

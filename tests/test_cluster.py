@@ -24,10 +24,11 @@ from setqueue.keys import QueueKeys
 from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
 from setqueue.sharded import ShardedQueue, shard_of
-from tests.cluster_support import RedisClusterNodes
-from tests.engine_jobs import ExecutionLog
-from tests.procs import Proc, wait_until
 from tests.support import free_port
+from tests.support.cluster import RedisClusterNodes
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc
+from tests.support.waits import wait_until, wait_until_due, wait_until_leases_expire
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "shared" / "setqueue" / "lua"
 
@@ -73,7 +74,7 @@ def exercise_the_whole_api(q: Queue, other: Queue) -> None:
     assert q.renew(leases["a"]) and q.renew_many([leases["b"], leases["c"]]) == [True, True]
     assert q.ack(leases["a"]) and q.ack_many([leases["urgent"]])[0].acked
     assert q.fail(leases["b"], "boom", retry=False) is FailOutcome.DEAD
-    time.sleep(0.3)  # c's lease (0.2 s) runs out: the sweep puts it back
+    wait_until_leases_expire(q, [leases["c"]])  # c's lease (0.2 s) runs out: the sweep puts it back
     assert q.sweep().requeued == ["c"]
     done, failed = q.inspect("a"), q.inspect("b")  # a MULTI/EXEC pipeline on the queue's node
     assert done is not None and (done.state, done.attempts) == ("done", 1)
@@ -90,7 +91,7 @@ def exercise_the_whole_api(q: Queue, other: Queue) -> None:
     q.enqueue(["r"])
     [retry] = q.claim(5)
     assert q.fail(retry, "again", delay=3600) is FailOutcome.RETRIED
-    time.sleep(0.3)
+    wait_until_due(q, ["later"])
     assert [lease.id for lease in q.claim(5)] == ["later"]
     assert q.delete("r") == "scheduled"
     assert q.release(q.claim(1)) == []
@@ -188,7 +189,7 @@ def service_settings(url: str, name: str, log: Path, **extra: Any) -> dict[str, 
     return {
         "REDIS_URL": url,
         "QUEUE_NAME": name,
-        "JOB_HANDLER": "tests.engine_jobs:handle",
+        "JOB_HANDLER": "tests.support.jobs:handle",
         "EXEC_LOG": str(log),
         "RETRY_BACKOFF_SECONDS": 0,
         **extra,
@@ -275,7 +276,7 @@ def test_a_killed_master_fails_over_and_the_services_drain_everything(
         # what it had sent, and would deliver it once the cut ends.
         with cluster.replication_cut(master) if cut else contextlib.nullcontext():
             if cut:
-                time.sleep(1.5)
+                time.sleep(1.5)  # the fault's length: writes go on that the replica never gets
             cluster.kill(master)
             killed_at = time.monotonic()
             assert cluster.wait_failover(master, slot) == replica
@@ -477,7 +478,7 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert [r.acked for r in q.ack_many([first[0], second[0]])] == [True, True]
     assert q.fail(first[1], "boom") is FailOutcome.DEAD
     assert q.release([second[1]]) == [FailOutcome.RELEASED]
-    time.sleep(0.6)  # the locks of both claims expire: first[2] and second[2] are swept
+    wait_until_leases_expire(q, leases)  # the locks of both claims expire: first[2] and second[2] are swept
     assert sorted(q.sweep().dead_lettered) == sorted([first[2].id, second[2].id])
     assert q.requeue_failed([first[1].id]) == 1
     (third,) = q.claim(1)
@@ -571,7 +572,7 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
     assert idle.wait_for_work(10)
     short = open_queue(cluster.url(), name, shards=3, lease_seconds=0.2)
     [lease] = short.claim(1)
-    time.sleep(0.3)
+    wait_until_leases_expire(short, [lease])
     threading.Timer(0.2, short.sweep).start()
     assert idle.wait_for_work(10)
     assert [lease.id for lease in idle.claim(5)] == ["again"]

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from setqueue import Queue
-from tests.lib_actors import executions_key
 from tests.support import REPO_ROOT
+from tests.support.actors import executions_key
 
 JOBS = 1500
 
@@ -25,7 +25,7 @@ JOBS = 1500
 class Worker:
     def __init__(self, url: str, name: str, lease: float, job_seconds: float) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.lib_actors", "work", url, name, str(lease), str(job_seconds)],
+            [sys.executable, "-m", "tests.support.actors", "work", url, name, str(lease), str(job_seconds)],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             text=True,

@@ -1,5 +1,5 @@
 """The worker engine as real processes on a real Redis: concurrency, timeouts, hand-back, zombies,
-shutdown. Runs are counted from the handler's execution log (tests/engine_jobs.py), not from the
+shutdown. Runs are counted from the handler's execution log (tests/support/jobs.py), not from the
 queue's own view. Timing-free: every wait polls for a state with a generous deadline."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from setqueue import Queue
-from tests.engine_jobs import ExecutionLog
-from tests.procs import Proc, wait_until
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc
+from tests.support.waits import wait_until
 
-HANDLERS = {"threads": "tests.engine_jobs:handle", "async": "tests.engine_jobs:handle_async"}
+HANDLERS = {"threads": "tests.support.jobs:handle", "async": "tests.support.jobs:handle_async"}
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from setqueue.runtime.settings import (
     Setting,
     WorkerSettings,
 )
-from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
+from tests.support.procs import base_env
 
 SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
     "creator": CreatorSettings,

@@ -17,8 +17,9 @@ from setqueue import FailOutcome, Lease, MoveTo, Queue, open_queue
 from setqueue.group import QueueGroup
 from setqueue.runtime.settings import CleanerSettings, WorkerSettings
 from setqueue.sharded import ShardedQueue
-from tests.engine_jobs import ExecutionLog
-from tests.procs import Proc, base_env, wait_until
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc, base_env
+from tests.support.waits import wait_until
 from worker.service import WorkerService
 
 
@@ -108,7 +109,7 @@ def test_one_worker_serves_two_queues_first_things_first(
             REDIS_URL=redis_url,
             QUEUE_NAME=f"{urgent},{bulk}",
             EXEC_LOG=str(execlog.path),
-            JOB_HANDLER="tests.engine_jobs:handle",
+            JOB_HANDLER="tests.support.jobs:handle",
             CONCURRENCY=1,
             CLAIM_BATCH=2,
         )
@@ -137,7 +138,7 @@ def test_workers_and_a_cleaner_drain_a_sharded_queue_once_each(
                 tmp_path,
                 name=f"w{n}",
                 EXEC_LOG=str(execlog.path),
-                JOB_HANDLER="tests.engine_jobs:handle",
+                JOB_HANDLER="tests.support.jobs:handle",
                 **settings,
             )
         )

@@ -14,8 +14,8 @@ import pytest
 from setqueue import Queue
 from setqueue.runtime.cli import main
 from setqueue.runtime.settings import SETTINGS
-from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
+from tests.support.procs import base_env
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ import pytest
 
 from setqueue import FailOutcome, Queue
 from setqueue.runtime.cli import main
-from tests.engine_jobs import ExecutionLog
-from tests.procs import Proc, wait_until
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc
+from tests.support.waits import wait_until, wait_until_due, wait_until_leases_expire
 
 
 def claim_all(q: Queue, batch: int) -> list[str]:
@@ -84,8 +85,9 @@ def test_a_job_whose_lease_was_lost_keeps_its_place(make_queue: Callable[..., Qu
     q = make_queue(lease_seconds=0.2)
     q.enqueue(["a", "b", "c"], priority=3)
     q.enqueue(["d"], priority=3)
-    assert [lease.id for lease in q.claim(1)] == ["a"]
-    time.sleep(0.4)
+    [lease] = q.claim(1)
+    assert lease.id == "a"
+    wait_until_leases_expire(q, [lease])
     assert q.sweep().requeued == ["a"]
     leases = q.claim(10)
     assert [(lease.id, lease.priority) for lease in leases] == [("a", 3), ("b", 3), ("c", 3), ("d", 3)]
@@ -102,7 +104,7 @@ def test_a_job_with_a_priority_keeps_it_through_backoff_and_the_dead_letter_set(
     assert q.fail(high, "later", delay=0.1) is FailOutcome.RETRIED
     info = q.inspect("high")
     assert info is not None and (info.state, info.priority) == ("scheduled", 5)
-    time.sleep(0.2)
+    wait_until_due(q, ["high"])
     [high] = q.claim(1)  # due again: ahead of the lower priority that waited all along
     assert (high.id, high.priority) == ("high", 5)
     assert q.fail(high, "boom") is FailOutcome.DEAD
@@ -117,7 +119,7 @@ def test_due_jobs_join_the_line_in_due_time_order_with_their_priority(queue: Que
     queue.enqueue(["y"], delay=0.15)
     queue.enqueue(["urgent"], delay=0.2, priority=1)
     queue.enqueue(["now"])
-    time.sleep(0.4)
+    wait_until_due(queue, ["x", "y", "urgent"])
     assert claim_all(queue, 10) == ["urgent", "now", "y", "x"]
 
 
@@ -169,7 +171,7 @@ def test_the_cli_pushes_with_a_priority_in_the_order_given(
 
 
 def logged_worker(tmp_path: Path, execlog: ExecutionLog, url: str, queue: str, name: str, **settings: int) -> Proc:
-    """A real worker whose handler logs each run (tests/engine_jobs.py)."""
+    """A real worker whose handler logs each run (tests/support/jobs.py)."""
     return Proc.start(
         "worker",
         tmp_path,
@@ -177,7 +179,7 @@ def logged_worker(tmp_path: Path, execlog: ExecutionLog, url: str, queue: str, n
         REDIS_URL=url,
         QUEUE_NAME=queue,
         EXEC_LOG=str(execlog.path),
-        JOB_HANDLER="tests.engine_jobs:handle",
+        JOB_HANDLER="tests.support.jobs:handle",
         **settings,
     )
 
@@ -225,7 +227,7 @@ def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
         pushed_at[job_id] = time.time()
         q.enqueue([job_id])
         n += 1
-        time.sleep(0.02)
+        time.sleep(0.02)  # the inflow: a job every 20 ms while the backlog drains (a load, not a wait)
     wait_until(lambda: q.stats()["done"] == len(pushed_at), 60, "every job done")
     started = {job_id: at for event, job_id, _, at in execlog.events() if event == "start"}
     assert set(started) == set(pushed_at) and set(execlog.starts().values()) == {1}

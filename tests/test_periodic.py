@@ -25,8 +25,9 @@ from setqueue.runtime.cli import main
 from setqueue.runtime.metrics import CleanerMetrics
 from setqueue.runtime.periodic import Schedule, iso, latest_slot, next_slot, parse_schedules, redis_now
 from setqueue.runtime.settings import CleanerSettings, SettingError
-from tests.procs import Proc, base_env, wait_until
 from tests.support import queue_members
+from tests.support.procs import Proc, base_env
+from tests.support.waits import wait_until
 
 RUNS = "setqueue_periodic_runs_total"
 
@@ -217,6 +218,9 @@ def test_the_cleaner_uses_the_redis_clock(cleaners: Cleaners, queue: Queue) -> N
     assert iso(last_ms / 1000) == iso(latest_slot("* * * * *", redis_now(queue.redis)))
 
 
+SWEEPS = "setqueue_sweep_duration_seconds_count"  # one a round of the cleaner's loop
+
+
 @pytest.mark.slow
 def test_three_cleaner_processes_started_together_create_the_catch_up_run_once(
     redis_url: str, queue_name: str, queue: Queue, tmp_path: Path
@@ -242,7 +246,12 @@ def test_three_cleaner_processes_started_together_create_the_catch_up_run_once(
         for proc in procs:
             proc.wait_ready()
         wait_until(lambda: queued(queue), 20, "the catch-up run")
-        time.sleep(1.0)  # ten more rounds of each cleaner
+        rounds = [proc.metric(SWEEPS) for proc in procs]
+        wait_until(
+            lambda: all(proc.metric(SWEEPS) >= done + 10 for proc, done in zip(procs, rounds, strict=True)),
+            30,
+            "ten more rounds of each cleaner",
+        )
         runs = queued(queue)
         assert all(run_id.startswith("tick@") for run_id in runs) and 1 <= len(runs) <= 2
         assert sum(p.metric(f'{RUNS}{{schedule="tick"}}') for p in procs) == len(queued(queue))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -10,6 +9,7 @@ import redis
 
 from setqueue import FailOutcome, Lease, Queue, QueueKeys
 from tests.support import queue_members
+from tests.support.waits import wait_for_redis_clock
 
 
 def members(client: redis.Redis, q: Queue) -> dict[str, set[str]]:
@@ -151,7 +151,7 @@ def test_a_finished_job_keeps_its_attempts_and_times_while_retained(
 ) -> None:
     q = make_queue(max_attempts=2, done_max_count=1)
     q.enqueue(["ok", "bad"])
-    time.sleep(0.01)
+    wait_for_redis_clock(client, 0.01)
     leases = {lease.id: lease for lease in q.claim(2)}
     assert q.fail(leases["ok"], "first try fails") is FailOutcome.RETRIED
     assert q.fail(leases["bad"], "first try fails") is FailOutcome.RETRIED
@@ -293,7 +293,7 @@ def test_done_is_trimmed_by_count(make_queue: Callable[..., Queue], client: redi
     q.enqueue([f"j{i}" for i in range(8)])
     for lease in sorted(q.claim(8), key=lambda lease: lease.id):
         q.ack(lease)
-        time.sleep(0.002)  # distinct done times, so "oldest" is well defined
+        wait_for_redis_clock(client, 0.002)  # distinct done times, so "oldest" is well defined
     done = members(client, q)["done"]
     assert len(done) == 5
     assert client.zcard(q.keys.done_log) == 5
@@ -306,7 +306,7 @@ def test_done_is_trimmed_by_age_on_sweep(make_queue: Callable[..., Queue], clien
     q = make_queue(done_max_age_seconds=0.2)
     q.enqueue(["old"])
     q.ack(q.claim()[0])
-    time.sleep(0.3)
+    wait_for_redis_clock(client, 0.2)
     q.enqueue(["new"])
     q.ack(q.claim()[0])
     assert q.sweep().done_trimmed == 1
@@ -326,7 +326,7 @@ def test_stats(queue: Queue) -> None:
     queue.enqueue(["a", "b", "c"])
     queue.enqueue(["urgent"], priority=10)
     queue.enqueue(["later"], priority=-10)
-    time.sleep(0.05)
+    wait_for_redis_clock(queue.redis, 0.05)
     queue.claim()
     stats = queue.stats()
     assert (stats["todos"], stats["in_progress"]) == (4, 1)

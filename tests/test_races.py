@@ -7,18 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import redis
 
 from setqueue import FailOutcome, Lease, Queue
 from tests.support import REPO_ROOT
+from tests.support.waits import wait_until, wait_until_leases_expire
 
 
 def actor(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.lib_actors", *args],
+        [sys.executable, "-m", "tests.support.actors", *args],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -39,7 +39,7 @@ def test_no_cleaner_can_run_between_claim_and_lock(
     leases: list[Lease] = []
     while len(leases) < 2000:
         leases += q.claim(1)
-    requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]
+    requeued = [json.loads(s.communicate(timeout=30)[0].splitlines()[-1]) for s in sweepers]
     assert requeued == [[], []]
     assert all(r.acked for r in q.ack_many(leases))
     assert q.stats()["done"] == 2000
@@ -51,7 +51,7 @@ def test_late_ack_after_another_worker_reclaimed_changes_nothing(
     q = make_queue(lease_seconds=0.2)
     q.enqueue(["a"])
     [slow] = q.claim()
-    time.sleep(0.3)  # the slow worker's lease runs out ...
+    wait_until_leases_expire(q, [slow])  # the slow worker's lease runs out ...
     assert q.sweep().requeued == ["a"]  # ... the cleaner requeues ...
     [fast] = q.claim()  # ... and another worker claims the job.
     assert fast.attempt == 2 and fast.token != slow.token
@@ -70,7 +70,7 @@ def test_late_ack_while_the_job_waits_in_todos_changes_nothing(make_queue: Calla
     q = make_queue(lease_seconds=0.1)
     q.enqueue(["a"])
     [slow] = q.claim()
-    time.sleep(0.2)
+    wait_until_leases_expire(q, [slow])
     q.sweep()
     assert not q.ack(slow)
     assert q.stats()["todos"] == 1 and q.stats()["done"] == 0
@@ -102,12 +102,14 @@ def test_a_killed_worker_s_jobs_come_back_after_its_lease(
     q.enqueue([f"j{i}" for i in range(5)])
     holder = actor("hold", redis_url, queue_name, "3")
     assert holder.stdout is not None
-    held = {job_id for job_id, _ in json.loads(holder.stdout.readline())}
+    claimed = json.loads(holder.stdout.readline())
+    held = {job_id for job_id, _ in claimed}
     assert len(held) == 3
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert q.sweep().total == 0  # the locks still stand: nothing is requeued early
-    time.sleep(0.7)
+    [token] = {token for _, token in claimed}
+    wait_until(lambda: q.redis.exists(q.keys.lock(token)) == 0, 10, "the holder's lease to run out", 0.01)
     assert set(q.sweep().requeued) == held
     leases = q.claim(5)
     assert {lease.id for lease in leases if lease.attempt == 2} == held
@@ -123,9 +125,10 @@ def test_concurrent_cleaners_requeue_each_id_once(
     while leases := q.claim(500):
         tokens.append(leases[0].token)
     sweepers = [actor("sweep", redis_url, queue_name, "3") for _ in range(3)]
-    time.sleep(0.5)  # the sweepers are running: now the leases expire, all at once
+    for sweeper in sweepers:  # each has swept once: they are running; now the leases expire, all at once
+        assert sweeper.stdout is not None and json.loads(sweeper.stdout.readline()) == "sweeping"
     client.delete(*(q.keys.lock(token) for token in tokens))
-    requeued = [json.loads(s.communicate(timeout=30)[0]) for s in sweepers]
+    requeued = [json.loads(s.communicate(timeout=30)[0].splitlines()[-1]) for s in sweepers]
     everything = [job_id for part in requeued for job_id in part]
     assert sorted(everything) == sorted(ids)  # each id requeued exactly once, by one cleaner
     assert q.stats()["todos"] == 3000

@@ -14,7 +14,8 @@ import redis
 
 from setqueue import FailOutcome, Lease, Queue, RetryLater
 from setqueue.runtime.settings import WorkerSettings
-from tests.procs import base_env, wait_until
+from tests.support.procs import base_env
+from tests.support.waits import wait_until
 from worker.service import WorkerService
 
 

@@ -25,8 +25,9 @@ from cleaner.service import CleanerService
 from creator.service import CreatorService
 from setqueue import Lease, PermanentJobError, Queue
 from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
-from tests.procs import PersistentRedisServer, Proc, base_env, wait_until
-from tests.support import free_port
+from tests.support import PersistentRedisServer, free_port
+from tests.support.procs import Proc, base_env
+from tests.support.waits import wait_until
 from worker.service import WorkerService
 
 SUCCESS = 'setqueue_jobs_completed_total{outcome="success"}'
@@ -210,7 +211,8 @@ def test_redis_outage_is_waited_out_and_nothing_is_lost(
         wait_until(lambda p=p: (p.healthz() or (0,))[0] == 503, 20, f"{p.name} /healthz 503")  # type: ignore[misc]
         wait_until(lambda p=p: p.metric("setqueue_redis_up") == 0, 20, f"{p.name} redis_up 0")  # type: ignore[misc]
     wait_until(lambda: creator.metric("setqueue_redis_up") == 0, 20, "creator redis_up 0")
-    time.sleep(2)  # an outage of a few seconds: several backoff steps
+    # An outage of several backoff steps in every service before Redis comes back.
+    wait_until(lambda: all("retry 2 in" in p.log() for p in services), 30, "a third try in every service")
     own_redis.start()
 
     assert creator.wait(60) == 0, creator.log()

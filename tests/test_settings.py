@@ -17,8 +17,8 @@ from setqueue.client import redact_url
 from setqueue.runtime.logs import JsonFormatter, configure_logging
 from setqueue.runtime.service import load_settings
 from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
-from tests.procs import base_env
 from tests.support import REPO_ROOT, RedisServer
+from tests.support.procs import base_env
 
 COMMON = [
     ("REDIS_URL", "not-a-url"),

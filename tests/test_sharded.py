@@ -7,7 +7,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -16,8 +15,9 @@ import redis
 from setqueue import FailOutcome, OptionError, Queue, open_queue
 from setqueue.runtime.cli import main
 from setqueue.sharded import ShardedQueue, shard_of
-from tests.procs import base_env
 from tests.support import REPO_ROOT
+from tests.support.procs import base_env
+from tests.support.waits import wait_until_leases_expire
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_the_sweep_covers_every_shard(redis_url: str, queue_name: str) -> None:
     while batch := q.claim(10):
         held += batch
     assert len(held) == 30
-    time.sleep(0.3)
+    wait_until_leases_expire(q, held)
     assert sorted(q.sweep().requeued) == sorted(lease.id for lease in held)
     q.close()
 

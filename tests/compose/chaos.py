@@ -9,9 +9,10 @@ kind): SIGKILL random workers (started again), SIGSTOP a worker past its lease t
 SIGKILL the cleaner (started again), restart Redis with SIGTERM and with SIGKILL, scale the
 workers. After each fault it reads the cleaner's continuous audit (its setqueue_audit_* gauges).
 Then it brings everything back, waits for the queue to drain, takes a final audit
-(``python -m setqueue.runtime.audit`` in the cleaner's container) and writes a verdict table to
-``chaos-results/<date>.md`` (and ``.json``). Exit code 1 if any id was lost, in two states or run
-successfully twice without a lost lease to explain it. The stack is always torn down.
+(``python -m setqueue.runtime.audit`` in the cleaner's container) and writes the verdict: the raw
+record to ``out/chaos/<date>.json`` and ``.md`` (an ignored folder), and the current summary to
+``docs/chaos.md`` (``--summary``). Exit code 1 if any id was lost, in two states or run successfully
+twice without a lost lease to explain it. The stack is always torn down.
 
 Redis runs with AOF, ``appendfsync everysec``: a SIGKILLed Redis keeps what it wrote to its file
 (the kernel holds it), but a write Redis postponed because an fsync was slow is lost, and so are
@@ -422,12 +423,12 @@ class Chaos:
     def wait_for_redis(self) -> None:
         self.stack.wait(lambda: self.stack.redis("PING"), lambda pong: pong == "PONG", "Redis to answer", timeout=120)
 
-    def read_cleaner_audit(self) -> None:
+    def read_cleaner_audit(self) -> dict[str, float]:
         """The cleaner's continuous audit as it exports it now (nothing while it restarts)."""
         try:
             text = self.stack.docker.compose.execute("cleaner", ["python", "-c", FETCH_METRICS], tty=False) or ""
         except DockerException:
-            return
+            return {}
         values = {
             name.removeprefix("setqueue_audit_"): float(value)
             for name, _, value in (line.partition(" ") for line in text.splitlines())
@@ -437,6 +438,16 @@ class Chaos:
             self.cleaner_samples += 1
             for gauge in AUDIT_GAUGES:
                 self.cleaner_worst[gauge] = max(self.cleaner_worst.get(gauge, 0.0), values.get(gauge, 0.0))
+        return values
+
+    def wait_for_cleaner_audit(self, since: float, timeout: float = 60) -> None:
+        """Until the cleaner has published an audit that finished after ``since`` (Unix time)."""
+        self.stack.wait(
+            lambda: self.read_cleaner_audit().get("last_timestamp_seconds", 0.0),
+            lambda finished: finished >= since,
+            "the cleaner's audit after the drain",
+            timeout=timeout,
+        )
 
 
 def _names(containers: list[Any]) -> str:
@@ -460,8 +471,7 @@ def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], Non
         chaos.inject_for(plan.minutes * 60)
         chaos.restore()
         drained = chaos.drain(timeout=max(300.0, plan.minutes * 60))
-        time.sleep(2)  # a last sweep and audit round; nothing is running any more
-        chaos.read_cleaner_audit()
+        chaos.wait_for_cleaner_audit(since=time.time())  # a last audit round; nothing runs any more
         return chaos.verdict(started, drained, chaos.final_audit())
 
 
@@ -480,16 +490,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to inject faults (default 10)")
     parser.add_argument("--rate", type=float, default=Plan.create_rate, help="jobs created per second (default 25)")
     parser.add_argument("--seed", type=int, help="seed of the fault schedule (default: random, printed)")
-    parser.add_argument("--out", type=Path, default=REPO / "chaos-results", help="where the results go")
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "chaos", help="where the raw results go")
+    parser.add_argument(
+        "--summary", type=Path, default=REPO / "docs" / "chaos.md", help="the current summary (tracked in git)"
+    )
     args = parser.parse_args(argv)
     if not args.minutes > 0 or not args.rate > 0:
         parser.error("--minutes and --rate must be positive")
     plan = Plan(minutes=args.minutes, create_rate=args.rate, **({"seed": args.seed} if args.seed is not None else {}))
     verdict = run(plan, say=lambda line: print(line, flush=True))
     path = write_results(verdict, args.out)
+    args.summary.write_text(verdict.markdown(), encoding="utf-8")
     print()
     print(verdict.markdown())
-    print(f"chaos: results in {path}")
+    print(f"chaos: results in {path}, summary in {args.summary}")
     return 0 if verdict.passed else 1
 
 

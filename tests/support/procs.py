@@ -7,17 +7,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from setqueue.runtime.settings import SETTINGS
-from tests.support import REPO_ROOT, RedisServer, free_port
+from tests.support.redis_server import REPO_ROOT, free_port
+from tests.support.waits import wait_until
 
 T = TypeVar("T")
 
@@ -30,18 +30,6 @@ def base_env(**settings: Any) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update({k: str(v) for k, v in settings.items()})
     return env
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Proc:
@@ -127,10 +115,3 @@ class Proc:
     def wait_ready(self, timeout: float = 15) -> None:
         wait_until(lambda: self.try_get("/metrics") is not None or not self.alive(), timeout, f"{self.name} up")
         assert self.alive(), f"{self.name} exited early:\n{self.log()}"
-
-
-class PersistentRedisServer(RedisServer):
-    """A RedisServer with the append-only file on (fsync always), so a stop and start on the same
-    port keeps every acknowledged write: an outage, not a data loss."""
-
-    persistence = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")

@@ -1,6 +1,6 @@
 """Job handlers for the worker engine tests, with an execution log kept from the handler's side.
 
-JOB_HANDLER=tests.engine_jobs:handle (threads) or tests.engine_jobs:handle_async (event loop).
+JOB_HANDLER=tests.support.jobs:handle (threads) or tests.support.jobs:handle_async (event loop).
 The job id says what the job does:
 
     sleep-<seconds>-<n>   waits that long (time.sleep, or asyncio.sleep in the async handler)

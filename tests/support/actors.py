@@ -1,8 +1,9 @@
 """Real processes that use the library directly, for the race and concurrency tests.
 
-    python -m tests.lib_actors hold   URL QUEUE COUNT          claim COUNT jobs, print them, then hang
-    python -m tests.lib_actors sweep  URL QUEUE SECONDS        sweep in a tight loop, print requeued ids
-    python -m tests.lib_actors work   URL QUEUE LEASE JOB_SECS claim/run/ack until the queue is drained
+    python -m tests.support.actors hold   URL QUEUE COUNT          claim COUNT jobs, print them, then hang
+    python -m tests.support.actors sweep  URL QUEUE SECONDS        sweep in a tight loop, print requeued ids
+                                                                   (and "sweeping" after the first sweep)
+    python -m tests.support.actors work   URL QUEUE LEASE JOB_SECS claim/run/ack until the queue is drained
 
 Each prints one JSON line when it has something to report and flushes at once, so a test can
 SIGKILL it at any moment and still know what it held.
@@ -28,7 +29,9 @@ def hold(q: Queue, count: int) -> None:
 
 
 def sweep(q: Queue, seconds: float) -> None:
-    requeued: list[str] = []
+    """Sweep for ``seconds``: prints "sweeping" after the first sweep, then the ids it requeued."""
+    requeued = q.sweep(limit=1000).requeued
+    print(json.dumps("sweeping"), flush=True)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         requeued += q.sweep(limit=1000).requeued

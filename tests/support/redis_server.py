@@ -88,7 +88,14 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class PersistentRedisServer(RedisServer):
+    """A RedisServer with the append-only file on (fsync always), so a stop and start on the same
+    port keeps every acknowledged write: an outage, not a data loss."""
+
+    persistence = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 
 
 def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
