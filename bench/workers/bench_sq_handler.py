@@ -1,11 +1,10 @@
-"""JOB_HANDLER for setqueue's worker: JOB_HANDLER=bench_sq_handler:handle, or :handle_async for the
-async handler (bench/workers on PYTHONPATH)."""
-
-from __future__ import annotations
+"""JOB_HANDLER for setqueue's worker (bench/workers on PYTHONPATH): bench_sq_handler:handle, a plain
+function the worker runs on CONCURRENCY threads, or bench_sq_handler:handle_async, an async def it
+runs on one event loop, up to CONCURRENCY at once (the INCR then goes through redis.asyncio)."""
 
 from typing import Any
 
-from bench_common import aclient, run_job, run_job_async
+from bench_common import client, run_job, run_job_async
 
 
 def handle(lease: Any) -> None:
@@ -13,6 +12,4 @@ def handle(lease: Any) -> None:
 
 
 async def handle_async(lease: Any) -> None:
-    """The same job as an ``async def``: the worker runs it on one event loop (JOB_HANDLER=
-    bench_sq_handler:handle_async), up to CONCURRENCY at once; the INCR goes through redis.asyncio."""
-    await run_job_async(aclient(), lease.id)
+    await run_job_async(client(asynchronous=True), lease.id)
