@@ -13,24 +13,12 @@ from drain import Cell, bare_loop, cell_trials, exactly_once, pickup_latency
 from systems import SetQueue, System
 
 
-def with_twins(systems: list[System], ctx: Context) -> list[System]:
-    """With --baseline, each setqueue system followed by its twin: the same settings, the baseline's code."""
-    out: list[System] = []
-    for system in systems:
-        out.append(system)
-        if ctx.baseline is not None and isinstance(system, SetQueue):
-            out.append(
-                dataclasses.replace(system, name=system.name + ctx.baseline.suffix(), code=ctx.baseline, state={})
-            )
-    return out
-
-
-def turns(systems: list[System]) -> list[list[System]]:
-    """The systems that share a cell's turns: setqueue with its twin; any other alone."""
-    groups: dict[str, list[System]] = {}
-    for system in systems:
-        groups.setdefault(system.name.partition("@")[0], []).append(system)
-    return list(groups.values())
+def turns(systems: list[System], ctx: Context) -> list[list[System]]:
+    """The systems that take turns in a cell, trial by trial: with --baseline, each setqueue system and its
+    twin (the same settings, the baseline's code, named <name>@<sha>); any other alone."""
+    b = ctx.baseline
+    twin = (lambda s: dataclasses.replace(s, name=s.name + b.suffix(), code=b, state={})) if b else None
+    return [[s, twin(s)] if twin and isinstance(s, SetQueue) else [s] for s in systems]
 
 
 @dataclass
@@ -48,13 +36,14 @@ class Spec:
 
 def run(a: argparse.Namespace, ctx: Context, spec: Spec) -> dict[str, Any]:
     server = Server()
-    systems = with_twins(spec.systems(server.url), ctx)
+    groups = turns(spec.systems(server.url), ctx)
+    systems = [s for group in groups for s in group]
     workers = [int(w) for w in a.workers.split(",")]
     logs = ctx.logs(spec.name)
     runs: list[dict[str, Any]] = []
     try:
         for repeat in range(a.repeat):
-            for group in turns(systems):
+            for group in groups:
                 for w in workers:
                     runs += [{**r, "repeat": repeat} for r in cell_trials(server, group, w, spec.cell, logs)]
         how = {"count": a.latency_jobs, "workers": a.latency_workers, "spacing": a.latency_spacing, "logs": logs}
