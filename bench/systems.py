@@ -126,7 +126,7 @@ class SetQueue(System):
         from setqueue import open_queue
 
         return self.made(
-            "client", lambda: open_queue(self.url, self.queue, self.shards, wait_replicas=self.wait_replicas)
+            "client", lambda: open_queue(self.url, self.queue, shards=self.shards, wait_replicas=self.wait_replicas)
         )
 
     def prepare(self) -> None:

@@ -73,13 +73,21 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(tmp_path: Path) -> None:
-    """--baseline HEAD: the twin runs the commit's code from a worktree in bench/.baseline/."""
-    bench(
-        tmp_path,
-        *("--matrix", "cpu", "--systems", "setqueue", "--baseline", "HEAD", "--memory-jobs", "500"),
-        *("--jobs", str(JOBS), "--trials", "2", "--cell-seconds", "60", "--max-seconds", "60"),
-        *("--latency-jobs", "0", "--bare-seconds", "0"),
-    )
+    """--baseline HEAD: the twin runs the commit's code from a worktree in bench/.baseline/ (removed after
+    the test unless it was there before: each is registered with the repository's git)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    worktree = REPO_ROOT / "bench" / ".baseline" / head.stdout.strip()
+    made_here = not worktree.exists()
+    try:
+        bench(
+            tmp_path,
+            *("--matrix", "cpu", "--systems", "setqueue", "--baseline", "HEAD", "--memory-jobs", "500"),
+            *("--jobs", str(JOBS), "--trials", "2", "--cell-seconds", "60", "--max-seconds", "60"),
+            *("--latency-jobs", "0", "--bare-seconds", "0"),
+        )
+    finally:
+        if made_here and worktree.exists():
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, check=False)
     cpu, memory = raw(tmp_path, "cpu"), raw(tmp_path, "memory")
     twin = "setqueue@" + cpu["baseline"]["label"]
     assert [r["system"] for r in cpu["runs"]] == ["setqueue", twin, "setqueue", twin]  # turn by turn
