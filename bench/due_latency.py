@@ -1,86 +1,68 @@
 """Due-time latency of scheduled jobs: how late after its due time a delayed job starts.
 
-    bench/.venv/bin/python bench/due_latency.py [--jobs 1000] [--spread 10] [--workers 1]
-
-Starts its own redis-server, W idle `python -m worker` processes (the real service, CONCURRENCY=10,
-CLAIM_BATCH=10, no cleaner: claims alone promote due jobs), then enqueues N jobs each due at its own
-time, spread evenly over --spread seconds starting 2 s ahead (`Queue.enqueue([id], at=...)`). Each
-job notes `time.time()` when it starts (bench_common's latency job). Latency = start - due, both by
-this machine's clock. Prints p50/p90/p99/max in ms and writes bench/results/due-latency.md.
+One idle `python -m worker` (CONCURRENCY=10, CLAIM_BATCH=10, no cleaner: claims alone promote due
+jobs) on a redis-server of its own; --due-jobs jobs each due at its own time, spread evenly over
+jobs/100 seconds (at least 1) from 2 s ahead (`Queue.enqueue([id], at=...)`). Each job notes
+time.time() as it starts; latency = start - due, both on this machine's clock.
 """
-
-from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
-from run import Server, Workers, counter, log, pct
-from systems import QUEUE, SetQueue
+from common import LATENCY, Context, Server, Workers, log, pct, wait_until
+from report import header, verdict
+from systems import SetQueue
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
-from bench_common import LATENCY
-
-RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "due"
+TITLE = "Due-time latency of scheduled jobs"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", type=int, default=1000)
-    p.add_argument("--spread", type=float, default=10.0, help="seconds over which the due times spread")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--out", default=str(RESULTS / "due-latency.md"))
-    a = p.parse_args()
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument_group("--matrix due").add_argument("--due-jobs", type=int, default=1000, help="jobs (default 1000)")
+
+
+def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     server = Server()
-    system = SetQueue("setqueue", server.url, claim_batch=10, concurrency=10)
-    logdir = Path(server.dir)
+    system = SetQueue("setqueue", server.url, concurrency=10, claim_batch=10)
+    spread = max(1.0, a.due_jobs / 100)
+    workers = Workers(system.commands(1), ctx.logs(NAME), "setqueue")
     try:
-        server.r.flushall()
-        workers = Workers(system, a.workers, logdir)
-        try:
-            from setqueue import Queue  # noqa: PLC0415
-
-            q = Queue.from_url(server.url, name=QUEUE)
-            system.enqueue_one("warm:0")
-            deadline = time.monotonic() + 60
-            while counter(server.r) < 1:
-                if time.monotonic() > deadline or not workers.alive():
-                    raise SystemExit("the worker never ran the warm-up job")
-                time.sleep(0.01)
-            start = time.time() + 2.0
-            due = {f"lat:{i}": start + a.spread * i / a.jobs for i in range(a.jobs)}
-            for job_id, at in due.items():
-                q.enqueue([job_id], at=at)
-            log(f"{a.jobs} jobs scheduled over {a.spread:g}s; waiting for them to run")
-            deadline = time.monotonic() + a.spread + 60
-            while counter(server.r) < a.jobs + 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            started = {k: float(v) for k, v in server.r.hgetall(LATENCY).items()}
-            q.close()
-        finally:
-            workers.stop()
+        system.enqueue(["warm:0"])
+        if not wait_until(lambda: server.counter() >= 1 or not workers.alive(), 60) or not server.counter():
+            raise SystemExit("due latency: the worker never ran the warm-up job")
+        start = time.time() + 2.0
+        due = {f"lat:{i}": start + spread * i / a.due_jobs for i in range(a.due_jobs)}
+        for job_id, at in due.items():
+            system.client().enqueue([job_id], at=at)
+        wait_until(lambda: server.counter() > a.due_jobs or not workers.alive(), spread + 60)
+        started = {k: float(v) for k, v in server.r.hgetall(LATENCY).items()}
     finally:
-        server.stop()
+        workers.stop()
+        system.close()
+        server.close()
     lat = sorted(1000 * (started[k] - t) for k, t in due.items() if k in started)
+    stats = {f"p{p}_ms": pct(lat, p) for p in (50, 90, 99)} if lat else {}
+    stats.update(ran=len(lat), max_ms=max(lat, default=None), mean_ms=statistics.fmean(lat) if lat else None)
     early = sum(1 for x in lat if x < 0)
-    line = (
-        f"{len(lat)}/{a.jobs} ran; start - due: p50 {pct(lat, 50):.1f} ms, p90 {pct(lat, 90):.1f} ms, "
-        f"p99 {pct(lat, 99):.1f} ms, max {lat[-1]:.1f} ms, mean {statistics.fmean(lat):.1f} ms; "
-        f"{early} started before their due time"
-    )
-    log(line)
-    Path(a.out).write_text(
-        "# Due-time latency of scheduled jobs\n\n"
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, redis-server {server.version}, "
-        f"{a.workers} x `python -m worker` (CONCURRENCY=10, CLAIM_BATCH=10, IDLE_WAIT_SECONDS=1 default, no cleaner), "
-        f"{a.jobs} jobs due at times spread evenly over {a.spread:g} s (`Queue.enqueue([id], at=...)`).\n\n"
-        f"- {line}\n"
-        "- target: p50 under 50 ms: " + ("**met**" if pct(lat, 50) < 50 else "**not met**") + "\n"
-    )
-    return 0 if len(lat) == a.jobs and early == 0 else 1
+    log(f"due latency: {len(lat)}/{a.due_jobs} ran, p50 {stats.get('p50_ms', 0):.1f} ms, {early} early")
+    ok = len(lat) == a.due_jobs and early == 0
+    return {"redis_version": server.version, "spread_seconds": spread, "early": early, **stats, "ok": ok}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def summary(data: dict[str, Any]) -> str:
+    jobs = data["args"]["due_jobs"]
+    about = [
+        f"1 x `python -m worker` (CONCURRENCY=10, CLAIM_BATCH=10, IDLE_WAIT_SECONDS default, no cleaner); "
+        f"{jobs:,} jobs due at times spread evenly over {data['spread_seconds']:g} s (`Queue.enqueue([id], at=...)`)"
+    ]
+    L = header(data, TITLE, about)
+    if not data["ran"]:
+        return "\n".join([*L, f"- **none of the {jobs} jobs ran**", ""])
+    L.append(
+        f"- {data['ran']}/{jobs} ran; start - due: p50 {data['p50_ms']:.1f} ms, p90 {data['p90_ms']:.1f} ms, p99 "
+        f"{data['p99_ms']:.1f} ms, max {data['max_ms']:.1f} ms, mean {data['mean_ms']:.1f} ms; {data['early']} "
+        "started before their due time"
+    )
+    return "\n".join([*L, f"- target: p50 under 50 ms: {verdict(data['p50_ms'] < 50)}", ""])

@@ -1,80 +1,70 @@
-"""Redis memory per job: N queued jobs, then the same N kept in done, for one code tree or two.
+"""Redis memory per job, for this checkout and, with --baseline, the baseline's tree.
 
-    bench/.venv/bin/python bench/memory.py [--jobs 100000] [--baseline REF] [--out FILE.md]
-
-For each code tree (this checkout, and with --baseline the worktree of REF, see baseline.py) it
-starts a fresh redis-server and runs bench/workers/bench_sq_memory.py with that tree's setqueue:
-N ids of 11 characters (no payload) enqueued, then all claimed and acked with a retention that
-keeps them all. Bytes per job = the INFO `used_memory` delta from the empty server (scripts
-loaded) over N; `MEMORY USAGE` (every element sampled) of each key is reported beside it, the way
-README's figure for `finished` was measured. `bash bench/run --baseline REF` runs this too
-(--memory-jobs) and puts the table in its results.
+Each tree on a fresh redis-server of its own: workers/bench_sq_memory.py, run with that tree's
+setqueue, enqueues N ids of 11 characters (no payload), then claims and acks them all with a
+retention that keeps every id in done. Bytes per job: the INFO used_memory delta from the empty
+server over N, read after dropping what expires by itself; MEMORY USAGE of each key beside it.
 """
-
-from __future__ import annotations
 
 import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-from baseline import CURRENT, CodeTree, worktree
-from report import memory_table
-from run import Server, log
-from systems import WORKERS_DIR
+from common import CURRENT, WORKERS_DIR, CodeTree, Context, Server, log
+from report import header, table
+
+NAME = "memory"
+TITLE = "Redis memory per job"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--matrix memory (runs with --baseline too, for both trees)")
+    g.add_argument("--memory-jobs", type=int, default=100_000, help="jobs (default 100000; 0: not with --baseline)")
 
 
 def measure(tree: CodeTree, jobs: int) -> dict[str, Any]:
-    """One tree's figures, on a redis-server of its own (an error is returned, not raised)."""
+    """One tree's figures (an error is returned, not raised: the other tree's still count)."""
     server = Server()
     try:
-        env = tree.env([])
-        env["BENCH_REDIS_URL"] = server.url
-        proc = subprocess.run(
-            [sys.executable, str(WORKERS_DIR / "bench_sq_memory.py"), "--jobs", str(jobs)],
-            env=env,
-            cwd=tree.root,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        env = {**tree.env(), "BENCH_REDIS_URL": server.url}
+        argv = [sys.executable, str(WORKERS_DIR / "bench_sq_memory.py"), "--jobs", str(jobs)]
+        proc = subprocess.run(argv, env=env, cwd=tree.root, capture_output=True, text=True, timeout=600, check=False)
     finally:
-        server.stop()
+        server.close()
     name = f"setqueue{tree.suffix()}"
     if proc.returncode != 0 or not proc.stdout.strip():
-        return {"tree": name, "code": tree.as_dict(), "error": (proc.stderr or proc.stdout).strip()[-2000:]}
+        return {"tree": name, "error": (proc.stderr or proc.stdout).strip()[-2000:]}
     res: dict[str, Any] = json.loads(proc.stdout)
-    if not Path(res["setqueue"]).resolve().is_relative_to(tree.root):
-        raise SystemExit(f"{name}: measured {res['setqueue']}, not {tree.root}")
-    res["tree"] = name
-    res["code"] = tree.as_dict()
-    log(
-        f"{name:20s} memory: {res['queued']['bytes_per_job']:,.0f} B/job queued, "
-        f"{res['done']['bytes_per_job']:,.0f} B/job in done ({jobs:,} jobs)"
-    )
-    return res
+    log(f"{name}: {res['queued']['bytes_per_job']:,.0f} B/job queued, {res['done']['bytes_per_job']:,.0f} in done")
+    return {"tree": name, **res}
 
 
-def measure_trees(trees: list[CodeTree], jobs: int) -> list[dict[str, Any]]:
-    return [measure(t, jobs) for t in trees]
+def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    trees = [CURRENT] + ([ctx.baseline] if ctx.baseline else [])
+    results = [measure(tree, a.memory_jobs) for tree in trees]
+    version = next((m["redis_version"] for m in results if "redis_version" in m), "-")
+    return {"redis_version": version, "trees": results, "ok": not any("error" in m for m in results)}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", type=int, default=100_000)
-    p.add_argument("--baseline", metavar="REF", help="also measure this git ref (a worktree in bench/.baseline/)")
-    p.add_argument("--out", help="write the table here (markdown) as well as to stdout")
-    a = p.parse_args()
-    trees = [CURRENT] + ([worktree(a.baseline)] if a.baseline else [])
-    text = "\n".join(memory_table(measure_trees(trees, a.jobs))) + "\n"
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def summary(data: dict[str, Any]) -> str:
+    about = [
+        f"{data['args']['memory_jobs']:,} jobs with ids of 11 characters, no payload, each code tree on a fresh "
+        "redis-server: enqueued (Queue.enqueue), then all claimed and acked with a retention that keeps every id "
+        "in done; used_memory: the INFO delta from the empty server (scripts loaded) over N, after dropping what "
+        "expires by itself (resend results, the wake list); MEMORY USAGE: the queue's keys summed (every element)"
+    ]
+    rows = []
+    for m in data["trees"]:
+        if "error" in m:
+            rows.append([m["tree"], f"failed: {(m['error'] or '?').splitlines()[-1]}"])
+            continue
+        for state in ("queued", "done"):
+            st, per_key = m[state], ", ".join(f"{k} {v['bytes'] / m['jobs']:.0f}" for k, v in m[state]["keys"].items())
+            rows.append(
+                [f"{m['tree']}, {state}", f"{st['bytes_per_job']:.1f}", f"{st['memory_usage_bytes_per_job']:.1f}"]
+            )
+            rows[-1].append(per_key)
+    cols = ["code, jobs", "used_memory B/job", "MEMORY USAGE B/job", "MEMORY USAGE B/job by key"]
+    return "\n".join(header(data, TITLE, about) + table(cols, rows))

@@ -1,585 +1,304 @@
-"""The systems under test: how each one enqueues and how its workers are started.
+"""The systems under test: how each one enqueues and how its workers are started. The peers (rq,
+dramatiq, celery, arq, saq) are imported only in their own methods: setqueue and naive run without
+them (in the smoke test's venv)."""
 
-Peers (rq, dramatiq, celery, arq, saq) are imported only inside their own methods, so the
-benchmark runs with setqueue and naive alone in an environment that lacks them (the smoke test
-does).
-
-A System carries the job it runs (``io_seconds``: 0 for the CPU-trivial job, 0.01 for the I/O
-matrix's job) and its concurrency per worker process (``concurrency``: None = the system's own
-default; setqueue always gets one). setqueue also carries the code tree it runs (``code``: this
-checkout, or a baseline git worktree with --baseline; see baseline.py).
-"""
-
-# ruff: noqa: PLC0415  (peers are imported lazily: the smoke test runs without them)
-from __future__ import annotations
-
+# ruff: noqa: PLC0415  (peers are imported lazily)
 import asyncio
+import importlib
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import redis
-from baseline import CURRENT, REPO, CodeTree
+from common import CURRENT, QUEUE, WORKERS_DIR, CodeTree, Command
 
-WORKERS_DIR = REPO / "bench" / "workers"
-QUEUE = "bench"
-# The checkout this file sits in is the one measured (its worker/ and shared/setqueue), producer
-# and workers alike, even when the venv has another checkout installed editable: the editable
-# finder comes after sys.path, so these win. (A baseline's processes get its tree instead.)
-CODE_PATH = CURRENT.python_path()
-for _p in reversed(CODE_PATH):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from tests.support import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tool(name: str) -> str:
-    """A console script of the running interpreter's environment (bench/.venv/bin/NAME)."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} not found next to {sys.executable} nor on PATH")
-    return found
-
-
-def base_env(url: str, code: CodeTree = CURRENT) -> dict[str, str]:
-    """A worker's environment: the job modules (bench/workers), then ``code``'s setqueue and worker."""
-    env = code.env([str(WORKERS_DIR)])
-    env["BENCH_REDIS_URL"] = url
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-@dataclass
-class Command:
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path = REPO  # `python -m worker` imports worker/ from here
+sys.path.insert(0, str(WORKERS_DIR))  # the peers' producers import their job modules from there
+BIN = Path(sys.executable).parent  # the peers' console scripts: bench/.venv/bin
 
 
 @dataclass
 class System:
+    """``io_seconds``: the job's wait before its INCR (0: the one-INCR job); ``concurrency``: jobs at
+    once per worker process (None: the system's own default)."""
+
     name: str
     url: str
-    claim_batch: int = 100
-    state: dict[str, Any] = field(default_factory=dict)
-    concurrency: int | None = None  # jobs at once per worker process; None = the system's default
-    io_seconds: float = 0.0  # the job waits this long before its INCR (the I/O-bound matrix)
+    concurrency: int | None = None
+    io_seconds: float = 0.0
+    state: dict[str, Any] = field(default_factory=dict)  # clients and processes, made on first use
 
-    def __post_init__(self) -> None:
-        pass
+    def made(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self.state:
+            self.state[key] = make()
+        return self.state[key]
 
-    def tree(self) -> CodeTree:
-        """The setqueue code on the workers' path: this checkout's, except for a baseline."""
-        return CURRENT
-
-    def env(self) -> dict[str, str]:
-        """The workers' environment: the job's wait and, for peers configured from the
-        environment (arq, saq), the concurrency."""
-        env = base_env(self.url, self.tree())
+    def env(self, tree: CodeTree = CURRENT) -> dict[str, str]:
+        """A worker's environment: the job modules, ``tree``'s setqueue and worker, the job's settings."""
+        env = {**tree.env([str(WORKERS_DIR)]), "BENCH_REDIS_URL": self.url, "PYTHONUNBUFFERED": "1"}
         if self.io_seconds:
             env["BENCH_IO_SECONDS"] = repr(self.io_seconds)
         if self.concurrency is not None:
-            env["BENCH_CONCURRENCY"] = str(self.concurrency)
+            env["BENCH_CONCURRENCY"] = str(self.concurrency)  # arq and saq read it
         return env
 
-    # -- what the report says about the settings --------------------------------------------
-    def settings(self, workers: int | str) -> str:
-        raise NotImplementedError
+    package = ""  # the peer's distribution, whose version the settings name
+    enqueue_how = ""
+    default = 1  # jobs at once per worker process, by default
+    unit = ""
+
+    def describe(self) -> str:
+        """How its workers run (their command at W=2, as run) and how it enqueues, for the summary."""
+        cmds = self.commands(2)
+        argv = " ".join(cmds[0].argv).replace(f"{BIN}/", "").replace(f"{WORKERS_DIR}/", "").replace(self.url, "$URL")
+        how = f"({self.package} {version(self.package)}, {self.per_process()} jobs at once per process)"
+        return f"W=2: {len(cmds)} x `{argv}` {how}; enqueue: {self.enqueue_how}"
 
     def per_process(self) -> str:
-        """Jobs one worker process runs at once, for the report."""
-        return "1"
+        """Jobs one worker process runs at once."""
+        return f"{self.concurrency or self.default}{self.unit}" + ("" if self.concurrency else " (default)")
 
-    def enqueue_api(self) -> str:
-        raise NotImplementedError
-
-    # -- producers -----------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Start what the producer needs beyond a client before its enqueue is timed (a baseline's
-        producer process)."""
+        """Start what the producer needs before its enqueue is timed."""
 
-    def enqueue(self, args: list[str]) -> None:
+    def enqueue(self, ids: list[str]) -> None:
         raise NotImplementedError
 
-    def enqueue_one(self, arg: str) -> None:
-        self.enqueue([arg])
-
-    # -- workers ---------------------------------------------------------------------------------
     def commands(self, workers: int) -> list[Command]:
         raise NotImplementedError
 
-    # -- what the run records beyond the bench's own redis-server --------------------------------
     def queue_servers(self) -> dict[str, redis.Redis]:
-        """Redis servers that hold the queue when it is not on the bench's own server (a cluster's
-        nodes), by name: a throughput run records each one's CPU and commands."""
+        """Servers holding the queue besides the bench's own (a cluster's nodes): their CPU and
+        commands are recorded too."""
         return {}
 
     def after_drain(self) -> dict[str, Any]:
-        """What a throughput run adds to its result once the backlog is drained."""
+        """What a trial adds to its result once every job ran."""
         return {}
 
     def close(self) -> None:
-        pass
+        if "client" in self.state:
+            self.state.pop("client").close()
 
 
 @dataclass
 class SetQueue(System):
-    """setqueue's real worker service, from ``code``: this checkout, or a baseline worktree whose
-    producer runs in a process of its own (bench_sq_producer.py) and whose workers start in it."""
+    """setqueue's real worker service, `python -m worker`, run from ``code``: this checkout, or a
+    baseline worktree, whose Queue then runs in a producer process of that tree (bench_sq_producer.py)."""
 
-    asynchronous = False  # SetQueueAsync: JOB_HANDLER=bench_sq_handler:handle_async (an async def)
+    claim_batch: int = 100
+    asynchronous: bool = False  # JOB_HANDLER=bench_sq_handler:handle_async, an async def on one event loop
     code: CodeTree = CURRENT
+    queue: str = QUEUE
+    shards: int = 1  # QUEUE_SHARDS
+    wait_replicas: int = 0  # WAIT_REPLICAS: every write waits for that many replicas
 
-    def __post_init__(self) -> None:
-        if self.concurrency is None:
-            self.concurrency = 1  # one thread: what a user picks for CPU-trivial jobs
+    def worker_settings(self) -> dict[str, str]:
+        """The service's settings, as environment variables (JOB_HANDLER always explicit)."""
+        settings = {
+            "REDIS_URL": self.url,
+            "QUEUE_NAME": self.queue,
+            "JOB_HANDLER": "bench_sq_handler:handle" + ("_async" if self.asynchronous else ""),
+            "CONCURRENCY": str(self.concurrency or 1),
+            "CLAIM_BATCH": str(self.claim_batch),
+            "LOG_LEVEL": "WARNING",
+        }
+        if self.shards > 1 or self.wait_replicas:
+            settings.update(QUEUE_SHARDS=str(self.shards), WAIT_REPLICAS=str(self.wait_replicas))
+        return settings
 
-    def tree(self) -> CodeTree:
-        return self.code
-
-    def _queue(self) -> Any:
-        if "queue" not in self.state:
-            from setqueue import Queue
-
-            self.state["queue"] = Queue.from_url(self.url, name=QUEUE)
-        return self.state["queue"]
-
-    def _producer(self) -> subprocess.Popen[str]:
-        if "producer" not in self.state:
-            proc = subprocess.Popen(
-                [sys.executable, str(WORKERS_DIR / "bench_sq_producer.py"), QUEUE],
-                env=self.env(),
-                cwd=self.code.root,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert proc.stdout is not None
-            imported = json.loads(proc.stdout.readline() or "null")
-            if not imported or not Path(imported).resolve().is_relative_to(self.code.root):
-                proc.kill()
-                raise RuntimeError(f"{self.name}: the producer imported setqueue from {imported}, not {self.code.root}")
-            self.state["producer"] = proc
-        producer: subprocess.Popen[str] = self.state["producer"]
-        return producer
-
-    def runner(self) -> str:
-        return "python -m worker"
-
-    def handler(self) -> str:
-        return "bench_sq_handler:handle_async" if self.asynchronous else "bench_sq_handler:handle"
-
-    def settings(self, workers: int | str) -> str:
-        kind = "async def handler (one event loop)" if self.asynchronous else "plain handler (threads)"
-        return (
-            f"{workers} x `{self.runner()}`, JOB_HANDLER={self.handler()}, {kind}, CONCURRENCY={self.concurrency}, "
-            f"CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, lease renewal on (LEASE_SECONDS=30 default), "
-            "LOG_LEVEL=WARNING" + ("" if self.code.is_current else f"; code: {self.code.describe()}")
-        )
+    def describe(self) -> str:
+        settings = ", ".join(f"{k}={v}" for k, v in self.worker_settings().items() if k != "REDIS_URL")
+        tree = "" if self.code.is_current else f"; the code of {self.code.ref} ({self.code.sha[:12]})"
+        return f"W x `python -m worker`, {settings}, METRICS_PORT on; enqueue: open_queue().enqueue, 500 a call{tree}"
 
     def per_process(self) -> str:
-        return f"{self.concurrency} ({'async tasks' if self.asynchronous else 'threads'})"
+        return f"{self.concurrency or 1} ({'async tasks' if self.asynchronous else 'threads'})"
 
-    def enqueue_api(self) -> str:
-        if self.code.is_current:
-            return "Queue.enqueue(ids) (500 ids per script call)"
-        return (
-            f"Queue.enqueue(ids) of {self.code.label} (500 ids per script call), in a producer process of that "
-            "tree's code (bench_sq_producer.py; the ids reach it over a pipe)"
+    def client(self) -> Any:
+        from setqueue import open_queue
+
+        return self.made(
+            "client", lambda: open_queue(self.url, self.queue, shards=self.shards, wait_replicas=self.wait_replicas)
         )
 
     def prepare(self) -> None:
-        if not self.code.is_current:
-            self._producer()
+        """A baseline's Queue runs in a process of that tree's code, started before any timed enqueue."""
+        if not self.code.is_current and "producer" not in self.state:
+            argv = [sys.executable, str(WORKERS_DIR / "bench_sq_producer.py"), self.queue]
+            how: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+            self.state["producer"] = subprocess.Popen(argv, env=self.env(self.code), cwd=self.code.root, **how)
+            self.state["producer"].stdout.readline()  # it has imported setqueue: ready
 
-    def enqueue(self, args: list[str]) -> None:
+    def enqueue(self, ids: list[str]) -> None:
         if self.code.is_current:
-            self._queue().enqueue(args)
+            self.client().enqueue(ids)
             return
-        proc = self._producer()
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(args) + "\n")
+        self.prepare()
+        proc = self.state["producer"]
+        proc.stdin.write(json.dumps(ids) + "\n")
         proc.stdin.flush()
         if not proc.stdout.readline():
             raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
 
-    def worker_settings(self) -> dict[str, str]:
-        """The worker service's settings, as environment variables (METRICS_PORT aside: one per process)."""
-        return {
-            "REDIS_URL": self.url,
-            "QUEUE_NAME": QUEUE,
-            "JOB_HANDLER": self.handler(),
-            "CONCURRENCY": str(self.concurrency),
-            "CLAIM_BATCH": str(self.claim_batch),
-            "LOG_LEVEL": "WARNING",
-        }
-
     def commands(self, workers: int) -> list[Command]:
-        cmds = []
-        for _ in range(workers):
-            env = self.env()
-            env.update(self.worker_settings(), METRICS_PORT=str(free_port()))
-            cmds.append(Command([sys.executable, "-m", "worker"], env, cwd=self.code.root))
-        return cmds
+        env = {**self.env(self.code), **self.worker_settings()}
+        argv = [sys.executable, "-m", "worker"]
+        return [Command(argv, {**env, "METRICS_PORT": str(free_port())}, self.code.root) for _ in range(workers)]
 
     def close(self) -> None:
-        if "queue" in self.state:
-            self.state.pop("queue").close()
+        super().close()
         if "producer" in self.state:
             proc = self.state.pop("producer")
-            proc.stdin.close()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-class SetQueueAsync(SetQueue):
-    asynchronous = True
-
-
-@dataclass
-class ClusterSetQueue(SetQueue):
-    """setqueue's real worker service on a Redis Cluster (bench/cluster.py): ``url`` names one node,
-    queue ``queue`` has ``shards`` shards (QUEUE_SHARDS) and every write waits for ``wait_replicas``
-    replicas (WAIT_REPLICAS). The job's INCR goes to ``counter_url``, a Redis outside the cluster, so
-    that what the nodes do is the queue's work alone. ``nodes``: every node's port, ``masters``: the
-    masters' (flushed before each run)."""
-
-    counter_url: str = ""
-    queue: str = QUEUE
-    shards: int = 1
-    wait_replicas: int = 0
-    nodes: tuple[int, ...] = ()
-    masters: tuple[int, ...] = ()
-
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["BENCH_REDIS_URL"] = self.counter_url
-        return env
-
-    def worker_settings(self) -> dict[str, str]:
-        settings = super().worker_settings()
-        settings.update(QUEUE_NAME=self.queue, QUEUE_SHARDS=str(self.shards), WAIT_REPLICAS=str(self.wait_replicas))
-        return settings
-
-    def _queue(self) -> Any:
-        if "queue" not in self.state:
-            from setqueue import open_queue
-
-            self.state["queue"] = open_queue(self.url, self.queue, shards=self.shards, wait_replicas=self.wait_replicas)
-        return self.state["queue"]
-
-    def settings(self, workers: int | str) -> str:
-        return (
-            f"{workers} x `{self.runner()}` with REDIS_URL naming one node of the cluster, QUEUE_NAME={self.queue}, "
-            f"QUEUE_SHARDS={self.shards}, WAIT_REPLICAS={self.wait_replicas}, JOB_HANDLER={self.handler()}, "
-            f"CONCURRENCY={self.concurrency}, CLAIM_BATCH={self.claim_batch}, METRICS_PORT on, LOG_LEVEL=WARNING; "
-            "the job's INCR on a redis-server outside the cluster"
-        )
-
-    def enqueue_api(self) -> str:
-        how = "ShardedQueue.enqueue (500 ids per script call and shard)" if self.shards > 1 else "Queue.enqueue"
-        return f"{how}, wait_replicas={self.wait_replicas}"
-
-    def queue_servers(self) -> dict[str, redis.Redis]:
-        if "nodes" not in self.state:
-            self.state["nodes"] = {str(p): redis.Redis(port=p, decode_responses=True) for p in self.nodes}
-        servers: dict[str, redis.Redis] = self.state["nodes"]
-        return servers
-
-    def prepare(self) -> None:
-        super().prepare()
-        for port in self.masters:  # replicas follow their masters
-            self.queue_servers()[str(port)].flushall()
-
-    def after_drain(self) -> dict[str, Any]:
-        """Jobs done in each shard (done keeps every id: DONE_MAX_COUNT is 1,000,000)."""
-        stats = self._queue().stats()
-        return {"done_per_shard": [s["done"] for s in stats.get("shards", [stats])]}
-
-    def close(self) -> None:
-        for client in self.state.pop("nodes", {}).values():
-            client.close()
-        super().close()
+            proc.stdin.close()  # it exits at the end of its input
+            proc.wait(10)
 
 
 class Naive(System):
-    def _redis(self) -> redis.Redis:
-        if "r" not in self.state:
-            self.state["r"] = redis.Redis.from_url(self.url)
-        return self.state["r"]
+    """The seed design: one job per claim, each step its own round trip (workers/bench_naive_worker.py)."""
 
-    def settings(self, workers: int | str) -> str:
-        return (
-            f"{workers} x bench/workers/bench_naive_worker.py: SRANDMEMBER, SMOVE, SETEX, job, SMOVE, DEL "
-            "(one job per claim, each its own round trip), idle poll 1 ms"
-        )
+    package, enqueue_how = "redis", "SADD, 500 ids a call"
 
-    def enqueue_api(self) -> str:
-        return "SADD todos (500 ids per call)"
-
-    def enqueue(self, args: list[str]) -> None:
-        r = self._redis()
-        for i in range(0, len(args), 500):
-            r.sadd("naive:todos", *args[i : i + 500])
+    def enqueue(self, ids: list[str]) -> None:
+        r = self.made("client", lambda: redis.Redis.from_url(self.url))
+        for i in range(0, len(ids), 500):
+            r.sadd("naive:todos", *ids[i : i + 500])
 
     def commands(self, workers: int) -> list[Command]:
         return [Command([sys.executable, str(WORKERS_DIR / "bench_naive_worker.py")], self.env())] * workers
 
-    def close(self) -> None:
-        if "r" in self.state:
-            self.state.pop("r").close()
-
 
 class RQ(System):
-    worker_class = "rq.worker.Worker"
+    package, enqueue_how = "rq", "Queue.enqueue_many, 500 jobs a pipeline"
+    worker_class = "rq.worker.Worker"  # forks a work horse per job
 
-    def _queue(self) -> Any:
-        if "q" not in self.state:
-            from rq import Queue
-
-            self.state["q"] = Queue(QUEUE, connection=redis.Redis.from_url(self.url))
-        return self.state["q"]
-
-    def settings(self, workers: int | str) -> str:
-        import rq
-
-        return f"{workers} x `rq worker -w {self.worker_class} -q` (rq {rq.__version__}; defaults otherwise)"
-
-    def enqueue_api(self) -> str:
-        return "Queue.enqueue_many (500 jobs per pipeline)"
-
-    def enqueue(self, args: list[str]) -> None:
+    def enqueue(self, ids: list[str]) -> None:
+        from bench_common import run_job
         from rq import Queue
 
-        sys.path.insert(0, str(WORKERS_DIR))
-        from bench_rq_jobs import job
-
-        q = self._queue()
-        for i in range(0, len(args), 500):
+        q = self.made("queue", lambda: Queue(QUEUE, connection=redis.Redis.from_url(self.url)))
+        for i in range(0, len(ids), 500):
             with q.connection.pipeline() as pipe:
-                q.enqueue_many([Queue.prepare_data(job, (a,)) for a in args[i : i + 500]], pipeline=pipe)
+                q.enqueue_many([Queue.prepare_data(run_job, (a,)) for a in ids[i : i + 500]], pipeline=pipe)
                 pipe.execute()
 
-    def enqueue_one(self, arg: str) -> None:
-        sys.path.insert(0, str(WORKERS_DIR))
-        from bench_rq_jobs import job
-
-        self._queue().enqueue(job, arg)
-
     def commands(self, workers: int) -> list[Command]:
-        argv = [tool("rq"), "worker", "-u", self.url, "-w", self.worker_class, "-q", QUEUE]
+        argv = [str(BIN / "rq"), "worker", "-u", self.url, "-w", self.worker_class, "-q", QUEUE]
         return [Command(argv, self.env())] * workers
 
 
 class RQSimple(RQ):
-    worker_class = "rq.worker.SimpleWorker"
+    worker_class = "rq.worker.SimpleWorker"  # runs the job in the worker process, no fork
+
+
+def job_module(system: System, name: str) -> Any:
+    """A peer's job module made afresh on ``system``'s server: Dramatiq's broker and Celery's app connect
+    at import, to the BENCH_REDIS_URL of the moment, and each matrix has a server of its own."""
+    os.environ["BENCH_REDIS_URL"] = system.url
+    return system.made("module", lambda: importlib.reload(importlib.import_module(name)))
 
 
 class Dramatiq(System):
-    def _actor(self) -> Any:
-        if "actor" not in self.state:
-            os.environ["BENCH_REDIS_URL"] = self.url
-            sys.path.insert(0, str(WORKERS_DIR))
-            import bench_dramatiq_jobs
+    package, enqueue_how, default, unit = "dramatiq", "actor.send per job (no batch API)", 8, " threads"
 
-            self.state["actor"] = bench_dramatiq_jobs.job
-        return self.state["actor"]
-
-    def threads(self) -> int:
-        return self.concurrency or 8  # 8 is Dramatiq's default
-
-    def settings(self, workers: int | str) -> str:
-        import dramatiq
-
-        note = "8 threads is its default" if self.concurrency is None else "threads set to the shared concurrency"
-        return (
-            f"`dramatiq bench_dramatiq_jobs --processes {workers} --threads {self.threads()}` "
-            f"(dramatiq {dramatiq.__version__}; {note})"
-        )
-
-    def per_process(self) -> str:
-        return f"{self.threads()} threads" + (" (default)" if self.concurrency is None else "")
-
-    def enqueue_api(self) -> str:
-        return "actor.send per job (no batch API)"
-
-    def enqueue(self, args: list[str]) -> None:
-        actor = self._actor()
-        for a in args:
-            actor.send(a)
+    def enqueue(self, ids: list[str]) -> None:
+        actor = job_module(self, "bench_dramatiq_jobs").job
+        for job_id in ids:
+            actor.send(job_id)
 
     def commands(self, workers: int) -> list[Command]:
-        argv = [tool("dramatiq"), "bench_dramatiq_jobs", "--processes", str(workers), "--threads", str(self.threads())]
-        return [Command(argv, self.env())]
+        argv = [str(BIN / "dramatiq"), "bench_dramatiq_jobs", "--processes", str(workers)]
+        return [Command([*argv, "--threads", str(self.concurrency or self.default)], self.env())]
 
 
 class Celery(System):
-    def _task(self) -> Any:
-        if "task" not in self.state:
-            os.environ["BENCH_REDIS_URL"] = self.url
-            sys.path.insert(0, str(WORKERS_DIR))
-            import bench_celery_jobs
+    """At its defaults one worker with W prefork processes, the usual way to run it (prefetch x4, acks
+    early); at a concurrency, W worker processes of that many threads each, as setqueue's."""
 
-            self.state["task"] = bench_celery_jobs.job
-        return self.state["task"]
-
-    def settings(self, workers: int | str) -> str:
-        import celery
-
-        if self.concurrency is not None:
-            return (
-                f"{workers} x `celery worker -P threads -c {self.concurrency} -n bench<i>@%h` (celery "
-                f"{celery.__version__}; W worker processes with {self.concurrency} threads each, as setqueue's W "
-                "processes; every other setting default)"
-            )
-        return (
-            f"`celery worker -P prefork --concurrency {workers}` (celery {celery.__version__}; one worker with W "
-            "pool processes, the usual way to run it; prefetch multiplier 4, acks early, mingle/gossip/heartbeat "
-            "on: all defaults)"
-        )
+    package, enqueue_how = "celery", "task.apply_async per job, one producer"
 
     def per_process(self) -> str:
-        if self.concurrency is not None:
-            return f"{self.concurrency} threads"
-        return "1 (prefork: W pool processes, default)"
+        return f"{self.concurrency} threads" if self.concurrency else "1 (prefork: W processes, default)"
 
-    def enqueue_api(self) -> str:
-        return "task.apply_async per job on one producer"
-
-    def enqueue(self, args: list[str]) -> None:
-        task = self._task()
+    def enqueue(self, ids: list[str]) -> None:
+        task = job_module(self, "bench_celery_jobs").job
         with task.app.producer_or_acquire() as producer:
-            for a in args:
-                task.apply_async((a,), producer=producer)
-
-    def enqueue_one(self, arg: str) -> None:
-        self._task().apply_async((arg,))
+            for job_id in ids:
+                task.apply_async((job_id,), producer=producer)
 
     def commands(self, workers: int) -> list[Command]:
-        base = [tool("celery"), "-A", "bench_celery_jobs", "worker", "-l", "WARNING", "-Q", QUEUE]
-        if self.concurrency is not None:
-            pool = ["-P", "threads", "-c", str(self.concurrency)]
-            return [Command([*base, *pool, "-n", f"bench{i}@%h"], self.env()) for i in range(workers)]
+        base = [str(BIN / "celery"), "-A", "bench_celery_jobs", "worker", "-l", "WARNING", "-Q", QUEUE]
+        if self.concurrency:
+            threads = ["-P", "threads", "-c", str(self.concurrency)]
+            return [Command([*base, *threads, "-n", f"bench{i}@%h"], self.env()) for i in range(workers)]
         return [Command([*base, "-P", "prefork", "--concurrency", str(workers)], self.env())]
 
 
-class Arq(System):
-    def _loop_pool(self) -> tuple[asyncio.AbstractEventLoop, Any]:
-        if "pool" not in self.state:
-            from arq import create_pool
-            from arq.connections import RedisSettings
+class AsyncPeer(System):
+    """arq and saq: asyncio workers (10 jobs at once by default), enqueued 50 calls at a time."""
 
-            loop = asyncio.new_event_loop()
-            self.state["loop"] = loop
-            self.state["pool"] = loop.run_until_complete(create_pool(RedisSettings.from_dsn(self.url)))
-        return self.state["loop"], self.state["pool"]
-
-    def settings(self, workers: int | str) -> str:
-        import arq.version
-
-        if self.concurrency is not None:
-            return (
-                f"{workers} x `arq bench_arq_jobs.WorkerSettings` (arq {arq.version.VERSION}; "
-                f"max_jobs={self.concurrency}, defaults otherwise: poll_delay 0.5 s)"
-            )
-        return (
-            f"{workers} x `arq bench_arq_jobs.WorkerSettings` "
-            f"(arq {arq.version.VERSION}; defaults: max_jobs 10, poll_delay 0.5 s)"
-        )
-
-    def per_process(self) -> str:
-        return f"{self.concurrency} (max_jobs)" if self.concurrency is not None else "10 (max_jobs default)"
-
-    def enqueue_api(self) -> str:
-        return "pool.enqueue_job, 50 concurrent calls at a time"
-
-    def enqueue(self, args: list[str]) -> None:
-        loop, pool = self._loop_pool()
-
-        async def go() -> None:
-            for i in range(0, len(args), 50):
-                await asyncio.gather(*(pool.enqueue_job("job", a) for a in args[i : i + 50]))
-
-        loop.run_until_complete(go())
+    default, enqueue_how = 10, "one call per job, 50 at a time"
+    worker: tuple[str, ...] = ()  # the worker's command line, after the console script
 
     def commands(self, workers: int) -> list[Command]:
-        return [Command([tool("arq"), "bench_arq_jobs.WorkerSettings"], self.env())] * workers
+        return [Command([str(BIN / self.package), *self.worker], self.env())] * workers
+
+    async def connect(self) -> Any:
+        raise NotImplementedError
+
+    async def send(self, client: Any, job_id: str) -> None:
+        raise NotImplementedError
+
+    def enqueue(self, ids: list[str]) -> None:
+        loop = self.made("loop", asyncio.new_event_loop)
+        client = self.made("peer", lambda: loop.run_until_complete(self.connect()))
+
+        async def send_all() -> None:
+            for i in range(0, len(ids), 50):
+                await asyncio.gather(*(self.send(client, a) for a in ids[i : i + 50]))
+
+        loop.run_until_complete(send_all())
 
     def close(self) -> None:
-        if "pool" in self.state:
-            loop, pool = self.state.pop("loop"), self.state.pop("pool")
-            loop.run_until_complete(pool.aclose())
-            loop.close()
+        if "peer" in self.state:
+            client = self.state.pop("peer")
+            self.state["loop"].run_until_complete(client.aclose() if hasattr(client, "aclose") else client.disconnect())
+            self.state.pop("loop").close()
 
 
-class Saq(System):
-    """saq, the asyncio peer: W x `saq bench_saq_jobs.settings` (one worker per process)."""
+class Arq(AsyncPeer):
+    package, worker = "arq", ("bench_arq_jobs.WorkerSettings",)  # max_jobs=BENCH_CONCURRENCY when set
 
-    def _loop_queue(self) -> tuple[asyncio.AbstractEventLoop, Any]:
-        if "queue" not in self.state:
-            from saq import Queue
+    async def connect(self) -> Any:
+        from arq import create_pool
+        from arq.connections import RedisSettings
 
-            loop = asyncio.new_event_loop()
-            self.state["loop"] = loop
-            self.state["queue"] = Queue.from_url(self.url, name=QUEUE)
-            loop.run_until_complete(self.state["queue"].connect())
-        return self.state["loop"], self.state["queue"]
+        return await create_pool(RedisSettings.from_dsn(self.url))
 
-    def settings(self, workers: int | str) -> str:
-        from importlib.metadata import version
-
-        conc = "concurrency 10 (its default)" if self.concurrency is None else f"concurrency={self.concurrency}"
-        return f"{workers} x `saq bench_saq_jobs.settings` (saq {version('saq')}; {conc}, defaults otherwise)"
-
-    def per_process(self) -> str:
-        return f"{self.concurrency}" if self.concurrency is not None else "10 (default)"
-
-    def enqueue_api(self) -> str:
-        return "queue.enqueue per job, 50 concurrent calls at a time (no batch API)"
-
-    def enqueue(self, args: list[str]) -> None:
-        loop, queue = self._loop_queue()
-
-        async def go() -> None:
-            for i in range(0, len(args), 50):
-                await asyncio.gather(*(queue.enqueue("job", arg=a) for a in args[i : i + 50]))
-
-        loop.run_until_complete(go())
-
-    def commands(self, workers: int) -> list[Command]:
-        return [Command([tool("saq"), "bench_saq_jobs.settings", "--quiet"], self.env())] * workers
-
-    def close(self) -> None:
-        if "queue" in self.state:
-            loop, queue = self.state.pop("loop"), self.state.pop("queue")
-            loop.run_until_complete(queue.disconnect())
-            loop.close()
+    async def send(self, client: Any, job_id: str) -> None:
+        await client.enqueue_job("job", job_id)
 
 
-SYSTEMS: dict[str, type[System]] = {
-    "setqueue": SetQueue,
-    "setqueue-async": SetQueueAsync,
-    "naive": Naive,
-    "rq": RQ,
-    "rq-simple": RQSimple,
-    "dramatiq": Dramatiq,
-    "celery": Celery,
-    "arq": Arq,
-    "saq": Saq,
-}
-PEERS = ("rq", "rq-simple", "dramatiq", "celery", "arq", "saq")
+class Saq(AsyncPeer):
+    package, worker = "saq", ("bench_saq_jobs.settings", "--quiet")  # concurrency=BENCH_CONCURRENCY when set
+
+    async def connect(self) -> Any:
+        from saq import Queue
+
+        queue = Queue.from_url(self.url, name=QUEUE)
+        await queue.connect()
+        return queue
+
+    async def send(self, client: Any, job_id: str) -> None:
+        await client.enqueue("job", arg=job_id)
+
+
+PEERS: dict[str, type[System]] = {"naive": Naive, "rq": RQ, "rq-simple": RQSimple, "dramatiq": Dramatiq}
+PEERS |= {"celery": Celery, "arq": Arq, "saq": Saq}

@@ -1,14 +1,14 @@
-"""The benchmark script runs end to end on a tiny workload: setqueue and the naive reference only,
-so the peers (rq, dramatiq, celery, arq, saq) need not be installed. Both matrices run: the
-CPU-trivial one (setqueue, naive) and the I/O-bound one (setqueue's threaded and async handlers).
-No timing is asserted. The cluster matrix runs on its own, on a tiny workload too."""
-
-from __future__ import annotations
+"""The benchmark runs end to end on tiny workloads, into a temporary output and summaries folder: every
+matrix and a --baseline run, with setqueue and the naive reference only, so the peers (rq, dramatiq,
+celery, arq, saq) need not be installed. Every trial must run every job exactly once; no timing is
+asserted."""
 
 import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,65 +17,103 @@ from tests.support import REPO_ROOT, need
 JOBS = 200
 
 
-@pytest.mark.slow
-def test_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    if not shutil.which("redis-server"):
-        need("redis-server", "the benchmark starts its own")
-    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--jobs", str(JOBS), "--io-jobs", str(JOBS)]
-    cmd += ["--workers", "1", "--io-max-seconds", "60"]
-    cmd += ["--systems", "setqueue,naive", "--latency-jobs", "10", "--no-ceiling", "--out", str(tmp_path)]
-    cmd += ["--due-jobs", "50"]  # scheduled jobs: due time -> start
-    cmd += ["--max-seconds", "60", "--trials", "2", "--cell-seconds", "60"]  # two trials per cell, both checked
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "latest.md").is_file()
-    assert "50/50 ran" in (tmp_path / "due-latency.md").read_text()
-    data = json.loads((tmp_path / "latest.json").read_text())
-    assert sorted((r["matrix"], r["system"], r["trial"]) for r in data["runs"]) == [
-        ("cpu", "naive", 0),
-        ("cpu", "naive", 1),
-        ("cpu", "setqueue", 0),
-        ("cpu", "setqueue", 1),
-        ("io", "setqueue-async", 0),
-        ("io", "setqueue-async", 1),
-        ("io", "setqueue-threads", 0),
-        ("io", "setqueue-threads", 1),
-    ]
-    for run in data["runs"]:
-        assert run["complete"], run
-        assert run["executed"] == JOBS and run["missing"] == 0 and run["duplicates"] == 0, run
-    assert {lat["system"] for lat in data["latency"]} == {"setqueue", "naive", "setqueue-threads", "setqueue-async"}
-    assert all(lat.get("ran") == 10 for lat in data["latency"]), data["latency"]
-
-
-@pytest.mark.slow
-def test_the_cluster_bench_runs_and_every_job_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`--matrix cluster` on a tiny workload: a 3-master cluster, one and three shards, each with and without
-    WAIT_REPLICAS=1, one trial each."""
+def bench(tmp_path: Path, *args: str) -> None:
     for binary in ("redis-server", "redis-cli"):
         if not shutil.which(binary):
-            need(binary, "the cluster benchmark starts its own cluster")
-    cmd = [
-        sys.executable,
-        str(REPO_ROOT / "bench" / "run.py"),
-        "--matrix",
-        "cluster",
-        "--shards",
-        "1,3",
-        "--wait-replicas",
-        "0,1",
-    ]
-    # Enough jobs that the drain spans many samples (5 ms apart), whatever the load: the per-node figures
-    # are measured from the first job executed to the last, and 200 can all be done within one sample.
-    jobs = 2000
-    cmd += ["--cluster-jobs", str(jobs), "--cluster-trials", "1", "--max-seconds", "60", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+            need(binary, "the benchmark starts its own servers")
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--out", str(tmp_path / "out")]
+    cmd += ["--summaries", str(tmp_path / "docs"), "--systems", "setqueue,naive", "--workers", "1", *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=500, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads((tmp_path / "cluster.json").read_text())
+
+
+def raw(tmp_path: Path, name: str) -> dict[str, Any]:
+    """The raw data of measurement ``name`` (one run: one dated folder under --out)."""
+    [found] = (tmp_path / "out").glob(f"*/{name}.json")
+    data: dict[str, Any] = json.loads(found.read_text())
+    return data
+
+
+def summary(tmp_path: Path, name: str) -> str:
+    return (tmp_path / "docs" / f"{name}.md").read_text()
+
+
+def assert_exactly_once(runs: list[dict[str, Any]], jobs: int) -> None:
+    for run in runs:
+        assert run["complete"] and run["executed"] == jobs and not run["duplicates"] and not run["missing"], run
+
+
+@pytest.mark.slow
+def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None:
+    bench(
+        tmp_path,
+        *("--matrix", "cpu,io,due", "--jobs", str(JOBS), "--io-jobs", str(JOBS), "--due-jobs", "50"),
+        *("--latency-jobs", "10", "--bare-seconds", "1.5", "--max-seconds", "60", "--io-max-seconds", "60"),
+        *("--trials", "2", "--cell-seconds", "60", "--io-cell-seconds", "60"),  # two trials per cell, both checked
+    )
+    cpu, io = raw(tmp_path, "cpu"), raw(tmp_path, "io")
+    assert sorted((r["system"], r["trial"]) for r in cpu["runs"]) == [
+        ("naive", 0),
+        ("naive", 1),
+        ("setqueue", 0),
+        ("setqueue", 1),
+    ]
+    assert sorted((r["system"], r["trial"]) for r in io["runs"]) == [
+        ("setqueue-async", 0),
+        ("setqueue-async", 1),
+        ("setqueue-threads", 0),
+        ("setqueue-threads", 1),
+    ]
+    assert_exactly_once(cpu["runs"] + io["runs"], JOBS)
+    assert [lat["ran"] for lat in cpu["latency"] + io["latency"]] == [10, 10, 10, 10]
+    assert set(cpu["bare_loop"]) == {"INCR loop"} and set(io["bare_loop"]) == {"async", "threads"}
+    assert "## Throughput and cost per job" in summary(tmp_path, "cpu") and "setqueue-async" in summary(tmp_path, "io")
+    assert "50/50 ran" in summary(tmp_path, "due")
+
+
+@pytest.mark.slow
+def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(tmp_path: Path) -> None:
+    """--baseline HEAD: the twin runs the commit's code from a worktree in bench/.baseline/ (removed after
+    the test unless it was there before: each is registered with the repository's git)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    worktree = REPO_ROOT / "bench" / ".baseline" / head.stdout.strip()
+    made_here = not worktree.exists()
+    try:
+        bench(
+            tmp_path,
+            *("--matrix", "cpu", "--systems", "setqueue", "--baseline", "HEAD", "--memory-jobs", "500"),
+            *("--jobs", str(JOBS), "--trials", "2", "--cell-seconds", "60", "--max-seconds", "60"),
+            *("--latency-jobs", "0", "--bare-seconds", "0"),
+        )
+    finally:
+        if made_here and worktree.exists():
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, check=False)
+    cpu, memory = raw(tmp_path, "cpu"), raw(tmp_path, "memory")
+    twin = "setqueue@" + cpu["baseline"]["label"]
+    assert [r["system"] for r in cpu["runs"]] == ["setqueue", twin, "setqueue", twin]  # turn by turn
+    assert_exactly_once(cpu["runs"], JOBS)
+    assert [m["tree"] for m in memory["trees"]] == ["setqueue", twin]
+    assert all(m["acked"] == 500 for m in memory["trees"])
+    assert f"## Before and after: this checkout against HEAD ({cpu['baseline']['sha'][:12]})" in summary(
+        tmp_path, "cpu"
+    )
+
+
+@pytest.mark.slow
+def test_the_cluster_matrix(tmp_path: Path) -> None:
+    """A 3-master cluster, one and three shards, each with and without WAIT_REPLICAS=1, one trial each. Enough
+    jobs that the drain spans many samples (5 ms apart) whatever the load: the per-node figures are measured
+    from the first job executed to the last, and 200 can all be done within one sample."""
+    jobs = 2000
+    bench(
+        tmp_path,
+        *("--matrix", "cluster", "--shards", "1,3", "--wait-replicas", "0,1", "--max-seconds", "60"),
+        *("--cluster-jobs", str(jobs), "--cluster-trials", "1"),
+    )
+    data = raw(tmp_path, "cluster")
     assert [r["system"] for r in data["runs"]] == ["shards=1", "shards=1 wait=1", "shards=3", "shards=3 wait=1"]
-    for run in data["runs"]:
-        assert run["complete"] and run["executed"] == jobs and not run["duplicates"], run
-        assert len(run["nodes"]) == 6 and sum(run["done_per_shard"]) == jobs, run
-    report = (tmp_path / "cluster.md").read_text()
-    assert "shards=3: Redis commands per master within 10% of an even split" in report
-    assert "## Projection: what N masters give" in report and "## The cost of WAIT_REPLICAS" in report
+    assert_exactly_once(data["runs"], jobs)
+    assert all(len(r["nodes"]) == 6 and sum(r["done_per_shard"]) == jobs for r in data["runs"])
+    text = summary(tmp_path, "cluster")
+    assert "- shards=3: commands and jobs per master within 10% of an even split" in text
+    assert "## Projection: what N masters give" in text and "## The cost of WAIT_REPLICAS" in text

@@ -1,8 +1,6 @@
 """arq worker with its default settings (max_jobs 10, poll_delay 0.5 s, results kept), or with
 max_jobs=BENCH_CONCURRENCY when that is set (the I/O matrix's equal-concurrency runs)."""
 
-from __future__ import annotations
-
 import os
 from typing import Any, ClassVar
 

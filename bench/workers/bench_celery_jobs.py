@@ -1,7 +1,5 @@
 """Celery app on the Redis broker, no result backend, defaults otherwise (acks early, prefetch 4)."""
 
-from __future__ import annotations
-
 import os
 from typing import Any
 

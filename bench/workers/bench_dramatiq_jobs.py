@@ -1,7 +1,5 @@
 """Dramatiq actor on the Redis broker, all defaults (middleware, retries, prefetch)."""
 
-from __future__ import annotations
-
 import os
 from typing import Any
 

@@ -1,8 +1,5 @@
-"""saq worker settings (`saq bench_saq_jobs.settings`): its defaults (concurrency 10), or
-concurrency=BENCH_CONCURRENCY when that is set (the I/O matrix's equal-concurrency runs).
-The job's INCR goes through the worker's own queue connection (redis.asyncio), as arq's does."""
-
-from __future__ import annotations
+"""saq's settings (`saq bench_saq_jobs.settings`): its defaults, or concurrency=BENCH_CONCURRENCY when
+set. The job's INCR goes through the worker's own connection (redis.asyncio), as arq's does."""
 
 import os
 from typing import Any

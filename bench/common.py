@@ -1,0 +1,200 @@
+"""What every measurement shares: code trees, a redis-server, worker processes, CPU readings.
+
+Importing this module puts this checkout's shared/ and root first on sys.path, so the bench
+measures the setqueue and worker/ it sits beside even when the venv has another checkout
+installed editable (the editable finder comes after sys.path).
+"""
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path[:0] = [str(REPO / "shared"), str(REPO)]
+from tests.support import RedisServer  # noqa: E402  (the tests' real redis-server, from this checkout)
+
+WORKERS_DIR = BENCH / "workers"  # the job modules every system's workers import
+QUEUE = "bench"
+COUNTER = "bench:counter"  # every job INCRs it once: counter == jobs means each ran exactly once
+LATENCY = "bench:latency"  # a latency job's start time, by job id
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def wait_until(done: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``done`` every 10 ms until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+@dataclass(frozen=True)
+class CodeTree:
+    """A copy of the project whose shared/setqueue and worker/ a system runs: this checkout, or with
+    --baseline REF a git worktree of REF in bench/.baseline/<sha> (gitignored, reused)."""
+
+    root: Path
+    label: str = ""  # "" for this checkout; the baseline's short sha otherwise
+    ref: str = ""
+    sha: str = ""
+
+    @property
+    def is_current(self) -> bool:
+        return self.root == REPO
+
+    def suffix(self) -> str:
+        """What a system running this tree is called after: setqueue@762146c."""
+        return f"@{self.label}" if self.label else ""
+
+    def env(self, extra_path: Iterable[str] = ()) -> dict[str, str]:
+        """An environment whose Python finds ``extra_path``, then this tree's setqueue and worker."""
+        paths = [*extra_path, str(self.root / "shared"), str(self.root), os.environ.get("PYTHONPATH", "")]
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(paths).rstrip(os.pathsep)}
+
+    def as_dict(self) -> dict[str, str]:
+        return {"root": str(self.root), "label": self.label, "ref": self.ref, "sha": self.sha}
+
+
+CURRENT = CodeTree(REPO)
+
+
+def checkout_state() -> dict[str, Any]:
+    """This checkout's commit and whether its setqueue or worker code differs from it."""
+    return {"head": git("rev-parse", "HEAD"), "code_changed": bool(git("status", "--porcelain", "shared", "worker"))}
+
+
+def worktree(ref: str) -> CodeTree:
+    """``ref`` in bench/.baseline/<sha>: made on first use, reused once checked to be clean and at ``ref``,
+    and checked to be what a worker started there imports."""
+    sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    path = BENCH / ".baseline" / sha
+    if not path.exists():  # --force: only so that a worktree whose directory was deleted can be made again
+        git("worktree", "add", "--detach", "--force", "--quiet", str(path), sha)
+    if git("rev-parse", "HEAD", cwd=path) != sha or git("status", "--porcelain", cwd=path):
+        raise SystemExit(f"{path} is not a clean worktree at {sha}: remove it and run again")
+    tree = CodeTree(path, label=git("rev-parse", "--short", sha), ref=ref, sha=sha)
+    probe = "import json, setqueue, worker; print(json.dumps([setqueue.__file__, worker.__file__]))"
+    # From the tree's root, as a worker starts: the working directory comes first on sys.path.
+    proc = subprocess.run([sys.executable, "-c", probe], env=tree.env(), cwd=path, capture_output=True, check=False)
+    if proc.returncode != 0 or not all(Path(f).resolve().is_relative_to(path) for f in json.loads(proc.stdout)):
+        raise SystemExit(f"{path}: a worker there would not run that tree's code:\n{proc.stdout!r}{proc.stderr!r}")
+    return tree
+
+
+@dataclass
+class Context:
+    """One run of the bench: where its raw data goes, and the baseline it compares with."""
+
+    out: Path  # bench/out/<date-time>/
+    baseline: CodeTree | None
+
+    def logs(self, name: str) -> Path:
+        path = self.out / "logs" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class Server(RedisServer):
+    """A redis-server of the bench's own (loopback, persistence off), with a client and the job counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start()
+        self.r = redis.Redis(port=self.port, decode_responses=True)
+        self.version = str(self.r.info("server")["redis_version"])
+
+    def counter(self) -> int:
+        return int(self.r.get(COUNTER) or 0)
+
+    def close(self) -> None:
+        self.r.close()
+        self.cleanup()
+
+
+@dataclass
+class Command:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path = REPO  # `python -m worker` imports worker/ from here
+
+
+class Workers:
+    """A system's worker processes, each in a session of its own so that stop() ends their children."""
+
+    def __init__(self, commands: list[Command], logdir: Path, label: str) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for i, cmd in enumerate(commands):
+            with open(logdir / f"{label}-{i}.log", "ab") as logf:
+                how: dict[str, Any] = {"stdout": logf, "stderr": subprocess.STDOUT, "start_new_session": True}
+                self.procs.append(subprocess.Popen(cmd.argv, env=cmd.env, cwd=cmd.cwd, **how))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # KILL: whatever is left of each group after 5 s
+            for p in self.procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, sig)
+            deadline = time.monotonic() + 5
+            for p in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(max(0.1, deadline - time.monotonic()))
+
+
+def machine() -> dict[str, Any]:
+    """The machine now: load average and CPU ticks (steal: time the hypervisor gave to others)."""
+    ticks = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "platform": f"{platform.machine()}, Linux {platform.release()}, Python {platform.python_version()}",
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "cpu_ticks": dict(zip(names, (int(f) for f in ticks), strict=False)),
+    }
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def pct(sorted_values: list[float], p: float) -> float:
+    """The p-th percentile of sorted values, interpolated."""
+    k = (len(sorted_values) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def fmt(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"

@@ -1,0 +1,43 @@
+"""The job with no queue at all: BENCH_CONCURRENCY loops (default 1) in this process, each running
+the job's body (wait BENCH_IO_SECONDS if set, then one INCR) again and again for BENCH_SECONDS, as
+asyncio tasks on one event loop (BENCH_IO_MODE=async) or as threads. No worker running this job
+can beat it on this machine."""
+
+import asyncio
+import os
+import threading
+import time
+
+from bench_common import COUNTER, IO_SECONDS, client
+
+LOOPS = int(os.environ.get("BENCH_CONCURRENCY") or 1)
+END = time.monotonic() + float(os.environ.get("BENCH_SECONDS", "3"))
+
+
+async def task() -> None:
+    while time.monotonic() < END:
+        if IO_SECONDS:
+            await asyncio.sleep(IO_SECONDS)
+        await client(asynchronous=True).incr(COUNTER)
+
+
+async def tasks() -> None:
+    await asyncio.gather(*(task() for _ in range(LOOPS)))
+
+
+def loop() -> None:
+    while time.monotonic() < END:
+        if IO_SECONDS:
+            time.sleep(IO_SECONDS)
+        client().incr(COUNTER)
+
+
+if __name__ == "__main__":
+    if os.environ.get("BENCH_IO_MODE") == "async":
+        asyncio.run(tasks())
+    else:
+        threads = [threading.Thread(target=loop) for _ in range(LOOPS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
