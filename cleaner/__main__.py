@@ -1,5 +1,5 @@
 """`python -m cleaner` (or `setqueue-cleaner`): the cleaner service. Settings come from the environment
-(see the README's configuration table)."""
+(``--help`` lists them; docs/reference.md explains them)."""
 
 from cleaner.service import CleanerService
 from setqueue.runtime.service import main as run_service

@@ -1,5 +1,5 @@
 """`python -m creator` (or `setqueue-creator`): the creator service. Settings come from the environment
-(see the README's configuration table)."""
+(``--help`` lists them; docs/reference.md explains them)."""
 
 from creator.service import CreatorService
 from setqueue.runtime.service import main as run_service

@@ -24,12 +24,6 @@ README_MAX_LINES = 350
 
 # Link targets another change is about to add (the benchmark results): a link to one of these may
 # point at nothing until it lands. Remove an entry once its file exists.
-EXPECTED_SOON = {
-    "docs/benchmarks",
-    "docs/benchmarks/cpu.md",
-    "docs/benchmarks/io.md",
-    "docs/benchmarks/cluster.md",
-}
 
 # [text](target) and ![alt](target), target up to the first space or closing parenthesis.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -201,9 +195,6 @@ def test_every_relative_link_points_at_a_file_or_folder() -> None:
     for page in [README_PATH, *DOCS]:
         for target in _relative_links(page):
             resolved = (page.parent / target).resolve()
-            name = resolved.relative_to(REPO_ROOT).as_posix() if resolved.is_relative_to(REPO_ROOT) else target
-            if name.rstrip("/") in EXPECTED_SOON and not resolved.exists():
-                continue
             assert resolved.exists(), f"{page.relative_to(REPO_ROOT)} links to {target}, which does not exist"
             checked += 1
     assert checked >= 20

@@ -1,5 +1,5 @@
 """`python -m worker` (or `setqueue-worker`): the worker service. Settings come from the environment
-(see the README's configuration table)."""
+(``--help`` lists them; docs/reference.md explains them)."""
 
 from setqueue.runtime.service import main as run_service
 from setqueue.runtime.settings import WorkerSettings

@@ -61,6 +61,27 @@ FETCH_METRICS = "import urllib.request; print(urllib.request.urlopen('http://127
 AUDIT_GAUGES = ("lost", "in_two_states", "unexplained_duplicates")
 
 
+# The end of every summary: what the verdict rests on.
+HOW_THE_AUDIT_KNOWS = """## How the audit knows
+
+With `AUDIT=true` (`shared/setqueue/runtime/audit.py`), right after each enqueue the creator records
+how far it got (`audit:created`: prefix → n, its ids being `<prefix>-1` … `<prefix>-n`; a creator
+dying between the two leaves ids unaudited, never falsely lost).
+The demo handler records every run, success or failure, once per claim; the cleaner records the jobs
+whose lease it found lost, and a worker the jobs it hands back still running at the end of its
+shutdown grace.
+Every `AUDIT_INTERVAL` the cleaner checks every created id, 500 at a time in one `MULTI`: in exactly
+one state, and no more successful runs than 1 + its lost leases; its findings are the
+`setqueue_audit_*` gauges and the dashboard's *Nothing lost* row.
+`python -m setqueue.runtime.audit` takes one audit. Before each Redis SIGKILL the run writes a probe
+and checks after the restart that it survived: with `appendfsync everysec`, a lost write would show
+as a **lost** id (an enqueue) or an **unexplained duplicate** (a claim).
+`scripts/chaos --minutes 10` runs it again (about 13 minutes; a 75-second run is one of the compose
+tests): it exits 1 if a job was lost, in two states, or ran successfully twice without a lost lease
+to explain it.
+"""
+
+
 @dataclass(frozen=True)
 class Plan:
     """What to run: how long, how hard, with which seed."""
@@ -220,6 +241,7 @@ class Verdict:
             "",
             "</details>",
             "",
+            HOW_THE_AUDIT_KNOWS,
         ]
         return "\n".join(lines)
 

@@ -57,7 +57,7 @@ def queue_default(option: str) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its type, default (as text, as in the README), bounds and use.
+    """One environment variable: its type, default (as text, as in docs/reference.md), bounds and use.
 
     The settings dataclasses below take their fields from this table (field = name in lower
     case); ``Queue``, the CLI and the tests take their defaults from it through ``default()``."""
