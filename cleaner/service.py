@@ -14,8 +14,9 @@ import time
 from setqueue.interface import JobQueue
 from setqueue.keys import STATES
 from setqueue.runtime.audit import Auditor, AuditPass, AuditRecorder
+from setqueue.runtime.logs import plural
 from setqueue.runtime.metrics import CleanerMetrics, new_registry
-from setqueue.runtime.periodic import due_runs, parse_schedules, redis_now
+from setqueue.runtime.periodic import due_runs, parse_schedules, redis_now, register, registered
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import CleanerSettings, SettingError
 
@@ -49,8 +50,11 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         if settings.audit and single is None:
             self.close()
             raise SettingError("AUDIT", "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
-        self.schedules = schedules
-        self.periodic_home = first[0]  # QUEUE_NAME's first queue, unsharded
+        self.schedules = schedules  # SCHEDULES: registered with the queue at the first round
+        # QUEUE_NAME's first queue, unsharded: where the schedules in force and their runs live.
+        self.periodic_home = first[0] if len(first) == 1 else None
+        self._registered = not schedules
+        self._problems_said: set[str] = set()
         self._priorities_seen: dict[str, set[int]] = {q.name: {0} for q in self.served}
         self.audit_log: AuditRecorder | None = None
         self.auditor: Auditor | None = None
@@ -111,24 +115,34 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         self.metrics.done_trimmed.labels(queue.name).inc(trimmed)
         if requeued or dead:
             self.log.info(
-                "sweep of %s: requeued %d jobs whose lease expired, dead-lettered %d, dropped %d old ids from done",
+                "sweep of %s: requeued %s whose lease expired, dead-lettered %d, dropped %s from done",
                 queue.name,
-                requeued,
+                plural(requeued, "job"),
                 dead,
-                trimmed,
+                plural(trimmed, "old id"),
             )
         elif trimmed:
             self.log.debug("sweep: dropped %d old ids from done", trimmed)
 
     def create_periodic_runs(self, now: float | None = None) -> list[str]:
-        """Enqueue the run of each schedule's latest slot at or before ``now`` (default: the Redis
-        clock) unless it (or a later one) was created already, by this cleaner or another. Returns
-        the run ids this call created."""
-        if not self.schedules:
+        """Enqueue the run of each registered schedule's latest slot at or before ``now`` (default:
+        the Redis clock) unless it (or a later one) was created already, by this cleaner or another.
+        SCHEDULES is registered first, once. Returns the run ids this call created."""
+        home = self.periodic_home
+        if home is None:
+            return []
+        if not self._registered:
+            self.retry(lambda: register(home, self.schedules), "periodic")
+            self._registered = True
+        schedules, problems = self.retry(lambda: registered(home), "periodic")
+        for problem in set(problems) - self._problems_said:
+            self.log.warning("%s", problem)
+            self._problems_said.add(problem)
+        if not schedules:
             return []
         at = now if now is not None else self.retry(lambda: redis_now(self.queue.redis), "time")
-        runs = due_runs(self.schedules, at)
-        made, first_seen = self.retry(lambda: self.periodic_home.create_periodic_runs(runs), "periodic")
+        runs = due_runs(schedules, at)
+        made, first_seen = self.retry(lambda: home.create_periodic_runs(runs), "periodic")
         run_ids = {name: run_id for name, _, run_id, _ in runs}
         created = [run_ids[name] for name in made]
         for name in made:

@@ -20,6 +20,7 @@ from typing import TextIO
 
 from setqueue.interface import JobQueue
 from setqueue.runtime.audit import AuditRecorder
+from setqueue.runtime.logs import plural
 from setqueue.runtime.metrics import CreatorMetrics, new_registry
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import CreatorSettings, SettingError
@@ -101,7 +102,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
                 if batch:
                     self._send(batch)
         except Stopping:
-            self.log.warning("stopped during a Redis outage: %d ids read were not enqueued", len(batch))
+            self.log.warning("stopped during a Redis outage: %s read were not enqueued", plural(len(batch), "id"))
         elapsed = time.monotonic() - started
         self.log.info(
             "created %d new jobs (%d duplicates) from %d ids in %.1fs",

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.service import load_settings
 from setqueue.runtime.settings import (
+    DEMO_HANDLER,
     SETTINGS,
     CleanerSettings,
     CommonSettings,
@@ -75,7 +76,8 @@ def test_any_value_of_any_setting_parses_or_is_one_line_naming_it(setting: Setti
     value = safe(setting, value)
     for service in readers(setting):
         stderr = io.StringIO()
-        loaded = load_settings(SERVICE_SETTINGS[service], service, {setting.name: value}, stderr=stderr)
+        env = {"JOB_HANDLER": DEMO_HANDLER, setting.name: value}  # a worker needs its handler named
+        loaded = load_settings(SERVICE_SETTINGS[service], service, env, stderr=stderr)
         lines = stderr.getvalue().splitlines()
         if loaded is None:
             assert len(lines) == 1 and setting.name in lines[0], (service, value, lines)

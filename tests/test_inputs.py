@@ -111,7 +111,12 @@ def locked_redis() -> Iterator[RedisServer]:
 
 @pytest.mark.parametrize("service", ["worker", "creator", "cleaner"])
 @pytest.mark.parametrize(
-    ("credentials", "db", "says"), [(":wrong@", 0, "AuthenticationError"), (":right@", 99, "DB index")]
+    ("credentials", "db", "says"),
+    [
+        (":wrong@", 0, "refused the user or password in REDIS_URL"),
+        ("", 0, "requires a password: set it in REDIS_URL"),
+        (":right@", 99, "DB index"),
+    ],
 )
 def test_redis_refusing_the_settings_at_start_is_one_line_exit_3(
     locked_redis: RedisServer, service: str, credentials: str, db: int, says: str

@@ -163,7 +163,7 @@ def test_the_cli_pushes_with_a_priority_in_the_order_given(
     code, out = cli("stats", "--json")
     assert code == 0 and json.loads(out)["todos_by_priority"] == {"2": 1}
     code, out = cli("stats")
-    assert code == 0 and re.search(r"^  priority +2 +1$", out, re.M), out
+    assert code == 0 and re.search(r"^    priority +2 +1$", out, re.M), out
     code, out = cli("inspect", "x")
     assert code == 0 and json.loads(out)["priority"] == 2
     assert cli("push", "--priority", "11", "y")[0] == 2

@@ -272,12 +272,16 @@ def schedules_cli(redis_url: str, queue_name: str, *args: str) -> tuple[int, str
 def test_cli_lists_names_expressions_and_next_runs(
     redis_url: str, queue_name: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SCHEDULES", "report=0 * * * *;newyear=0 0 1 1 *")
+    """The schedules in force live in Redis: the command line lists them with no SCHEDULES of its
+    own (a cleaner elsewhere registered them; here the command's own add)."""
+    monkeypatch.delenv("SCHEDULES", raising=False)
+    assert schedules_cli(redis_url, queue_name, "add", "report", "0 * * * *")[0] == 0
+    assert schedules_cli(redis_url, queue_name, "add", "newyear", "0 0 1 1 *")[0] == 0
     queue.redis.hset(queue.keys.periodic, "report", round(utc("2026-11-23T16:00:00") * 1000))
     code, out = schedules_cli(redis_url, queue_name)
     now = redis_now(queue.redis)
     assert code == 0
-    header, report, newyear = (line.split() for line in out.splitlines())
+    header, newyear, report = (line.split() for line in out.splitlines())
     assert header == ["NAME", "CRON", "(UTC)", "LAST", "SLOT", "NEXT", "RUN"]
     assert report == ["report", "0", "*", "*", "*", "*", "2026-11-23T16:00:00Z", iso(next_slot("0 * * * *", now))]
     assert newyear == ["newyear", "0", "0", "1", "1", "*", "-", iso(next_slot("0 0 1 1 *", now))]
@@ -286,10 +290,12 @@ def test_cli_lists_names_expressions_and_next_runs(
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0
     assert [(r["name"], r["cron"], r["last_slot"]) for r in rows] == [
-        ("report", "0 * * * *", "2026-11-23T16:00:00Z"),
         ("newyear", "0 0 1 1 *", None),
+        ("report", "0 * * * *", "2026-11-23T16:00:00Z"),
     ]
-    assert rows[1]["next_run"].endswith("-01-01T00:00:00Z")
+    assert rows[0]["next_run"].endswith("-01-01T00:00:00Z")
+    assert schedules_cli(redis_url, queue_name, "remove", "newyear") == (0, "removed newyear\n")
+    assert [line.split()[0] for line in schedules_cli(redis_url, queue_name)[1].splitlines()] == ["NAME", "report"]
 
 
 def test_cli_without_schedules_and_with_a_bad_one(
@@ -300,10 +306,10 @@ def test_cli_without_schedules_and_with_a_bad_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("SCHEDULES", raising=False)
-    assert schedules_cli(redis_url, queue_name) == (0, "no periodic jobs: SCHEDULES is empty\n")
-    monkeypatch.setenv("SCHEDULES", "report=0 25 * * *")
+    assert schedules_cli(redis_url, queue_name) == (0, f"no periodic jobs in queue {queue_name}\n")
     capsys.readouterr()
-    assert schedules_cli(redis_url, queue_name) == (2, "")
-    err = capsys.readouterr().err
-    assert err.startswith("setqueue: invalid setting SCHEDULES: schedule 'report'") and err.count("\n") == 1
+    for bad in (["add", "report", "0 25 * * *"], ["add", "bad name", "@daily"], ["remove", "nothing"]):
+        assert schedules_cli(redis_url, queue_name, *bad)[0] in (1, 2)
+        err = capsys.readouterr().err
+        assert err.startswith("setqueue: ") and err.count("\n") == 1, err
     assert client.keys(f"setqueue:{{{queue_name}}}:*") == []

@@ -188,7 +188,7 @@ def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.R
     with pytest.raises(ScriptContractError, match=r"renew\.lua takes 1 or more KEYS \(owners\), given 0"):
         renew.call([], [1000, 0])
     with pytest.raises(ScriptContractError, match=r"claim\.lua takes 6 ARGV"):
-        Script("claim", client).call([k.request("x"), *[k.todos] * 11], [1, 2, 3, 4, 5])
+        Script("claim", client).call([k.request("x"), *[k.todos] * 12], [1, 2, 3, 4, 5])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -16,7 +16,7 @@ import redis
 from setqueue.client import redact_url
 from setqueue.runtime.logs import JsonFormatter, configure_logging
 from setqueue.runtime.service import load_settings
-from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
+from setqueue.runtime.settings import DEMO_HANDLER, CleanerSettings, CreatorSettings, SettingError, WorkerSettings
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.procs import base_env
 
@@ -133,15 +133,22 @@ def test_metrics_port_in_use_exits_2(redis_url: str, queue_name: str, client: re
 
 @pytest.mark.parametrize("settings_cls", [CreatorSettings, WorkerSettings, CleanerSettings])
 def test_defaults_are_valid(settings_cls: type[CreatorSettings]) -> None:
-    settings = settings_cls.from_env({})
+    # A worker's one setting without a default: which function runs the jobs.
+    settings = settings_cls.from_env({"JOB_HANDLER": DEMO_HANDLER})
     assert settings.metrics_port == 8000 and settings.queue_name == "default"
+
+
+def test_a_worker_needs_its_job_function_named() -> None:
+    with pytest.raises(SettingError, match=r"JOB_HANDLER: is not set: .*setqueue\.runtime\.demo:simulated_work"):
+        WorkerSettings.from_env({})
+    assert CreatorSettings.from_env({}) and CleanerSettings.from_env({})  # they run no jobs
 
 
 def test_load_settings_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert load_settings(WorkerSettings, "prog", {"MAX_ATTEMPTS": "0"}) is None
     err = capsys.readouterr().err
     assert err == "prog: invalid setting MAX_ATTEMPTS: 0 is out of range (must be between 1 and 1000)\n"
-    settings = load_settings(WorkerSettings, "prog", {"CLAIM_BATCH": "3", "WORK_SECONDS": "0"})
+    settings = load_settings(WorkerSettings, "prog", {"CLAIM_BATCH": "3", "JOB_HANDLER": DEMO_HANDLER})
     assert settings is not None and settings.claim_batch == 3
 
 

@@ -234,8 +234,10 @@ class Engine:
     def _start(self, buffered: Buffered, thread_id: int | None) -> Running:
         """Call with the lock held: the job leaves the buffer for a slot."""
         now = time.monotonic()
-        deadline = now + self.timeout if self.timeout > 0 else float("inf")
-        record = Running(buffered.lease, now, deadline, thread_id)
+        lease = buffered.lease
+        timeout = self.timeout if lease.timeout is None else lease.timeout  # the job's own wins
+        deadline = now + timeout if timeout > 0 else float("inf")
+        record = Running(lease, now, deadline, thread_id)
         self.slots.running[id(record)] = record
         self.slots.last_start = now
         return record

@@ -36,12 +36,14 @@ from setqueue.interface import JobQueue
 from setqueue.jobs import FailOutcome, JobTimeout, Lease, MoveTo, PermanentJobError, RetryLater
 from setqueue.lease import LeaseKeeper
 from setqueue.runtime.audit import AuditRecorder
-from setqueue.runtime.logs import flush_logs
+from setqueue.runtime.logs import flush_logs, plural
 from setqueue.runtime.metrics import WorkerMetrics, new_registry
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.scripts import new_request_id
 from worker.engine import Engine, Running
+from worker.failures import FailureLog, failure_reason
+from worker.standin import StandIn
 
 TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
 ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
@@ -82,6 +84,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._fails: list[tuple[Lease, BaseException]] = []
         self._durations: list[tuple[str, float]] = []  # (queue, seconds) of jobs that ended
+        self.failures = FailureLog(self.log)
+        self.standin = StandIn(self.queue, settings.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
         self._handback_seconds = settings.lease_seconds / 3
         self._shutting_down = False
@@ -161,20 +165,26 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if stale:
             self._flush(now, force=True)  # nothing is released before what finished is acked
             self.log.info(
-                "handing back %d jobs that waited %.1fs without a free slot", len(stale), self._handback_seconds
+                "handing back %s that waited %.1fs without a free slot",
+                plural(len(stale), "job"),
+                self._handback_seconds,
             )
             self._release(stale)
         self._flush(now, force=self._shutting_down)
+        self.failures.flush()
+        if not self._shutting_down:
+            self.standin.tick(now)
         _, running, _ = self.engine.counts()
         self.metrics.jobs_running.set(running)
         self.metrics.jobs_in_progress.set(len(self.keeper))
 
     def _time_out(self, record: Running) -> None:
-        lease, timeout = record.lease, self.settings.job_timeout_seconds
+        lease, timeout = record.lease, record.deadline - record.started
         self.engine.interrupt(record)
         self.metrics.job_timeouts.labels(lease.queue).inc()
         self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
-        self._fail(lease, f"timeout: the job ran longer than JOB_TIMEOUT_SECONDS ({timeout:g}s)")
+        limit = "its own timeout" if lease.timeout is not None else "JOB_TIMEOUT_SECONDS"
+        self._fail(lease, f"timeout: the job ran longer than {limit} ({timeout:g}s)")
 
     # -- jobs that ended (called from the slots) ---------------------------------------------------
 
@@ -204,9 +214,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if isinstance(error, MoveTo):
                 self._move(lease, error)
                 continue
-            reason = "timeout: JobTimeout raised by the handler" if isinstance(error, JobTimeout) else repr(error)
             delay = error.seconds if isinstance(error, RetryLater) else None
-            self._fail(lease, reason[:2000], retry=not isinstance(error, PermanentJobError), delay=delay)
+            retry = not isinstance(error, PermanentJobError)
+            outcome = self._fail(lease, failure_reason(error), retry=retry, delay=delay)
+            if outcome is not FailOutcome.STALE and not isinstance(error, RetryLater | JobTimeout):
+                self.failures.failed(lease, error, str(outcome))
 
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
@@ -243,7 +255,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.info("job %s moved from queue %s to %s", lease.id, lease.queue, move.queue)
         self._ack([lease])
 
-    def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> None:
+    def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> FailOutcome:
         self.keeper.drop([lease])
         outcome = self._resendable(
             lambda rid: self.queue.fail(lease, reason, retry=retry, delay=delay, request_id=rid),
@@ -261,8 +273,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                     m.jobs_scheduled.labels(queue).inc()
             elif outcome is FailOutcome.DEAD:
                 m.jobs_dead_lettered.labels(queue).inc()
-                self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, reason)
-        self.log.debug("job %s attempt %d failed (%s): %s", lease.id, lease.attempt, outcome, reason)
+                first_line = reason.partition("\n")[0]
+                self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, first_line)
+        return outcome
 
     # -- the claimer thread -----------------------------------------------------------------------
 
@@ -302,7 +315,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         unstarted = self.engine.close()
         self._flush(time.monotonic(), force=True)
         if unstarted:
-            self.log.info("stopping: handing back %d jobs not started yet", len(unstarted))
+            self.log.info("stopping: handing back %s not started yet", plural(len(unstarted), "job"))
             self._release(unstarted)
 
     def _end_shutdown(self, *, grace_over: bool) -> None:
@@ -312,9 +325,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._flush(time.monotonic(), force=True)
         if running:
             self.log.warning(
-                "shutdown grace of %gs is over with %d jobs still running: handing them back",
+                "shutdown grace of %gs is over with %s still running: handing them back",
                 self.settings.shutdown_grace_seconds,
-                len(running),
+                plural(len(running), "job"),
             )
             if self.audit is not None:
                 # Before the hand-back: a run that may still end here, and the run elsewhere, are
@@ -367,14 +380,14 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             outcomes = self.queue.release(leases)
         except Exception as exc:  # Redis down: the leases expire and the cleaner requeues the jobs
             self.log.warning(
-                "could not hand back %d jobs (%s); the cleaner requeues them when their lease expires",
-                len(leases),
+                "could not hand back %s (%s); the cleaner requeues them when their lease expires",
+                plural(len(leases), "job"),
                 exc,
             )
             return
         released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]
         _count(self.metrics.jobs_released, released)
-        self.log.info("handed %d jobs back to todos", len(released))
+        self.log.info("handed %s back to todos", plural(len(released), "job"))
 
 
 def _count(counter: PromCounter, leases: list[Lease]) -> None:

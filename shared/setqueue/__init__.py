@@ -33,6 +33,7 @@ from setqueue.lease import LeaseKeeper
 from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
 from setqueue.scripts import new_request_id
+from setqueue.version import __version__
 
 __all__ = [
     "AckResult",
@@ -51,10 +52,10 @@ __all__ = [
     "RetryLater",
     "Shard",
     "SweepResult",
+    "__version__",
     "new_request_id",
     "open_queue",
 ]
-__version__ = "0.1.0"
 
 # A library stays quiet unless the application configures logging (the services do).
 logging.getLogger("setqueue").addHandler(logging.NullHandler())

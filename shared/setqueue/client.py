@@ -190,11 +190,18 @@ class ClusterAwareRedis(redis.Redis):
             return RedisCluster.from_url(self._url, require_full_coverage=False, **self._options)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        cluster = self.cluster_client()
-        if cluster is None:
-            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-        with _cluster_reachability():
-            return cluster.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        try:
+            cluster = self.cluster_client()
+            if cluster is None:
+                return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            with _cluster_reachability():
+                return cluster.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except rexc.AuthenticationError as exc:
+            if isinstance(exc, PasswordRequired) or not _asks_for_a_password(exc):
+                raise
+            raise PasswordRequired(
+                "Redis requires a password and the URL gives none (redis://:PASSWORD@host:port/db)"
+            ) from exc
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         cluster = self.cluster_client()
@@ -212,6 +219,36 @@ class ClusterAwareRedis(redis.Redis):
             self._cluster.close()
 
 
+class PasswordRequired(rexc.AuthenticationError):
+    """Redis requires a password (or a user and a password) and the URL gives none."""
+
+
+def _asks_for_a_password(error: rexc.AuthenticationError) -> bool:
+    """Redis's words for "authenticate first" (NOAUTH, or HELLO before AUTH), as against a wrong
+    password ("invalid username-password pair")."""
+    text = str(error)
+    return "NOAUTH" in text or "Authentication required" in text or "must be called with the client already" in text
+
+
+class _Retry(Retry):
+    """redis-py's Retry, except that a refused password is final: resending it only makes the user
+    wait (an AuthenticationError is a ConnectionError, which Retry resends)."""
+
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> Any:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, rexc.AuthenticationError):
+                return False
+            return is_retryable is None or is_retryable(error)
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
 def connect(
     url: str, *, socket_connect_timeout: float = 5, socket_timeout: float = 30, retries: int = 5
 ) -> ClusterAwareRedis:
@@ -227,7 +264,7 @@ def connect(
     backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
     return ClusterAwareRedis(
         url,
-        retry=Retry(backoff, retries=retries),
+        retry=_Retry(backoff, retries=retries),
         decode_responses=True,
         socket_connect_timeout=socket_connect_timeout,
         socket_timeout=socket_timeout,

@@ -54,14 +54,18 @@ class QueueGroup(CompositeQueue):
 
     def enqueue(
         self,
-        ids: Iterable[str] | Mapping[str, str],
+        ids: Iterable[str] | Mapping[str, Any],
         *,
         delay: float | None = None,
         at: float | None = None,
         priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int:
         """As ``Queue.enqueue``, into the group's first queue."""
-        return self.members[0].enqueue(ids, delay=delay, at=at, priority=priority)
+        return self.members[0].enqueue(
+            ids, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout
+        )
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
         """Up to ``count`` jobs: all the first queue has (up to count), then the next queue's..."""

@@ -50,11 +50,13 @@ class JobQueue(Protocol):
     # -- producers
     def enqueue(
         self,
-        ids: Iterable[str] | Mapping[str, str],
+        ids: Iterable[str] | Mapping[str, Any],
         *,
         delay: float | None = None,
         at: float | None = None,
         priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int: ...
 
     # -- workers
@@ -95,6 +97,8 @@ class Shard(JobQueue, Protocol):
 
     keys: QueueKeys
     wake_cap: int  # how many idle workers one call may wake
+    payload_max_bytes: int  # the largest payload enqueue takes
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]: ...
     def periodic_slots(self) -> dict[str, float]: ...
+    def seconds_since_sweep(self) -> float | None: ...

@@ -5,8 +5,10 @@ Redis, so a handler module (and the worker's engine) can import it alone."""
 from __future__ import annotations
 
 import enum
+import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from setqueue.keys import validate_priority, validate_queue_name
 
@@ -23,10 +25,42 @@ class Lease:
     claimed_at: float  # Redis clock
     priority: int = 0  # -10 to 10, higher runs first
     queue: str = ""  # the name of the queue it came from
+    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
+    timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
 
     @property
     def queue_wait_seconds(self) -> float | None:
         return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
+
+    def json(self) -> Any:
+        """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number)."""
+        if self.payload is None:
+            raise ValueError(f"job {self.id!r} has no payload")
+        return json.loads(self.payload)
+
+
+def job_options(max_attempts: int | None, timeout: float | None) -> str:
+    """A job's own options as stored (``"<max attempts>|<timeout ms>"``), "" when it has none.
+    ValueError for a bad one, naming it."""
+    if max_attempts is None and timeout is None:
+        return ""
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000
+    ):
+        raise ValueError(f"max_attempts must be a whole number from 1 to 1000, got {max_attempts!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout <= 30 * 86400
+    ):
+        raise ValueError(f"timeout must be from 0 (none) to 2592000 seconds, got {timeout!r}")
+    return f"{'' if max_attempts is None else max_attempts}|{'' if timeout is None else round(timeout * 1000)}"
+
+
+def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
+    """(max attempts, timeout in seconds) of a stored ``job_options`` text (None: not its own)."""
+    if not stored:
+        return None, None
+    most, _, timeout_ms = stored.partition("|")
+    return (int(most) if most else None), (int(timeout_ms) / 1000 if timeout_ms else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +88,10 @@ class SweepResult:
         return len(self.requeued) + len(self.dead_lettered)
 
 
+# A failed job's error may go on with the traceback of its failure, from this line on.
+TRACEBACK_MARK = "\nTraceback (most recent call last):\n"
+
+
 @dataclass(frozen=True, slots=True)
 class JobInfo:
     id: str
@@ -62,13 +100,16 @@ class JobInfo:
     priority: int | None  # -10 to 10; None: not known (a job in done)
     attempts: int | None  # claims so far (0: never claimed); None: not known
     payload: str | None
-    error: str | None
+    error: str | None  # the reason of its last failure (first line: repr of the exception)
     enqueued_at: float | None  # Redis clock, seconds; None: not known
     done_at: float | None  # when it was acked into done
     due_at: float | None  # scheduled: when it becomes claimable (Unix seconds, Redis clock)
     finished_at: float | None  # when it reached done or failed
     lock_token: str | None
     lock_ttl_seconds: float | None
+    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
+    timeout: float | None = None  # seconds; the job's own (None: the worker's)
+    traceback: str | None = None  # of its last failure, when the handler raised
 
 
 class PermanentJobError(Exception):

@@ -127,6 +127,12 @@ class QueueKeys:
         return self.prefix + "payloads"
 
     @property
+    def options(self) -> str:
+        """HASH id -> "<max attempts>|<timeout ms>" of a job enqueued with options of its own (either
+        part empty: the default), from enqueue until it is acked or deleted."""
+        return self.prefix + "options"
+
+    @property
     def errors(self) -> str:
         """HASH id -> the reason given by the last fail (or lease expiry)."""
         return self.prefix + "errors"
@@ -165,6 +171,13 @@ class QueueKeys:
         return self.prefix + "periodic"
 
     @property
+    def schedules(self) -> str:
+        """HASH schedule name -> cron expression: the periodic jobs in force (SCHEDULES registers
+        its own at the cleaner's start; ``setqueue schedules add|remove`` and the API change them),
+        which every cleaner creates the runs of and the command line lists."""
+        return self.prefix + "schedules"
+
+    @property
     def seq(self) -> str:
         """STRING counter: the last place in line given out (a job's place orders it within its
         priority; enqueue, promotion and retries take the next ones)."""
@@ -181,6 +194,12 @@ class QueueKeys:
         """STRING: how many shards queue Q was first opened with, written only when more than one
         (setqueue.sharded); opening it with another number is refused, since ids would change shard."""
         return self.prefix + "shards"
+
+    @property
+    def swept(self) -> str:
+        """STRING: when the queue was last swept (ms, Redis clock), by a cleaner or a worker standing
+        in for one: a worker sweeps itself when nobody has for a while."""
+        return self.prefix + "swept"
 
     @property
     def wake(self) -> str:

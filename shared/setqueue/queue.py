@@ -11,6 +11,7 @@ first result instead of applying twice. How each script is called (its KEYS, ARG
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -20,7 +21,16 @@ from typing import Any
 import redis
 
 from setqueue.client import Client, ClusterAwareRedis, OptionError, connect, take_wake_token, until_due
-from setqueue.jobs import AckResult, FailOutcome, JobInfo, Lease, SweepResult
+from setqueue.jobs import (
+    TRACEBACK_MARK,
+    AckResult,
+    FailOutcome,
+    JobInfo,
+    Lease,
+    SweepResult,
+    job_options,
+    parse_job_options,
+)
 from setqueue.keys import (
     MAX_IDS_PER_CALL,
     STATES,
@@ -34,6 +44,9 @@ from setqueue.replication import ReplicaWait
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
 
+# How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
+SWEPT_STAMP_MS = 86_400_000
+
 
 def _part(request_id: str | None, number: int) -> str | None:
     """The request id of part ``number`` of a call that is split into several script calls."""
@@ -43,6 +56,56 @@ def _part(request_id: str | None, number: int) -> str | None:
 def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def job_items(ids: Iterable[str] | Mapping[str, Any], payload_max_bytes: int) -> list[tuple[str, str | None]]:
+    """(id, payload text or None) of what ``enqueue`` was given, every id and payload checked: a
+    lone str (or bytes) is refused, never iterated into one-letter ids."""
+    if isinstance(ids, str | bytes | bytearray):
+        raise TypeError(
+            f"ids must be a collection of job ids or a mapping id -> payload, not a {type(ids).__name__}: "
+            f"enqueue([{ids!r}]) enqueues that one id"
+        )
+    if not isinstance(ids, Mapping):
+        return [(validate_job_id(job_id), None) for job_id in ids]
+    return [(validate_job_id(job_id), _payload_text(job_id, p, payload_max_bytes)) for job_id, p in ids.items()]
+
+
+def _payload_text(job_id: str, payload: Any, most: int) -> str:
+    """A payload as stored: a str as it is, bytes as their UTF-8 text, anything else as JSON."""
+    if isinstance(payload, bytes | bytearray):
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"payload of {job_id!r}: bytes that are not UTF-8 text (encode binary data first, e.g. base64)"
+            ) from None
+    elif isinstance(payload, str):
+        text = check_utf8(f"payload of {job_id!r}", payload)
+    else:
+        try:
+            text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"payload of {job_id!r} is neither text nor JSON-serialisable: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > most:
+        raise ValueError(f"payload of {job_id!r} is {size:,} bytes, more than payload_max_bytes ({most:,})")
+    return text
+
+
+def _lease(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in its order
+    job_id: str,
+    token: str,
+    attempt: int,
+    payload: str | None,
+    enqueued_at: float | None,
+    claimed_at: float,
+    priority: int,
+    queue: str,
+    own: str | None,
+) -> Lease:
+    max_attempts, timeout = parse_job_options(own)
+    return Lease(job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, max_attempts, timeout)
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -74,6 +137,7 @@ class Queue:
         wake_cap: int = 64,
         wait_replicas: int = 0,
         wait_timeout_seconds: float = 1.0,
+        payload_max_bytes: int = 1_048_576,
     ) -> None:
         if not lease_seconds >= 0.001:
             raise ValueError(f"lease_seconds must be at least 0.001, got {lease_seconds}")
@@ -89,6 +153,8 @@ class Queue:
             raise ValueError(f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}")
         if not (isinstance(wait_timeout_seconds, int | float) and 0.001 <= wait_timeout_seconds < math.inf):
             raise ValueError(f"wait_timeout_seconds must be at least 0.001 and finite, got {wait_timeout_seconds!r}")
+        if isinstance(payload_max_bytes, bool) or not isinstance(payload_max_bytes, int) or payload_max_bytes < 1:
+            raise ValueError(f"payload_max_bytes must be a whole number >= 1, got {payload_max_bytes!r}")
         _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
         _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
@@ -106,6 +172,7 @@ class Queue:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
+        self.payload_max_bytes = payload_max_bytes
         self.wait_replicas = wait_replicas
         self.wait_timeout_seconds = float(wait_timeout_seconds)
         # With wait_replicas, every write is confirmed by that many replicas (setqueue.replication).
@@ -137,34 +204,36 @@ class Queue:
 
     def enqueue(
         self,
-        ids: Iterable[str] | Mapping[str, str],
+        ids: Iterable[str] | Mapping[str, Any],
         *,
         delay: float | None = None,
         at: float | None = None,
         priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int:
         """Add job ids (or a mapping id -> payload) at the back of todos' line, in the order given;
         returns how many were new.
 
-        ``priority`` (-10 to 10, default 0): a job is never claimed while a job of a higher priority
-        waits in todos; within a priority, first in, first out. ``delay`` (seconds from now, Redis
-        clock) or ``at`` (a Unix time in seconds) makes them due later: they wait in scheduled until
-        then and join the line when due. Not both; a time in the past means now. An id already in
-        todos, in_progress, done, failed or scheduled is not added again.
+        A payload is a str (kept as it is), bytes holding UTF-8 text, or any JSON-serialisable
+        value (kept as its JSON text: ``lease.json()`` reads it back); at most
+        ``payload_max_bytes`` each. ``priority`` (-10 to 10, default 0): a job is never claimed
+        while a job of a higher priority waits in todos; within a priority, first in, first out.
+        ``delay`` (seconds from now, Redis clock) or ``at`` (a Unix time in seconds) makes them due
+        later: they wait in scheduled until then and join the line when due. Not both; a time in
+        the past means now. ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own:
+        they win over the workers' MAX_ATTEMPTS and JOB_TIMEOUT_SECONDS. An id already in todos,
+        in_progress, done, failed or scheduled is not added again. Everything is checked before
+        anything is sent.
         """
         validate_priority(priority)
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
         at_ms = None if at is None else round(_check_seconds("at", at) * 1000)
+        own = job_options(max_attempts, timeout)
+        items = job_items(ids, self.payload_max_bytes)
         with_payload = isinstance(ids, Mapping)
-        items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
-        for job_id, payload in items:
-            validate_job_id(job_id)
-            if with_payload and not isinstance(payload, str):
-                raise TypeError(f"payload of {job_id!r} must be a str")
-            if payload is not None:
-                check_utf8(f"payload of {job_id!r}", payload)
         added = 0
         for chunk in _chunks(items):
             added += self._scripts.enqueue(
@@ -175,6 +244,7 @@ class Queue:
                 delay_ms=delay_ms,
                 at_ms=at_ms,
                 priority=priority,
+                job_options=own,
             )
         return added
 
@@ -193,7 +263,7 @@ class Queue:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
             min(count, MAX_IDS_PER_CALL),
-            Lease,
+            _lease,
             request_ttl_ms=self._request_ttl_ms,
             lease_ms=self._lease_ms,
             promote=MAX_IDS_PER_CALL,
@@ -382,8 +452,9 @@ class Queue:
         pipe.hget(k.owners, job_id)
         pipe.hget(k.finished, job_id)
         pipe.zscore(k.scheduled, job_id)
+        pipe.hget(k.options, job_id)
         todo_rank, running_rank, in_done, in_failed, kept_priority, *rest = pipe.execute()
-        attempts, payload, error, enqueued, done_at, owner, finished, due = rest
+        attempts, payload, error, enqueued, done_at, owner, finished, due, own = rest
         rank = todo_rank if todo_rank is not None else running_rank
         member = (todo_rank is not None, running_rank is not None, in_done, in_failed, due is not None)
         states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
@@ -408,6 +479,8 @@ class Queue:
             attempts = 0  # never claimed yet
         token = None if owner is None else _text(owner)
         ttl_ms = self.redis.pttl(k.lock(token)) if token is not None else -2
+        max_attempts, timeout = parse_job_options(None if own is None else _text(own))
+        reason, mark, trace = ("" if error is None else _text(error)).partition(TRACEBACK_MARK)
         return JobInfo(
             id=job_id,
             queue=self.name,
@@ -415,13 +488,16 @@ class Queue:
             priority=priority,
             attempts=None if attempts is None else int(attempts),
             payload=None if payload is None else _text(payload),
-            error=None if error is None else _text(error),
+            error=None if error is None else reason,
             enqueued_at=None if enqueued is None else enqueued / 1000,
             done_at=None if done_at is None else done_at / 1000,
             finished_at=finished_at,
             due_at=None if due is None else due / 1000,
             lock_token=token if ttl_ms >= 0 else None,  # type: ignore[operator]
             lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,  # type: ignore[operator]
+            max_attempts=max_attempts,
+            timeout=timeout,
+            traceback=mark.lstrip("\n") + trace if mark else None,
         )
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
@@ -445,6 +521,13 @@ class Queue:
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms)
+
+    def seconds_since_sweep(self) -> float | None:
+        """How long ago (Redis clock) anyone swept this queue; None if nobody did for a day or ever.
+        The stamp lasts a day from each sweep (sweep.lua), so its age is a day less its TTL: one
+        keyed command, on the node of the queue's slot."""
+        ttl_ms = self.redis.pttl(self.keys.swept)
+        return None if ttl_ms < 0 else (SWEPT_STAMP_MS - ttl_ms) / 1000  # type: ignore[operator]
 
     def ping(self, *, record: bool = False) -> bool:
         """Redis answers, and this queue was not opened sharded (``setqueue:{Q}:shards``): opened

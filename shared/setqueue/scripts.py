@@ -327,9 +327,11 @@ class QueueScripts:
         delay_ms: int = 0,
         at_ms: int | None = None,
         priority: int = 0,
+        job_options: str = "",
     ) -> int:
         """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
-        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``."""
+        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``
+        and with the options ``job_options`` (``setqueue.jobs.job_options``; "" for none)."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -337,6 +339,7 @@ class QueueScripts:
             delay_ms,
             "" if at_ms is None else at_ms,
             priority,
+            job_options,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
@@ -349,7 +352,7 @@ class QueueScripts:
     def claim(
         self,
         most: int,
-        make: Callable[[str, str, int, str | None, float | None, float, int, str], L],
+        make: Callable[[str, str, int, str | None, float | None, float, int, str, str | None], L],
         *,
         request_ttl_ms: int,
         lease_ms: int,
@@ -358,7 +361,8 @@ class QueueScripts:
         token: str | None = None,
     ) -> tuple[list[L], float, float | None]:
         """claim.lua: up to ``most`` jobs under one fresh token, each made into ``make(id, token,
-        attempt, payload, enqueued_at, claimed_at, priority, queue name)``, in line order; the Redis
+        attempt, payload, enqueued_at, claimed_at, priority, queue name, its own options as stored
+        or None)``, in line order; the Redis
         clock now; and when nothing was claimed, when the next scheduled job is due (None: none).
         Times in seconds."""
         k = self.k
@@ -377,9 +381,10 @@ class QueueScripts:
                 now,
                 priority,
                 k.name,
+                None if own is None else text(own),
             )
-            for job_id, attempt, enq, priority, payload in zip(
-                reply[2::5], reply[3::5], reply[4::5], reply[5::5], reply[6::5], strict=True
+            for job_id, attempt, enq, priority, payload, own in zip(
+                reply[2::6], reply[3::6], reply[4::6], reply[5::6], reply[6::6], reply[7::6], strict=True
             )
         ]
         return leases, now, next_due

@@ -21,9 +21,9 @@ from typing import Any
 from setqueue.client import OptionError, on_a_cluster
 from setqueue.composite import CompositeQueue, part_id, summed_stats
 from setqueue.interface import JobQueue
-from setqueue.jobs import JobInfo, Lease
-from setqueue.keys import MAX_SHARDS, QueueKeys, validate_job_id
-from setqueue.queue import Queue
+from setqueue.jobs import JobInfo, Lease, job_options
+from setqueue.keys import MAX_SHARDS, QueueKeys
+from setqueue.queue import Queue, job_items
 
 
 def shard_name(name: str, shard: int) -> str:
@@ -127,26 +127,28 @@ class ShardedQueue(CompositeQueue):
 
     def enqueue(
         self,
-        ids: Iterable[str] | Mapping[str, str],
+        ids: Iterable[str] | Mapping[str, Any],
         *,
         delay: float | None = None,
         at: float | None = None,
         priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int:
         """As ``Queue.enqueue``; each id goes to its shard (in the order given, within the shard).
-        All ids are checked before any shard is written."""
-        items = list(ids.items()) if isinstance(ids, Mapping) else [(i, None) for i in ids]
+        All ids and payloads are checked before any shard is written."""
+        job_options(max_attempts, timeout)
         by_shard: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
-        for job_id, payload in items:
-            by_shard[shard_of(validate_job_id(job_id), len(self._shards))].append((job_id, payload))
+        for job_id, payload in job_items(ids, self._first.payload_max_bytes):
+            by_shard[shard_of(job_id, len(self._shards))].append((job_id, payload))
         added = 0
         for shard, part in by_shard.items():
-            jobs: Mapping[str, str] | list[str] = (
-                {job_id: payload for job_id, payload in part if payload is not None}
-                if isinstance(ids, Mapping)
-                else [job_id for job_id, _ in part]
+            jobs: Mapping[str, str | None] | list[str] = (
+                dict(part) if isinstance(ids, Mapping) else [job_id for job_id, _ in part]
             )
-            added += self._shards[shard].enqueue(jobs, delay=delay, at=at, priority=priority)
+            added += self._shards[shard].enqueue(
+                jobs, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout
+            )
         # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
         self._made_claimable(added if delay is None and at is None else min(added, 1))
         return added

@@ -6,6 +6,7 @@ The job id says what the job does:
     sleep-<seconds>-<n>   waits that long (time.sleep, or asyncio.sleep in the async handler)
     spin-<n>              never returns, in Python code (a JobTimeout raised in it lands)
     stuck-<n>             never returns, in C code (time.sleep: a JobTimeout never lands)
+    fail-<n>              raises ValueError (always from the same line)
     anything else         returns at once
 
 Each run appends one line to $EXEC_LOG when it starts and one when it ends:
@@ -41,6 +42,8 @@ def handle(lease: Any) -> None:
             sum(range(1000))
     elif kind == "stuck":
         time.sleep(3600)
+    elif kind == "fail":
+        raise ValueError(f"job {lease.id} fails, as its name says")
     _log("end", lease.id)
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from setqueue.runtime.settings import SETTINGS
+from setqueue.runtime.settings import DEMO_HANDLER, SETTINGS
 from tests.support.redis_server import REPO_ROOT, free_port
 from tests.support.waits import wait_until
 
@@ -26,8 +26,11 @@ SERVICE_VARS = [setting.name for setting in SETTINGS]
 
 
 def base_env(**settings: Any) -> dict[str, str]:
+    """The environment of a service a test starts: none of the developer's settings, the demo
+    handler (a worker needs one named), then ``settings``."""
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
     env["PYTHONUNBUFFERED"] = "1"
+    env["JOB_HANDLER"] = DEMO_HANDLER
     env.update({k: str(v) for k, v in settings.items()})
     return env
 

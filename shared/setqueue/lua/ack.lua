@@ -11,6 +11,7 @@
 -- KEYS[5] pending      KEYS[6] attempts   KEYS[7] payloads   KEYS[8] errors
 -- KEYS[9] owners       (hash: id -> lease token of its current claim)
 -- KEYS[10] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
+-- KEYS[11] options     (hash: id -> the job's own options, forgotten once it is done)
 -- KEYS[FIRST_LOCK..]   lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] keep         most ids kept in done (0 = no limit); the oldest are dropped beyond it
@@ -20,7 +21,8 @@
 -- Returns a string: now ms, a space, then "1" for each lease acked and "0" for each stale one
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local FIRST_LOCK = 11  -- KEYS[FIRST_LOCK..] lock key of each claim
+local options = KEYS[11]
+local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep = ARGV[1], tonumber(ARGV[2])
 local CLAIMS = 3  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt
 -- @include "request_record"
@@ -64,6 +66,7 @@ if acked > 0 then
   redis.call('HDEL', payloads, unpack(owned))
   redis.call('HDEL', errors, unpack(owned))
   redis.call('HDEL', owners, unpack(owned))
+  redis.call('HDEL', options, unpack(owned))
   redis.call('ZADD', done_log, unpack(scored))
   redis.call('HSET', finished, unpack(kept))
   for c, n in pairs(held_less) do count_down(locks[c], n) end

@@ -15,6 +15,7 @@
 -- KEYS[10] wake        (list idle workers block on: woken when more became due than this claim took)
 -- KEYS[11] seq         (counter: the last place given in the line)
 -- KEYS[12] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[13] options     (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] token        lease token (random, fresh for every call)
 -- ARGV[3] lease_ms     lease duration in ms
@@ -23,12 +24,12 @@
 -- ARGV[6] wake_cap     wake list cap
 -- Returns an array: now ms, the due time in ms of the next scheduled job when nothing was claimed
 -- (-1: none, or something was claimed), then id, attempt, enqueue ms (-1 if unknown), priority,
--- payload (nil if none) for each claimed id, in line order. A resend returns the ids of the first
--- call that this claim still owns. The request record holds the claimed ids, one a line (ids hold
--- no line breaks).
+-- payload (nil if none) and its own options (nil if none) for each claimed id, in line order. A
+-- resend returns the ids of the first call that this claim still owns. The request record holds
+-- the claimed ids, one a line (ids hold no line breaks).
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local seq, priorities = KEYS[11], KEYS[12]
+local seq, priorities, options = KEYS[11], KEYS[12], KEYS[13]
 local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
 -- @include "request_record"
@@ -90,12 +91,14 @@ local reply = {now, next_due}
 if #ids > 0 then
   local enqueued = redis.call('ZMSCORE', pending, unpack(ids))
   local payload = redis.call('HMGET', payloads, unpack(ids))
+  local own = redis.call('HMGET', options, unpack(ids))
   for j = 1, #ids do
     reply[#reply + 1] = ids[j]
     reply[#reply + 1] = tonumber(tries[j])
     reply[#reply + 1] = tonumber(enqueued[j]) or -1
     reply[#reply + 1] = priority_of(ranks[j] or 0)
     reply[#reply + 1] = payload[j]
+    reply[#reply + 1] = own[j]
   end
 end
 return reply

@@ -11,6 +11,7 @@
 -- KEYS[13] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[14] scheduled   (zset: id -> due time in ms)
 -- KEYS[15] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[16] options     (hash: id -> the job's own options)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
@@ -18,7 +19,7 @@
 -- "scheduled", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local finished, scheduled, priorities = KEYS[13], KEYS[14], KEYS[15]
+local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -43,5 +44,6 @@ redis.call('HDEL', errors, id)
 redis.call('ZREM', done_log, id)
 redis.call('HDEL', owners, id)
 redis.call('HDEL', finished, id)
+redis.call('HDEL', options, id)
 
 return record(request, cjson.encode({state}), record_ttl)

@@ -11,20 +11,22 @@
 -- KEYS[9] scheduled (zset: id -> due time in ms)
 -- KEYS[10] seq      (counter: the last place given in the line, see includes/rank.lua)
 -- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[12] options   (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
 -- ARGV[4] delay_ms       due this long after now by the Redis clock (0: now)
 -- ARGV[5] at_ms          due at this Unix time in ms ("": use delay_ms); a time past means now
 -- ARGV[6] priority       of every id, -10 to 10 (higher runs first)
+-- ARGV[7] job_options    "<max attempts>|<timeout ms>" of every id (either part empty: the default), or ""
 -- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local seq, priorities = KEYS[10], KEYS[11]
+local seq, priorities, options = KEYS[10], KEYS[11], KEYS[12]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
-local delay_ms, at_ms, priority = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
-local FIRST_JOB = 7  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local FIRST_JOB = 8  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
@@ -55,6 +57,12 @@ for j = 1, #ids do
     scored[2 * added - 1], scored[2 * added] = due, id
     if given then redis.call('HSET', payloads, id, given[j]) end
   end
+end
+
+if added > 0 and job_options ~= '' then
+  local own = {}
+  for j = 1, added do own[2 * j - 1], own[2 * j] = new_ids[j], job_options end
+  redis.call('HSET', options, unpack(own))
 end
 
 if added > 0 then

@@ -14,9 +14,10 @@
 -- KEYS[11] scheduled     (zset: id -> due time in ms)
 -- KEYS[12] seq           (counter: the last place given in the line)
 -- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[14] options       (hash: id -> the job's own options: its max attempts, when it has them)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
--- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried
+-- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried (unless it has its own)
 -- ARGV[3] wake_cap       wake list cap
 -- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then id, claim number (1..T),
 --                        mode ("retry", "dead" or "release"), reason and retry delay in ms (0: none)
@@ -24,8 +25,8 @@
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local seq, priorities = KEYS[12], KEYS[13]
-local FIRST_LOCK = 14  -- KEYS[FIRST_LOCK..] lock key of each claim
+local seq, priorities, options = KEYS[12], KEYS[13], KEYS[14]
+local FIRST_LOCK = 15  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
@@ -34,6 +35,7 @@ local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 -- @include "claims"
 -- @include "lock_countdown"
 -- @include "wake"
+-- @include "options"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -57,7 +59,8 @@ for j = 1, #ids do
       redis.call('HINCRBY', attempts, id, -1)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'released'
-    elseif mode == 'retry' and (tonumber(redis.call('HGET', attempts, id)) or 0) < max_attempts then
+    elseif mode == 'retry' and (tonumber(redis.call('HGET', attempts, id)) or 0)
+        < attempts_allowed(options, id, max_attempts) then
       redis.call('HSET', errors, id, reason)
       redis.call('ZREM', in_progress, id)
       local priority = priority_of(rank)

@@ -15,9 +15,11 @@
 -- KEYS[13] scheduled     (zset: id -> due time in ms)
 -- KEYS[14] seq           (counter: the last place given in the line)
 -- KEYS[15] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[16] options       (hash: id -> the job's own options: its max attempts, when it has them)
+-- KEYS[17] swept         (string with a TTL of a day from the last sweep: its age is a day less its TTL)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
--- ARGV[2] max_attempts
+-- ARGV[2] max_attempts   (unless a job has its own)
 -- ARGV[3] wake_cap       wake list cap
 -- ARGV[4] max_age        done retention age in ms (0 = keep forever)
 -- ARGV[5] trim_limit     most ids to drop from done, and to promote from scheduled, in this call
@@ -28,21 +30,25 @@
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local FIRST_LOCK = 16  -- KEYS[FIRST_LOCK..] lock key of each claim
+local options, swept = KEYS[16], KEYS[17]
+local FIRST_LOCK = 18  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+local SWEPT_TTL_MS = 86400000  -- the sweep stamp lasts a day: how long ago it was set is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
 -- @include "wake"
 -- @include "finish"
 -- @include "promote"
+-- @include "options"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
+redis.call('SET', swept, now, 'PX', SWEPT_TTL_MS)
 local locks, tokens, ids, claim_of = read_claims(FIRST_LOCK, CLAIMS, 2)
 
 local requeued, dead, lock_gone = {}, {}, {}
@@ -57,8 +63,9 @@ for j = 1, #ids do
     if c == 0 or lock_gone[c] then
       redis.call('HDEL', owners, id)
       local tries = tonumber(redis.call('HGET', attempts, id)) or 0
-      if tries >= max_attempts then
-        local reason = 'lease expired on attempt ' .. tries .. ' of ' .. max_attempts
+      local most = attempts_allowed(options, id, max_attempts)
+      if tries >= most then
+        local reason = 'lease expired on attempt ' .. tries .. ' of ' .. most
         dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
         dead[#dead + 1] = id
       else

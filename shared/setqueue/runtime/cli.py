@@ -12,7 +12,9 @@
     requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given),
                              their attempt count reset: each gets MAX_ATTEMPTS claims again
     delete ID                remove a job whatever its state
-    schedules [--json]       the periodic jobs $SCHEDULES declares: name, cron, last slot handled, next run
+    schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
+    schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
+    schedules remove NAME    stop one
 
 --redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
 2 usage or bad setting, 3 Redis unreachable (or refused the command).
@@ -35,12 +37,15 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.client import OptionError, redact_url
+from setqueue.client import OptionError, PasswordRequired, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
-from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, validate_job_id, validate_priority, validate_queue_name
+from setqueue.jobs import job_options
+from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, parse_queue_names, validate_job_id, validate_priority
+from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
+from setqueue.version import __version__
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 PROG = "setqueue"
@@ -71,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect and repair a setqueue queue.",
         epilog="Exit codes: 0 ok, 1 not found, 2 usage or bad setting, 3 Redis unreachable.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("REDIS_URL", default("REDIS_URL")),
@@ -117,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     when = push.add_mutually_exclusive_group()
     when.add_argument("--delay", metavar="DURATION", help="due after this long: 90s, 15m, 2h, 3d (or seconds)")
     when.add_argument("--at", metavar="TIME", help="due at this time, ISO 8601 with a zone: 2026-12-01T09:00:00Z")
+    push.add_argument(
+        "--max-attempts", type=int, metavar="N", help="the jobs' own claims before they are dead-lettered (1 to 1000)"
+    )
+    push.add_argument(
+        "--timeout", metavar="DURATION", help="the jobs' own time limit (90s, 15m; 0 = none) over JOB_TIMEOUT_SECONDS"
+    )
 
     stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -142,11 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="remove a job whatever its state")
     delete.add_argument("id", metavar="ID")
 
-    schedules_help = "the periodic jobs $SCHEDULES declares: name, cron, the last slot handled and the next run (UTC)"
+    schedules_help = "the periodic jobs in force: name, cron, the last slot handled and the next run (UTC)"
     schedules = sub.add_parser(
-        "schedules", help=schedules_help, description=schedules_help[0].upper() + schedules_help[1:]
+        "schedules",
+        help=schedules_help,
+        description=schedules_help[0].upper() + schedules_help[1:] + ". They live in Redis with the queue: "
+        "a cleaner registers its $SCHEDULES when it starts; add and remove change them for every cleaner.",
     )
     schedules.add_argument("--json", action="store_true", help="print one JSON object per schedule")
+    change = schedules.add_subparsers(dest="change", metavar="add|remove")
+    add = change.add_parser("add", help="register a periodic job, or change its cron expression")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...: quote it")
+    remove = change.add_parser("remove", help="stop a periodic job")
+    remove.add_argument("name", metavar="NAME")
     return parser
 
 
@@ -191,8 +212,8 @@ def _parse_json_line(text: str) -> tuple[str, str | None]:
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``3d`` or plain seconds; a usage error otherwise."""
+def parse_duration(text: str, option: str = "--delay") -> float:
+    """``90s``, ``15m``, ``2h``, ``3d`` or plain seconds; a usage error naming ``option`` otherwise."""
     raw = text.strip().lower()
     unit = DURATION_UNITS.get(raw[-1:])
     number = raw[:-1] if unit is not None else raw
@@ -201,7 +222,7 @@ def parse_duration(text: str) -> float:
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and 0 <= seconds <= 366 * 86400):
-        raise CliError(f"--delay {text!r} is not a duration like 90s, 15m, 2h or 3d (at most a year)", EXIT_USAGE)
+        raise CliError(f"{option} {text!r} is not a duration like 90s, 15m, 2h or 3d (at most a year)", EXIT_USAGE)
     return seconds
 
 
@@ -231,13 +252,15 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
         jobs = [(job_id, None) for job_id in args.ids]
     delay = None if args.delay is None else parse_duration(args.delay)
     at = None if args.at is None else parse_time(args.at)
+    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
     try:
         validate_priority(args.priority)
+        job_options(args.max_attempts, timeout)
     except ValueError as exc:
-        raise CliError(f"bad --priority: {exc}", EXIT_USAGE) from None
+        raise CliError(f"bad --priority, --max-attempts or --timeout: {exc}", EXIT_USAGE) from None
     with _bad_ids_are_usage_errors():
-        for job_id, _ in jobs:  # all checked before anything is written
-            validate_job_id(job_id)
+        # All checked before anything is written: the ids, and each payload's size.
+        job_items(dict(jobs), queue.shards[0].payload_max_bytes)
         added = 0
         # In the order given: each run of lines with (or without) a payload is one enqueue call.
         for with_payload, run in itertools.groupby(jobs, key=lambda job: job[1] is not None):
@@ -247,7 +270,9 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 if with_payload
                 else [job_id for job_id, _ in batch]
             )
-            added += queue.enqueue(ids, delay=delay, at=at, priority=args.priority)
+            added += queue.enqueue(
+                ids, delay=delay, at=at, priority=args.priority, max_attempts=args.max_attempts, timeout=timeout
+            )
     return added, len(jobs)
 
 
@@ -264,16 +289,32 @@ def _bad_ids_are_usage_errors() -> Iterator[None]:
         raise CliError(f"bad job id: {exc}", EXIT_USAGE) from None
 
 
-def _print_stats(stats: dict[str, Any], as_json: bool, out: TextIO) -> None:
+def _with_utc_times(info: dict[str, Any]) -> dict[str, Any]:
+    """A job's fields with each time (``*_at``, Unix seconds) followed by the same as ISO 8601 UTC."""
+    shown: dict[str, Any] = {}
+    for name, value in info.items():
+        shown[name] = value
+        if name.endswith("_at") and isinstance(value, float):
+            moment = datetime.datetime.fromtimestamp(value, datetime.UTC)
+            shown[f"{name}_utc"] = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return shown
+
+
+def _print_stats(queue: JobQueue, as_json: bool, out: TextIO) -> None:
+    """The queue's stats, named: one JSON object (``"queue"`` its name), or a block of text per
+    queue it serves (a group: each of its queues)."""
+    stats = queue.stats()
     if as_json:
-        print(json.dumps(stats), file=out, flush=True)
+        print(json.dumps({"queue": queue.name, **stats}), file=out, flush=True)
         return
-    for name in STATES:
-        print(f"{name:<12}{int(stats[name]):>12}", file=out)
-        if name == "todos" and set(stats["todos_by_priority"]) - {0}:
-            for priority, count in stats["todos_by_priority"].items():
-                print(f"{'  priority':<10}{priority:>3}{count:>11}", file=out)
-    print(f"{'oldest pending':<16}{stats['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
+    for name, each in stats.get("queues", {queue.name: stats}).items():
+        print(f"queue {name}", file=out)
+        for state in STATES:
+            print(f"  {state:<12}{int(each[state]):>12}", file=out)
+            if state == "todos" and set(each["todos_by_priority"]) - {0}:
+                for priority, count in each["todos_by_priority"].items():
+                    print(f"{'    priority':<12}{priority:>3}{count:>11}", file=out)
+        print(f"  {'oldest pending':<16}{each['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
 
 
 def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
@@ -284,7 +325,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
 
     if args.command == "stats":
         if args.watch is None:
-            _print_stats(queue.stats(), args.json, out)
+            _print_stats(queue, args.json, out)
             return EXIT_OK
         if args.watch <= 0:
             raise CliError("--watch needs a positive number of seconds", EXIT_USAGE)
@@ -293,8 +334,8 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
                 if not args.json and out.isatty():
                     out.write("\x1b[H\x1b[J")
                 if not args.json:
-                    print(time.strftime("%H:%M:%S"), f"queue {queue.name}", file=out)
-                _print_stats(queue.stats(), args.json, out)
+                    print(time.strftime("%H:%M:%S"), file=out)
+                _print_stats(queue, args.json, out)
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return EXIT_OK
@@ -304,7 +345,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
             info = queue.inspect(args.id)
         if info is None:
             raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
-        print(json.dumps(dataclasses.asdict(info), indent=2), file=out)
+        print(json.dumps(_with_utc_times(dataclasses.asdict(info)), indent=2), file=out)
         return EXIT_OK
 
     if args.command == "requeue-failed":
@@ -338,24 +379,37 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
 
 
 def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
-    """Each schedule of $SCHEDULES with the latest slot the cleaners handled (its run created, or only
-    recorded when the schedule was first seen) and its next slot after now by the Redis clock."""
+    """``schedules add|remove``, or each schedule in force with the latest slot the cleaners handled
+    (its run created, or only recorded when the schedule was first seen) and its next slot after
+    now by the Redis clock."""
     if len(queue.shards) != 1:
         raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
+    home = queue.shards[0]
     # Here, not at the top: croniter takes a fifth of a second to import; the other commands skip it.
-    from setqueue.runtime.periodic import iso, parse_schedules, redis_now  # noqa: PLC0415
+    from setqueue.runtime.periodic import add_schedule, iso, redis_now, registered, remove_schedule  # noqa: PLC0415
 
-    raw = os.environ.get("SCHEDULES", default("SCHEDULES"))
-    try:
-        schedules = parse_schedules(raw)
-    except ValueError as exc:
-        raise CliError(f"invalid setting SCHEDULES: {exc}", EXIT_USAGE) from None
+    if args.change == "add":
+        try:
+            schedule = add_schedule(home, args.name, args.cron)
+        except ValueError as exc:
+            raise CliError(f"bad schedule: {exc}", EXIT_USAGE) from None
+        next_run = iso(schedule.next_slot(redis_now(home.redis)))
+        print(f"{schedule.name}: {schedule.expr} (UTC), next run {next_run}", file=out)
+        return EXIT_OK
+    if args.change == "remove":
+        if not remove_schedule(home, args.name):
+            raise CliError(f"no periodic job {args.name!r} in queue {home.name!r}", EXIT_NOT_FOUND)
+        print(f"removed {args.name}", file=out)
+        return EXIT_OK
+    schedules, problems = registered(home)
+    for problem in problems:
+        print(f"{PROG}: {one_line(problem)}", file=sys.stderr)
     if not schedules:
         if not args.json:
-            print("no periodic jobs: SCHEDULES is empty", file=out)
+            print(f"no periodic jobs in queue {home.name}", file=out)
         return EXIT_OK
-    now = redis_now(queue.redis)
-    last_slots = queue.shards[0].periodic_slots()
+    now = redis_now(home.redis)
+    last_slots = home.periodic_slots()
     rows: list[dict[str, str | None]] = []
     for schedule in schedules:
         last = last_slots.get(schedule.name)
@@ -400,6 +454,17 @@ def _usage_error(exc: SettingError) -> CliError:
     )
 
 
+def _redis_problem(exc: redis.RedisError, where: str) -> str:
+    """What went wrong with Redis, in one line for the user (every one of these is exit code 3)."""
+    if isinstance(exc, PasswordRequired):
+        return f"Redis at {where} requires a password: set it in --redis-url or REDIS_URL"
+    if isinstance(exc, redis.AuthenticationError):
+        return f"Redis at {where} refused the user or password: {exc}"
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"cannot reach Redis at {where}: {exc}"
+    return f"Redis refused the command: {type(exc).__name__}: {exc}"
+
+
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -409,16 +474,22 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     try:
         try:
             url = validate_redis_url(args.redis_url)
-            validate_queue_name(args.queue)
+            names = parse_queue_names(args.queue)
             shards = SETTING_BY_NAME["QUEUE_SHARDS"].parse(str(args.shards).strip())
             wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
             wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
+            payload_max_bytes = SETTING_BY_NAME["PAYLOAD_MAX_BYTES"].read(os.environ)
         except SettingError as exc:
             raise _usage_error(exc) from None
         except ValueError as exc:
             raise CliError(f"invalid --queue / QUEUE_NAME: {exc}", EXIT_USAGE) from None
         queue = open_queue(
-            url, args.queue, shards=shards, wait_replicas=wait_replicas, wait_timeout_seconds=wait_timeout
+            url,
+            names,
+            shards=shards,
+            wait_replicas=wait_replicas,
+            wait_timeout_seconds=wait_timeout,
+            payload_max_bytes=payload_max_bytes,
         )
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
@@ -431,11 +502,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     except CliError as exc:
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        print(one_line(f"{PROG}: cannot reach Redis at {redact_url(args.redis_url)}: {exc}"), file=sys.stderr)
-        return EXIT_REDIS
     except redis.RedisError as exc:
-        print(one_line(f"{PROG}: Redis refused the command: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print(f"{PROG}: {one_line(_redis_problem(exc, redact_url(args.redis_url)))}", file=sys.stderr)
         return EXIT_REDIS
     except BrokenPipeError:  # `setqueue stats --watch | head`
         return EXIT_OK

@@ -52,3 +52,8 @@ def flush_logs() -> None:
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):  # a closed stream must not stop an exit
             handler.flush()
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 job``, ``3 jobs``: a count and its noun, for log lines."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -188,6 +188,16 @@ class WorkerMetrics(ServiceMetrics):
         self.job_timeouts = per_queue(
             "setqueue_job_timeouts_total", "Jobs that ran past JOB_TIMEOUT_SECONDS: failed with reason timeout."
         )
+        self.standin_sweeps = per_queue(
+            "setqueue_standin_sweeps_total",
+            "Sweeps this worker made because nobody (no cleaner) had swept the queue for STANDIN_SWEEP_SECONDS.",
+        )
+        self.seconds_since_sweep = Gauge(
+            "setqueue_seconds_since_sweep",
+            "How long ago anyone swept the queue (its oldest shard), as this worker last looked, by queue.",
+            ["queue"],
+            registry=registry,
+        )
         self.zombie_threads = Gauge(
             "setqueue_worker_zombie_threads",
             "Slots whose job timed out but has not returned: lost until it does.",

@@ -6,6 +6,11 @@ ignored). Expressions are standard 5-field cron (minute hour day-of-month month 
 one of ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``, ``@monthly``, ``@yearly``,
 ``@annually``, in UTC, parsed by croniter.
 
+The schedules in force live in Redis with the queue (``setqueue:{Q}:schedules``, name -> expression):
+a cleaner registers those of its SCHEDULES when it starts, ``add_schedule`` and ``remove_schedule``
+(and ``setqueue schedules add|remove``) change them without any environment, and every cleaner
+creates the runs of what is registered there, read afresh each round.
+
 The run of slot ``t`` of schedule ``name`` is the job ``<name>@<t, ISO 8601 UTC>`` (e.g.
 ``report@2026-11-23T16:00:00Z``) with the payload ``{"schedule": name, "slot": "<t>"}``. Each
 cleaner round creates only the run of each schedule's latest slot at or before now (the Redis
@@ -26,6 +31,8 @@ from pathlib import Path
 
 import redis
 from croniter import CroniterBadDateError, CroniterError, croniter  # type: ignore[import-untyped]
+
+from setqueue.interface import Shard
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
@@ -111,11 +118,10 @@ def parse_schedules(raw: str) -> tuple[Schedule, ...]:
         name, eq, expr = (part.strip() for part in entry.partition("="))
         if not eq:
             raise ValueError(f"{where}{entry!r} is not name=cron expression")
-        if not NAME.fullmatch(name):
-            raise ValueError(
-                f"{where}schedule name {name!r} must be 1 to 100 letters, digits, _ . : or - (starting with a letter "
-                "or digit)"
-            )
+        try:
+            check_name(name)
+        except ValueError as exc:
+            raise ValueError(f"{where}{exc}") from None
         if name in seen:
             raise ValueError(f"{where}schedule {name!r} is declared twice")
         seen.add(name)
@@ -140,3 +146,46 @@ def due_runs(schedules: tuple[Schedule, ...], now: float) -> list[tuple[str, int
         slot = schedule.latest_slot(now)
         runs.append((schedule.name, round(slot * 1000), schedule.run_id(slot), schedule.payload(slot)))
     return runs
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise ValueError(
+            f"schedule name {name!r} must be 1 to 100 letters, digits, _ . : or - (starting with a letter or digit)"
+        )
+    return name
+
+
+def add_schedule(queue: Shard, name: str, expr: str) -> Schedule:
+    """Register (or change) the periodic job ``name`` of ``queue`` (one unsharded queue): from the
+    next round on, every cleaner of the queue creates its runs. ValueError (one line) for a bad
+    name or expression, before anything is written."""
+    schedule = Schedule(check_name(name), check_cron(expr.strip()))
+    queue.redis.hset(queue.keys.schedules, schedule.name, schedule.expr)
+    return schedule
+
+
+def register(queue: Shard, schedules: tuple[Schedule, ...]) -> None:
+    """Register these schedules (already checked: SCHEDULES), changing those of the same names."""
+    if schedules:
+        queue.redis.hset(queue.keys.schedules, mapping={s.name: s.expr for s in schedules})
+
+
+def remove_schedule(queue: Shard, name: str) -> bool:
+    """Stop the periodic job ``name`` (its last slot stays recorded, so adding it back later does
+    not run a missed slot at once). False if no such schedule was registered."""
+    return bool(queue.redis.hdel(queue.keys.schedules, name))
+
+
+def registered(queue: Shard) -> tuple[tuple[Schedule, ...], list[str]]:
+    """The schedules in force (by name), and a line for each entry that is not a valid one
+    (written to Redis by other means): it is left out, never a reason to stop."""
+    raw: dict[str, str] = queue.redis.hgetall(queue.keys.schedules)  # type: ignore[assignment]
+    schedules: list[Schedule] = []
+    problems: list[str] = []
+    for name, expr in sorted(raw.items()):
+        try:
+            schedules.append(Schedule(check_name(name), check_cron(expr)))
+        except ValueError as exc:
+            problems.append(f"schedule {name!r} in {queue.keys.schedules} is left out: {exc}")
+    return tuple(schedules), problems

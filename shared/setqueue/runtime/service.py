@@ -25,6 +25,7 @@ comes round every few milliseconds whatever its jobs do: a long job is not a stu
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -32,21 +33,22 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 import redis
 from redis import exceptions as rexc
 
-from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError, connect, redact_url
+from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError, PasswordRequired, connect, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.runtime.backoff import Backoff
 from setqueue.runtime.httpd import MetricsServer
 from setqueue.runtime.logs import configure_logging, flush_logs
 from setqueue.runtime.metrics import ServiceMetrics
-from setqueue.runtime.settings import CommonSettings, SettingError
+from setqueue.runtime.settings import SETTINGS, CommonSettings, SettingError
+from setqueue.version import __version__
 
 T = TypeVar("T")
 S = TypeVar("S", bound=CommonSettings)
@@ -68,7 +70,11 @@ def refusal(queue: JobQueue) -> str | None:
         queue.ping(record=True)
     except OptionError as exc:
         raise SettingError.of(exc) from None
-    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+    except PasswordRequired:
+        return "it requires a password: set it in REDIS_URL (redis://:PASSWORD@host:port/db)"
+    except rexc.AuthenticationError as exc:
+        return f"it refused the user or password in REDIS_URL: {exc}"
+    except (rexc.AuthorizationError, rexc.NoPermissionError) as exc:
         return f"{type(exc).__name__}: {exc}"
     except rexc.ResponseError as exc:  # e.g. "DB index is out of range"
         return f"{type(exc).__name__}: {exc}"
@@ -272,17 +278,62 @@ class Service(Generic[S, M]):
 # -- the entry point of a service ------------------------------------------------------------------
 
 
+def usage(program: str, summary: str, argv: Sequence[str] | None) -> int | None:
+    """The command line of a service: it takes no arguments (settings are environment variables),
+    but ``--help`` lists those it reads and ``--version`` says which setqueue it is. Returns an exit
+    code when the service should not start (0 after help or version, 2 for anything else)."""
+    role = program.removeprefix("setqueue-")
+    read = [s for s in SETTINGS if s.services == "all" or role in s.services.split(",")]
+    epilog = "settings (environment variables):\n" + "\n".join(
+        f"  {s.name} (default {s.default or '(empty)'}): {s.meaning}" for s in read
+    )
+    parser = _OneLineParser(
+        prog=program,
+        description=f"{summary} Settings come from the environment; see docs/reference.md.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{program} (setqueue {__version__})")
+    try:
+        parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help or --version, which printed
+        return int(exc.code or 0)
+    except ValueError as exc:
+        print(f"{program}: {exc} (settings are environment variables; see {program} --help)", file=sys.stderr)
+        return EXIT_SETTING
+    return None
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad argument is one line (``usage`` prints it), not argparse's usage block and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
 def main(
     settings_cls: type[S],
     build: Callable[[S], Service[S, Any]],
     program: str,
     env: Mapping[str, str] | None = None,
+    *,
+    argv: Sequence[str] | None = None,
+    summary: str = "",
 ) -> int:
-    """Load settings, build the service, serve /metrics, run it; returns the exit code."""
+    """Read the command line (``usage``), load settings, build the service, serve /metrics, run it;
+    returns the exit code."""
+    code = usage(program, summary, argv)
+    if code is not None:
+        return code
     settings = load_settings(settings_cls, program, env)
     if settings is None:
         return EXIT_SETTING
     configure_logging(settings.log_level, settings.log_format, program)
+    return serve(settings, build, program)
+
+
+def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> int:
+    """Build the service, serve /metrics, check what Redis says of the settings, run it."""
     try:
         service = build(settings)
     except SettingError as exc:  # what only the service can check (e.g. the handler's kind)

@@ -18,6 +18,8 @@ import math
 import os
 import re
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -145,6 +147,10 @@ def _check_id_prefix(prefix: str) -> None:
         validate_job_id(prefix + "-" + "9" * 20)
 
 
+# The demo's job handler: what the compose stack names, and what an error about JOB_HANDLER suggests.
+DEMO_HANDLER = "setqueue.runtime.demo:simulated_work"
+
+
 def _check_job_handler(spec: str) -> None:
     load_handler(spec)  # fail at start, not on the first job
 
@@ -239,6 +245,15 @@ SETTINGS: tuple[Setting, ...] = (
         "all",
         low=0.001,
         high=60,
+    ),
+    Setting(
+        "PAYLOAD_MAX_BYTES",
+        int,
+        queue_default("payload_max_bytes"),
+        "Largest payload an enqueue takes (bytes of UTF-8); a larger one is refused before anything is sent",
+        "all",
+        low=1,
+        high=512 * 1024 * 1024,
     ),
     Setting(
         "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
@@ -343,8 +358,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "JOB_HANDLER",
         str,
-        "setqueue.runtime.demo:simulated_work",
-        "The job function, as module:function; called with each Lease",
+        "",
+        f"The job function, as module:function, called with each Lease; required (the demo's is {DEMO_HANDLER})",
         "worker",
         check=_check_job_handler,
     ),
@@ -384,6 +399,16 @@ SETTINGS: tuple[Setting, ...] = (
         "worker",
         low=0.01,
         high=60,
+    ),
+    Setting(
+        "STANDIN_SWEEP_SECONDS",
+        float,
+        "60",
+        "When nobody (no cleaner) has swept the queue for this long, a worker sweeps it itself and warns, "
+        "so that no expired claim is stranded (0 = never)",
+        "worker",
+        low=0,
+        high=86400,
     ),
     Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
     Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
@@ -458,10 +483,16 @@ def _check_url_options(url: str, query: str) -> None:
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
-    """Import ``module:function``; a SettingError for JOB_HANDLER if that is impossible.
+    """Import ``module:function``; a SettingError for JOB_HANDLER if that is impossible, saying
+    where it went wrong (the file and line of an error raised while importing the module), or if
+    what it names cannot be called with a lease.
 
     The current directory is importable, as under ``python -m worker`` (and as celery and rq do),
     so that the ``setqueue-worker`` entry point finds the same modules."""
+    if not spec:
+        raise SettingError(
+            "JOB_HANDLER", f"is not set: name your job function as module:function (the demo's is {DEMO_HANDLER})"
+        )
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SettingError("JOB_HANDLER", f"{spec!r} must look like package.module:function")
@@ -469,12 +500,50 @@ def load_handler(spec: str) -> Callable[..., Any]:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # an import can fail in any way; the user needs the reason
-        raise SettingError("JOB_HANDLER", f"cannot import {module_name!r}: {exc}") from None
-    handler = getattr(module, attr, None)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.partition(".")[0] and exc.name != module_name:
+            raise SettingError("JOB_HANDLER", f"cannot import {module_name!r}: {_where(exc)}") from None
+        raise SettingError(
+            "JOB_HANDLER", f"no module {module_name!r} in the current directory or on PYTHONPATH ({exc})"
+        ) from None
+    except BaseException as exc:  # an import can fail in any way (even SystemExit): say how and where
+        raise SettingError("JOB_HANDLER", f"cannot import {module_name!r}: {_where(exc)}") from None
+    if not hasattr(module, attr):
+        raise SettingError("JOB_HANDLER", f"module {module_name!r} ({module.__file__}) has no {attr!r}")
+    handler = getattr(module, attr)
     if not callable(handler):
-        raise SettingError("JOB_HANDLER", f"{module_name!r} has no callable {attr!r}")
+        raise SettingError("JOB_HANDLER", f"{spec} is not callable: it is {handler!r:.60}")
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # a builtin without a signature: take it as it is
+        return handler  # type: ignore[no-any-return]
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise SettingError("JOB_HANDLER", f"{spec}{signature} cannot be called with one lease") from None
     return handler  # type: ignore[no-any-return]
+
+
+def _where(exc: BaseException) -> str:
+    """An exception as one line with the place it was raised: the type, the message, and the file
+    and line (the deepest frame; a SyntaxError's own file and line)."""
+    what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{what} ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    # The deepest frame in the user's code: not Python's own, nor an installed package's.
+    theirs = [f for f in frames if not f.filename.startswith(_LIBRARY_PATHS) and not f.filename.startswith("<")]
+    if not frames:
+        return what
+    frame = (theirs or frames)[-1]
+    line = f": {frame.line}" if frame.line else ""
+    return f"{what} ({frame.filename}, line {frame.lineno}{line})"
+
+
+# Where Python and installed packages live: an import error's place is the deepest frame outside them.
+_LIBRARY_PATHS = tuple(
+    {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")} - {None, ""}
+)
 
 
 SettingsT = TypeVar("SettingsT", bound="CommonSettings")
@@ -493,6 +562,7 @@ class CommonSettings:
     done_max_age_seconds: float
     wait_replicas: int
     wait_timeout_seconds: float
+    payload_max_bytes: int
     metrics_port: int
     metrics_host: str
     audit: bool
@@ -525,6 +595,7 @@ class CommonSettings:
             "done_max_age_seconds": self.done_max_age_seconds,
             "wait_replicas": self.wait_replicas,
             "wait_timeout_seconds": self.wait_timeout_seconds,
+            "payload_max_bytes": self.payload_max_bytes,
         }
 
 
@@ -550,6 +621,7 @@ class WorkerSettings(CommonSettings):
     fail_rate: float
     shutdown_grace_seconds: float
     idle_wait_seconds: float
+    standin_sweep_seconds: float
 
     def queue_options(self) -> dict[str, Any]:
         return {
