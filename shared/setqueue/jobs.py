@@ -27,6 +27,7 @@ class Lease:
     queue: str = ""  # the name of the queue it came from
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
+    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -39,9 +40,12 @@ class Lease:
         return json.loads(self.payload)
 
 
-def job_options(max_attempts: int | None, timeout: float | None) -> str:
-    """A job's own options as stored (``"<max attempts>|<timeout ms>"``), "" when it has none.
-    ValueError for a bad one, naming it."""
+def job_options(max_attempts: int | None, timeout: float | None, trace_parent: str | None = None) -> str:
+    """A job's own options as stored (``"<max attempts>|<timeout ms>"``, then ``"|<traceparent>"``
+    when the enqueue ran in a traced span), "" when it has none. ValueError for a bad one, naming it.
+    The Lua scripts read only the leading number."""
+    if trace_parent:
+        return f"{job_options(max_attempts, timeout) or '|'}|{trace_parent}"
     if max_attempts is None and timeout is None:
         return ""
     if max_attempts is not None and (
@@ -59,8 +63,15 @@ def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
     """(max attempts, timeout in seconds) of a stored ``job_options`` text (None: not its own)."""
     if not stored:
         return None, None
-    most, _, timeout_ms = stored.partition("|")
+    most, _, rest = stored.partition("|")
+    timeout_ms = rest.partition("|")[0]
     return (int(most) if most else None), (int(timeout_ms) / 1000 if timeout_ms else None)
+
+
+def parse_trace_parent(stored: str | None) -> str | None:
+    """The traceparent kept in a stored ``job_options`` text (its third part), or None."""
+    parts = (stored or "").split("|", 2)
+    return parts[2] or None if len(parts) == 3 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,7 @@ class JobInfo:
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own (None: the worker's)
     traceback: str | None = None  # of its last failure, when the handler raised
+    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it, until it is acked
 
 
 class PermanentJobError(Exception):

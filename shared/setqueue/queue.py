@@ -30,6 +30,7 @@ from setqueue.jobs import (
     SweepResult,
     job_options,
     parse_job_options,
+    parse_trace_parent,
 )
 from setqueue.keys import (
     MAX_IDS_PER_CALL,
@@ -43,6 +44,7 @@ from setqueue.keys import (
 from setqueue.replication import ReplicaWait
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
+from setqueue.tracing import current_trace_parent
 
 # How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
 SWEPT_STAMP_MS = 86_400_000
@@ -105,7 +107,10 @@ def _lease(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in it
     own: str | None,
 ) -> Lease:
     max_attempts, timeout = parse_job_options(own)
-    return Lease(job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, max_attempts, timeout)
+    trace = parse_trace_parent(own)
+    return Lease(
+        job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, max_attempts, timeout, trace
+    )
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -231,7 +236,7 @@ class Queue:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
         at_ms = None if at is None else round(_check_seconds("at", at) * 1000)
-        own = job_options(max_attempts, timeout)
+        own = job_options(max_attempts, timeout, current_trace_parent())
         items = job_items(ids, self.payload_max_bytes)
         with_payload = isinstance(ids, Mapping)
         added = 0
@@ -498,6 +503,7 @@ class Queue:
             max_attempts=max_attempts,
             timeout=timeout,
             traceback=mark.lstrip("\n") + trace if mark else None,
+            trace_parent=parse_trace_parent(None if own is None else _text(own)),
         )
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
