@@ -206,6 +206,19 @@ class QueueKeys:
         """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
         return self.prefix + "wake"
 
+    # -- the registry of live workers (setqueue.registry; the console reads it) ------------------------
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> its last heartbeat (ms, the worker's clock) of the workers serving the
+        queue: an index of the ``worker`` keys to read; each heartbeat trims entries an hour old."""
+        return self.prefix + "workers"
+
+    def worker(self, worker_id: str) -> str:
+        """STRING (JSON) with a TTL of three heartbeats: one live worker (host, pid, queues, slots,
+        jobs held); it expires on its own when the worker stops beating."""
+        return f"{self.prefix}worker:{worker_id}"
+
     # -- auditing (AUDIT=true: chaos runs; see setqueue.runtime.audit) --------------------------------
 
     @property

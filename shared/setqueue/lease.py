@@ -74,6 +74,11 @@ class LeaseKeeper:
             for lease in leases:
                 self._held.pop((lease.id, lease.token), None)
 
+    def held(self) -> list[Lease]:
+        """The leases held now (a copy)."""
+        with self._lock:
+            return list(self._held.values())
+
     def __len__(self) -> int:
         """How many leases are held."""
         with self._lock:

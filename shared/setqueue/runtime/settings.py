@@ -410,6 +410,16 @@ SETTINGS: tuple[Setting, ...] = (
         low=0,
         high=86400,
     ),
+    Setting(
+        "WORKER_HEARTBEAT_SECONDS",
+        float,
+        "2",
+        "How often a worker writes its record to the registry of live workers (setqueue:{Q}:worker:<id>, "
+        "expiring after three beats), which the console shows; 0 = do not register",
+        "worker",
+        low=0,
+        high=3600,
+    ),
     Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
     Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
     Setting(
@@ -622,6 +632,7 @@ class WorkerSettings(CommonSettings):
     shutdown_grace_seconds: float
     idle_wait_seconds: float
     standin_sweep_seconds: float
+    worker_heartbeat_seconds: float
 
     def queue_options(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,132 @@
+"""The registry of live workers: who serves a queue now, what each holds, when it was last seen.
+
+Each worker beats every WORKER_HEARTBEAT_SECONDS (a thread of its own, ``worker.heartbeat``): for
+each named queue it serves, one pipelined round trip writes ``setqueue:{Q}:worker:<id>`` (its
+``WorkerRecord`` as JSON, with a TTL of three beats), adds its id to the index
+``setqueue:{Q}:workers`` (a sorted set by last beat) and trims index entries an hour old. A worker
+that dies stops beating and its record expires by itself: Redis's TTL is the one truth of who is
+alive, the index only says where to look. A worker that stops cleanly removes both at once.
+
+Both keys carry the queue's hash tag (a sharded queue's logical name, as its wake-up list), so one
+beat is one round trip to one node even on a Redis Cluster. Readers (``live_workers``) read the
+index and the records in one pipeline per queue: no scan.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from setqueue.keys import QueueKeys
+
+# The index keeps entries this long after their last beat; the record's own TTL says who is alive.
+INDEX_KEEP_MS = 3_600_000
+# The most job ids one record lists (the count of held jobs is always whole).
+MOST_HELD_LISTED = 100
+# The most workers one read of a queue's index returns (the most recently seen first).
+MOST_READ = 1000
+WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One live worker, as it last described itself."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    slots: int  # CONCURRENCY
+    busy: int  # slots running a job now
+    held: list[str]  # ids of the jobs it holds (running, waiting for a slot, or not acked yet), at most 100
+    held_count: int  # how many it holds in all
+    started_at: float  # Unix seconds, the worker's clock
+    seen_at: float  # the beat that wrote this record (Unix seconds, the worker's clock)
+    handler: str = ""
+    version: str = ""
+    heartbeat_seconds: float = 0.0
+    ttl_seconds: float | None = field(default=None, compare=False)  # filled by the reader: time left
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("ttl_seconds")
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes, ttl_seconds: float | None = None) -> WorkerRecord | None:
+        """A record as stored, or None when it is not one (written by another version)."""
+        try:
+            data: dict[str, Any] = json.loads(text)
+            known = {name: data[name] for name in cls.__dataclass_fields__ if name in data and name != "ttl_seconds"}
+            return cls(**known, ttl_seconds=ttl_seconds)
+        except (ValueError, TypeError):
+            return None
+
+
+def validate_worker_id(worker_id: str) -> str:
+    if not WORKER_ID.fullmatch(worker_id):
+        raise ValueError(f"worker id {worker_id!r} must be 1 to 200 letters, digits or ._:-")
+    return worker_id
+
+
+def beat(client: redis.Redis, queue_names: Iterable[str], record: WorkerRecord, ttl_ms: int) -> None:
+    """Write ``record`` for each queue (one pipelined round trip per queue, its keys in one slot)."""
+    validate_worker_id(record.id)
+    now_ms = round(record.seen_at * 1000)
+    text = record.to_json()
+    for name in queue_names:
+        keys = QueueKeys(name)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.set(keys.worker(record.id), text, px=ttl_ms)
+            pipe.zadd(keys.workers, {record.id: now_ms})
+            pipe.zremrangebyscore(keys.workers, "-inf", now_ms - INDEX_KEEP_MS)
+            pipe.execute()
+
+
+def leave(client: redis.Redis, queue_names: Iterable[str], worker_id: str) -> None:
+    """Remove a worker that stops cleanly, at once (else its record expires after three beats)."""
+    for name in queue_names:
+        keys = QueueKeys(name)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.delete(keys.worker(worker_id))
+            pipe.zrem(keys.workers, worker_id)
+            pipe.execute()
+
+
+def live_workers(client: redis.Redis, queue_name: str) -> list[WorkerRecord]:
+    """The live workers of a queue (whose record has not expired), most recently seen first."""
+    keys = QueueKeys(queue_name)
+    ids = [_text(i) for i in client.zrevrange(keys.workers, 0, MOST_READ - 1)]  # type: ignore[union-attr, arg-type]
+    if not ids:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for worker_id in ids:
+            pipe.get(keys.worker(worker_id))
+            pipe.pttl(keys.worker(worker_id))
+        replies = pipe.execute()
+    found: list[WorkerRecord] = []
+    for text, ttl_ms in zip(replies[::2], replies[1::2], strict=True):
+        if text is None:
+            continue  # expired: that worker stopped beating
+        record = WorkerRecord.from_json(text, ttl_ms / 1000 if ttl_ms >= 0 else None)
+        if record is not None:
+            found.append(record)
+    return found
+
+
+def all_live_workers(client: redis.Redis, queue_names: Sequence[str]) -> list[WorkerRecord]:
+    """The live workers of any of these queues, each once (a worker of several queues is in each)."""
+    seen: dict[str, WorkerRecord] = {}
+    for name in queue_names:
+        for record in live_workers(client, name):
+            seen.setdefault(record.id, record)
+    return sorted(seen.values(), key=lambda r: (r.host, r.pid, r.id))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

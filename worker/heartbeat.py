@@ -1,0 +1,109 @@
+"""The worker's heartbeat: its record in the registry of live workers (``setqueue.registry``).
+
+A thread of its own wakes every WORKER_HEARTBEAT_SECONDS, takes a snapshot of the worker (slots
+busy, jobs held) and writes it with a TTL of three beats: one pipelined round trip per named queue.
+It never blocks the supervisor or the claimer; a Redis error is logged once per outage and the
+next beat tries again (an expired record only hides the worker from the console meanwhile). A
+clean stop removes the record; a killed worker's expires by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import redis
+
+from setqueue.registry import MOST_HELD_LISTED, WorkerRecord, beat, leave
+from setqueue.version import __version__
+
+BEATS_TO_LIVE = 3  # a record expires after this many beats without a new one
+
+log = logging.getLogger("setqueue.worker.heartbeat")
+
+Snapshot = Callable[[], tuple[int, list[str]]]  # () -> (slots busy, ids of the jobs held)
+
+
+def new_worker_id() -> str:
+    """host-pid-random: unique per process, readable on the console."""
+    host = "".join(c if c.isalnum() or c in ".-" else "-" for c in socket.gethostname())[:100] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        client: redis.Redis,
+        queue_names: Sequence[str],
+        interval: float,
+        *,
+        slots: int,
+        snapshot: Snapshot,
+        handler: str = "",
+    ) -> None:
+        self.client = client
+        self.queue_names = list(queue_names)
+        self.interval = interval
+        self.slots = slots
+        self.snapshot = snapshot
+        self.handler = handler
+        self.id = new_worker_id()
+        self.host = socket.gethostname()
+        self.started_at = time.time()
+        self._ttl_ms = max(1, round(interval * BEATS_TO_LIVE * 1000))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def start(self) -> Heartbeat:
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating and leave the registry (best effort: else the record expires by itself)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        try:
+            leave(self.client, self.queue_names, self.id)
+        except redis.RedisError as exc:
+            log.info("could not leave the registry of workers (%s); the record expires by itself", exc)
+
+    def record(self) -> WorkerRecord:
+        busy, held = self.snapshot()
+        return WorkerRecord(
+            id=self.id,
+            host=self.host,
+            pid=os.getpid(),
+            queues=self.queue_names,
+            slots=self.slots,
+            busy=busy,
+            held=held[:MOST_HELD_LISTED],
+            held_count=len(held),
+            started_at=self.started_at,
+            seen_at=time.time(),
+            handler=self.handler,
+            version=__version__,
+            heartbeat_seconds=self.interval,
+        )
+
+    def beat_now(self) -> None:
+        try:
+            beat(self.client, self.queue_names, self.record(), self._ttl_ms)
+        except Exception as exc:  # Redis down, or anything else: never let the thread die
+            if not self._failing:
+                log.warning("heartbeat failed (%s); the next one tries again", exc)
+            self._failing = True
+            return
+        self._failing = False
+
+    def _run(self) -> None:
+        self.beat_now()
+        while not self._stop.wait(self.interval):
+            self.beat_now()
