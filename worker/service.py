@@ -43,7 +43,9 @@ from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.scripts import new_request_id
 from worker.engine import Engine, Running
 from worker.failures import FailureLog, failure_reason
+from worker.heartbeat import Heartbeat
 from worker.standin import StandIn
+from worker.tracing import worker_tracing
 
 TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
 ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
@@ -72,10 +74,28 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
         self._configure = self._configure_hook(settings)
         super().__init__(settings, WorkerMetrics(new_registry(), settings.queue_names), queue)
+        # Traces (setqueue.otel) when OpenTelemetry is installed: spans around claims, jobs and acks.
+        self.tracing = worker_tracing()
+        handler, self._claim, self._ack_many = self.handler, self.queue.claim, self.queue.ack_many
+        if self.tracing is not None:
+            handler = self.tracing.wrap(self.handler)
+            self._claim = self.tracing.claiming(self.queue.claim, self.queue.name)
+            self._ack_many = self.tracing.acking(self.queue.ack_many, self.queue.name)
         self.engine = Engine(
-            self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended, settings.claim_batch
+            handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended, settings.claim_batch
         )
         self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
+        self.heartbeat = None  # the registry of live workers, which the console shows
+        if settings.worker_heartbeat_seconds > 0:
+            names = [q.name for q in self.queue.queues]
+            self.heartbeat = Heartbeat(
+                self.queue.redis,
+                names,
+                settings.worker_heartbeat_seconds,
+                slots=settings.concurrency,
+                snapshot=self._snapshot,
+                handler=settings.job_handler,
+            )
         # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
         shards = self.queue.shards
         self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None
@@ -96,6 +116,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     @property
     def stall_seconds(self) -> float:
         return max(60.0, 3 * self.settings.idle_wait_seconds)
+
+    def _snapshot(self) -> tuple[int, list[str]]:
+        """(slots busy, ids of the jobs held) for the heartbeat."""
+        return self.engine.counts()[1], [lease.id for lease in self.keeper.held()]
 
     def _renewed(self, count: int) -> None:
         self.metrics.lease_renewals.inc(count)
@@ -126,6 +150,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             f"{s.job_timeout_seconds:g}s" if s.job_timeout_seconds else "none",
         )
         self.keeper.start()
+        if self.heartbeat is not None:
+            self.heartbeat.start()
         claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
         claimer.start()
         grace_ends = float("inf")
@@ -144,6 +170,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         finally:
             self._stopped.set()
             self.keeper.stop()
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
             self.engine.stop_loop()
         return self._exit_code
 
@@ -223,7 +251,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _ack(self, leases: list[Lease]) -> None:
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the shutdown backstop still applies).
-        results = self._resendable(lambda rid: self.queue.ack_many(leases, request_id=rid), "ack", until_stopped=False)
+        results = self._resendable(lambda rid: self._ack_many(leases, request_id=rid), "ack", until_stopped=False)
         # One pass, per queue: acked, stale, and the end-to-end times (usually a single queue).
         per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
         for lease, result in zip(leases, results, strict=True):
@@ -287,7 +315,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 count = self.engine.wanted(self.stop_event)
                 if count == 0:
                     continue
-                leases = self._resendable(lambda rid, n=count: self.queue.claim(n, request_id=rid), "claim")  # type: ignore[misc]
+                leases = self._resendable(lambda rid, n=count: self._claim(n, request_id=rid), "claim")  # type: ignore[misc]
                 if not leases:
                     self.retry(lambda: self.queue.wait_for_work(block), "wait")
                     continue

@@ -1,0 +1,184 @@
+"""The OpenTelemetry glue (extra ``setqueue[otel]``): imported only through ``setqueue.tracing``, and
+only when OpenTelemetry is installed. Spans follow OpenTelemetry's messaging semantic conventions
+(span name ``<operation> <queue>``, ``messaging.*`` attributes, ``messaging.system`` = setqueue):
+
+- the producer: ``enqueue`` stores the ``traceparent`` of the caller's current span with each job
+  (``setqueue.otel_context``), so the span around an enqueue is the job's creation context;
+- ``receive <queue>`` (kind CLIENT): one claim call, with ``messaging.batch.message_count``;
+- ``process <queue>`` (kind CONSUMER): one run of a job's handler, the child of the enqueue's span
+  (the trace goes on) and linked to the claim's span, with the queue, the id, the attempt and the
+  outcome (``setqueue.job.outcome``: success, failure, timeout, retry or moved); spans the handler
+  makes are its children;
+- ``settle <queue>`` (kind CLIENT): one ack batch, linked to the span of each job it acks.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from setqueue.jobs import AckResult, JobTimeout, Lease, MoveTo, RetryLater
+from setqueue.version import __version__
+
+SYSTEM = "setqueue"
+# Span contexts kept between two spans of a job (its claim's, then its own until its ack): at most
+# this many, the oldest dropped first (a job that never comes to an ack must not keep one forever).
+KEPT_CONTEXTS = 100_000
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def is_async(function: Callable[..., Any]) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one (as the worker's engine
+    tells them apart)."""
+    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def _outcome(error: BaseException | None) -> str:
+    if error is None:
+        return "success"
+    if isinstance(error, JobTimeout):
+        return "timeout"
+    if isinstance(error, RetryLater):
+        return "retry"
+    if isinstance(error, MoveTo):
+        return "moved"
+    return "failure"
+
+
+class _Kept:
+    """Span contexts by (job id, lease token), bounded; shared by the worker's threads."""
+
+    def __init__(self, most: int = KEPT_CONTEXTS) -> None:
+        self._most = most
+        self._lock = threading.Lock()
+        self._contexts: collections.OrderedDict[tuple[str, str], SpanContext] = collections.OrderedDict()
+
+    def put(self, lease: Lease, context: SpanContext) -> None:
+        with self._lock:
+            self._contexts[(lease.id, lease.token)] = context
+            while len(self._contexts) > self._most:
+                self._contexts.popitem(last=False)
+
+    def pop(self, lease: Lease) -> SpanContext | None:
+        with self._lock:
+            return self._contexts.pop((lease.id, lease.token), None)
+
+
+class WorkerTracing:
+    """The worker's spans: ``claiming`` and ``acking`` wrap the queue's calls, ``wrap`` the handler."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.tracer = trace.get_tracer("setqueue", __version__, tracer_provider=tracer_provider)
+        self._claims = _Kept()  # a claimed job -> its claim's span
+        self._jobs = _Kept()  # a job that succeeded -> its own span, until its ack
+
+    def claiming(self, claim: Callable[..., list[Lease]], queue: str) -> Callable[..., list[Lease]]:
+        """``claim`` (a queue's) in a ``receive`` span."""
+
+        @functools.wraps(claim)
+        def traced(count: int = 1, **options: Any) -> list[Lease]:
+            attributes = {**_base(queue, "receive"), "messaging.batch.message_count": 0}
+            with self.tracer.start_as_current_span(
+                f"receive {queue}", kind=SpanKind.CLIENT, attributes=attributes
+            ) as span:
+                leases = claim(count, **options)
+                span.set_attribute("messaging.batch.message_count", len(leases))
+                context = span.get_span_context()
+            for lease in leases:
+                self._claims.put(lease, context)
+            return leases
+
+        return traced
+
+    def acking(self, ack_many: Callable[..., list[AckResult]], queue: str) -> Callable[..., list[AckResult]]:
+        """``ack_many`` (a queue's) in a ``settle`` span linked to each job's span."""
+
+        @functools.wraps(ack_many)
+        def traced(leases: Sequence[Lease], **options: Any) -> list[AckResult]:
+            links = [Link(c) for c in (self._jobs.pop(lease) for lease in leases) if c is not None]
+            attributes = {**_base(queue, "settle"), "messaging.batch.message_count": len(leases)}
+            with self.tracer.start_as_current_span(
+                f"settle {queue}", kind=SpanKind.CLIENT, attributes=attributes, links=links
+            ) as span:
+                results = ack_many(leases, **options)
+                span.set_attribute("setqueue.acked", sum(1 for r in results if r.acked))
+                return results
+
+        return traced
+
+    def wrap(self, handler: Callable[[Lease], Any]) -> Callable[[Lease], Any]:
+        """The handler, each run in a ``process`` span (an ``async def`` handler stays one)."""
+        if is_async(handler):
+
+            async def traced_async(lease: Lease) -> Any:
+                with self._job_span(lease) as span:
+                    try:
+                        result = await handler(lease)
+                    except BaseException as exc:
+                        self._ended(span, lease, exc)
+                        raise
+                    self._ended(span, lease, None)
+                    return result
+
+            return traced_async
+
+        def traced(lease: Lease) -> Any:
+            with self._job_span(lease) as span:
+                try:
+                    result = handler(lease)
+                except BaseException as exc:
+                    self._ended(span, lease, exc)
+                    raise
+                self._ended(span, lease, None)
+                return result
+
+        return traced
+
+    def _job_span(self, lease: Lease) -> Any:
+        parent = _PROPAGATOR.extract({"traceparent": lease.trace_parent}) if lease.trace_parent else None
+        claim = self._claims.pop(lease)
+        attributes = {
+            **_base(lease.queue, "process"),
+            "messaging.message.id": lease.id,
+            "setqueue.job.attempt": lease.attempt,
+            "setqueue.job.priority": lease.priority,
+        }
+        return self.tracer.start_as_current_span(
+            f"process {lease.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=[Link(claim)] if claim is not None else None,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    def _ended(self, span: trace.Span, lease: Lease, error: BaseException | None) -> None:
+        outcome = _outcome(error)
+        span.set_attribute("setqueue.job.outcome", outcome)
+        if outcome == "success":
+            self._jobs.put(lease, span.get_span_context())
+        elif outcome in ("failure", "timeout"):
+            assert error is not None
+            span.set_attribute("error.type", type(error).__qualname__)
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+
+
+def _base(queue: str, operation: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": queue,
+    }
