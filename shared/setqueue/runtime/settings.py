@@ -420,6 +420,24 @@ SETTINGS: tuple[Setting, ...] = (
         low=0,
         high=3600,
     ),
+    Setting(
+        "CONSOLE_HOST",
+        str,
+        "127.0.0.1",
+        "Address the console listens on: 127.0.0.1 = this host only (the default); 0.0.0.0 = every interface "
+        "(a container, behind a port published on 127.0.0.1)",
+        "console",
+        check=_check_host,
+    ),
+    Setting("CONSOLE_PORT", int, "8080", "Port of the console's web pages", "console", low=1, high=65535),
+    Setting(
+        "CONSOLE_TOKEN",
+        str,
+        "",
+        "The console's secret: empty = read-only; set, an operator who signs in with it may requeue and delete "
+        "jobs (every action is logged)",
+        "console",
+    ),
     Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
     Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
     Setting(
@@ -648,3 +666,10 @@ class CleanerSettings(CommonSettings):
     sweep_batch: int
     audit_interval: float
     schedules: str
+
+
+@dataclass(frozen=True)
+class ConsoleSettings(CommonSettings):
+    console_host: str
+    console_port: int
+    console_token: str

@@ -1,0 +1,334 @@
+"""The console's web app: Starlette routes rendering Jinja2 templates (htmx refreshes a few parts).
+
+Routes (every page works without JavaScript; htmx only refreshes the live tables):
+
+- GET ``/``: the queues, per queue and shard: todos by priority, scheduled, in progress, done,
+  failed, done per minute;
+- GET ``/queues/{name}``: one queue: its shards, throughput, workers, search by id;
+- GET ``/queues/{name}/jobs/{state}``: a page of its jobs in one state (``?page=``, or for failed
+  ``?cursor=``; ``?shard=``);
+- GET ``/queues/{name}/job?id=``: one job (``Queue.inspect``);
+- POST ``/queues/{name}/actions``: requeue or delete one job, or all dead letters;
+- GET ``/workers``: the live workers (``setqueue.registry``);
+- GET and POST ``/login``, POST ``/logout``: sign in with CONSOLE_TOKEN;
+- GET ``/healthz``: 200 while Redis answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import redis
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from console.data import (
+    LIST_STATES,
+    PAGE_SIZE,
+    THROUGHPUT_MINUTES,
+    BadInput,
+    Catalog,
+    NotFound,
+    parse_cursor,
+    parse_page,
+    parse_shard,
+)
+from console.security import COOKIE, SESSION_SECONDS, Guard, Refused, Session
+from setqueue.client import redact_url
+from setqueue.keys import validate_job_id
+from setqueue.tracing import trace_id
+from setqueue.version import __version__
+
+HERE = Path(__file__).parent
+log = logging.getLogger("setqueue.console")
+
+# How many dead letters one "delete all" click deletes (each with the library's atomic delete).
+DELETE_ALL_MOST = 1000
+REQUEUE_ALL_MOST = 10_000
+NOTICES = {
+    "requeued": "Requeued {n} dead letter{s}.",
+    "deleted": "Deleted {n} job{s}.",
+    "signed-in": "Signed in: actions are enabled.",
+    "signed-out": "Signed out.",
+}
+
+
+def _utc(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    delta = time.time() - seconds
+    later = delta < 0
+    delta = abs(delta)
+    if delta < 60:
+        words = f"{delta:.1f} s"
+    elif delta < 3600:
+        words = f"{delta / 60:.1f} min"
+    elif delta < 86400:
+        words = f"{delta / 3600:.1f} h"
+    else:
+        words = f"{delta / 86400:.1f} d"
+    return f"in {words}" if later else f"{words} ago"
+
+
+def _number(value: Any) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+class Console:
+    """The app's state: the catalog of queues, the guard, the templates."""
+
+    def __init__(self, catalog: Catalog, guard: Guard, redis_url: str) -> None:
+        self.catalog = catalog
+        self.guard = guard
+        self.redis_url = redis_url
+        env = Environment(
+            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), auto_reload=False
+        )
+        env.filters.update(utc=_utc, ago=_ago, number=_number, trace_id=trace_id)
+        self.templates = Jinja2Templates(env=env)
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    def session(self, request: Request) -> Session | None:
+        return self.guard.session(request.cookies.get(COOKIE))
+
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        session = self.session(request)
+        notice = request.query_params.get("notice", "")
+        kind, _, count = notice.partition(":")
+        n = int(count) if count.isdigit() and len(count) < 12 else 0
+        context.update(
+            read_only=self.guard.read_only,
+            signed_in=session is not None,
+            csrf=self.guard.csrf(session),
+            version=__version__,
+            redis=redact_url(self.redis_url),
+            notice=NOTICES[kind].format(n=f"{n:,}", s="" if n == 1 else "s") if kind in NOTICES else "",
+            path=request.url.path,
+            query=str(request.url.query),
+        )
+        response = self.templates.TemplateResponse(request, template, context, status_code=status)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "same-origin"
+        return response
+
+    def error(self, request: Request, status: int, title: str, detail: str) -> Response:
+        return self.render(request, "error.html", status, title=title, detail=detail, code=status)
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    async def queues(self, request: Request) -> Response:
+        views = [self.catalog.overview(ref) for ref in self.catalog.discover()]
+        template = "_queues_table.html" if request.query_params.get("partial") else "queues.html"
+        return self.render(request, template, queues=views, minutes=THROUGHPUT_MINUTES)
+
+    async def queue(self, request: Request) -> Response:
+        ref = self.catalog.ref(request.path_params["name"])
+        view = self.catalog.overview(ref)
+        workers = self.catalog.workers([ref])
+        template = "_queue_live.html" if request.query_params.get("partial") else "queue.html"
+        return self.render(request, template, q=view, workers=workers, minutes=THROUGHPUT_MINUTES, states=LIST_STATES)
+
+    async def jobs(self, request: Request) -> Response:
+        ref = self.catalog.ref(request.path_params["name"])
+        state = request.path_params["state"]
+        params = request.query_params
+        shard = parse_shard(params.get("shard"), ref.shards)
+        number, cursor = parse_page(params.get("page")), parse_cursor(params.get("cursor"))
+        page = self.catalog.job_page(ref, state, shard, number, cursor)
+        return self.render(request, "jobs.html", ref=ref, jobs=page, states=LIST_STATES, page_size=PAGE_SIZE)
+
+    async def job(self, request: Request) -> Response:
+        ref = self.catalog.ref(request.path_params["name"])
+        job_id = request.query_params.get("id", "")
+        try:
+            validate_job_id(job_id)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(str(exc)[:300]) from None
+        info = self.catalog.open(ref).inspect(job_id)
+        if info is None:
+            raise NotFound(f"queue {ref.name} knows no job {job_id[:200]!r}")
+        return self.render(request, "job.html", ref=ref, job=info, trace=trace_id(info.trace_parent))
+
+    async def workers(self, request: Request) -> Response:
+        found = self.catalog.workers()
+        template = "_workers_table.html" if request.query_params.get("partial") else "workers.html"
+        return self.render(request, template, workers=found)
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            up = bool(self.catalog.client.ping())
+        except redis.RedisError:
+            up = False
+        return JSONResponse({"status": "ok" if up else "redis_unreachable"}, status_code=200 if up else 503)
+
+    # -- signing in -----------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.render(request, "login.html")
+        _same_origin(request)
+        form = await request.form()
+        if self.guard.read_only:
+            raise Refused("this console is read-only: start it with CONSOLE_TOKEN set to enable actions")
+        given = form.get("token")
+        if not isinstance(given, str) or not self.guard.check_token(given):
+            log.warning("sign-in refused from %s: wrong token", _client(request))
+            return self.render(request, "login.html", 403, failed=True)
+        log.info("signed in from %s", _client(request))
+        response = RedirectResponse("/?notice=signed-in", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            self.guard.new_session(),
+            max_age=SESSION_SECONDS,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        _same_origin(request)
+        form = await request.form()
+        self.guard.authorize(self.session(request), _field(form, "csrf"))
+        response = RedirectResponse("/?notice=signed-out", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # -- actions --------------------------------------------------------------------------------
+
+    async def action(self, request: Request) -> Response:
+        _same_origin(request)
+        ref = self.catalog.ref(request.path_params["name"])
+        form = await request.form()
+        self.guard.authorize(self.session(request), _field(form, "csrf"))
+        what = _field(form, "action")
+        back = _field(form, "back") or f"/queues/{ref.name}/jobs/failed"
+        if not back.startswith("/") or back.startswith("//") or "\\" in back:
+            raise BadInput("back must be a path of this console")
+        queue = self.catalog.open(ref)
+        who = _client(request)
+        if what in ("requeue", "delete"):
+            job_id = _field(form, "id") or ""
+            try:
+                validate_job_id(job_id)
+            except (TypeError, ValueError) as exc:
+                raise BadInput(str(exc)[:300]) from None
+            if what == "requeue":
+                n = queue.requeue_failed([job_id])
+                log.info("console action requeue: queue %s, job %r: %d requeued (by %s)", ref.name, job_id, n, who)
+                notice = f"requeued:{n}"
+            else:
+                state = queue.delete(job_id)
+                log.info("console action delete: queue %s, job %r was %s (by %s)", ref.name, job_id, state, who)
+                notice = f"deleted:{0 if state is None else 1}"
+                if back.startswith(f"/queues/{ref.name}/job?"):
+                    back = f"/queues/{ref.name}"
+        elif what == "requeue-all":
+            n = queue.requeue_failed(limit=REQUEUE_ALL_MOST)
+            log.info("console action requeue-all: queue %s: %d requeued (by %s)", ref.name, n, who)
+            notice = f"requeued:{n}"
+        elif what == "delete-all":
+            n = _delete_failed(self.catalog, ref, DELETE_ALL_MOST)
+            log.info("console action delete-all: queue %s: %d dead letters deleted (by %s)", ref.name, n, who)
+            notice = f"deleted:{n}"
+        else:
+            raise BadInput(f"no action {str(what)[:40]!r}: requeue, delete, requeue-all or delete-all")
+        path, _, query = back.partition("?")
+        kept = "&".join(p for p in query.split("&") if p and not p.startswith(("notice=", "cursor=")))
+        return RedirectResponse(f"{path}?{kept + '&' if kept else ''}{urlencode({'notice': notice})}", status_code=303)
+
+
+def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:
+    """Delete up to ``most`` dead letters, each with the library's atomic ``delete``."""
+    queue = catalog.open(ref)
+    deleted = 0
+    for shard in queue.shards:
+        for job_id in list(shard.redis.sscan_iter(shard.keys.failed, count=500)):
+            if deleted >= most:
+                return deleted
+            if shard.delete(job_id if isinstance(job_id, str) else job_id.decode()) is not None:
+                deleted += 1
+    return deleted
+
+
+def _field(form: Any, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _same_origin(request: Request) -> None:
+    """A POST from another site's page is refused (on top of the SameSite cookie and the CSRF token)."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        host = request.headers.get("host", "")
+        if origin.split("://", 1)[-1] != host:
+            raise Refused(f"a form from {origin[:100]} may not act on this console")
+
+
+def build_app(catalog: Catalog, guard: Guard, redis_url: str) -> Starlette:
+    console = Console(catalog, guard, redis_url)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return console.error(request, 404, "Not found", str(exc))
+
+    async def bad_input(request: Request, exc: Exception) -> Response:
+        return console.error(request, 400, "Bad request", str(exc))
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        log.warning("console action refused from %s: %s (%s)", _client(request), exc, request.url.path)
+        return console.error(request, 403, "Refused", str(exc))
+
+    async def redis_down(request: Request, exc: Exception) -> Response:
+        return console.error(request, 503, "Redis unavailable", f"{type(exc).__name__}: {exc}")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return console.error(request, 404, "Not found", f"no page at {request.url.path[:200]}")
+        if exc.status_code == 405:
+            return console.error(request, 405, "Method not allowed", f"{request.method} {request.url.path[:200]}")
+        return console.error(request, exc.status_code, "Error", str(exc.detail))
+
+    routes = [
+        Route("/", console.queues),
+        Route("/workers", console.workers),
+        Route("/healthz", console.healthz),
+        Route("/login", console.login, methods=["GET", "POST"]),
+        Route("/logout", console.logout, methods=["POST"]),
+        Route("/queues/{name:path}/jobs/{state}", console.jobs),
+        Route("/queues/{name:path}/job", console.job),
+        Route("/queues/{name:path}/actions", console.action, methods=["POST"]),
+        Route("/queues/{name:path}", console.queue),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    handlers: dict[Any, Any] = {
+        NotFound: not_found,
+        BadInput: bad_input,
+        Refused: refused,
+        redis.RedisError: redis_down,
+        HTTPException: http_error,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers)

@@ -1,0 +1,342 @@
+"""What the console reads from Redis, always in bounded steps: no command here costs more than
+O(log N + page) on a queue of N jobs, and none reads a whole set.
+
+- ``Catalog``: the queues there are (one SCAN pass for a few key names, cached a few seconds), and
+  each opened once as a ``JobQueue`` on the console's one client;
+- ``shard_overview``: a shard's counts (``stats.lua``: ZCARD, SCARD and a ZCOUNT per priority) and
+  its throughput (ZCOUNT of ``done_log`` by minute);
+- ``job_page``: one page of a state's jobs: ZRANGE by index for todos, in_progress and scheduled,
+  ZREVRANGE of ``done_log`` for done (newest first), an SSCAN cursor for failed (a set has no
+  order), then one pipeline for the page's details;
+- the workers: ``setqueue.registry``, one pipeline per queue.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from setqueue.client import ClusterAwareRedis
+from setqueue.factory import open_queue
+from setqueue.interface import JobQueue, Shard
+from setqueue.jobs import TRACEBACK_MARK
+from setqueue.keys import MAX_SHARDS, QueueKeys, priority_of_rank, validate_queue_name
+from setqueue.registry import WorkerRecord, all_live_workers, live_workers
+from setqueue.scripts import text
+
+PAGE_SIZE = 50
+THROUGHPUT_MINUTES = 15
+DISCOVERY_SECONDS = 5.0  # how long one SCAN's list of queues is used
+# The key names that tell a queue is there (one SCAN pass matches them all: see Catalog.discover).
+MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
+_KEY = re.compile(r"setqueue:\{([^{}]+)\}:(\w+)")
+_SHARD = re.compile(r"(.+)~(\d+)")
+LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed")
+
+
+class NotFound(LookupError):
+    """What a URL names is not there (an unknown queue, id, state or page)."""
+
+
+class BadInput(ValueError):
+    """What a URL or form gives cannot be right (an id with a line break, a page of -1)."""
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    name: str
+    shards: int  # 1: a plain queue
+
+
+@dataclass
+class ShardView:
+    name: str  # the shard's queue name (the queue's own for an unsharded one)
+    stats: dict[str, Any]
+    done_per_minute: list[int]  # oldest minute first, THROUGHPUT_MINUTES of them; the last is this minute so far
+
+
+@dataclass
+class QueueView:
+    ref: QueueRef
+    shards: list[ShardView]
+    totals: dict[str, Any] = field(default_factory=dict)
+    done_per_minute: list[int] = field(default_factory=list)
+    workers: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+
+@dataclass
+class JobRow:
+    id: str
+    priority: int | None = None
+    attempts: int | None = None
+    at: float | None = None  # enqueued (todos, in_progress), due (scheduled), done (done)
+    owner: str | None = None
+    lock_ttl: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class JobPage:
+    state: str
+    shard: int
+    rows: list[JobRow]
+    total: int
+    page: int | None  # for ordered states
+    pages: int | None
+    cursor: int | None  # failed: this page's cursor
+    next_cursor: int | None  # failed: the next page's (None: this is the last)
+
+
+def parse_page(raw: str | None) -> int:
+    """A page number from a URL: 1 when absent; BadInput when not a whole number >= 1."""
+    if raw is None or raw == "":
+        return 1
+    if not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
+        raise BadInput(f"page must be a whole number from 1, not {raw[:40]!r}")
+    return int(raw)
+
+
+def parse_cursor(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or len(raw) > 20 or int(raw) >= 2**64:
+        raise BadInput(f"cursor must be a whole number below 2^64 (from a page of this list), not {raw[:40]!r}")
+    return int(raw)
+
+
+def parse_shard(raw: str | None, shards: int) -> int:
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or len(raw) > 5:
+        raise BadInput(f"shard must be a whole number, not {raw[:40]!r}")
+    if int(raw) >= shards:
+        raise NotFound(f"this queue has {shards} shard{'s' if shards != 1 else ''} (0 to {shards - 1}), not {raw}")
+    return int(raw)
+
+
+class Catalog:
+    """The queues of one Redis (or Redis Cluster): discovered by SCAN, opened on one client."""
+
+    def __init__(
+        self, client: redis.Redis, url: str, named: Sequence[str], shards: int, options: dict[str, Any] | None = None
+    ) -> None:
+        self.client = client
+        self.options = options or {}  # Queue's options (WAIT_REPLICAS, ...) for the queues it opens
+        self.url = url
+        self.named = list(named)  # QUEUE_NAME's: listed first, even before they hold anything
+        self.named_shards = shards
+        self._lock = threading.Lock()
+        self._found: list[QueueRef] = []
+        self._found_at = -math.inf
+        self._opened: dict[QueueRef, JobQueue] = {}
+
+    # -- which queues there are ----------------------------------------------------------------
+
+    def _scan(self) -> list[str]:
+        """The keys whose last part starts with s, d, f or w (MARKS, and a few others), in one pass."""
+        pattern = "setqueue:{*}:[sdfw]*"
+        cluster = self.client.cluster_client() if isinstance(self.client, ClusterAwareRedis) else None
+        source: Any = cluster if cluster is not None else self.client
+        return [text(k) for k in source.scan_iter(match=pattern, count=1000)]
+
+    def discover(self) -> list[QueueRef]:
+        """Every queue found (QUEUE_NAME's first, then by name), cached for DISCOVERY_SECONDS."""
+        with self._lock:
+            if time.monotonic() - self._found_at < DISCOVERY_SECONDS:
+                return self._found
+        shard_counts: dict[str, int] = {}
+        plain: set[str] = set()
+        declared: dict[str, int] = {}
+        for key in self._scan():
+            match = _KEY.fullmatch(key)
+            if match is None or match[2] not in MARKS:
+                continue
+            name, mark = match[1], match[2]
+            if mark == "shards":
+                declared[name] = 0
+                continue
+            shard = _SHARD.fullmatch(name)
+            if shard is not None and mark != "workers":
+                base, index = shard[1], int(shard[2])
+                shard_counts[base] = max(shard_counts.get(base, 0), index + 1)
+            else:
+                plain.add(name)
+        for name in declared:  # the number a sharded queue was opened with
+            stored = self.client.get(QueueKeys(name).shards)
+            if stored is not None and 1 < int(stored) <= MAX_SHARDS:
+                shard_counts[name] = int(stored)
+        refs = {name: QueueRef(name, n) for name, n in shard_counts.items()}
+        for name in plain:
+            refs.setdefault(name, QueueRef(name, 1))
+        for name in self.named:
+            refs.setdefault(name, QueueRef(name, self.named_shards))
+        ordered = [refs[n] for n in self.named] + sorted(
+            (r for n, r in refs.items() if n not in self.named), key=lambda r: r.name
+        )
+        with self._lock:
+            self._found, self._found_at = ordered, time.monotonic()
+        return ordered
+
+    def ref(self, name: str) -> QueueRef:
+        """The queue of that name, or NotFound (also for a name no queue can have)."""
+        try:
+            validate_queue_name(name)
+        except ValueError as exc:
+            raise NotFound(f"no queue can be named {name[:80]!r}: {exc}") from None
+        for ref in self.discover():
+            if ref.name == name:
+                return ref
+        raise NotFound(f"no queue {name!r} in this Redis (a queue is found by its keys: it shows once it has jobs)")
+
+    def open(self, ref: QueueRef) -> JobQueue:
+        with self._lock:
+            queue = self._opened.get(ref)
+            if queue is None:
+                queue = open_queue(self.url, ref.name, shards=ref.shards, client=self.client, **self.options)
+                self._opened[ref] = queue
+            return queue
+
+    # -- overview --------------------------------------------------------------------------------
+
+    def overview(self, ref: QueueRef, *, with_workers: bool = True) -> QueueView:
+        queue = self.open(ref)
+        now_ms = _redis_ms(self.client)
+        shards = [shard_overview(shard, now_ms) for shard in queue.shards]
+        view = QueueView(ref, shards)
+        view.totals = _summed([s.stats for s in shards])
+        view.done_per_minute = [sum(column) for column in zip(*(s.done_per_minute for s in shards), strict=True)]
+        if with_workers:
+            view.workers = len(live_workers(self.client, ref.name))
+        return view
+
+    def workers(self, refs: Sequence[QueueRef] | None = None) -> list[WorkerRecord]:
+        names = [r.name for r in (self.discover() if refs is None else refs)]
+        return all_live_workers(self.client, names)
+
+    # -- pages of jobs ---------------------------------------------------------------------------
+
+    def job_page(self, ref: QueueRef, state: str, shard_index: int, page: int, cursor: int) -> JobPage:
+        if state not in LIST_STATES:
+            raise NotFound(f"no state {state[:40]!r}: the states are {', '.join(LIST_STATES)}")
+        shard = self.open(ref).shards[shard_index]
+        if state == "failed":
+            return _failed_page(shard, shard_index, cursor)
+        return _ordered_page(shard, state, shard_index, page)
+
+
+def _redis_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()  # type: ignore[misc]
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def shard_overview(shard: Shard, now_ms: int) -> ShardView:
+    """A shard's stats and its done per minute over the last THROUGHPUT_MINUTES (ZCOUNT of done_log)."""
+    stats = shard.stats()
+    minute = 60_000
+    start = now_ms - now_ms % minute - (THROUGHPUT_MINUTES - 1) * minute
+    with shard.redis.pipeline(transaction=False) as pipe:
+        for m in range(THROUGHPUT_MINUTES):
+            low = start + m * minute
+            pipe.zcount(shard.keys.done_log, low, low + minute - 1)
+        counts = [int(n) for n in pipe.execute()]
+    return ShardView(shard.name, stats, counts)
+
+
+def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in LIST_STATES}
+    total["oldest_pending_age_seconds"] = max((s["oldest_pending_age_seconds"] for s in each), default=0)
+    by_priority: dict[int, int] = {}
+    for s in each:
+        for priority, n in s["todos_by_priority"].items():
+            by_priority[int(priority)] = by_priority.get(int(priority), 0) + n
+    total["todos_by_priority"] = dict(sorted(by_priority.items(), reverse=True))
+    return total
+
+
+_SIZE = {"todos": "zcard", "in_progress": "zcard", "scheduled": "zcard", "done": "zcard"}
+
+
+def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobPage:
+    k = shard.keys
+    key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled, "done": k.done_log}[state]
+    total = int(shard.redis.zcard(key))  # type: ignore[arg-type]
+    pages = max(1, math.ceil(total / PAGE_SIZE))
+    if page > pages:
+        raise NotFound(f"no page {page} of {state}: it has {pages} page{'s' if pages != 1 else ''} now")
+    start = (page - 1) * PAGE_SIZE
+    if state == "done":
+        members = shard.redis.zrevrange(key, start, start + PAGE_SIZE - 1, withscores=True)
+    else:
+        members = shard.redis.zrange(key, start, start + PAGE_SIZE - 1, withscores=True)
+    pairs: list[tuple[Any, float]] = list(members)  # type: ignore[arg-type]
+    rows = [JobRow(text(m)) for m, _ in pairs]
+    scores = [float(s) for _, s in pairs]
+    ids = [r.id for r in rows]
+    if not ids:
+        return JobPage(state, shard_index, rows, total, page, pages, None, None)
+    with shard.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(k.attempts, ids)
+        pipe.zmscore(k.pending, ids)
+        pipe.hmget(k.owners, ids)
+        pipe.hmget(k.priorities, ids)
+        attempts, enqueued, owners, kept = pipe.execute()
+    tokens = sorted({text(o) for o in owners if o is not None}) if state == "in_progress" else []
+    ttls: dict[str, int] = {}
+    if tokens:
+        with shard.redis.pipeline(transaction=False) as pipe:
+            for token in tokens:
+                pipe.pttl(k.lock(token))
+            ttls = dict(zip(tokens, (int(t) for t in pipe.execute()), strict=True))
+    for row, score, tries, since, owner, priority in zip(rows, scores, attempts, enqueued, owners, kept, strict=True):
+        row.attempts = None if tries is None else int(tries)
+        if state in ("todos", "in_progress"):
+            row.priority = priority_of_rank(score)
+            row.at = None if since is None else since / 1000
+        elif state == "scheduled":
+            row.priority = int(priority) if priority is not None else 0
+            row.at = score / 1000
+        else:  # done: the score is the done time
+            row.at = score / 1000
+        if state == "in_progress" and owner is not None:
+            row.owner = text(owner)
+            ttl = ttls.get(row.owner, -2)
+            row.lock_ttl = ttl / 1000 if ttl >= 0 else None
+    return JobPage(state, shard_index, rows, total, page, pages, None, None)
+
+
+def _failed_page(shard: Shard, shard_index: int, cursor: int) -> JobPage:
+    k = shard.keys
+    total = int(shard.redis.scard(k.failed))  # type: ignore[arg-type]
+    rows: list[JobRow] = []
+    next_cursor = cursor
+    # SSCAN returns about COUNT ids a call (sometimes none): call until a page is full or the end.
+    for _ in range(20):
+        next_cursor, members = shard.redis.sscan(k.failed, next_cursor, count=PAGE_SIZE)  # type: ignore[misc]
+        rows += [JobRow(text(m)) for m in members]
+        if next_cursor == 0 or len(rows) >= PAGE_SIZE:
+            break
+    if rows:
+        with shard.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k.errors, [r.id for r in rows])
+            pipe.hmget(k.finished, [r.id for r in rows])
+            pipe.hmget(k.priorities, [r.id for r in rows])
+            errors, finished, kept = pipe.execute()
+        for row, error, done, priority in zip(rows, errors, finished, kept, strict=True):
+            row.error = None if error is None else text(error).partition(TRACEBACK_MARK)[0][:300]
+            fields = text(done).split(":") if done else []
+            if len(fields) == 3:
+                row.at = int(fields[1]) / 1000 if fields[1] else None
+                row.attempts = int(fields[2]) if fields[2] else None
+            row.priority = int(priority) if priority is not None else 0
+    return JobPage("failed", shard_index, rows, total, None, None, cursor, next_cursor or None)
