@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import redis
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -158,7 +158,7 @@ class Console:
 
     async def job(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
-        job_id = request.query_params.get("id", "")
+        job_id = _strict_query(request).get("id", [""])[0]
         try:
             validate_job_id(job_id)
         except (TypeError, ValueError) as exc:
@@ -216,6 +216,8 @@ class Console:
     # -- actions --------------------------------------------------------------------------------
 
     async def action(self, request: Request) -> Response:
+        if request.method != "POST":  # (else GET would fall through to the queue page of "<name>/actions")
+            raise HTTPException(405)
         _same_origin(request)
         ref = self.catalog.ref(request.path_params["name"])
         form = await request.form()
@@ -270,6 +272,16 @@ def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:
     return deleted
 
 
+def _strict_query(request: Request) -> dict[str, list[str]]:
+    """The query string's fields, or BadInput when it is not UTF-8 (Starlette would make the bad
+    bytes into replacement characters: an id that looks found-able but is not what was sent)."""
+    raw = request.scope.get("query_string", b"").decode("latin-1")
+    try:
+        return parse_qs(raw, keep_blank_values=True, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise BadInput("the query string is not UTF-8 (a job id is UTF-8 text)") from None
+
+
 def _field(form: Any, name: str) -> str | None:
     value = form.get(name)
     return value if isinstance(value, str) else None
@@ -320,7 +332,7 @@ def build_app(catalog: Catalog, guard: Guard, redis_url: str) -> Starlette:
         Route("/logout", console.logout, methods=["POST"]),
         Route("/queues/{name:path}/jobs/{state}", console.jobs),
         Route("/queues/{name:path}/job", console.job),
-        Route("/queues/{name:path}/actions", console.action, methods=["POST"]),
+        Route("/queues/{name:path}/actions", console.action, methods=["GET", "POST"]),
         Route("/queues/{name:path}", console.queue),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
