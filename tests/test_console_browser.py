@@ -1,0 +1,231 @@
+"""The console in a real Chromium (Selenium, Debian's chromium and chromium-driver), served by a real
+console process on a real Redis, with real worker processes: what an operator sees and does.
+Each test writes screenshots of its pages to tests/.screenshots/ (docs/console.md shows copies)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from setqueue import JobQueue, Queue, open_queue
+from tests.support.browser import chromium, screenshot
+from tests.support.console import ConsoleProc
+from tests.support.procs import Proc
+from tests.support.waits import wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOKEN = "browser-test-token"
+STATES = ("todos", "scheduled", "in_progress", "done", "failed")
+
+
+def by_css(driver: Any, selector: str) -> Any:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415 - selenium only where a browser runs
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def all_css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def shown_counts(driver: Any, queue: str) -> dict[str, int]:
+    row = f'tbody.queue[data-queue="{queue}"]'
+    return {s: int(by_css(driver, f'{row} td[data-state="{s}"]').text.replace(",", "")) for s in STATES}
+
+
+def counts(queue: JobQueue) -> dict[str, int]:
+    stats = queue.stats()
+    return {s: stats[s] for s in STATES}
+
+
+def dead_letters(queue: JobQueue, ids: list[str]) -> None:
+    queue.enqueue(ids)
+    for lease in queue.claim(len(ids)):
+        trace = 'Traceback (most recent call last):\n  File "shop/charge.py", line 12, in charge\nValueError: card'
+        queue.fail(lease, f"ValueError('card declined for {lease.id}')\n{trace}", retry=False)
+
+
+def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
+    driver.get(console.url + "/login")
+    by_css(driver, 'input[name="token"]').send_keys(token)
+    by_css(driver, "form.login button").click()
+    wait_until(lambda: "signed in" in by_css(driver, "header .who").text, 10, "the sign-in")
+
+
+@pytest.fixture
+def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., ConsoleProc]:
+    def start(**settings: object) -> ConsoleProc:
+        console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
+        procs.append(console)
+        return console
+
+    return start
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
+    def start(queue_name: str, **settings: object) -> Proc:
+        settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
+        settings.setdefault("EXEC_LOG", str(tmp_path / "exec.log"))
+        settings.setdefault("WORKER_HEARTBEAT_SECONDS", "0.5")
+        worker = Proc.start(
+            "worker", tmp_path, name=f"worker-{len(procs)}", REDIS_URL=redis_url, QUEUE_NAME=queue_name, **settings
+        )
+        procs.append(worker)
+        worker.wait_ready()
+        return worker
+
+    return start
+
+
+def test_the_queues_page_shows_the_counts_of_stats(
+    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+) -> None:
+    queue = open_queue(redis_url, queue_name, retry_backoff_seconds=0)
+    dead_letters(queue, ["charge-17", "charge-23"])
+    queue.enqueue([f"mail-{n}" for n in range(240)])
+    queue.enqueue({f"report-{n}": {"month": n} for n in range(1, 13)}, priority=5)
+    queue.enqueue(["reminder-1", "reminder-2"], delay=3600)
+    queue.ack_many(queue.claim(8))
+    queue.claim(3)
+    sharded = open_queue(redis_url, f"{queue_name}-wide", shards=4)
+    sharded.enqueue([f"thumb-{n}" for n in range(90)])
+    console = start_console(QUEUE_NAME=queue_name)
+    with chromium() as driver:
+        driver.get(console.url + "/")
+        assert shown_counts(driver, queue_name) == counts(queue)
+        assert shown_counts(driver, f"{queue_name}-wide") == counts(sharded)
+        screenshot(driver, "queues")
+        by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
+        wait_until(lambda: by_css(driver, "h1").text == f"Queue {queue_name}", 10, "the queue page")
+        screenshot(driver, "queue")
+        by_css(driver, 'input[name="id"]').send_keys("report-10")
+        by_css(driver, "form.search button").click()
+        wait_until(lambda: by_css(driver, "#job-id").text == "report-10", 10, "the job page")
+        assert by_css(driver, "#job-state").text == "in progress"
+        assert '"month":10' in by_css(driver, "pre.payload").text
+        # What the page cannot find is a clear page, not a stack trace.
+        driver.get(console.url + f"/queues/{queue_name}/jobs/todos?page=-1")
+        assert "400" in by_css(driver, "section.error h1").text
+
+
+def test_requeue_a_dead_letter_and_watch_it_reach_done(
+    start_console: Callable[..., ConsoleProc],
+    start_worker: Callable[..., Proc],
+    redis_url: str,
+    queue_name: str,
+) -> None:
+    queue = Queue.from_url(redis_url, queue_name)
+    dead_letters(queue, ["charge-17", "charge-23", "charge-42"])
+    console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
+    start_worker(queue_name)
+    with chromium() as driver:
+        sign_in(driver, console, TOKEN)
+        driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
+        assert {row.get_attribute("data-id") for row in all_css(driver, "tr[data-id]")} == {
+            "charge-17",
+            "charge-23",
+            "charge-42",
+        }
+        screenshot(driver, "dead-letters")
+        by_css(driver, 'tr[data-id="charge-23"] button[data-action="requeue"]').click()
+        wait_until(lambda: "Requeued 1 dead letter." in driver.page_source, 10, "the notice")
+        job = console.url + f"/queues/{queue_name}/job?id=charge-23"
+
+        def state() -> str:
+            driver.get(job)
+            return str(by_css(driver, "#job-state").text)
+
+        wait_until(lambda: state() == "done", 30, "charge-23 to reach done", interval=0.3)
+        screenshot(driver, "job")
+    info = queue.inspect("charge-23")
+    assert info is not None and info.state == "done"
+    assert counts(queue)["failed"] == 2
+
+
+def test_without_the_token_no_action_runs(
+    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+) -> None:
+    queue = Queue.from_url(redis_url, queue_name)
+    dead_letters(queue, ["charge-17", "charge-23"])
+    before = counts(queue)
+    forge = """
+        const form = document.createElement('form');
+        form.method = 'post';
+        form.action = arguments[0];
+        for (const [name, value] of Object.entries(arguments[1])) {
+            const input = document.createElement('input');
+            input.name = name; input.value = value; form.appendChild(input);
+        }
+        document.body.appendChild(form);
+        form.submit();
+    """
+    action = f"/queues/{queue_name}/actions"
+    read_only = start_console(QUEUE_NAME=queue_name)
+    guarded = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
+    with chromium() as driver:
+        for console, says in ((read_only, "read-only"), (guarded, "sign in")):
+            driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
+            assert not all_css(driver, "button[data-action]"), "action buttons shown to someone who may not act"
+            for fields in ({"action": "requeue", "id": "charge-17"}, {"action": "delete-all"}):
+                driver.execute_script(forge, console.url + action, {**fields, "csrf": "0" * 64})
+                wait_until(lambda: all_css(driver, "section.error"), 10, "the refusal page")
+                assert "403" in by_css(driver, "section.error h1").text
+                assert says in by_css(driver, "#error-detail").text
+        # Signed in, a form with a stale CSRF token (of an earlier session) is refused too.
+        sign_in(driver, guarded, TOKEN)
+        driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
+        stale = by_css(driver, 'input[name="csrf"]').get_attribute("value")
+        by_css(driver, "header .who button").click()  # sign out
+        sign_in(driver, guarded, TOKEN)
+        driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
+        driver.execute_script(
+            "document.querySelectorAll('input[name=csrf]').forEach(i => { i.value = arguments[0]; });", stale
+        )
+        by_css(driver, 'tr[data-id="charge-17"] button[data-action="requeue"]').click()
+        wait_until(lambda: all_css(driver, "section.error"), 10, "the refusal page")
+        assert "stale" in by_css(driver, "#error-detail").text
+        screenshot(driver, "refused")
+    assert counts(queue) == before
+
+
+def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
+    start_console: Callable[..., ConsoleProc],
+    start_worker: Callable[..., Proc],
+    redis_url: str,
+    queue_name: str,
+) -> None:
+    queue = Queue.from_url(redis_url, queue_name)
+    queue.enqueue([f"sleep-60-{n}" for n in range(4)])
+    console = start_console(QUEUE_NAME=queue_name)
+    workers = [start_worker(queue_name, CONCURRENCY=2, CLAIM_BATCH=2) for _ in range(2)]
+    pids = {str(w.process.pid) for w in workers}
+    with chromium() as driver:
+        driver.get(console.url + "/workers")
+
+        def rows() -> dict[str, Any]:
+            return {row.get_attribute("data-pid"): row for row in all_css(driver, "tr[data-worker]")}
+
+        def each_holds_two() -> bool:
+            found = rows()
+            return set(found) == pids and all(
+                len(row.find_elements("css selector", "a.job")) == 2 and "2 / 2" in row.text for row in found.values()
+            )
+
+        # htmx refreshes the table every 2 s: the page is never reloaded by hand.
+        wait_until(each_holds_two, 30, "both workers, each holding two jobs, on the workers page", interval=0.3)
+        held = {a.text for a in all_css(driver, "td.held a.job")}
+        assert held == {f"sleep-60-{n}" for n in range(4)}
+        screenshot(driver, "workers")
+        killed = workers[0]
+        killed.signal(signal.SIGKILL)
+        killed.wait(10)
+        # Gone after its record expires (three beats of 0.5 s), still without a reload.
+        wait_until(lambda: set(rows()) == pids - {str(killed.process.pid)}, 30, "the killed worker to drop off", 0.3)
