@@ -26,7 +26,7 @@ BEATS_TO_LIVE = 3  # a record expires after this many beats without a new one
 
 log = logging.getLogger("setqueue.worker.heartbeat")
 
-Snapshot = Callable[[], tuple[int, list[str]]]  # () -> (slots busy, ids of the jobs held)
+Snapshot = Callable[[], tuple[int, list[list[str]]]]  # () -> (slots busy, [queue, id] of the jobs held)
 
 
 def new_worker_id() -> str:

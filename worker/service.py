@@ -117,9 +117,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def stall_seconds(self) -> float:
         return max(60.0, 3 * self.settings.idle_wait_seconds)
 
-    def _snapshot(self) -> tuple[int, list[str]]:
-        """(slots busy, ids of the jobs held) for the heartbeat."""
-        return self.engine.counts()[1], [lease.id for lease in self.keeper.held()]
+    def _snapshot(self) -> tuple[int, list[list[str]]]:
+        """(slots busy, [queue, id] of the jobs held) for the heartbeat."""
+        return self.engine.counts()[1], [[lease.queue, lease.id] for lease in self.keeper.held()]
 
     def _renewed(self, count: int) -> None:
         self.metrics.lease_renewals.inc(count)
@@ -366,6 +366,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if running or self.engine.counts()[2]:
             # Threads still in a handler: do not wait for them (they are daemons; exit now).
             self.keeper.stop()
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
             flush_logs()
             os._exit(self._exit_code)
 

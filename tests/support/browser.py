@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.support.redis_server import REPO_ROOT, need
 
@@ -36,7 +37,7 @@ def _binary(variable: str, names: tuple[str, ...]) -> str:
 
 
 @contextmanager
-def chromium() -> Iterator[object]:
+def chromium() -> Iterator[Any]:
     """A headless Chromium (a selenium ``WebDriver``) with a fresh profile; quit at the end."""
     try:
         from selenium import webdriver  # noqa: PLC0415 - only the browser tests need it
