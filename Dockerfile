@@ -1,4 +1,4 @@
-# One image recipe, three services: `docker build --target creator|worker|cleaner .`
+# One image recipe, four services: `docker build --target creator|worker|cleaner|console .`
 # (docker-compose.yml builds each target). Classic builder compatible: no BuildKit-only syntax.
 #
 # PYTHON_IMAGE lets an offline machine substitute a local base image; any Debian-based image with
@@ -28,16 +28,17 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && pip install --no-cache-dir -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
-# Then the sources: the library first (changes least often), then the three services.
+# Then the sources: the library first (changes least often), then the four services.
 # (pyproject.toml names README.md as the package's readme, so the build needs it.)
 COPY README.md ./
 COPY shared/ ./shared/
 COPY creator/ ./creator/
 COPY worker/ ./worker/
 COPY cleaner/ ./cleaner/
+COPY console/ ./console/
 RUN pip install --no-cache-dir . \
  && rm -rf /src/build \
- && cd / && python -c "import setqueue, creator, worker, cleaner"
+ && cd / && python -c "import setqueue, creator, worker, cleaner, console.app"
 
 # Run from an empty directory so `python -m worker` imports the installed package, not /src.
 WORKDIR /app
@@ -58,3 +59,13 @@ CMD ["python", "-m", "worker"]
 
 FROM base AS cleaner
 CMD ["python", "-m", "cleaner"]
+
+# The operator console: its web pages on CONSOLE_PORT (every interface inside the container; the
+# compose file publishes it on 127.0.0.1 only), /healthz there too.
+FROM base AS console
+ENV CONSOLE_HOST=0.0.0.0 \
+    CONSOLE_PORT=8080
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CONSOLE_PORT', '8080'), timeout=4)"]
+CMD ["python", "-m", "console"]

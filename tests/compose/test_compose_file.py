@@ -22,7 +22,7 @@ VARIABLES = [
     *("CREATE_RATE", "CREATE_TOTAL", "CREATE_BATCH", "CREATE_ID_PREFIX"),
     *("CLAIM_BATCH", "CONCURRENCY", "JOB_TIMEOUT_SECONDS", "JOB_HANDLER", "IDLE_WAIT_SECONDS"),
     *("WORK_SECONDS", "WORK_JITTER", "FAIL_RATE"),
-    *("SWEEP_INTERVAL", "SWEEP_BATCH", "AUDIT", "AUDIT_INTERVAL"),
+    *("SWEEP_INTERVAL", "SWEEP_BATCH", "AUDIT", "AUDIT_INTERVAL", "CONSOLE_PORT", "CONSOLE_TOKEN"),
 ]
 
 
@@ -56,7 +56,7 @@ def any_config(request: pytest.FixtureRequest, docker: DockerClient) -> dict[str
 
 
 def test_all_services_defined(config: dict[str, Any]) -> None:
-    assert set(config["services"]) == {"redis", "creator", "worker", "cleaner", "prometheus", "grafana"}
+    assert set(config["services"]) == {"redis", "creator", "worker", "cleaner", "console", "prometheus", "grafana"}
     assert "version" not in config
 
 
@@ -65,7 +65,7 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
     assert services["redis"]["image"] == "redis:7.4-alpine"
     assert services["prometheus"]["image"] == "prom/prometheus:v2.55.1"
     assert "setqueue-change-me" in services["redis"]["command"]
-    for name in ("creator", "worker", "cleaner"):
+    for name in ("creator", "worker", "cleaner", "console"):
         env = services[name]["environment"]
         assert env["REDIS_URL"] == "redis://:setqueue-change-me@redis:6379/0"
         assert env["METRICS_PORT"] == "8000"
@@ -76,12 +76,15 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
     assert services["creator"]["environment"]["CREATE_RATE"] == "20"
     assert {services[name]["environment"]["AUDIT"] for name in ("creator", "worker", "cleaner")} == {"false"}
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "admin-change-me"
+    console = services["console"]
+    assert console["environment"]["CONSOLE_TOKEN"] == "", "the console is read-only unless a token is given"
+    assert [(p["host_ip"], p["published"], p["target"]) for p in console["ports"]] == [("127.0.0.1", "8080", 8080)]
 
 
-def test_only_prometheus_and_grafana_publish_ports_on_loopback(any_config: dict[str, Any]) -> None:
+def test_only_prometheus_grafana_and_the_console_publish_ports_on_loopback(any_config: dict[str, Any]) -> None:
     for name, service in any_config["services"].items():
         ports = service.get("ports", [])
-        if name in ("prometheus", "grafana"):
+        if name in ("prometheus", "grafana", "console"):
             assert [p["host_ip"] for p in ports] == ["127.0.0.1"], name
         else:
             assert not ports, f"{name} publishes {ports}"
@@ -108,12 +111,15 @@ def test_cluster_stack_runs_beside_the_main_one(config: dict[str, Any], cluster_
     assert cluster_config["name"] != config["name"]
     services = [*config["services"].values(), *cluster_config["services"].values()]
     published = {port["published"] for service in services for port in service.get("ports", [])}
-    assert len(published) == 4, "the two files' default host ports must differ"
+    assert len(published) == 6, "the two files' default host ports must differ"
 
 
 def test_cluster_stack_defaults(cluster_config: dict[str, Any], config: dict[str, Any]) -> None:
     services = cluster_config["services"]
-    assert set(services) == {*NODES, "redis-cluster-init", "creator", "worker", "cleaner", "prometheus", "grafana"}
+    assert set(services) == {
+        *NODES,
+        *("redis-cluster-init", "creator", "worker", "cleaner", "console", "prometheus", "grafana"),
+    }
     for node in NODES:
         assert services[node]["image"] == "redis:7.4-alpine"
         assert services[node]["command"][0] == "redis-server"  # so the official image drops to the redis user
@@ -123,7 +129,7 @@ def test_cluster_stack_defaults(cluster_config: dict[str, Any], config: dict[str
     for line in ("cluster-enabled yes", "appendonly yes", "maxmemory-policy noeviction"):
         assert line in conf.splitlines()
     assert 'requirepass "setqueue-change-me"' in conf and 'masterauth "setqueue-change-me"' in conf
-    for name in ("creator", "worker", "cleaner"):
+    for name in ("creator", "worker", "cleaner", "console"):
         env = services[name]["environment"]
         assert env["REDIS_URL"] == "redis://:setqueue-change-me@redis-1:6379/0"
         assert env["QUEUE_SHARDS"] == "6"
@@ -137,6 +143,7 @@ def test_cluster_stack_defaults(cluster_config: dict[str, Any], config: dict[str
         assert without(env, "REDIS_URL", "QUEUE_SHARDS") == without(main["environment"], "REDIS_URL"), name
     for name in ("prometheus", "grafana"):
         assert without(services[name], "ports") == without(config["services"][name], "ports"), name
+    assert services["console"]["ports"][0]["published"] == "8081"
 
 
 def without(mapping: dict[str, Any], *names: str) -> dict[str, Any]:
