@@ -162,3 +162,15 @@ def test_dashboard_provider_reads_the_directory_compose_mounts() -> None:
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{path}/{DASHBOARD.name}"
     assert re.fullmatch(r"grafana/grafana-oss:\d+\.\d+\.\d+", grafana["image"]), "pin the Grafana version"
+
+
+def test_the_dashboard_links_to_the_console(dashboard: dict[str, Any]) -> None:
+    """Grafana keeps the rates; questions about one queue or job go to the console, one click away,
+    at the port docker-compose.yml publishes it on by default."""
+    compose = load_yaml(COMPOSE_FILE)
+    (published,) = compose["services"]["console"]["ports"]
+    port = re.fullmatch(r"127\.0\.0\.1:\$\{CONSOLE_PORT:-(\d+)\}:8080", published)[1]  # type: ignore[index]
+    links = [link for link in dashboard["links"] if link["title"] == "Operator console"]
+    assert len(links) == 1
+    assert links[0]["type"] == "link" and links[0]["url"] == f"http://127.0.0.1:{port}/"
+    assert links[0]["targetBlank"] is True

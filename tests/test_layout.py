@@ -13,13 +13,28 @@ from pathlib import Path
 import pytest
 
 from setqueue import Queue
-from setqueue.runtime.settings import SETTINGS, CleanerSettings, CreatorSettings, WorkerSettings, default
+from setqueue.runtime.settings import (
+    SETTINGS,
+    CleanerSettings,
+    ConsoleSettings,
+    CreatorSettings,
+    WorkerSettings,
+    default,
+)
 from tests.support import REPO_ROOT
 
 SERVICES = ("worker", "creator", "cleaner")
+# The console: a service folder too, but a web app (Starlette) rather than a Service main loop.
+FOLDERS = (*SERVICES, "console")
 LIBRARY = REPO_ROOT / "shared" / "setqueue"
-# What a library user must not pay for: the services' runtime, its HTTP server, metrics and cron.
-HEAVY = ("prometheus_client", "http.server", "croniter", "setqueue.runtime", *SERVICES)
+# What a library user must not pay for: the services' runtime, its HTTP server, metrics and cron,
+# the console's web framework, and OpenTelemetry's glue.
+HEAVY = (
+    *("prometheus_client", "http.server", "croniter", "setqueue.runtime", *FOLDERS),
+    *("starlette", "jinja2", "uvicorn", "setqueue.otel", "setqueue.otel_context"),
+)
+# The OpenTelemetry glue (extra setqueue[otel]): loaded only when installed, and only then tested alone.
+GLUE = ("setqueue.otel", "setqueue.otel_context")
 # The kinds of queue: only the factory may tell them apart (everyone else uses setqueue.JobQueue).
 QUEUE_KINDS = {"Queue", "ShardedQueue", "QueueGroup", "CompositeQueue", "JobQueue"}
 MOST_FLOORS = 8
@@ -39,7 +54,7 @@ def first_party_imports(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-    return {n for n in names if n.split(".")[0] in ("setqueue", *SERVICES)}
+    return {n for n in names if n.split(".")[0] in ("setqueue", *FOLDERS)}
 
 
 def module_files() -> dict[str, Path]:
@@ -48,7 +63,7 @@ def module_files() -> dict[str, Path]:
     for path in LIBRARY.rglob("*.py"):
         parts = ("setqueue", *path.relative_to(LIBRARY).with_suffix("").parts)
         files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    for service in SERVICES:
+    for service in FOLDERS:
         for p in (REPO_ROOT / service).glob("*.py"):
             files[service if p.stem == "__init__" else f"{service}.{p.stem}"] = p
     return files
@@ -60,7 +75,7 @@ def core_modules() -> list[str]:
         m
         for m in module_files()
         if m.startswith("setqueue") and not m.startswith("setqueue.runtime")
-        if m != "setqueue.__main__"
+        if m != "setqueue.__main__" and m not in GLUE
     )
 
 
@@ -73,8 +88,21 @@ def test_the_core_loads_nothing_of_the_runtime(module: str) -> None:
 
 def test_the_command_line_loads_no_metrics_and_no_service() -> None:
     loaded = modules_loaded_by("import setqueue.runtime.cli")
-    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in ("prometheus_client", *SERVICES))]
+    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in ("prometheus_client", *FOLDERS))]
     assert heavy == [], f"the CLI loads {heavy}"
+
+
+@pytest.mark.parametrize("module", GLUE)
+def test_the_opentelemetry_glue_loads_nothing_of_the_runtime(module: str) -> None:
+    loaded = modules_loaded_by(f"import {module}")
+    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in ("setqueue.runtime", *FOLDERS))]
+    assert heavy == [], f"import {module} loads {heavy}"
+
+
+def test_the_worker_imports_the_opentelemetry_glue_only_through_worker_tracing() -> None:
+    for module, path in module_files().items():
+        if module.startswith(("worker", "creator", "cleaner", "console")) and module != "worker.tracing":
+            assert not first_party_imports(path) & set(GLUE), module
 
 
 def test_the_core_raises_no_error_that_names_an_environment_variable() -> None:
@@ -177,5 +205,6 @@ def test_the_settings_take_the_library_defaults() -> None:
 
 
 def test_every_setting_is_a_field_of_a_settings_class() -> None:
-    fields = {f.name for cls in (CreatorSettings, WorkerSettings, CleanerSettings) for f in dataclasses.fields(cls)}
+    classes = (CreatorSettings, WorkerSettings, CleanerSettings, ConsoleSettings)
+    fields = {f.name for cls in classes for f in dataclasses.fields(cls)}
     assert fields == {setting.field for setting in SETTINGS}
