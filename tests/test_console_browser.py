@@ -56,7 +56,8 @@ def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
     driver.get(console.url + "/login")
     by_css(driver, 'input[name="token"]').send_keys(token)
     by_css(driver, "form.login button").click()
-    wait_until(lambda: "signed in" in by_css(driver, "header .who").text, 10, "the sign-in")
+    # (page_source, not an element: the page is replaced under us while it loads)
+    wait_until(lambda: "Signed in: actions are enabled." in driver.page_source, 10, "the sign-in")
 
 
 @pytest.fixture
@@ -122,12 +123,24 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     redis_url: str,
     queue_name: str,
 ) -> None:
+    from opentelemetry import trace  # noqa: PLC0415 - the dev extra has the SDK
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())  # as an app does, once: spans get real ids
     queue = Queue.from_url(redis_url, queue_name)
-    dead_letters(queue, ["charge-17", "charge-23", "charge-42"])
+    with trace.get_tracer("shop").start_as_current_span("POST /checkout") as checkout:
+        dead_letters(queue, ["charge-17", "charge-23", "charge-42"])
     console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
     start_worker(queue_name)
     with chromium() as driver:
         sign_in(driver, console, TOKEN)
+        # A dead letter's page: its error, traceback and the trace id of the span that enqueued it.
+        driver.get(console.url + f"/queues/{queue_name}/job?id=charge-23")
+        assert by_css(driver, "#job-state").text == "failed"
+        assert by_css(driver, "#trace-id code").text == f"{checkout.get_span_context().trace_id:032x}"
+        assert "ValueError: card" in by_css(driver, "pre.traceback").text
+        screenshot(driver, "job")
         driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
         assert {row.get_attribute("data-id") for row in all_css(driver, "tr[data-id]")} == {
             "charge-17",
@@ -144,7 +157,6 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
             return str(by_css(driver, "#job-state").text)
 
         wait_until(lambda: state() == "done", 30, "charge-23 to reach done", interval=0.3)
-        screenshot(driver, "job")
     info = queue.inspect("charge-23")
     assert info is not None and info.state == "done"
     assert counts(queue)["failed"] == 2
@@ -184,6 +196,7 @@ def test_without_the_token_no_action_runs(
         driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
         stale = by_css(driver, 'input[name="csrf"]').get_attribute("value")
         by_css(driver, "header .who button").click()  # sign out
+        wait_until(lambda: "Signed out." in driver.page_source, 10, "the sign-out")
         sign_in(driver, guarded, TOKEN)
         driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
         driver.execute_script(
@@ -210,18 +223,23 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
     with chromium() as driver:
         driver.get(console.url + "/workers")
 
-        def rows() -> dict[str, Any]:
-            return {row.get_attribute("data-pid"): row for row in all_css(driver, "tr[data-worker]")}
+        def rows() -> dict[str, dict[str, Any]]:
+            """The workers table as it is now, read in one script (htmx replaces it every 2 s, so
+            elements found one by one could go stale between two reads)."""
+            found = driver.execute_script(
+                "return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => ({"
+                "pid: r.dataset.pid, text: r.innerText,"
+                "jobs: Array.from(r.querySelectorAll('a.job')).map(a => a.textContent)}))"
+            )
+            return {row["pid"]: row for row in found}
 
         def each_holds_two() -> bool:
             found = rows()
-            return set(found) == pids and all(
-                len(row.find_elements("css selector", "a.job")) == 2 and "2 / 2" in row.text for row in found.values()
-            )
+            return set(found) == pids and all(len(r["jobs"]) == 2 and "2 / 2" in r["text"] for r in found.values())
 
         # htmx refreshes the table every 2 s: the page is never reloaded by hand.
         wait_until(each_holds_two, 30, "both workers, each holding two jobs, on the workers page", interval=0.3)
-        held = {a.text for a in all_css(driver, "td.held a.job")}
+        held = {job for row in rows().values() for job in row["jobs"]}
         assert held == {f"sleep-60-{n}" for n in range(4)}
         screenshot(driver, "workers")
         killed = workers[0]
