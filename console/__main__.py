@@ -7,11 +7,15 @@ refuses the URL's password exit code 3, as for the services; SIGTERM or SIGINT s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+import os
+import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
 
 import uvicorn
 
@@ -43,6 +47,32 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Signals:
+    """The services' signals: the first SIGTERM or SIGINT stops the console gracefully and it exits 0
+    (uvicorn's own handlers would raise the signal again, and the process would die by it); a second
+    exits at once with 128 + its number. Installed first thing, before Redis is asked."""
+
+    def __init__(self) -> None:
+        self.server: uvicorn.Server | None = None
+        self.stopping = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            os._exit(128 + signum)
+        log.info("%s received: stopping (send it again to exit at once)", signal.Signals(signum).name)
+        self.stopping = True
+        if self.server is not None:
+            self.server.should_exit = True
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # ours (_Signals) are installed already
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     code = usage(PROGRAM, "The operator console: queues, jobs, dead letters and workers in a browser.", argv)
     if code is not None:
@@ -51,6 +81,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if settings is None:
         return EXIT_SETTING
     configure_logging(settings.log_level, settings.log_format, PROGRAM)
+    signals = _Signals()
     options = {k: v for k, v in settings.queue_options().items() if k != "name"}
     client = connect(settings.redis_url)
     try:
@@ -81,7 +112,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         "read-only: no CONSOLE_TOKEN" if guard.read_only else "actions for those who sign in with CONSOLE_TOKEN",
     )
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    signals.server = _Server(config)
+    if not signals.stopping:  # (a signal during the start: stop before serving)
+        signals.server.run(sockets=[sock])
+    sock.close()
     client.close()
     log.info("%s stopped", PROGRAM)
     return 0

@@ -264,9 +264,6 @@ def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-_SIZE = {"todos": "zcard", "in_progress": "zcard", "scheduled": "zcard", "done": "zcard"}
-
-
 def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobPage:
     k = shard.keys
     key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled, "done": k.done_log}[state]

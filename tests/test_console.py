@@ -7,17 +7,25 @@ from __future__ import annotations
 
 import html
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from setqueue import JobQueue, Queue, open_queue
-from tests.support import RedisServer
+from setqueue.client import connect
+from setqueue.registry import WorkerRecord, beat
+from tests.support import REPO_ROOT, RedisServer
+from tests.support.cluster import RedisClusterNodes
 from tests.support.console import Answer, Browserless, ConsoleProc
-from tests.support.procs import Proc
+from tests.support.procs import Proc, base_env
 
 TOKEN = "console-test-token"
 
@@ -256,6 +264,36 @@ def test_delete_all_takes_every_dead_letter_of_every_shard(
     assert without_age(queue.stats()) == {"todos": 1, "in_progress": 0, "done": 0, "failed": 0, "scheduled": 0}
 
 
+def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: Path, procs: list[Proc]) -> None:
+    """One SCAN pass per master: a queue sharded over the masters, a plain one and a worker's
+    record, wherever their slots live, all from one node's URL."""
+    nodes = RedisClusterNodes().start()
+    try:
+        url = nodes.url()
+        wide = open_queue(url, "wide", shards=6)
+        wide.check_shards(record=True)  # type: ignore[attr-defined]
+        wide.enqueue([f"w{i}" for i in range(60)])
+        plain = open_queue(url, "plain")
+        plain.enqueue(["p1", "p2"])
+        client = connect(url)
+        record = WorkerRecord("w-1", "h", 7, ["wide"], 4, 1, [["wide", "w3"]], 1, time.time(), time.time())
+        beat(client, ["wide"], record, ttl_ms=60_000)
+        console = ConsoleProc.start_console(tmp_path, url, QUEUE_NAME="plain")
+        procs.append(console)
+        browser = console.client()
+        page = browser.get("/")
+        assert state_counts(page.body, "wide") == without_age(wide.stats())
+        assert state_counts(page.body, "plain") == without_age(plain.stats())
+        assert page.body.index('data-queue="plain"') < page.body.index('data-queue="wide"'), "QUEUE_NAME's first"
+        assert "(6 shards)" in page.body
+        shard = browser.get("/queues/wide/jobs/todos?shard=5")
+        assert shard.status == 200 and len(page_ids(shard.body)) == wide.shards[5].stats()["todos"]
+        assert 'data-worker="w-1"' in browser.get("/workers").body
+        client.close()
+    finally:
+        nodes.cleanup()
+
+
 def timed(client: Browserless, path: str) -> tuple[Answer, float]:
     started = time.perf_counter()
     answer = client.get(path)
@@ -290,3 +328,32 @@ def test_a_queue_of_a_million_jobs_pages_from_redis_ranges(
     assert page_ids(client.get(f"/queues/{queue_name}/jobs/todos?page=20000").body) == [
         f"job-{n}" for n in range(999_950, 1_000_000)
     ]
+
+
+def test_the_console_starts_and_stops_as_the_services_do(
+    start_console: Callable[..., ConsoleProc], tmp_path: Path, redis_url: str
+) -> None:
+    console = start_console()
+    console.signal(signal.SIGTERM)
+    assert console.wait(20) == 0
+    assert "SIGTERM received: stopping" in console.log() and "setqueue-console stopped" in console.log()
+    env = base_env(REDIS_URL=redis_url)
+
+    def run(*argv: str, **settings: object) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "console", *argv]
+        return subprocess.run(command, check=False, env={**env, **{k: str(v) for k, v in settings.items()}}, **RUN)
+
+    help_text = run("--help")
+    assert help_text.returncode == 0 and "CONSOLE_TOKEN" in help_text.stdout and "JOB_HANDLER" not in help_text.stdout
+    bad = run(CONSOLE_PORT="eighty")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "setqueue-console: invalid setting CONSOLE_PORT: 'eighty' is not a whole number"
+    ]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = run(CONSOLE_PORT=taken.getsockname()[1])
+    assert busy.returncode == 2 and "invalid setting CONSOLE_PORT: cannot listen on" in busy.stderr
+
+
+RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd": REPO_ROOT}

@@ -124,10 +124,10 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     queue_name: str,
 ) -> None:
     from opentelemetry import trace  # noqa: PLC0415 - the dev extra has the SDK
-    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
 
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(TracerProvider())  # as an app does, once: spans get real ids
+    from tests.support.otel import sdk_spans  # noqa: PLC0415
+
+    sdk_spans()  # spans with real ids, as in an app with an SDK
     queue = Queue.from_url(redis_url, queue_name)
     with trace.get_tracer("shop").start_as_current_span("POST /checkout") as checkout:
         dead_letters(queue, ["charge-17", "charge-23", "charge-42"])

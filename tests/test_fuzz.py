@@ -27,17 +27,19 @@ from setqueue.runtime.settings import (
     SETTINGS,
     CleanerSettings,
     CommonSettings,
+    ConsoleSettings,
     CreatorSettings,
     Setting,
     WorkerSettings,
 )
-from tests.support import REPO_ROOT, RedisServer
+from tests.support import REPO_ROOT, RedisServer, free_port
 from tests.support.procs import base_env
 
 SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
     "creator": CreatorSettings,
     "worker": WorkerSettings,
     "cleaner": CleanerSettings,
+    "console": ConsoleSettings,
 }
 
 # What a hurried user types, and what breaks parsers: numbers at and past every edge, non-numbers,
@@ -111,7 +113,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
 ) -> None:
     service, setting, value = case
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
-    env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5)
+    env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5, CONSOLE_PORT=free_port())
     env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
     try:
         process = subprocess.Popen(

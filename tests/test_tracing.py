@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -22,25 +21,20 @@ from setqueue import Lease, Queue, open_queue
 from setqueue.jobs import job_options, parse_job_options, parse_trace_parent
 from setqueue.runtime.settings import WorkerSettings
 from setqueue.tracing import current_trace_parent, trace_id
+from tests.support.otel import sdk_spans
 from tests.support.procs import base_env
 from tests.support.redis_server import REPO_ROOT
 from tests.support.waits import wait_until
 from worker.service import WorkerService
 
-_EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """The spans this test ends (the SDK's provider is set once per process, as an app does)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    exporter = sdk_spans()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
 
 
 def run_worker(redis_url: str, queue_name: str, handler: Any, until: Any, **settings: Any) -> WorkerService:
