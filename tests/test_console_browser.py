@@ -29,6 +29,18 @@ def by_css(driver: Any, selector: str) -> Any:
     return driver.find_element(By.CSS_SELECTOR, selector)
 
 
+def shown(driver: Any, selector: str) -> str:
+    """The text of the first element matching ``selector``, or "" while there is none (the page
+    may be loading, or htmx replacing that part): for waits, which must not fail on the way."""
+    from selenium.common.exceptions import WebDriverException  # noqa: PLC0415
+
+    try:
+        found = all_css(driver, selector)
+        return str(found[0].text) if found else ""
+    except WebDriverException:
+        return ""
+
+
 def all_css(driver: Any, selector: str) -> list[Any]:
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
@@ -105,11 +117,11 @@ def test_the_queues_page_shows_the_counts_of_stats(
         assert shown_counts(driver, f"{queue_name}-wide") == counts(sharded)
         screenshot(driver, "queues")
         by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
-        wait_until(lambda: by_css(driver, "h1").text == f"Queue {queue_name}", 10, "the queue page")
+        wait_until(lambda: shown(driver, "h1") == f"Queue {queue_name}", 10, "the queue page")
         screenshot(driver, "queue")
         by_css(driver, 'input[name="id"]').send_keys("report-10")
         by_css(driver, "form.search button").click()
-        wait_until(lambda: by_css(driver, "#job-id").text == "report-10", 10, "the job page")
+        wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the job page")
         assert by_css(driver, "#job-state").text == "in progress"
         assert '"month":10' in by_css(driver, "pre.payload").text
         # What the page cannot find is a clear page, not a stack trace.
@@ -154,7 +166,7 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
 
         def state() -> str:
             driver.get(job)
-            return str(by_css(driver, "#job-state").text)
+            return shown(driver, "#job-state")
 
         wait_until(lambda: state() == "done", 30, "charge-23 to reach done", interval=0.3)
     info = queue.inspect("charge-23")
