@@ -43,7 +43,7 @@ class WorkerRecord:
     queues: list[str]
     slots: int  # CONCURRENCY
     busy: int  # slots running a job now
-    held: list[str]  # ids of the jobs it holds (running, waiting for a slot, or not acked yet), at most 100
+    held: list[list[str]]  # [queue, id] of the jobs it holds (running, waiting, not acked yet), at most 100
     held_count: int  # how many it holds in all
     started_at: float  # Unix seconds, the worker's clock
     seen_at: float  # the beat that wrote this record (Unix seconds, the worker's clock)
