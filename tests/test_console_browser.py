@@ -5,13 +5,14 @@ Each test writes screenshots of its pages to tests/.screenshots/ (docs/console.m
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from setqueue import JobQueue, Queue, open_queue
+from tests.support import RedisServer
 from tests.support.browser import chromium, screenshot
 from tests.support.console import ConsoleProc
 from tests.support.procs import Proc
@@ -70,6 +71,20 @@ def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
     by_css(driver, "form.login button").click()
     # (page_source, not an element: the page is replaced under us while it loads)
     wait_until(lambda: "Signed in: actions are enabled." in driver.page_source, 10, "the sign-in")
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of these tests' own: the console shows every queue it finds, and the screenshots
+    must show these tests' queues, not those the rest of the session left in the shared one."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(own_redis: RedisServer) -> str:
+    return own_redis.url
 
 
 @pytest.fixture
