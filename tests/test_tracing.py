@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -163,6 +164,39 @@ def test_a_job_traced_with_its_own_max_attempts_is_dead_lettered_on_time(
         (lease,) = queue.claim(1)
         queue.fail(lease, "no")
     assert queue.inspect("twice").state == "failed"  # type: ignore[union-attr]
+
+
+def test_a_traced_job_keeps_its_own_timeout_and_the_sweep_its_max_attempts(
+    spans: InMemorySpanExporter, redis_url: str, queue_name: str
+) -> None:
+    """The worker reads the timeout (the second part) before the traceparent: a traced job with
+    its own 0.3 s times out in a real worker. sweep.lua reads the leading number: a traced job
+    with max_attempts=1 whose lease expired is dead-lettered, not retried."""
+    queue = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0, max_attempts=5)
+    with trace.get_tracer("producer").start_as_current_span("enqueue"):
+        queue.enqueue(["spin-1"], max_attempts=1, timeout=0.3)
+        parent = current_trace_parent()
+    seen: list[Lease] = []
+
+    def handler(lease: Lease) -> None:
+        seen.append(lease)
+        while True:  # Python code: the worker's JobTimeout lands here
+            sum(range(1000))
+
+    run_worker(redis_url, queue_name, handler, lambda: queue.stats()["failed"] == 1, JOB_TIMEOUT_SECONDS=60)
+    assert [(lease.timeout, lease.max_attempts, lease.trace_parent) for lease in seen] == [(0.3, 1, parent)]
+    info = queue.inspect("spin-1")
+    assert info is not None and info.state == "failed" and "its own timeout (0.3s)" in (info.error or "")
+    (span,) = named(spans, f"process {queue_name}")
+    assert span.attributes["setqueue.job.outcome"] == "timeout"  # type: ignore[index]
+
+    short = Queue.from_url(redis_url, f"{queue_name}-swept", lease_seconds=0.2, max_attempts=5)
+    with trace.get_tracer("producer").start_as_current_span("enqueue"):
+        short.enqueue(["lost-1"], max_attempts=1)
+    (lease,) = short.claim(1)
+    assert lease.trace_parent is not None and lease.max_attempts == 1
+    time.sleep(0.4)  # its lease expires, never renewed
+    assert short.sweep().dead_lettered == ["lost-1"]
 
 
 def _loaded(code: str) -> list[str]:
