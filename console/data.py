@@ -5,9 +5,10 @@ O(log N + page) on a queue of N jobs, and none reads a whole set.
   each opened once as a ``JobQueue`` on the console's one client;
 - ``shard_overview``: a shard's counts (``stats.lua``: ZCARD, SCARD and a ZCOUNT per priority) and
   its throughput (ZCOUNT of ``done_log`` by minute);
-- ``job_page``: one page of a state's jobs: ZRANGE by index for todos, in_progress and scheduled,
-  ZREVRANGE of ``done_log`` for done (newest first), an SSCAN cursor for failed (a set has no
-  order), then one pipeline for the page's details;
+- ``job_page``: one page of a state's jobs: ZRANGE by index for todos, in_progress and scheduled;
+  for done, ZREVRANGE of ``done_log`` from an offset (newest first: cancelled jobs share that log,
+  for one retention, and are skipped, reading at most DONE_READS ranges a page); an SSCAN cursor
+  for failed and cancelled (a set has no order); then one pipeline for the page's details;
 - the workers: ``setqueue.registry``, one pipeline per queue.
 """
 
@@ -32,13 +33,15 @@ from setqueue.registry import WorkerRecord, all_live_workers, live_workers
 from setqueue.scripts import text
 
 PAGE_SIZE = 50
+DONE_READS = 20  # ranges of done_log read at most for one page of done (each PAGE_SIZE long)
 THROUGHPUT_MINUTES = 15
 DISCOVERY_SECONDS = 5.0  # how long one SCAN's list of queues is used
 # The key names that tell a queue is there (one SCAN pass matches them all: see Catalog.discover).
 MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
 _KEY = re.compile(r"setqueue:\{([^{}]+)\}:(\w+)")
 _SHARD = re.compile(r"(.+)~(\d+)")
-LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed")
+LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed", "cancelled")
+SET_STATES = ("failed", "cancelled")  # paged by SSCAN cursor
 
 
 class NotFound(LookupError):
@@ -83,7 +86,7 @@ class JobRow:
     at: float | None = None  # enqueued (todos, in_progress), due (scheduled), done (done)
     owner: str | None = None
     lock_ttl: float | None = None
-    error: str | None = None
+    error: str | None = None  # failed: its last error; cancelled: what it was doing (from its history)
 
 
 @dataclass
@@ -94,8 +97,8 @@ class JobPage:
     total: int
     page: int | None  # for ordered states
     pages: int | None
-    cursor: int | None  # failed: this page's cursor
-    next_cursor: int | None  # failed: the next page's (None: this is the last)
+    cursor: int | None  # failed, cancelled: this page's cursor
+    next_cursor: int | None  # failed, cancelled: the next page's (None: this is the last)
 
 
 def parse_page(raw: str | None) -> int:
@@ -230,8 +233,10 @@ class Catalog:
         if state not in LIST_STATES:
             raise NotFound(f"no state {state[:40]!r}: the states are {', '.join(LIST_STATES)}")
         shard = self.open(ref).shards[shard_index]
-        if state == "failed":
-            return _failed_page(shard, shard_index, cursor)
+        if state in SET_STATES:
+            return _set_page(shard, state, shard_index, cursor)
+        if state == "done":
+            return _done_page(shard, shard_index, cursor)
         return _ordered_page(shard, state, shard_index, page)
 
 
@@ -266,16 +271,13 @@ def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobPage:
     k = shard.keys
-    key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled, "done": k.done_log}[state]
+    key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled}[state]
     total = int(shard.redis.zcard(key))  # type: ignore[arg-type]
     pages = max(1, math.ceil(total / PAGE_SIZE))
     if page > pages:
         raise NotFound(f"no page {page} of {state}: it has {pages} page{'s' if pages != 1 else ''} now")
     start = (page - 1) * PAGE_SIZE
-    if state == "done":
-        members = shard.redis.zrevrange(key, start, start + PAGE_SIZE - 1, withscores=True)
-    else:
-        members = shard.redis.zrange(key, start, start + PAGE_SIZE - 1, withscores=True)
+    members = shard.redis.zrange(key, start, start + PAGE_SIZE - 1, withscores=True)
     pairs: list[tuple[Any, float]] = list(members)  # type: ignore[arg-type]
     rows = [JobRow(text(m)) for m, _ in pairs]
     scores = [float(s) for _, s in pairs]
@@ -300,10 +302,8 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
         if state in ("todos", "in_progress"):
             row.priority = priority_of_rank(score)
             row.at = None if since is None else since / 1000
-        elif state == "scheduled":
+        else:  # scheduled: the score is the due time
             row.priority = int(priority) if priority is not None else 0
-            row.at = score / 1000
-        else:  # done: the score is the done time
             row.at = score / 1000
         if state == "in_progress" and owner is not None:
             row.owner = text(owner)
@@ -312,28 +312,65 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
     return JobPage(state, shard_index, rows, total, page, pages, None, None)
 
 
-def _failed_page(shard: Shard, shard_index: int, cursor: int) -> JobPage:
+def _done_page(shard: Shard, shard_index: int, offset: int) -> JobPage:
+    """A page of done jobs, newest first, from ``offset`` into done_log (its cursor): done_log
+    holds the cancelled jobs too (they share the retention), so ranges of PAGE_SIZE are read, and
+    the ids not in done skipped, until a page is full, the log ends or DONE_READS ranges were read."""
     k = shard.keys
-    total = int(shard.redis.scard(k.failed))  # type: ignore[arg-type]
+    total = int(shard.redis.scard(k.done))  # type: ignore[arg-type]
+    rows: list[JobRow] = []
+    at, end = offset, False
+    for _ in range(DONE_READS):
+        members = shard.redis.zrevrange(k.done_log, at, at + PAGE_SIZE - 1, withscores=True)
+        pairs: list[tuple[Any, float]] = list(members)  # type: ignore[arg-type]
+        if not pairs:
+            end = True
+            break
+        is_done = shard.redis.smismember(k.done, [m for m, _ in pairs])  # type: ignore[arg-type]
+        for (member, score), kept in zip(pairs, is_done, strict=True):
+            at += 1
+            if kept:
+                rows.append(JobRow(text(member), at=score / 1000))
+                if len(rows) == PAGE_SIZE:
+                    break
+        if len(rows) == PAGE_SIZE:
+            break
+        if len(pairs) < PAGE_SIZE:
+            end = True
+            break
+    more = not end and bool(shard.redis.zrevrange(k.done_log, at, at))
+    return JobPage("done", shard_index, rows, total, None, None, offset, at if more else None)
+
+
+def _set_page(shard: Shard, state: str, shard_index: int, cursor: int) -> JobPage:
+    """A page of failed or cancelled jobs: SSCAN from ``cursor``, then one pipeline of details."""
+    k = shard.keys
+    key = k.failed if state == "failed" else k.cancelled
+    total = int(shard.redis.scard(key))  # type: ignore[arg-type]
     rows: list[JobRow] = []
     next_cursor = cursor
     # SSCAN returns about COUNT ids a call (sometimes none): call until a page is full or the end.
     for _ in range(20):
-        next_cursor, members = shard.redis.sscan(k.failed, next_cursor, count=PAGE_SIZE)  # type: ignore[misc]
+        next_cursor, members = shard.redis.sscan(key, next_cursor, count=PAGE_SIZE)  # type: ignore[misc]
         rows += [JobRow(text(m)) for m in members]
         if next_cursor == 0 or len(rows) >= PAGE_SIZE:
             break
     if rows:
+        ids = [r.id for r in rows]
         with shard.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.errors, [r.id for r in rows])
-            pipe.hmget(k.finished, [r.id for r in rows])
-            pipe.hmget(k.priorities, [r.id for r in rows])
-            errors, finished, kept = pipe.execute()
-        for row, error, done, priority in zip(rows, errors, finished, kept, strict=True):
-            row.error = None if error is None else text(error).partition(TRACEBACK_MARK)[0][:300]
-            fields = text(done).split(":") if done else []
-            if len(fields) == 3:
+            pipe.hmget(k.errors if state == "failed" else k.history, ids)
+            pipe.hmget(k.finished, ids)
+            pipe.hmget(k.priorities, ids)
+            notes, finished, kept = pipe.execute()
+        for row, note, done, priority in zip(rows, notes, finished, kept, strict=True):
+            if state == "failed":
+                row.error = None if note is None else text(note).partition(TRACEBACK_MARK)[0][:300]
+                row.priority = int(priority) if priority is not None else 0
+            else:  # the detail of its last history line, "<ms>\t<kind>\t<worker>\t<detail>"
+                last = text(note).splitlines()[-1].split("\t", 3) if note else []
+                row.error = last[3][:300] if len(last) == 4 and last[1] == "cancelled" else None
+            fields = text(done).split(":") if done else []  # "<enqueued>:<finished>:<attempts>[:1]"
+            if len(fields) >= 3:
                 row.at = int(fields[1]) / 1000 if fields[1] else None
                 row.attempts = int(fields[2]) if fields[2] else None
-            row.priority = int(priority) if priority is not None else 0
-    return JobPage("failed", shard_index, rows, total, None, None, cursor, next_cursor or None)
+    return JobPage(state, shard_index, rows, total, None, None, cursor, next_cursor or None)

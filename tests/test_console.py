@@ -43,7 +43,7 @@ def page_ids(page: str) -> list[str]:
 
 
 def without_age(stats: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in stats.items() if k in ("todos", "in_progress", "done", "failed", "scheduled")}
+    return {k: v for k, v in stats.items() if k in ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")}
 
 
 @pytest.fixture
@@ -251,6 +251,42 @@ def test_actions_need_a_session_and_its_csrf_token(
     assert "console action refused" in log
 
 
+def test_cancelled_jobs_have_their_count_and_their_pages(
+    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+) -> None:
+    """The sixth state: counted on the queues and queue pages, paged from the cancelled set by its
+    cursor, and left out of done's pages (done_log holds both, for one retention)."""
+    queue = Queue.from_url(redis_url, queue_name)
+    queue.enqueue(["ok-1", "ok-2"])
+    queue.ack_many(queue.claim(2))
+    cancelled = [f"c{i:03}" for i in range(70)]
+    queue.enqueue(cancelled)
+    queue.enqueue(["later"], delay=3600)
+    for job_id in [*cancelled, "later"]:
+        assert queue.cancel(job_id) in ("todos", "scheduled")
+    client = start_console(QUEUE_NAME=queue_name).client()
+    counts = state_counts(client.get("/").body, queue_name)
+    assert counts == without_age(queue.stats()) and counts["cancelled"] == 71 and counts["done"] == 2
+    assert f'href="/queues/{queue_name}/jobs/cancelled"' in client.get(f"/queues/{queue_name}").body
+    done = client.get(f"/queues/{queue_name}/jobs/done")
+    assert sorted(page_ids(done.body)) == ["ok-1", "ok-2"] and '<span id="total">2</span>' in done.body
+    seen: list[str] = []
+    path = f"/queues/{queue_name}/jobs/cancelled"
+    for _ in range(20):
+        answer = client.get(path)
+        assert answer.status == 200 and "Cancelled jobs of" in answer.body
+        seen += page_ids(answer.body)
+        following = re.search(r'<a rel="next" href="([^"]+)"', answer.body)
+        if following is None:
+            break
+        path = html.unescape(following[1])
+    assert sorted(seen) == sorted([*cancelled, "later"])
+    first = client.get(f"/queues/{queue_name}/jobs/cancelled").body
+    assert "<th>cancelled while</th>" in first and '<td class="dim">in todos</td>' in first
+    job = client.get(f"/queues/{queue_name}/job?id=later")
+    assert 'id="job-state">cancelled<' in job.body
+
+
 def test_delete_all_takes_every_dead_letter_of_every_shard(
     start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
 ) -> None:
@@ -261,7 +297,14 @@ def test_delete_all_takes_every_dead_letter_of_every_shard(
     operator.sign_in(TOKEN)
     answer = operator.post(f"/queues/{queue_name}/actions", {"action": "delete-all", "csrf": operator.csrf()})
     assert answer.status == 303 and "deleted%3A25" in answer.location
-    assert without_age(queue.stats()) == {"todos": 1, "in_progress": 0, "done": 0, "failed": 0, "scheduled": 0}
+    assert without_age(queue.stats()) == {
+        "todos": 1,
+        "in_progress": 0,
+        "done": 0,
+        "failed": 0,
+        "scheduled": 0,
+        "cancelled": 0,
+    }
 
 
 def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: Path, procs: list[Proc]) -> None:
