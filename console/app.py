@@ -7,8 +7,8 @@ Routes (every page works without JavaScript; htmx only refreshes the live tables
 - GET ``/queues/{name}``: one queue: its shards, throughput, workers, search by id;
 - GET ``/queues/{name}/jobs/{state}``: a page of its jobs in one state (``?page=``, or for failed
   ``?cursor=``; ``?shard=``);
-- GET ``/queues/{name}/job?id=``: one job (``Queue.inspect``);
-- POST ``/queues/{name}/actions``: requeue or delete one job, or all dead letters;
+- GET ``/queues/{name}/job?id=``: one job (``Queue.inspect``): its progress, result and history;
+- POST ``/queues/{name}/actions``: requeue, cancel or delete one job, or all dead letters;
 - GET ``/workers``: the live workers (``setqueue.registry``);
 - GET and POST ``/login``, POST ``/logout``: sign in with CONSOLE_TOKEN;
 - GET ``/healthz``: 200 while Redis answers.
@@ -16,6 +16,7 @@ Routes (every page works without JavaScript; htmx only refreshes the live tables
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -43,9 +44,11 @@ from console.data import (
     parse_cursor,
     parse_page,
     parse_shard,
+    result_gone,
 )
 from console.security import COOKIE, SESSION_SECONDS, Guard, Refused, Session
 from setqueue.client import redact_url
+from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
 from setqueue.tracing import trace_id
 from setqueue.version import __version__
@@ -53,12 +56,15 @@ from setqueue.version import __version__
 HERE = Path(__file__).parent
 log = logging.getLogger("setqueue.console")
 
+CANCELLABLE = ("todos", "scheduled", "in_progress")  # the states a job may be cancelled in
 # How many dead letters one "delete all" click deletes (each with the library's atomic delete).
 DELETE_ALL_MOST = 1000
 REQUEUE_ALL_MOST = 10_000
 NOTICES = {
     "requeued": "Requeued {n} dead letter{s}.",
     "deleted": "Deleted {n} job{s}.",
+    "cancelled": "Cancelled {n} job{s}: it will not run again.",
+    "not-cancelled": "Nothing to cancel: the job had already ended.",
     "signed-in": "Signed in: actions are enabled.",
     "signed-out": "Signed out.",
 }
@@ -166,7 +172,10 @@ class Console:
         info = self.catalog.open(ref).inspect(job_id)
         if info is None:
             raise NotFound(f"queue {ref.name} knows no job {job_id[:200]!r}")
-        return self.render(request, "job.html", ref=ref, job=info, trace=trace_id(info.trace_parent))
+        gone = info.state == "done" and not info.result_kept and result_gone(self.catalog.open(ref), job_id)
+        return self.render(
+            request, "job.html", ref=ref, job=info, trace=trace_id(info.trace_parent), result=_result_view(info, gone)
+        )
 
     async def workers(self, request: Request) -> Response:
         found = self.catalog.workers()
@@ -228,7 +237,7 @@ class Console:
             raise BadInput("back must be a path of this console")
         queue = self.catalog.open(ref)
         who = _client(request)
-        if what in ("requeue", "delete"):
+        if what in ("requeue", "delete", "cancel"):
             job_id = _field(form, "id") or ""
             try:
                 validate_job_id(job_id)
@@ -238,6 +247,12 @@ class Console:
                 n = queue.requeue_failed([job_id])
                 log.info("console action requeue: queue %s, job %r: %d requeued (by %s)", ref.name, job_id, n, who)
                 notice = f"requeued:{n}"
+            elif what == "cancel":
+                state = queue.cancel(job_id)  # one atomic script: cancel.lua
+                log.info("console action cancel: queue %s, job %r was %s (by %s)", ref.name, job_id, state, who)
+                if state is None:
+                    raise NotFound(f"queue {ref.name} knows no job {job_id[:200]!r}")
+                notice = "cancelled:1" if state in CANCELLABLE else "not-cancelled:0"
             else:
                 state = queue.delete(job_id)
                 log.info("console action delete: queue %s, job %r was %s (by %s)", ref.name, job_id, state, who)
@@ -253,10 +268,26 @@ class Console:
             log.info("console action delete-all: queue %s: %d dead letters deleted (by %s)", ref.name, n, who)
             notice = f"deleted:{n}"
         else:
-            raise BadInput(f"no action {str(what)[:40]!r}: requeue, delete, requeue-all or delete-all")
+            raise BadInput(f"no action {str(what)[:40]!r}: requeue, cancel, delete, requeue-all or delete-all")
         path, _, query = back.partition("?")
         kept = "&".join(p for p in query.split("&") if p and not p.startswith(("notice=", "cursor=")))
         return RedirectResponse(f"{path}?{kept + '&' if kept else ''}{urlencode({'notice': notice})}", status_code=303)
+
+
+def _result_view(info: JobInfo, gone: bool) -> tuple[str, str]:
+    """(kind, text) of a job's result for its page: "json" or "bytes" with the value kept, else
+    "gone", "none" or "pending" with a few words."""
+    if info.result_kept:
+        if isinstance(info.result, bytes):
+            return "bytes", f"{len(info.result):,} bytes: {info.result[:2000]!r}"
+        return "json", json.dumps(info.result, indent=2, ensure_ascii=False)
+    if gone:
+        return "gone", "gone: it was kept for RESULT_TTL_SECONDS, and that time has passed"
+    if info.state == "done":
+        return "none", "none: the handler returned None (or results are not kept: RESULT_TTL_SECONDS=0)"
+    if info.state in ("failed", "cancelled"):
+        return "none", f"none: a {info.state} job has no result"
+    return "pending", "none yet: the job has not ended"
 
 
 def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:

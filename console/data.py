@@ -31,6 +31,7 @@ from setqueue.jobs import TRACEBACK_MARK
 from setqueue.keys import MAX_SHARDS, QueueKeys, priority_of_rank, validate_queue_name
 from setqueue.registry import WorkerRecord, all_live_workers, live_workers
 from setqueue.scripts import text
+from setqueue.sharded import shard_of
 
 PAGE_SIZE = 50
 DONE_READS = 20  # ranges of done_log read at most for one page of done (each PAGE_SIZE long)
@@ -238,6 +239,16 @@ class Catalog:
         if state == "done":
             return _done_page(shard, shard_index, cursor)
         return _ordered_page(shard, state, shard_index, page)
+
+
+def result_gone(queue: JobQueue, job_id: str) -> bool:
+    """Whether a done job had a result kept that is gone now (past RESULT_TTL_SECONDS): its
+    finished record ends in ":1" (lua/includes/finish.lua). ``JobInfo.result_kept`` says only
+    whether one is kept now."""
+    shards = queue.shards
+    shard = shards[shard_of(job_id, len(shards))] if len(shards) > 1 else shards[0]
+    record = shard.redis.hget(shard.keys.finished, job_id)
+    return record is not None and text(record).split(":")[3:4] == ["1"]  # type: ignore[arg-type]
 
 
 def _redis_ms(client: redis.Redis) -> int:

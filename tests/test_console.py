@@ -25,7 +25,9 @@ from setqueue.registry import WorkerRecord, beat
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
 from tests.support.console import Answer, Browserless, ConsoleProc
+from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc, base_env
+from tests.support.waits import wait_until
 
 TOKEN = "console-test-token"
 
@@ -52,6 +54,23 @@ def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable
         console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
         procs.append(console)
         return console
+
+    return start
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
+    """A real worker process running tests.support.jobs:handle (its runs logged in exec.log)."""
+
+    def start(queue_name: str, **settings: object) -> Proc:
+        settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
+        settings.setdefault("EXEC_LOG", str(tmp_path / "exec.log"))
+        worker = Proc.start(
+            "worker", tmp_path, name=f"worker-{len(procs)}", REDIS_URL=redis_url, QUEUE_NAME=queue_name, **settings
+        )
+        procs.append(worker)
+        worker.wait_ready()
+        return worker
 
     return start
 
@@ -170,6 +189,7 @@ def actions(queue_name: str) -> list[dict[str, str]]:
     return [
         {"action": "requeue", "id": "d1", "back": back},
         {"action": "delete", "id": "d2", "back": back},
+        {"action": "cancel", "id": "d3", "back": back},
         {"action": "requeue-all", "back": back},
         {"action": "delete-all", "back": back},
     ]
@@ -285,6 +305,90 @@ def test_cancelled_jobs_have_their_count_and_their_pages(
     assert "<th>cancelled while</th>" in first and '<td class="dim">in todos</td>' in first
     job = client.get(f"/queues/{queue_name}/job?id=later")
     assert 'id="job-state">cancelled<' in job.body
+    assert '<tr data-kind="cancelled">' in job.body and "in scheduled" in job.body
+
+
+def test_cancel_needs_the_token_and_stops_a_running_job(
+    start_console: Callable[..., ConsoleProc],
+    start_worker: Callable[..., Proc],
+    tmp_path: Path,
+    redis_url: str,
+    queue_name: str,
+) -> None:
+    """A running job's page shows its progress; Cancel is refused without a session and its CSRF
+    token (nothing changes), then cancels it with the one library call: the page says cancelled,
+    its history names the worker that held it, and that worker stops running it."""
+    queue = Queue.from_url(redis_url, queue_name)
+    queue.enqueue(["wait-1"], delay=3600)
+    queue.enqueue(["progress-1"])  # reports 0.5 "halfway", then runs 30 s
+    start_worker(queue_name)
+    wait_until(lambda: getattr(queue.inspect("progress-1"), "progress", None) is not None, 20, "the progress")
+    console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
+    url, job = f"/queues/{queue_name}/actions", f"/queues/{queue_name}/job?id=progress-1"
+    cancel = {"action": "cancel", "id": "progress-1", "back": job}
+
+    stranger = console.client()
+    page = stranger.get(job)
+    assert '<progress max="1" value="0.5">' in page.body and "50 %" in page.body and "halfway" in page.body
+    assert 'data-action="cancel"' not in page.body and "to requeue, cancel or delete" in page.body
+    assert stranger.post(url, {**cancel, "csrf": "0" * 64}).status == 403
+    operator = console.client()
+    operator.sign_in(TOKEN)
+    assert 'data-action="cancel"' in operator.get(job).body
+    csrf = operator.csrf(job)
+    assert operator.post(url, cancel).status == 403  # no CSRF token
+    assert operator.post(url, {**cancel, "csrf": "f" * 64}).status == 403
+    assert queue.inspect("progress-1").state == "in_progress"  # type: ignore[union-attr]
+
+    answer = operator.post(url, {**cancel, "csrf": csrf})
+    assert answer.status == 303 and "notice=cancelled%3A1" in answer.location
+    page = operator.get(answer.location.replace(console.url, ""))
+    assert 'id="job-state">cancelled<' in page.body and "Cancelled 1 job" in page.body
+    assert '<tr data-kind="cancelled">' in page.body and "in in_progress; held by" in page.body
+    assert 'data-action="cancel"' not in page.body and "none: a cancelled job has no result" in page.body
+    runs = ExecutionLog(tmp_path / "exec.log")
+    wait_until(lambda: any(e[:2] == ("cancelled", "progress-1") for e in runs.events()), 15, "the worker to stop it")
+
+    scheduled = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
+    assert scheduled.status == 303 and queue.inspect("wait-1").state == "cancelled"  # type: ignore[union-attr]
+    again = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
+    assert again.status == 303 and "notice=not-cancelled" in again.location
+    assert operator.post(url, {"action": "cancel", "id": "nobody", "csrf": csrf}).status == 404
+    log = console.log()
+    assert "console action cancel: queue" in log and "'progress-1' was in_progress" in log
+    assert "'wait-1' was scheduled" in log and "'wait-1' was cancelled" in log
+
+
+def test_a_job_page_shows_its_result_or_why_there_is_none(
+    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+) -> None:
+    kept = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0)
+    kept.enqueue(["json-1", "bytes-1", "none-1", "fail-1", "waits-1"])
+    json_1, bytes_1, none_1, fail_1 = kept.claim(4)
+    kept.ack_many([json_1, bytes_1, none_1], results=[{"total": 42, "to": "ann <a@x>"}, b"\x00raw", None])
+    kept.fail(fail_1, "ValueError('no')", retry=True)
+    short = Queue.from_url(redis_url, f"{queue_name}-ttl", result_ttl_seconds=0.2)
+    short.enqueue(["gone-1"])
+    short.ack(short.claim(1)[0], {"n": 1})
+    time.sleep(0.3)
+    short.sweep()  # drops results past their time
+    client = start_console(QUEUE_NAME=queue_name).client()
+
+    def result(job_id: str, queue: str = queue_name) -> tuple[str, str]:
+        body = client.get(f"/queues/{queue}/job?id={job_id}").body
+        section = re.search(r'<section id="job-result" data-result="(\w+)">(.*?)</section>', body, re.S)
+        assert section, body
+        return section[1], html.unescape(section[2])
+
+    kind, shown = result("json-1")
+    assert kind == "json" and '"total": 42' in shown and '"to": "ann <a@x>"' in shown
+    assert result("bytes-1") == ("bytes", "<h2>Result</h2>\n<pre class=\"result\">4 bytes: b'\\x00raw'</pre>\n")
+    assert result("none-1")[0] == "none" and "returned None" in result("none-1")[1]
+    assert result("gone-1", f"{queue_name}-ttl")[0] == "gone"
+    assert result("waits-1") == ("pending", '<h2>Result</h2>\n<p class="dim">none yet: the job has not ended</p>\n')
+    retried = client.get(f"/queues/{queue_name}/job?id=fail-1").body
+    assert '<tr data-kind="failed">' in retried and "ValueError(&#39;no&#39;); retried in" in retried
+    assert "none reported" in retried  # no progress
 
 
 def test_delete_all_takes_every_dead_letter_of_every_shard(
