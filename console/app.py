@@ -1,6 +1,7 @@
-"""The console's web app: Starlette routes rendering Jinja2 templates (htmx refreshes a few parts).
+"""The console's web app: Starlette routes rendering Jinja2 templates (static/live.js refreshes a
+few parts: an element with ``data-live`` is replaced by its URL's answer every 2 s).
 
-Routes (every page works without JavaScript; htmx only refreshes the live tables):
+Routes (every page works without JavaScript; the script only refreshes the live tables):
 
 - GET ``/``: the queues, per queue and shard: todos by priority, scheduled, in progress, done,
   failed, done per minute;

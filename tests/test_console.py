@@ -105,6 +105,12 @@ def test_the_queues_page_shows_what_stats_says(
     assert state_counts(page.body, queue_name) == without_age(plain.stats())
     assert state_counts(page.body, f"{queue_name}-s") == without_age(sharded.stats())
     assert ">+7: 2<" in page.body  # todos by priority: 6, less 4 claimed
+    # The live part: static/live.js swaps in what its data-live URL returns, the same element.
+    partial = console.client().get("/?partial=1")
+    assert partial.body.startswith('<div id="queues" data-live="/?partial=1">') and "<html" not in partial.body
+    assert state_counts(partial.body, queue_name) == without_age(plain.stats())
+    assert '<script src="/static/live.js" defer>' in page.body
+    assert "data-live" in console.client().get("/static/live.js").body
     one = console.client().get(f"/queues/{queue_name}-s")
     assert one.status == 200 and one.body.count("shard") >= 3
     for n in range(3):

@@ -32,7 +32,7 @@ def by_css(driver: Any, selector: str) -> Any:
 
 def shown(driver: Any, selector: str) -> str:
     """The text of the first element matching ``selector``, or "" while there is none (the page
-    may be loading, or htmx replacing that part): for waits, which must not fail on the way."""
+    may be loading, or live.js replacing that part): for waits, which must not fail on the way."""
     from selenium.common.exceptions import WebDriverException  # noqa: PLC0415
 
     try:
@@ -251,7 +251,7 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
         driver.get(console.url + "/workers")
 
         def rows() -> dict[str, dict[str, Any]]:
-            """The workers table as it is now, read in one script (htmx replaces it every 2 s, so
+            """The workers table as it is now, read in one script (live.js replaces it every 2 s, so
             elements found one by one could go stale between two reads)."""
             found = driver.execute_script(
                 "return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => ({"
@@ -264,7 +264,7 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
             found = rows()
             return set(found) == pids and all(len(r["jobs"]) == 2 and "2 / 2" in r["text"] for r in found.values())
 
-        # htmx refreshes the table every 2 s: the page is never reloaded by hand.
+        # live.js refreshes the table every 2 s: the page is never reloaded by hand.
         wait_until(each_holds_two, 30, "both workers, each holding two jobs, on the workers page", interval=0.3)
         held = {job for row in rows().values() for job in row["jobs"]}
         assert held == {f"sleep-60-{n}" for n in range(4)}
