@@ -15,13 +15,14 @@ from setqueue import JobQueue, Queue, open_queue
 from tests.support import RedisServer
 from tests.support.browser import chromium, screenshot
 from tests.support.console import ConsoleProc
+from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TOKEN = "browser-test-token"
-STATES = ("todos", "scheduled", "in_progress", "done", "failed")
+STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")
 
 
 def by_css(driver: Any, selector: str) -> Any:
@@ -121,6 +122,7 @@ def test_the_queues_page_shows_the_counts_of_stats(
     queue.enqueue([f"mail-{n}" for n in range(240)])
     queue.enqueue({f"report-{n}": {"month": n} for n in range(1, 13)}, priority=5)
     queue.enqueue(["reminder-1", "reminder-2"], delay=3600)
+    queue.cancel("reminder-2")
     queue.ack_many(queue.claim(8))
     queue.claim(3)
     sharded = open_queue(redis_url, f"{queue_name}-wide", shards=4)
@@ -167,7 +169,7 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
         assert by_css(driver, "#job-state").text == "failed"
         assert by_css(driver, "#trace-id code").text == f"{checkout.get_span_context().trace_id:032x}"
         assert "ValueError: card" in by_css(driver, "pre.traceback").text
-        screenshot(driver, "job")
+        screenshot(driver, "dead-letter")
         driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
         assert {row.get_attribute("data-id") for row in all_css(driver, "tr[data-id]")} == {
             "charge-17",
@@ -187,6 +189,39 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     info = queue.inspect("charge-23")
     assert info is not None and info.state == "done"
     assert counts(queue)["failed"] == 2
+
+
+def test_cancel_a_running_job_and_see_it_in_its_history(
+    start_console: Callable[..., ConsoleProc],
+    start_worker: Callable[..., Proc],
+    tmp_path: Path,
+    redis_url: str,
+    queue_name: str,
+) -> None:
+    """A running job's page shows its progress; Cancel (after the browser's confirm) stops it: its
+    state becomes cancelled and its history says so, naming the worker that held it."""
+    queue = Queue.from_url(redis_url, queue_name)
+    queue.enqueue(["progress-7"])  # reports 0.5 "halfway", then runs 30 s
+    console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
+    worker = start_worker(queue_name)
+    wait_until(lambda: getattr(queue.inspect("progress-7"), "progress", None) is not None, 20, "its progress")
+    with chromium() as driver:
+        sign_in(driver, console, TOKEN)
+        driver.get(console.url + f"/queues/{queue_name}/job?id=progress-7")
+        assert by_css(driver, "#job-state").text == "in progress"
+        assert "50 %" in by_css(driver, "#job-progress").text and "halfway" in by_css(driver, "#job-progress").text
+        assert "not ended" in by_css(driver, "#job-result").text
+        by_css(driver, 'button[data-action="cancel"]').click()
+        driver.switch_to.alert.accept()  # "Cancel this job? It will not run again."
+        wait_until(lambda: "Cancelled 1 job" in driver.page_source, 10, "the notice")
+        assert by_css(driver, "#job-state").text == "cancelled"
+        line = by_css(driver, '#job-history tr[data-kind="cancelled"]').text
+        assert "in in_progress; held by" in line and str(worker.process.pid) in line
+        assert not all_css(driver, 'button[data-action="cancel"]')
+        screenshot(driver, "job")
+    runs = ExecutionLog(tmp_path / "exec.log")
+    wait_until(lambda: any(e[:2] == ("cancelled", "progress-7") for e in runs.events()), 15, "the worker to stop it")
+    assert counts(queue) == {"todos": 0, "scheduled": 0, "in_progress": 0, "done": 0, "failed": 0, "cancelled": 1}
 
 
 def test_without_the_token_no_action_runs(
