@@ -133,6 +133,7 @@ class JobInfo:
     progress: Progress | None = None  # what its handler last said
     result: Any = None  # what its handler returned, while kept (see result_kept)
     result_kept: bool = False  # a result is kept: False for none, or one gone
+    group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
 
 
 class PermanentJobError(Exception):

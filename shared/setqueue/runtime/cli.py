@@ -17,6 +17,11 @@
     schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
     schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
     schedules remove NAME    stop one
+    pause | resume           stop the queue's jobs from starting (running ones finish) | start again
+    limit [--rate 100/s|off] [--burst N] [--group-concurrency N|off] [--group-rate 5/s|off]
+          [--group-burst N] [--group NAME] [--json]
+                             change flow control (live, for every worker); no option: show it
+    groups [--json] [--most N]  the job groups with jobs waiting or in progress
 
 --redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
 2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the job failed or was
@@ -45,9 +50,19 @@ from setqueue.client import OptionError, PasswordRequired, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
-from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, parse_queue_names, validate_job_id, validate_priority
+from setqueue.keys import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    STATES,
+    check_utf8,
+    parse_queue_names,
+    validate_group,
+    validate_job_id,
+    validate_priority,
+)
 from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
+from setqueue.runtime.cli_flow import UsageError, flow_command
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
 from setqueue.version import __version__
 
@@ -133,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument(
         "--timeout", metavar="DURATION", help="the jobs' own time limit (90s, 15m; 0 = none) over JOB_TIMEOUT_SECONDS"
     )
+    push.add_argument("--group", metavar="NAME", help="the jobs' group (a tenant, a customer): groups take turns")
 
     stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -186,6 +202,33 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...: quote it")
     remove = change.add_parser("remove", help="stop a periodic job")
     remove.add_argument("name", metavar="NAME")
+
+    sub.add_parser("pause", help="stop the queue's jobs from starting: running ones finish, enqueue goes on")
+    sub.add_parser("resume", help="let a paused queue's jobs start again")
+    limit_help = "show or change flow control: the queue's rate, its groups' concurrency and rate"
+    limit = sub.add_parser(
+        "limit",
+        help=limit_help,
+        description=limit_help[0].upper() + limit_help[1:] + ". Limits live in Redis with the queue: every "
+        "worker applies a change on its next claim, no restart. A rate is COUNT/PERIOD: 100/s, 6000/min, 5/10s; "
+        "off removes it. Options not given keep their value. Without an option, shows the limits in force.",
+    )
+    limit.add_argument("--rate", metavar="RATE", help="most job starts of the queue across all workers, or off")
+    limit.add_argument("--burst", type=int, metavar="N", help="starts at once after a quiet spell (default: count/10)")
+    limit.add_argument("--group-concurrency", metavar="N", help="most jobs of one group in progress at once, or off")
+    limit.add_argument("--group-rate", metavar="RATE", help="most job starts of one group, or off")
+    limit.add_argument("--group-burst", type=int, metavar="N", help="a group's starts at once (default: count/10)")
+    limit.add_argument(
+        "--group",
+        metavar="NAME",
+        help="change that group's own limits (else every group's default); --group NAME --clear drops them",
+    )
+    limit.add_argument("--clear", action="store_true", help="with --group: back to the default limits")
+    limit.add_argument("--json", action="store_true", help="print the limits as one JSON object")
+
+    groups = sub.add_parser("groups", help="the job groups with jobs waiting or in progress, with their counts")
+    groups.add_argument("--json", action="store_true", help="print one JSON object per group")
+    groups.add_argument("--most", type=int, default=50, metavar="N", help="list at most N groups (default 50)")
     return parser
 
 
@@ -274,8 +317,10 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
     try:
         validate_priority(args.priority)
         job_options(args.max_attempts, timeout)
+        if args.group is not None:
+            validate_group(check_utf8("--group", args.group))
     except ValueError as exc:
-        raise CliError(f"bad --priority, --max-attempts or --timeout: {exc}", EXIT_USAGE) from None
+        raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
     with _bad_ids_are_usage_errors():
         # All checked before anything is written: the ids, and each payload's size.
         job_items(dict(jobs), queue.shards[0].payload_max_bytes)
@@ -289,7 +334,13 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 else [job_id for job_id, _ in batch]
             )
             added += queue.enqueue(
-                ids, delay=delay, at=at, priority=args.priority, max_attempts=args.max_attempts, timeout=timeout
+                ids,
+                delay=delay,
+                at=at,
+                priority=args.priority,
+                max_attempts=args.max_attempts,
+                timeout=timeout,
+                group=args.group,
             )
     return added, len(jobs)
 
@@ -332,7 +383,16 @@ def _print_stats(queue: JobQueue, as_json: bool, out: TextIO) -> None:
             if state == "todos" and set(each["todos_by_priority"]) - {0}:
                 for priority, count in each["todos_by_priority"].items():
                     print(f"{'    priority':<12}{priority:>3}{count:>11}", file=out)
-        print(f"  {'oldest pending':<16}{each['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
+        print(f"  {'oldest pending':<16}{each['oldest_pending_age_seconds']:>7.1f}s", file=out)
+        if each["paused"]:
+            print("  paused (setqueue resume starts it again)", file=out)
+        if each["groups_waiting"] or each["groups_running"]:
+            print(
+                f"  groups: {each['groups_waiting']} with jobs waiting ({each['groups_full']} at their concurrency, "
+                f"{each['groups_resting']} at their rate), {each['groups_running']} running",
+                file=out,
+            )
+        out.flush()
 
 
 def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
@@ -398,6 +458,12 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
 
     if args.command == "schedules":
         return _schedules(args, queue, out)
+
+    if args.command in ("pause", "resume", "limit", "groups"):
+        try:
+            return flow_command(args, queue, out)
+        except UsageError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
 
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 

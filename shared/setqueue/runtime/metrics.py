@@ -206,6 +206,16 @@ class WorkerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.history_records = history_counter(registry)
+        self.claims_held = Counter(
+            "setqueue_claims_held_total",
+            "Claims that flow control held back (got fewer jobs than asked while jobs waited), by queue and "
+            "reason: paused, rate (the queue's rate), group (a group's concurrency or rate).",
+            ["queue", "reason"],
+            registry=registry,
+        )
+        for queue in queues:
+            for reason in ("paused", "rate", "group"):
+                self.claims_held.labels(queue, reason)
         self.zombie_threads = Gauge(
             "setqueue_worker_zombie_threads",
             "Slots whose job timed out but has not returned: lost until it does.",
