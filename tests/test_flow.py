@@ -4,15 +4,19 @@ services' side (real workers counting starts) is tests/test_flow_services.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
 
 from setqueue import FailOutcome, Queue
-from setqueue.flow import GroupLimits, Rate
+from setqueue.flow import GroupLimits, Limits, Rate
+from setqueue.runtime.cli import main as cli
+from tests.support.flow import check_groups
 from tests.support.waits import redis_clock, wait_until
 
 
@@ -21,34 +25,6 @@ def held_reasons(queue: Queue) -> list[str]:
     seen: list[str] = []
     queue.on_held = lambda _name, reason: seen.append(reason)
     return seen
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def group_invariant(queue: Queue) -> None:
-    """Every group with jobs waiting is in exactly one of ready, resting and full; none without;
-    group_running counts each group's jobs in progress; grouped and group_lines hold the same ids."""
-    r, k = queue.redis, queue.keys
-    lines: Counter[str] = Counter()
-    ids_in_lines = set()
-    for member in r.zrange(k.group_lines, 0, -1):
-        group, _rank, job_id = _text(member).split("\0")
-        lines[group] += 1
-        ids_in_lines.add(job_id)
-    assert ids_in_lines == {_text(m) for m in r.zrange(k.grouped, 0, -1)}
-    ready = {_text(g) for g in r.zrange(k.groups_ready, 0, -1)} - {""}
-    resting = {_text(g) for g in r.zrange(k.groups_resting, 0, -1)}
-    full = {_text(g) for g in r.smembers(k.groups_full)}  # type: ignore[union-attr]
-    assert not (ready & resting or ready & full or resting & full), (ready, resting, full)
-    assert ready | resting | full == set(lines), (ready, resting, full, lines)
-    running: Counter[str] = Counter()
-    for running_id in r.zrange(k.in_progress, 0, -1):
-        of = r.hget(k.group_of, _text(running_id))
-        if of is not None:
-            running[_text(of)] += 1
-    assert {_text(g): int(n) for g, n in r.hgetall(k.group_running).items()} == dict(running)  # type: ignore[union-attr]
 
 
 # -- pause and resume ------------------------------------------------------------------------------
@@ -143,7 +119,7 @@ def test_groups_take_turns_so_a_small_one_is_not_starved(queue: Queue) -> None:
     # Each claim shares its jobs between the groups at the front of their line.
     assert [job_id for job_id in taken if job_id.startswith("b")] == [f"b{i}" for i in range(5)]
     assert taken.index("b4") < 12
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
 
 
 def test_within_a_group_priority_then_first_in_first_out(queue: Queue) -> None:
@@ -161,7 +137,7 @@ def test_jobs_without_a_group_take_a_turn_too(queue: Queue) -> None:
     first = [lease.id for lease in queue.claim(10)]
     assert sum(job_id.startswith("plain") for job_id in first) == 5
     assert sum(job_id.startswith("a") for job_id in first) == 5
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
 
 
 def test_a_group_at_its_concurrency_waits_for_one_of_its_jobs_to_end(queue: Queue) -> None:
@@ -173,11 +149,11 @@ def test_a_group_at_its_concurrency_waits_for_one_of_its_jobs_to_end(queue: Queu
     assert held == ["group"]
     assert queue.claim(10) == []
     assert queue.next_due is None  # nothing to wait for but an ack, which wakes a worker
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert queue.ack(leases[0])
     assert queue.redis.llen(queue.keys.wake) > 0
     assert [lease.id for lease in queue.claim(10)] == ["a2"]
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
 
 
 def test_a_group_of_its_own_limits_and_the_default_for_the_others(queue: Queue) -> None:
@@ -202,7 +178,7 @@ def test_a_group_rate_rests_the_group_and_says_until_when(queue: Queue) -> None:
     assert taken == {"a": 2, "b": 2}
     assert queue.claim(20) == []
     assert queue.next_due is not None and 0.3 <= queue.next_due <= 0.51  # a job every 500 ms
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert {g.name: g.state for g in queue.groups()} == {"A": "resting", "B": "resting"}
     start = redis_clock(queue.redis)
     wait_until(lambda: redis_clock(queue.redis) >= start + 0.5, 5, "half a second")
@@ -218,7 +194,7 @@ def test_changing_the_limits_sends_groups_set_aside_back_to_their_turn(queue: Qu
     queue.set_group_limits(concurrency=3)
     assert queue.groups()[0].state == "ready"
     assert len(queue.claim(5)) == 2
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
 
 
 # -- a grouped job leaving and rejoining its line ----------------------------------------------------
@@ -232,22 +208,22 @@ def test_a_retried_released_swept_or_requeued_job_goes_back_to_its_group(
     queue.enqueue(["x"], group="g")
     lease = queue.claim()[0]
     assert queue.fail(lease, "boom") is FailOutcome.RETRIED
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     lease = queue.claim()[0]
     assert queue.release([lease]) == [FailOutcome.RELEASED]
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     lease = queue.claim()[0]
     assert queue.stats()["groups_running"] == 1
     wait_until(lambda: not queue.redis.exists(queue.keys.lock(lease.token)), 5, "the lease to expire")
     assert queue.sweep().dead_lettered == ["x"]  # its second attempt: dead-lettered
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert queue.requeue_failed(["x"]) == 1
     assert queue.inspect("x") is not None and queue.inspect("x").group == "g"  # type: ignore[union-attr]
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     lease = queue.claim()[0]
     assert queue.ack(lease)
     assert queue.inspect("x").group is None  # type: ignore[union-attr]
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert queue.groups() == []
 
 
@@ -256,12 +232,12 @@ def test_cancel_and_delete_take_a_grouped_job_out_of_its_line(queue: Queue) -> N
     queue.enqueue(["a1", "a2", "a3"], group="A")
     running = queue.claim()[0]
     assert queue.cancel("a2") == "todos"
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert queue.cancel(running.id) == "in_progress"  # frees the group's slot: a3 may start
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert [lease.id for lease in queue.claim()] == ["a3"]
     assert queue.delete("a3") == "in_progress"
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
     assert queue.groups() == []
     assert queue.stats()["todos"] == 0
 
@@ -301,4 +277,105 @@ def test_a_thousand_groups_one_job_each_are_claimed_fairly(queue: Queue) -> None
     first = [lease.id for lease in queue.claim(500)] + [lease.id for lease in queue.claim(500)]
     # One turn each before any group's second job.
     assert sorted(first) == sorted(f"g{g}-1" for g in range(1000))
-    group_invariant(queue)
+    check_groups(queue.redis, queue.keys)
+
+
+# -- the command line ----------------------------------------------------------------------------------
+
+
+def run_cli(redis_url: str, queue: str, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli(["--redis-url", redis_url, "--queue", queue, *args], out=out)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["limit", "--rate", "0/s"],
+        ["limit", "--rate", "abc"],
+        ["limit", "--rate=-5/s"],
+        ["limit", "--rate", "99999999999/s"],
+        ["limit", "--rate", "10/s", "--burst", "0"],
+        ["limit", "--burst", "3"],  # no rate to give it to
+        ["limit", "--group-concurrency", "0"],
+        ["limit", "--group-concurrency", "-1"],
+        ["limit", "--group-concurrency", "many"],
+        ["limit", "--group-rate", "1/fortnight"],
+        ["limit", "--group", "a{b}", "--group-concurrency", "1"],
+        ["limit", "--group", "line\nbreak", "--group-concurrency", "1"],
+        ["limit", "--group", "x" * 1025, "--group-concurrency", "1"],
+        ["limit", "--group", "g"],  # nothing to change
+        ["limit", "--group", "g", "--rate", "5/s"],  # the queue's rate is not a group's
+        ["limit", "--clear"],
+        ["push", "--group", "a b", "job"],
+        ["push", "--group", "", "job"],
+        ["groups", "--most", "0"],
+    ],
+)
+def test_bad_flow_input_is_one_line_exit_2_and_writes_nothing(
+    redis_url: str, queue: Queue, client: redis.Redis, args: list[str]
+) -> None:
+    queue.enqueue(["known"])  # the queue exists: only the value is wrong
+    before = sorted(client.keys(f"setqueue:{{{queue.name}}}:*"))
+    code, out, err = run_cli(redis_url, queue.name, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert sorted(client.keys(f"setqueue:{{{queue.name}}}:*")) == before
+    assert not client.exists(queue.keys.flow, queue.keys.group_limits)
+
+
+@pytest.mark.parametrize(
+    "args", [["pause"], ["resume"], ["limit", "--rate", "5/s"], ["limit", "--group-concurrency", "2"]]
+)
+def test_limits_for_a_queue_redis_does_not_know_are_refused(
+    redis_url: str, client: redis.Redis, args: list[str]
+) -> None:
+    code, _out, err = run_cli(redis_url, "no-such-queue-xyz", *args)
+    assert code == 2
+    assert "no jobs and no limits" in err
+    assert client.keys("setqueue:{no-such-queue-xyz}:*") == []
+
+
+def test_the_cli_shows_and_changes_the_limits(redis_url: str, queue: Queue) -> None:
+    queue.enqueue(["known"])
+    assert run_cli(redis_url, queue.name, "limit", "--rate", "100/s", "--burst", "20")[0] == 0
+    assert run_cli(redis_url, queue.name, "limit", "--group-concurrency", "2")[0] == 0
+    assert run_cli(redis_url, queue.name, "limit", "--group", "big", "--group-rate", "5/s")[0] == 0
+    code, out, _ = run_cli(redis_url, queue.name, "limit", "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "queue": queue.name,
+        "paused": False,
+        "rate": "100/s (burst 20)",
+        "group_default": {"concurrency": 2, "rate": None},
+        "groups": {"big": {"concurrency": 2, "rate": "5/s (burst 1)"}},
+    }
+    # A burst alone changes the rate in force; off removes it; --clear drops a group's own.
+    assert run_cli(redis_url, queue.name, "limit", "--burst", "5")[0] == 0
+    assert queue.limits().rate == Rate(100, 1000, 5)
+    assert run_cli(redis_url, queue.name, "limit", "--rate", "off", "--group-concurrency", "off")[0] == 0
+    assert run_cli(redis_url, queue.name, "limit", "--group", "big", "--clear")[0] == 0
+    assert queue.limits() == Limits()
+    assert "paused" in run_cli(redis_url, queue.name, "pause")[1]
+    assert "paused already" in run_cli(redis_url, queue.name, "pause")[1]
+    assert "paused (setqueue resume" in run_cli(redis_url, queue.name, "stats")[1]
+
+
+def test_the_cli_lists_groups(redis_url: str, queue: Queue) -> None:
+    assert run_cli(redis_url, queue.name, "push", "--group", "tenant-1", "a", "b")[0] == 0
+    assert run_cli(redis_url, queue.name, "push", "--group", "tenant-2", "c")[0] == 0
+    queue.claim()
+    code, out, _ = run_cli(redis_url, queue.name, "groups")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["group", "waiting", "running", "state", "limits"]
+    assert {line.split()[0]: line.split()[1:4] for line in lines[1:]} == {
+        "tenant-1": ["1", "1", "ready"],
+        "tenant-2": ["1", "0", "ready"],
+    }
+    code, out, _ = run_cli(redis_url, queue.name, "groups", "--json")
+    assert [json.loads(line)["name"] for line in out.splitlines()] == ["tenant-2", "tenant-1"]
+    assert "groups: 2 with jobs waiting" in run_cli(redis_url, queue.name, "stats")[1]

@@ -39,7 +39,7 @@
 -- Returns an array: now ms; when (ms) something could next be claimed if this claim got fewer
 -- than most (-1: not known, wait to be woken: nothing waits, or the queue is paused, or every
 -- group with work has its concurrency in progress); what held jobs back ("" none, "paused",
--- "rate", "group"); 1 if the queue has a rate or group limits (the worker then claims only for
+-- "rate", "group"); 1 if the queue has a rate or uses groups (the worker then claims only for
 -- free slots), else 0; then id, attempt, enqueue ms (-1 if unknown), priority, payload (nil if
 -- none) and its own options (nil if none) for each claimed id, in line order. A resend returns
 -- the ids of the first call that this claim still owns. The request record holds the claimed
@@ -68,12 +68,16 @@ local FOREVER = math.huge
 -- One field read tells a queue without flow control from one with: the common case pays one HMGET.
 local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(
   'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
-local limited = (rate or default_concurrency or default_rate
-  or (has_groups and redis.call('EXISTS', group_limits) == 1)) and 1 or 0
+-- Claiming ahead of free slots would spend the rate, a group's slot or a group's turn on a job that
+-- waits in a worker's buffer: with any of them in use, workers claim only for their free slots.
+local limited = (rate or has_groups) and 1 or 0
 
 -- claim_groups(want, ids, ranks): take up to want jobs from the groups at the front of their line
--- (the jobs without a group taking their turn as NO_GROUP); returns whether a group limit held
--- jobs back, and the earliest time a resting group may start again (FOREVER: none).
+-- (the jobs without a group taking their turn as NO_GROUP), an equal share each; while that leaves
+-- room (a group had fewer, or a limit set it aside), the next groups in line, up to LOOK_AHEAD more
+-- than want in all. Returns whether a group limit held jobs back, and the earliest time a resting
+-- group may start again (FOREVER: none; now: groups are left that this claim did not look at).
+local LOOK_AHEAD = 100
 local function claim_groups(want, ids, ranks)
   local rested = redis.call('ZRANGE', groups_resting, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)
   if #rested > 0 then
@@ -83,89 +87,108 @@ local function claim_groups(want, ids, ranks)
   if redis.call('ZSCORE', groups_ready, NO_GROUP) == false and redis.call('EXISTS', todos) == 1 then
     take_turns(G, {NO_GROUP})
   end
-  local front = redis.call('ZRANGE', groups_ready, 0, want - 1)
   local soonest = FOREVER
   local held = false
-  local function resting_soonest()
+  -- Without limits a claim reads no group's limits, counts or rate (the common case costs least);
+  -- group_running is kept all the same, so that a limit set later counts right.
+  local has_own = redis.call('EXISTS', group_limits) == 1
+  local counts = has_own or default_concurrency
+  local rates = has_own or default_rate
+  local visited, again, full, resting, counted, bucketed, taken, taken_ids = {}, {}, {}, {}, {}, {}, {}, {}
+  -- Until the claim is full, in pages of the line of groups (read from where the last one ended:
+  -- the line changes only after the loop).
+  while #ids < want and #visited < want + LOOK_AHEAD do
+    local front = redis.call('ZRANGE', groups_ready, #visited, #visited + want - #ids - 1)
+    if #front == 0 then break end
+    local own = has_own and redis.call('HMGET', group_limits, unpack(front)) or {}
+    local running = redis.call('HMGET', group_running, unpack(front))
+    local buckets = rates and redis.call('ZMSCORE', group_buckets, unpack(front)) or {}
+    local share = math.ceil((want - #ids) / #front)
+    for j, group in ipairs(front) do
+      local left = want - #ids
+      if left <= 0 then break end  -- the groups not reached keep their place at the front
+      visited[#visited + 1] = group
+      if group == NO_GROUP then
+        local front_jobs = redis.call('ZPOPMIN', todos, math.min(share, left))
+        for i = 1, #front_jobs, 2 do
+          ids[#ids + 1] = front_jobs[i]
+          ranks[#ranks + 1] = tonumber(front_jobs[i + 1])
+        end
+        if redis.call('EXISTS', todos) == 1 then again[#again + 1] = group end
+      else
+        local concurrency, rate_spec = default_concurrency, default_rate
+        if own[j] then
+          local c, r = string.match(own[j], '^(%d*)|(.*)$')
+          if c ~= '' then concurrency = c end
+          if r ~= '' then rate_spec = r end
+        end
+        concurrency = tonumber(concurrency)
+        local in_progress_now = tonumber(running[j]) or 0
+        local room = math.min(share, left)
+        if concurrency then room = math.min(room, concurrency - in_progress_now) end
+        local interval, burst = read_rate(rate_spec)
+        local allowed, from
+        if interval then
+          allowed, from = allowance(buckets[j], interval, burst, now)
+          room = math.min(room, allowed)
+        end
+        local took, more = 0, true
+        if room > 0 then
+          local low, high = line_range(group)
+          local members = redis.call('ZRANGE', group_lines, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
+          took = math.min(room, #members)
+          more = #members > took
+          for i = 1, took do
+            local id = member_id(members[i], group)
+            ids[#ids + 1] = id
+            ranks[#ranks + 1] = member_rank(members[i], group)
+            taken[#taken + 1] = members[i]
+            taken_ids[#taken_ids + 1] = id
+          end
+          if took > 0 then
+            counted[#counted + 1] = group
+            counted[#counted + 1] = in_progress_now + took
+          end
+          if interval and took > 0 then
+            bucketed[#bucketed + 1] = from + took * interval
+            bucketed[#bucketed + 1] = group
+            allowed = allowed - took
+          end
+        end
+        -- Where the group goes now: out of the line of groups with nothing left waiting; aside
+        -- while a limit holds it (full: until one of its jobs ends; resting: until its rate allows
+        -- one); else to the back of the line.
+        if not more then
+          -- nothing waiting: it leaves the line of groups
+        elseif concurrency and in_progress_now + took >= concurrency then
+          full[#full + 1] = group
+          held = true
+        elseif interval and allowed < 1 then
+          local at = ready_at(from + took * interval, interval, burst, 1)
+          resting[#resting + 1] = at
+          resting[#resting + 1] = group
+          soonest = math.min(soonest, at)
+          held = true
+        else
+          again[#again + 1] = group
+        end
+      end
+    end
+  end
+  -- Looked as far as it may with room left and groups still in line: claim again at once.
+  if #ids < want and redis.call('ZCARD', groups_ready) > #visited then soonest = now end
+  if #visited == 0 then
     local first = redis.call('ZRANGE', groups_resting, 0, 0, 'WITHSCORES')
     if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
     return held, soonest
   end
-  if #front == 0 then return resting_soonest() end
-  local own = redis.call('HMGET', group_limits, unpack(front))
-  local running = redis.call('HMGET', group_running, unpack(front))
-  local buckets = redis.call('ZMSCORE', group_buckets, unpack(front))
-  local share = math.ceil(want / #front)
-  local visited, again, full, resting, counted, bucketed, taken = {}, {}, {}, {}, {}, {}, {}
-  for j, group in ipairs(front) do
-    local left = want - #ids
-    if left <= 0 then break end  -- the groups not reached keep their place at the front
-    visited[#visited + 1] = group
-    if group == NO_GROUP then
-      local front_jobs = redis.call('ZPOPMIN', todos, math.min(share, left))
-      for i = 1, #front_jobs, 2 do
-        ids[#ids + 1] = front_jobs[i]
-        ranks[#ranks + 1] = tonumber(front_jobs[i + 1])
-      end
-      if redis.call('EXISTS', todos) == 1 then again[#again + 1] = group end
-    else
-      local concurrency, rate_spec = default_concurrency, default_rate
-      if own[j] then
-        local c, r = string.match(own[j], '^(%d*)|(.*)$')
-        if c ~= '' then concurrency = c end
-        if r ~= '' then rate_spec = r end
-      end
-      concurrency = tonumber(concurrency)
-      local in_progress_now = tonumber(running[j]) or 0
-      local room = math.min(share, left)
-      if concurrency then room = math.min(room, concurrency - in_progress_now) end
-      local interval, burst = read_rate(rate_spec)
-      local allowed, from
-      if interval then
-        allowed, from = allowance(buckets[j], interval, burst, now)
-        room = math.min(room, allowed)
-      end
-      local took, more = 0, true
-      if room > 0 then
-        local low, high = line_range(group)
-        local members = redis.call('ZRANGE', group_lines, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
-        took = math.min(room, #members)
-        more = #members > took
-        for i = 1, took do
-          ids[#ids + 1] = member_id(members[i], group)
-          ranks[#ranks + 1] = member_rank(members[i], group)
-          taken[#taken + 1] = members[i]
-        end
-        if took > 0 then
-          counted[#counted + 1] = group
-          counted[#counted + 1] = in_progress_now + took
-        end
-        if interval and took > 0 then
-          bucketed[#bucketed + 1] = from + took * interval
-          bucketed[#bucketed + 1] = group
-          allowed = allowed - took
-        end
-      end
-      -- Where the group goes now: out of the line of groups with nothing left waiting; aside while
-      -- a limit holds it (full: until one of its jobs ends; resting: until its rate allows one);
-      -- else to the back of the line.
-      if not more then
-        -- nothing waiting: it leaves the line of groups
-      elseif concurrency and in_progress_now + took >= concurrency then
-        full[#full + 1] = group
-        held = true
-      elseif interval and allowed < 1 then
-        local at = ready_at(from + took * interval, interval, burst, 1)
-        resting[#resting + 1] = at
-        resting[#resting + 1] = group
-        soonest = math.min(soonest, at)
-        held = true
-      else
-        again[#again + 1] = group
-      end
-    end
+  -- Those going on take a new turn at the back (ZADD moves them); the others leave the line.
+  local going_on, leaving = {}, {}
+  for _, group in ipairs(again) do going_on[group] = true end
+  for _, group in ipairs(visited) do
+    if not going_on[group] then leaving[#leaving + 1] = group end
   end
-  redis.call('ZREM', groups_ready, unpack(visited))
+  if #leaving > 0 then redis.call('ZREM', groups_ready, unpack(leaving)) end
   take_turns(G, again)
   if #full > 0 then redis.call('SADD', groups_full, unpack(full)) end
   if #resting > 0 then redis.call('ZADD', groups_resting, unpack(resting)) end
@@ -173,11 +196,13 @@ local function claim_groups(want, ids, ranks)
   if #bucketed > 0 then redis.call('ZADD', group_buckets, unpack(bucketed)) end
   if #taken > 0 then
     redis.call('ZREM', group_lines, unpack(taken))
-    local grouped_ids = {}
-    for i = 1, #taken do grouped_ids[i] = string.match(taken[i], '^[^%z]*%z[^%z]*%z(.*)$') end
-    redis.call('ZREM', grouped, unpack(grouped_ids))
+    redis.call('ZREM', grouped, unpack(taken_ids))
   end
-  return resting_soonest()
+  if #ids < want then
+    local first = redis.call('ZRANGE', groups_resting, 0, 0, 'WITHSCORES')
+    if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
+  end
+  return held, soonest
 end
 
 local ids, tries, ranks = {}, {}, {}

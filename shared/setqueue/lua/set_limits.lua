@@ -26,14 +26,18 @@ if what == 'pause' then
 elseif what == 'resume' then
   changed = redis.call('HDEL', flow, 'paused')
 else
-  local hash, field = flow, what
+  -- A group's own limits are a field of group_limits; the queue's, of flow.
   local group = string.match(what, '^group:(.+)$')
-  if group then hash, field = group_limits, group end
   if value == '' then
-    changed = redis.call('HDEL', hash, field)
+    if group then changed = redis.call('HDEL', group_limits, group) else changed = redis.call('HDEL', flow, what) end
     if what == 'rate' then redis.call('HDEL', flow, 'tat') end
-  elseif redis.call('HGET', hash, field) ~= value then
-    redis.call('HSET', hash, field, value)
+  elseif group then
+    if redis.call('HGET', group_limits, group) ~= value then
+      redis.call('HSET', group_limits, group, value)
+      changed = 1
+    end
+  elseif redis.call('HGET', flow, what) ~= value then
+    redis.call('HSET', flow, what, value)
     changed = 1
   end
   if changed == 1 then

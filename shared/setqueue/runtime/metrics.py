@@ -248,6 +248,15 @@ class WorkerMetrics(ServiceMetrics):
             self.end_to_end_seconds.observe_many((), queue)
 
 
+# setqueue_groups' stands, each from a field of stats().
+GROUP_STANDS = {
+    "waiting": "groups_waiting",
+    "full": "groups_full",
+    "resting": "groups_resting",
+    "running": "groups_running",
+}
+
+
 class CleanerMetrics(ServiceMetrics):
     def __init__(
         self,
@@ -297,6 +306,26 @@ class CleanerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.history_records = history_counter(registry)
+        # Flow control, in aggregate: never one series per job group (their number is unbounded).
+        self.paused = Gauge(
+            "setqueue_queue_paused",
+            "1 while the queue is paused (setqueue pause; a sharded queue: its shards paused), by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.groups = Gauge(
+            "setqueue_groups",
+            "Job groups by queue and where they stand: waiting (with jobs waiting), full (at their "
+            "concurrency), resting (their rate used up), running (with jobs in progress).",
+            ["queue", "stand"],
+            registry=registry,
+        )
+        self.grouped_waiting = Gauge(
+            "setqueue_grouped_jobs_waiting",
+            "Jobs waiting that have a group (part of todos), all groups together, by queue.",
+            ["queue"],
+            registry=registry,
+        )
         self.oldest_pending_age = Gauge(
             "setqueue_oldest_pending_age_seconds",
             "Age of the oldest job not yet done or dead-lettered (0 when there is none), by queue.",
@@ -308,6 +337,10 @@ class CleanerMetrics(ServiceMetrics):
             self.done_trimmed.labels(queue)
             self.oldest_pending_age.labels(queue)
             self.todos_by_priority.labels(queue, "0")
+            self.paused.labels(queue)
+            self.grouped_waiting.labels(queue)
+            for stand in GROUP_STANDS:
+                self.groups.labels(queue, stand)
             for state in STATES:
                 self.queue_depth.labels(queue, state)
         self.periodic_runs = Counter(

@@ -114,7 +114,8 @@ end
 
 -- left_progress(G, ids, forget): the ids left in_progress; each group counts its jobs down, and a
 -- group that was full takes a turn again. forget: the ids are over (done, cancelled, deleted), so
--- their group is forgotten too. Returns how many groups took a turn (workers to wake).
+-- their group is forgotten too. Returns how many groups took a turn (workers to wake). A handful of
+-- commands for the whole batch, whatever the number of groups in it.
 local function left_progress(G, ids, forget)
   if #ids == 0 then return 0 end
   local groups = redis.call('HMGET', G.group_of, unpack(ids))
@@ -131,12 +132,28 @@ local function left_progress(G, ids, forget)
     end
   end
   if #order == 0 then return 0 end
-  local freed = {}
-  for _, group in ipairs(order) do
-    if redis.call('HINCRBY', G.running, group, -count[group]) <= 0 then redis.call('HDEL', G.running, group) end
-    if redis.call('SREM', G.full, group) == 1 then freed[#freed + 1] = group end
+  local before = redis.call('HMGET', G.running, unpack(order))
+  local still, idle = {}, {}
+  for j, group in ipairs(order) do
+    local left = (tonumber(before[j]) or 0) - count[group]
+    if left > 0 then
+      still[#still + 1] = group
+      still[#still + 1] = left
+    else
+      idle[#idle + 1] = group
+    end
   end
-  take_turns(G, freed)
+  if #still > 0 then redis.call('HSET', G.running, unpack(still)) end
+  if #idle > 0 then redis.call('HDEL', G.running, unpack(idle)) end
+  local freed = {}
+  if redis.call('EXISTS', G.full) == 1 then
+    local was_full = redis.call('SMISMEMBER', G.full, unpack(order))
+    for j, group in ipairs(order) do
+      if was_full[j] == 1 then freed[#freed + 1] = group end
+    end
+    if #freed > 0 then redis.call('SREM', G.full, unpack(freed)) end
+    take_turns(G, freed)
+  end
   if forget then redis.call('HDEL', G.group_of, unpack(had)) end
   return #freed
 end
