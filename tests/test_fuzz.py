@@ -112,8 +112,9 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
     service, setting, value = case
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
     env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5)
-    env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
     try:
+        # A lone surrogate other than an undecodable byte's (U+DC80..U+DCFF) has no bytes at all.
+        env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
         process = subprocess.Popen(
             [sys.executable, "-m", service],
             env=env,
@@ -124,7 +125,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
             text=True,
             errors="replace",
         )
-    except ValueError:  # an environment cannot hold this value at all (the OS refuses it)
+    except ValueError:  # an environment cannot hold this value at all (no bytes, or the OS refuses it)
         return
     try:
         _, stderr = process.communicate(timeout=4)
