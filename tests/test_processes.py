@@ -6,6 +6,9 @@ writes `start|end <id> <pid> <time>` lines), and every wait polls for a state.
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
 import re
 import signal
@@ -19,6 +22,7 @@ import pytest
 import redis
 
 from setqueue import Queue
+from setqueue.runtime.logs import configure_logging
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, usable_cores
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.jobs import ExecutionLog
@@ -156,8 +160,10 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
     busy = wait_until(lambda: running_by_pid(log), 30, "a job running")
     victim = next(iter(busy))
     assert victim in pids
+    before = supervisor.metric(SUCCESS)  # the victim's acks so far are in it
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: supervisor.metric(RESTARTS) == 1, 30, "the restart")
+    assert supervisor.metric(SUCCESS) >= before  # the dead one's counts stay in the sum
     replaced = child_pids(supervisor)
     assert victim not in replaced and len(set(replaced) - set(pids)) == 1
     wait_until(lambda: supervisor.metric(PROCESSES) == 2, 10, "two processes again")
@@ -183,6 +189,10 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
     assert all(e.worker.endswith(f":{victim}") for entries in lost.values() for e in entries), lost
     assert not (set(lost) - twice) & started_by_victim  # the rest it had claimed, not started
     assert cleaner.metric("setqueue_cleaner_requeued_total") == len(lost)
+    # Every ack is counted but the victim's after the supervisor last read its counters.
+    least = len(ids) - len(ended_by_victim)
+    wait_until(lambda: supervisor.metric(SUCCESS) >= least, 10, "the acks counted")
+    assert before <= supervisor.metric(SUCCESS) <= len(ids)
     assert "was killed by SIGKILL: restarting it in" in supervisor.log()
 
     supervisor.signal(signal.SIGTERM)
@@ -321,3 +331,14 @@ def test_the_compose_stacks_scale_workers_by_replicas() -> None:
     for name in ("docker-compose.yml", "docker-compose.cluster.yml"):
         values = re.findall(r"^\s*PROCESSES:\s*(.*?)\s*$", (REPO_ROOT / name).read_text(), re.M)
         assert all(value.strip("\"'") == "1" for value in values), (name, values)
+
+
+def test_a_child_says_its_index_in_json_logs_too() -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "json", "setqueue-worker", stream=stream, child=3)
+    try:
+        logging.getLogger("setqueue.worker").info("hello")
+    finally:
+        logging.getLogger().handlers.clear()
+    record = json.loads(stream.getvalue())
+    assert record["child"] == 3 and record["service"] == "setqueue-worker" and record["message"] == "hello"
