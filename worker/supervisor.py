@@ -255,7 +255,7 @@ class Supervisor:
             child.process = None
             last = self._scraped.pop(child.index, [])
             self._retired = combine([self._retired, [f for f in last if _accumulates(f)]])
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
         if self.stopping:
             # Asked to stop: 0 is a clean drain; so is dying of the SIGTERM or SIGINT passed on before
             # the child had installed its handlers (it had claimed nothing yet). After a second
@@ -416,6 +416,13 @@ def _get(port: int, path: str) -> tuple[int, str] | None:
         return exc.code, exc.read().decode()
     except (OSError, ValueError):  # refused, reset, timed out; a body that is not text
         return None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name
+        return f"signal {signum}"
 
 
 def _status(got: tuple[int, str] | None) -> str:
