@@ -248,6 +248,24 @@ class WorkerMetrics(ServiceMetrics):
             self.end_to_end_seconds.observe_many((), queue)
 
 
+class SupervisorMetrics:
+    """What the worker's supervisor (PROCESSES > 1) exports of its own, beside the sum of its
+    children's metrics (``worker.supervisor`` combines them)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.processes = Gauge(
+            "setqueue_worker_processes",
+            "Worker processes of this supervisor running right now (PROCESSES when all are up).",
+            registry=registry,
+        )
+        self.restarts = Counter(
+            "setqueue_worker_process_restarts",
+            "Worker processes this supervisor restarted after they exited unasked or were killed.",
+            registry=registry,
+        )
+
+
 # setqueue_groups' stands, each from a field of stats().
 GROUP_STANDS = {
     "waiting": "groups_waiting",

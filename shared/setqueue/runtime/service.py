@@ -30,6 +30,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -332,18 +333,30 @@ def main(
     return serve(settings, build, program)
 
 
-def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> int:
-    """Build the service, serve /metrics, check what Redis says of the settings, run it."""
+def serve(
+    settings: S,
+    build: Callable[[S], Service[S, Any]],
+    program: str,
+    *,
+    metrics_socket: socket.socket | None = None,
+) -> int:
+    """Build the service, serve /metrics, check what Redis says of the settings, run it.
+    ``metrics_socket``: serve /metrics there, a socket already listening (a worker's supervisor
+    hands one to each of its children), rather than on METRICS_HOST:METRICS_PORT."""
     try:
         service = build(settings)
     except SettingError as exc:  # what only the service can check (e.g. the handler's kind)
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         return EXIT_SETTING
     server: MetricsServer | None = None
-    if settings.metrics_port:
+    if settings.metrics_port or metrics_socket is not None:
         try:
             server = MetricsServer(
-                settings.metrics_port, service.metrics.registry, service.health, host=settings.metrics_host
+                settings.metrics_port,
+                service.metrics.registry,
+                service.health,
+                host=settings.metrics_host,
+                sock=metrics_socket,
             ).start()
         except OSError as exc:
             # A port in use is the port's fault; an address this host does not have is the host's.

@@ -73,6 +73,7 @@ class Setting:
     high: float | None = None
     choices: tuple[str, ...] = ()  # text: the allowed values (LOG_LEVEL in upper case, LOG_FORMAT lower)
     check: Callable[[str], object] | None = None  # text: raises ValueError (or SettingError) if bad
+    auto: Callable[[], int] | None = None  # whole numbers: the value of the word "auto" (PROCESSES), if any
 
     @property
     def field(self) -> str:
@@ -85,6 +86,12 @@ class Setting:
     def parse(self, raw: str) -> Any:
         if self.kind is bool:
             return _flag(self.name, raw)
+        if self.auto is not None:
+            if raw.lower() == "auto":
+                # Within the bounds: a machine with more cores than the setting's maximum gets the maximum.
+                return min(max(self.auto(), int(self.low or 1)), int(self.high or 1))
+            if not _is_int(raw):
+                raise SettingError(self.name, f"{raw!r} is neither a whole number nor auto")
         if self.kind in (int, float):
             return _number(self.name, raw, self.kind, self.low, self.high)
         if self.choices:
@@ -117,6 +124,14 @@ def _number(name: str, raw: str, kind: type, low: float | None, high: float | No
     return value
 
 
+def _is_int(raw: str) -> bool:
+    try:
+        int(raw)
+    except ValueError:
+        return False
+    return True
+
+
 def _flag(name: str, raw: str) -> bool:
     raw = raw.lower()
     if raw in ("1", "true", "yes", "on"):
@@ -124,6 +139,22 @@ def _flag(name: str, raw: str) -> bool:
     if raw in ("0", "false", "no", "off", ""):
         return False
     raise SettingError(name, f"{raw!r} is not true or false")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset, taskset), not
+    every core of the machine (``os.process_cpu_count`` from Python 3.13 on)."""
+    counted = getattr(os, "process_cpu_count", None)
+    if counted is not None:
+        return int(counted() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+# The most worker processes one command may run: past this, run more replicas (a typo of 1000
+# must not fork a thousand interpreters).
+MAX_PROCESSES = 256
 
 
 def _check_redis_url(url: str) -> None:
@@ -318,6 +349,18 @@ SETTINGS: tuple[Setting, ...] = (
         "worker",
         low=1,
         high=1000,
+    ),
+    Setting(
+        "PROCESSES",
+        int,
+        "1",
+        "Worker processes this command runs, each with CONCURRENCY slots: 1 = this process alone; N = a "
+        "supervisor that starts N single-process workers, restarts any that crash and serves one /metrics "
+        "summing them; auto = one per usable core",
+        "worker",
+        low=1,
+        high=MAX_PROCESSES,
+        auto=usable_cores,
     ),
     Setting(
         "CLAIM_BATCH",
@@ -629,6 +672,7 @@ class CreatorSettings(CommonSettings):
 @dataclass(frozen=True)
 class WorkerSettings(CommonSettings):
     concurrency: int
+    processes: int
     claim_batch: int
     job_timeout_seconds: float
     retry_backoff_seconds: float
