@@ -234,3 +234,25 @@ def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
     assert rate <= 4, f"{rate:.1f} Redis calls a second from an idle worker"
     assert len(log.starts()) <= 1
     queue.close()
+
+
+def test_the_creator_spreads_its_ids_over_groups(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+) -> None:
+    creator = Proc.start(
+        "creator",
+        tmp_path,
+        REDIS_URL=redis_url,
+        QUEUE_NAME=queue_name,
+        CREATE_TOTAL=30,
+        CREATE_BATCH=5,
+        CREATE_RATE=0,
+        CREATE_GROUPS=3,
+        CREATE_ID_PREFIX="c",
+    )
+    procs.append(creator)
+    assert creator.wait(30) == 0
+    queue = Queue.from_url(redis_url, queue_name)
+    assert {(g.name, g.waiting) for g in queue.groups()} == {("group-1", 10), ("group-2", 10), ("group-3", 10)}
+    assert queue.inspect("c-6") is not None and queue.inspect("c-6").group == "group-2"  # type: ignore[union-attr]
+    queue.close()

@@ -335,6 +335,15 @@ SETTINGS: tuple[Setting, ...] = (
         check=_check_id_prefix,
     ),
     Setting(
+        "CREATE_GROUPS",
+        int,
+        "0",
+        "Job groups the creator spreads its ids over, each batch to the next (group-1 .. group-N); 0 = none",
+        "creator",
+        low=0,
+        high=1_000_000,
+    ),
+    Setting(
         "CREATE_FROM_STDIN",
         bool,
         "false",
@@ -666,6 +675,7 @@ class CreatorSettings(CommonSettings):
     create_total: int
     create_batch: int
     create_id_prefix: str
+    create_groups: int
     create_from_stdin: bool
 
 
