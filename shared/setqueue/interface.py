@@ -123,7 +123,7 @@ class Shard(JobQueue, Protocol):
     keys: QueueKeys
     wake_cap: int  # how many idle workers one call may wake
     payload_max_bytes: int  # the largest payload enqueue takes
-    flow_limited: bool  # the last claim found a rate or job groups in use (claim only for free slots)
+    flow_limited: bool  # the last claim found a rate or group limits (claim only for free slots)
     on_held: Callable[[str, str], None] | None  # told (queue, reason) when flow control held jobs back
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]: ...

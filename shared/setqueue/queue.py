@@ -205,7 +205,7 @@ class Queue:
         self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
         self.next_due: float | None = None  # after a claim short of jobs: when more could be claimed
         self._next_due_seen = 0.0  # monotonic time of that claim
-        # Flow control as the last claim found it: whether the queue has a rate or uses job groups
+        # Flow control as the last claim found it: whether the queue has a rate or group limits
         # (a worker then claims only for free slots), and who to tell what a limit held back.
         self.flow_limited = False
         self.on_held: Callable[[str, str], None] | None = None  # (queue name, "paused"|"rate"|"group")

@@ -302,7 +302,7 @@ L = TypeVar("L")
 class ClaimHeader:
     """What a claim says besides its jobs: the Redis clock (seconds); when something could next be
     claimed if it got fewer than asked (None: not known, wait to be woken); what flow control held
-    back (None, "paused", "rate" or "group"); whether the queue has a rate or uses job groups."""
+    back (None, "paused", "rate" or "group"); whether the queue has a rate or group limits."""
 
     now: float
     next_at: float | None

@@ -39,7 +39,7 @@
 -- Returns an array: now ms; when (ms) something could next be claimed if this claim got fewer
 -- than most (-1: not known, wait to be woken: nothing waits, or the queue is paused, or every
 -- group with work has its concurrency in progress); what held jobs back ("" none, "paused",
--- "rate", "group"); 1 if the queue has a rate or uses groups (the worker then claims only for
+-- "rate", "group"); 1 if the queue has a rate or group limits (the worker then claims only for
 -- free slots), else 0; then id, attempt, enqueue ms (-1 if unknown), priority, payload (nil if
 -- none) and its own options (nil if none) for each claimed id, in line order. A resend returns
 -- the ids of the first call that this claim still owns. The request record holds the claimed
@@ -68,16 +68,23 @@ local FOREVER = math.huge
 -- One field read tells a queue without flow control from one with: the common case pays one HMGET.
 local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(
   'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
--- Claiming ahead of free slots would spend the rate, a group's slot or a group's turn on a job that
--- waits in a worker's buffer: with any of them in use, workers claim only for their free slots.
-local limited = (rate or has_groups) and 1 or 0
+-- Claiming ahead of free slots would spend the rate or a group's slot or rate on a job that waits
+-- in a worker's buffer: with any limit set, workers claim only for their free slots. (Groups alone
+-- do not: a claim chose fairly, and a buffer holds at most CLAIM_BATCH jobs a worker.)
+local has_limits = rate or default_concurrency or default_rate
+  or (has_groups and redis.call('EXISTS', group_limits) == 1)
+local limited = has_limits and 1 or 0
 
 -- claim_groups(want, ids, ranks): take up to want jobs from the groups at the front of their line
--- (the jobs without a group taking their turn as NO_GROUP), an equal share each; while that leaves
+-- (the jobs without a group taking their turn as NO_GROUP), an equal share each (a turn); while that leaves
 -- room (a group had fewer, or a limit set it aside), the next groups in line, up to LOOK_AHEAD more
 -- than want in all. Returns whether a group limit held jobs back, and the earliest time a resting
 -- group may start again (FOREVER: none; now: groups are left that this claim did not look at).
 local LOOK_AHEAD = 100
+-- A turn takes up to TURN jobs of a group (more when fewer groups share the claim): a claim of 100
+-- over 1,000 groups visits 25, not 100, and a group with one job waiting still has it started
+-- within a few claims.
+local TURN = 4
 local function claim_groups(want, ids, ranks)
   local rested = redis.call('ZRANGE', groups_resting, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)
   if #rested > 0 then
@@ -98,7 +105,7 @@ local function claim_groups(want, ids, ranks)
   -- Until the claim is full, in pages of the line of groups (read from where the last one ended:
   -- the line changes only after the loop).
   while #ids < want and #visited < want + LOOK_AHEAD do
-    local front = redis.call('ZRANGE', groups_ready, #visited, #visited + want - #ids - 1)
+    local front = redis.call('ZRANGE', groups_ready, #visited, #visited + math.ceil((want - #ids) / TURN) - 1)
     if #front == 0 then break end
     local own = has_own and redis.call('HMGET', group_limits, unpack(front)) or {}
     local running = redis.call('HMGET', group_running, unpack(front))
@@ -244,6 +251,8 @@ else
         ids[#ids + 1] = front[j]
         ranks[#ranks + 1] = tonumber(front[j + 1])
       end
+      -- Short while every group with jobs waiting has its concurrency in progress: held by them.
+      if #ids < want and has_groups and redis.call('EXISTS', groups_full) == 1 then held = 'group' end
     end
   end
   -- Held back by the rate: it capped this claim and the line had more than it let through. Then
