@@ -247,6 +247,16 @@ SETTINGS: tuple[Setting, ...] = (
         high=60,
     ),
     Setting(
+        "REQUEST_TTL_SECONDS",
+        float,
+        queue_default("request_ttl_seconds"),
+        "How long Redis keeps the result of each script call (one setqueue:{Q}:req:<id> key per call) so that "
+        "a resent call applies once; the worker resends a call with the same id for half of it",
+        "all",
+        low=10,
+        high=3600,
+    ),
+    Setting(
         "PAYLOAD_MAX_BYTES",
         int,
         queue_default("payload_max_bytes"),
@@ -562,6 +572,7 @@ class CommonSettings:
     done_max_age_seconds: float
     wait_replicas: int
     wait_timeout_seconds: float
+    request_ttl_seconds: float
     payload_max_bytes: int
     metrics_port: int
     metrics_host: str
@@ -595,6 +606,7 @@ class CommonSettings:
             "done_max_age_seconds": self.done_max_age_seconds,
             "wait_replicas": self.wait_replicas,
             "wait_timeout_seconds": self.wait_timeout_seconds,
+            "request_ttl_seconds": self.request_ttl_seconds,
             "payload_max_bytes": self.payload_max_bytes,
         }
 
