@@ -273,6 +273,36 @@ def connect(
     )
 
 
+class SnapshotReads:
+    """Reads queued like a pipeline's (``reads.zscore(key, id)``, ...) and sent by ``execute()`` in
+    one MULTI, so that they see one instant. A Redis out of memory (maxmemory reached) refuses every
+    command queued in a MULTI, reads too: the same reads then go in a plain pipeline, one round trip
+    without the snapshot (a transition between two of them may show a job in two states or none).
+    For reads only: a MULTI of writes must never be split."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, command: str) -> Callable[..., None]:
+        def queue(*args: Any, **kwargs: Any) -> None:
+            self._calls.append((command, args, kwargs))
+
+        return queue
+
+    def execute(self) -> list[Any]:
+        for transaction in (True, False):
+            pipe = self._client.pipeline(transaction=transaction)
+            for command, args, kwargs in self._calls:
+                getattr(pipe, command)(*args, **kwargs)
+            try:
+                return pipe.execute()  # type: ignore[no-any-return]
+            except rexc.OutOfMemoryError:
+                if not transaction:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
 def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
     """An idle worker's wait: ``block(seconds)`` (which waits for a wake-up), for at most ``timeout``
     seconds and never past ``due_in``, when the next scheduled job is due (True at once if it is)."""

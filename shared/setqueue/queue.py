@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from setqueue.client import Client, ClusterAwareRedis, OptionError, connect, take_wake_token, until_due
+from setqueue.client import Client, ClusterAwareRedis, OptionError, SnapshotReads, connect, take_wake_token, until_due
 from setqueue.jobs import (
     TRACEBACK_MARK,
     AckResult,
@@ -438,7 +438,7 @@ class Queue:
         """Everything the queue knows about one id, or None if it knows nothing."""
         validate_job_id(job_id)
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zscore(k.todos, job_id)
         pipe.zscore(k.in_progress, job_id)
         pipe.sismember(k.done, job_id)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
 -- A caller owns a job while owners names its token: from its claim until the job leaves
 -- in_progress. That covers a lock that expired while nobody took the job over (the cleaner

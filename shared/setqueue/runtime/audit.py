@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from setqueue.client import SnapshotReads
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
 from setqueue.queue import Queue
@@ -174,7 +175,7 @@ class Auditor:
         """Per state (STATES order) whether each id is in it, then its successful runs, failed runs
         and lost leases: one MULTI, so one instant."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zmscore(k.todos, ids)
         pipe.zmscore(k.in_progress, ids)
         pipe.smismember(k.done, ids)
