@@ -9,12 +9,13 @@ the URL names.
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias, TypedDict, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -242,15 +243,68 @@ class _Retry(Retry):
         with_failure_count: bool = False,
     ) -> Any:
         def retryable(error: Exception) -> bool:
-            if isinstance(error, rexc.AuthenticationError):
+            if isinstance(error, rexc.AuthenticationError) or tls_failure(error) is not None:
                 return False
             return is_retryable is None or is_retryable(error)
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
+class TlsFiles(TypedDict, total=False):
+    """The TLS files of a rediss:// connection, as ``connect`` and ``open_queue`` take them."""
+
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+
+
+def tls_failure(error: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a connection error (a certificate that does not verify, a server that
+    does not speak TLS), if that is what it is: no resend makes it succeed."""
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def tls_options(
+    url: str, tls_ca_file: str | None = None, tls_cert_file: str | None = None, tls_key_file: str | None = None
+) -> dict[str, Any]:
+    """redis-py's keyword arguments for a rediss:// URL: the server's certificate is verified (its
+    chain against ``tls_ca_file``, the system's CAs when None, and its host name), and
+    ``tls_cert_file`` / ``tls_key_file`` are a client certificate for a Redis that asks for one.
+    OptionError (naming the parameter) when one is given for a URL that is not rediss://, or a key
+    without its certificate."""
+    given = {"tls_ca_file": tls_ca_file, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file}
+    if not url.startswith("rediss:"):
+        for name, value in given.items():
+            if value:
+                raise OptionError(name, f"is for a rediss:// URL (TLS), and {redact_url(url)} is not one")
+        return {}
+    if tls_key_file and not tls_cert_file:
+        raise OptionError("tls_key_file", "goes with tls_cert_file, the certificate it is the key of")
+    options: dict[str, Any] = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+    if tls_ca_file:
+        options["ssl_ca_certs"] = tls_ca_file
+    if tls_cert_file:
+        options["ssl_certfile"] = tls_cert_file
+        options["ssl_keyfile"] = tls_key_file or None  # None: the key is in the certificate's file
+    return options
+
+
 def connect(
-    url: str, *, socket_connect_timeout: float = 5, socket_timeout: float = 30, retries: int = 5
+    url: str,
+    *,
+    socket_connect_timeout: float = 5,
+    socket_timeout: float = 30,
+    retries: int = 5,
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
 ) -> ClusterAwareRedis:
     """The client ``Queue.from_url`` uses for ``url`` (redis:// rediss:// unix://), one Redis or a
     Redis Cluster node (see ``ClusterAwareRedis``; nothing connects before the first command).
@@ -258,7 +312,10 @@ def connect(
     It resends a command after a connection error or timeout (``retries`` times, with backoff;
     every script is safe to resend), and its socket timeouts stop a call from hanging forever on
     a dead connection; a cluster client gets the same, plus following redirections and failovers.
+    A rediss:// URL verifies the server's certificate: see ``tls_options`` for the ``tls_*`` files.
+    A failed TLS handshake is not resent.
     """
+    tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
     backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
@@ -269,6 +326,7 @@ def connect(
         socket_connect_timeout=socket_connect_timeout,
         socket_timeout=socket_timeout,
         **tcp,
+        **tls,
         health_check_interval=30,
     )
 
