@@ -7,6 +7,7 @@ The job id says what the job does:
     spin-<n>              never returns, in Python code (a JobTimeout raised in it lands)
     stuck-<n>             never returns, in C code (time.sleep: a JobTimeout never lands)
     fail-<n>              raises ValueError (always from the same line)
+    gate-<n>              waits until the file $GATE exists (the test opens the gate)
     anything else         returns at once
 
 Each run appends one line to $EXEC_LOG when it starts and one when it ends:
@@ -44,6 +45,9 @@ def handle(lease: Any) -> None:
         time.sleep(3600)
     elif kind == "fail":
         raise ValueError(f"job {lease.id} fails, as its name says")
+    elif kind == "gate":
+        while not os.path.exists(os.environ["GATE"]):
+            time.sleep(0.02)
     _log("end", lease.id)
 
 
@@ -54,6 +58,9 @@ async def handle_async(lease: Any) -> None:
         await asyncio.sleep(float(lease.id.split("-")[1]))
     elif kind in ("spin", "stuck"):
         await asyncio.sleep(3600)
+    elif kind == "gate":
+        while not os.path.exists(os.environ["GATE"]):
+            await asyncio.sleep(0.02)
     _log("end", lease.id)
 
 

@@ -15,9 +15,11 @@
     schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
     schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
     schedules remove NAME    stop one
+    doctor                   what the queue needs from Redis, one line a check (eviction, memory, ...)
+    acl-rule [USER]          the ACL SETUSER command of a least-privilege setqueue user
 
---redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
-2 usage or bad setting, 3 Redis unreachable (or refused the command).
+--redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found (or
+doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -44,6 +47,8 @@ from setqueue.jobs import job_options
 from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, parse_queue_names, validate_job_id, validate_priority
 from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
+from setqueue.runtime.acl import explain_refusal, setuser
+from setqueue.runtime.pressure import read_memory
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
 from setqueue.version import __version__
 
@@ -168,6 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...: quote it")
     remove = change.add_parser("remove", help="stop a periodic job")
     remove.add_argument("name", metavar="NAME")
+
+    doctor_help = "check what the queue needs from Redis, one line each: version, eviction, memory, persistence"
+    sub.add_parser(
+        "doctor",
+        help=doctor_help,
+        description=doctor_help[0].upper() + doctor_help[1:] + ", scripts, cleaner. Each line is ok, WARN "
+        "(works; look at it) or FAIL (jobs can be lost or refused); exit code 1 when a check failed.",
+    )
+    acl_help = "print the ACL SETUSER command of a least-privilege setqueue user (keys setqueue:*, its commands)"
+    acl = sub.add_parser("acl-rule", help=acl_help, description=acl_help[0].upper() + acl_help[1:] + ".")
+    acl.add_argument("user", nargs="?", default="setqueue", metavar="USER", help="the user's name (default setqueue)")
     return parser
 
 
@@ -270,10 +286,20 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 if with_payload
                 else [job_id for job_id, _ in batch]
             )
-            added += queue.enqueue(
-                ids, delay=delay, at=at, priority=args.priority, max_attempts=args.max_attempts, timeout=timeout
-            )
+            try:
+                added += queue.enqueue(
+                    ids, delay=delay, at=at, priority=args.priority, max_attempts=args.max_attempts, timeout=timeout
+                )
+            except redis.OutOfMemoryError:
+                before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
+                raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
     return added, len(jobs)
+
+
+OUT_OF_MEMORY = (
+    "Redis is out of memory (maxmemory reached) and refuses new jobs until workers and the cleaner free room "
+    "(setqueue doctor shows how full it is)"
+)
 
 
 @contextlib.contextmanager
@@ -324,6 +350,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         return EXIT_OK
 
     if args.command == "stats":
+        _warn_if_evicting(queue, args.redis_url)
         if args.watch is None:
             _print_stats(queue, args.json, out)
             return EXIT_OK
@@ -375,7 +402,22 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
     if args.command == "schedules":
         return _schedules(args, queue, out)
 
+    if args.command == "doctor":
+        from setqueue.runtime.doctor import doctor  # noqa: PLC0415 - only this command needs it
+
+        return doctor(queue, args.redis_url.startswith("rediss:"), out)
+
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
+
+
+def _warn_if_evicting(queue: JobQueue, url: str) -> None:
+    """One line on stderr when Redis may evict the queue's keys (or nobody may tell)."""
+    try:
+        warning = read_memory(queue.redis).eviction_warning(redact_url(url))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return  # the command itself says so
+    if warning is not None:
+        print(f"{PROG}: warning: {one_line(warning)}", file=sys.stderr, flush=True)
 
 
 def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
@@ -454,22 +496,37 @@ def _usage_error(exc: SettingError) -> CliError:
     )
 
 
-def _redis_problem(exc: redis.RedisError, where: str) -> str:
+def _redis_problem(exc: redis.RedisError, url: str) -> str:
     """What went wrong with Redis, in one line for the user (every one of these is exit code 3)."""
+    where = redact_url(url)
     if isinstance(exc, PasswordRequired):
         return f"Redis at {where} requires a password: set it in --redis-url or REDIS_URL"
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {where} refused the user or password: {exc}"
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return f"cannot reach Redis at {where}: {exc}"
+    if isinstance(exc, redis.OutOfMemoryError):
+        return f"{OUT_OF_MEMORY}: the command was refused"
+    refused = explain_refusal(exc)
+    if refused is not None:
+        return f"Redis at {where} refused the command: {refused}"
     return f"Redis refused the command: {type(exc).__name__}: {exc}"
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:  # noqa: PLR0911
     parser = build_parser()
     args = parser.parse_args(argv)
     out = out if out is not None else sys.stdout
     stdin = stdin if stdin is not None else sys.stdin
+    if args.command == "acl-rule":  # needs no Redis
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", args.user):
+            print(
+                f"{PROG}: acl-rule: {one_line(repr(args.user))} is not a user name (letters, digits, _ . @ -)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        print(setuser(args.user), file=out)
+        return EXIT_OK
     queue: JobQueue | None = None
     try:
         try:
@@ -503,7 +560,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
     except redis.RedisError as exc:
-        print(f"{PROG}: {one_line(_redis_problem(exc, redact_url(args.redis_url)))}", file=sys.stderr)
+        print(f"{PROG}: {one_line(_redis_problem(exc, args.redis_url))}", file=sys.stderr)
         return EXIT_REDIS
     except BrokenPipeError:  # `setqueue stats --watch | head`
         return EXIT_OK

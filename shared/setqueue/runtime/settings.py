@@ -284,6 +284,15 @@ SETTINGS: tuple[Setting, ...] = (
         "leases and audits that no id is lost or run twice unexplained (setqueue_audit_*)",
         "all",
     ),
+    Setting(
+        "REQUIRE_NOEVICTION",
+        bool,
+        "false",
+        "true: refuse to start (exit code 3) unless every Redis master's maxmemory-policy is noeviction "
+        "(a user that may read it neither with INFO nor CONFIG GET is refused too); false: one loud log "
+        "line and setqueue_redis_noeviction 0",
+        "all",
+    ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
     Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
     Setting(
@@ -577,6 +586,7 @@ class CommonSettings:
     metrics_port: int
     metrics_host: str
     audit: bool
+    require_noeviction: bool
     log_level: str
     log_format: str
 
