@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from setqueue.client import SnapshotReads
+from setqueue.client import SnapshotReads, connect
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
 from setqueue.queue import Queue
@@ -279,7 +279,8 @@ def main() -> int:
     except SettingError as exc:
         print(f"setqueue.runtime.audit: {exc}", file=sys.stderr)
         return 2
-    queue = Queue.from_url(settings.redis_url, **settings.queue_options())
+    options = settings.queue_options()
+    queue = Queue(connect(settings.redis_url, **settings.tls_options()), options.pop("name"), **options)
     try:
         report = Auditor(queue.redis, queue.keys, retention=settings.trims_done).audit()
     finally:

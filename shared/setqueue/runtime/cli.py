@@ -40,7 +40,7 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.client import OptionError, PasswordRequired, redact_url
+from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.jobs import job_options
@@ -49,7 +49,8 @@ from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
 from setqueue.runtime.acl import explain_refusal, setuser
 from setqueue.runtime.pressure import read_memory
-from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
+from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, default, validate_redis_url
+from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
@@ -486,6 +487,10 @@ _FLAGS = {
     "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
     "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
     "WAIT_TIMEOUT_SECONDS": "WAIT_TIMEOUT_SECONDS",
+    "PAYLOAD_MAX_BYTES": "PAYLOAD_MAX_BYTES",
+    "REDIS_TLS_CA_FILE": "REDIS_TLS_CA_FILE",
+    "REDIS_TLS_CERT_FILE": "REDIS_TLS_CERT_FILE",
+    "REDIS_TLS_KEY_FILE": "REDIS_TLS_KEY_FILE",
 }
 
 
@@ -504,7 +509,7 @@ def _redis_problem(exc: redis.RedisError, url: str) -> str:
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {where} refused the user or password: {exc}"
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return f"cannot reach Redis at {where}: {exc}"
+        return tls_refusal(exc, url) or f"cannot reach Redis at {where}: {exc}"
     if isinstance(exc, redis.OutOfMemoryError):
         return f"{OUT_OF_MEMORY}: the command was refused"
     refused = explain_refusal(exc)
@@ -536,6 +541,12 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
             wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
             payload_max_bytes = SETTING_BY_NAME["PAYLOAD_MAX_BYTES"].read(os.environ)
+            tls: TlsFiles = {
+                "tls_ca_file": SETTING_BY_NAME["REDIS_TLS_CA_FILE"].read(os.environ) or None,
+                "tls_cert_file": SETTING_BY_NAME["REDIS_TLS_CERT_FILE"].read(os.environ) or None,
+                "tls_key_file": SETTING_BY_NAME["REDIS_TLS_KEY_FILE"].read(os.environ) or None,
+            }
+            check_tls(url, tls)
         except SettingError as exc:
             raise _usage_error(exc) from None
         except ValueError as exc:
@@ -547,6 +558,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas=wait_replicas,
             wait_timeout_seconds=wait_timeout,
             payload_max_bytes=payload_max_bytes,
+            **tls,
         )
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.

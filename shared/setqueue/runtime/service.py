@@ -51,6 +51,7 @@ from setqueue.runtime.logs import configure_logging, flush_logs
 from setqueue.runtime.metrics import ServiceMetrics
 from setqueue.runtime.pressure import MemoryReport, read_memory
 from setqueue.runtime.settings import SETTINGS, CommonSettings, SettingError
+from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
 T = TypeVar("T")
@@ -62,14 +63,14 @@ log = logging.getLogger("setqueue.runtime.service")
 EXIT_SETTING = 2
 EXIT_REDIS = 3
 
-
 # What makes a read of Redis impossible for now: an outage, or a URL only Redis can find wrong.
 UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_REDIS_ERRORS, OptionError)
 
 
-def refusal(queue: JobQueue) -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
+def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
     """Why Redis refuses this service's settings at start (a wrong password, no permission, a
-    database it does not have), or None. Unreachable is no refusal: the loops wait for Redis.
+    database it does not have, a TLS handshake that fails or a redis:// URL to a Redis that speaks
+    TLS), or None. Unreachable is no refusal: the loops wait for Redis.
     Raises SettingError when Redis tells what the settings could not: REDIS_URL names a Redis
     Cluster node in a way a cluster client cannot use (a database other than 0, a unix socket),
     or QUEUE_SHARDS is not the number the queue was opened with (recorded here the first time)."""
@@ -87,6 +88,8 @@ def refusal(queue: JobQueue) -> str | None:  # noqa: PLR0911 (a return a kind of
         return explain_refusal(exc) or f"{type(exc).__name__}: {exc}"
     except rexc.ResponseError as exc:  # e.g. "DB index is out of range"
         return f"{type(exc).__name__}: {exc}"
+    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
+        return tls_refusal(exc, url)
     except rexc.RedisError:
         return None
     return None
@@ -134,7 +137,13 @@ class Service(Generic[S, M]):
         self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
-            queue = open_queue(settings.redis_url, names, shards=settings.queue_shards, **self.queue_options)
+            queue = open_queue(
+                settings.redis_url,
+                names,
+                shards=settings.queue_shards,
+                **settings.tls_options(),
+                **self.queue_options,
+            )
         self.queue = queue
         self.metrics = metrics
         self.stop_event = threading.Event()
@@ -194,7 +203,11 @@ class Service(Generic[S, M]):
             # The same kind of client as the queue's: on a cluster it pings a master through the
             # cluster client, so that /healthz stays up while the node of the URL is down.
             self._health_client = connect(
-                self.settings.redis_url, socket_connect_timeout=1, socket_timeout=1, retries=0
+                self.settings.redis_url,
+                socket_connect_timeout=1,
+                socket_timeout=1,
+                retries=0,
+                **self.settings.tls_options(),
             )
         try:
             return bool(self._health_client.ping())
@@ -452,7 +465,7 @@ def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> i
             service.close()
             return EXIT_SETTING
     try:
-        refused = refusal(service.queue)
+        refused = refusal(service.queue, settings.redis_url)
     except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         if server is not None:
