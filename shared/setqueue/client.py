@@ -9,6 +9,7 @@ the URL names.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import ssl
 import threading
 import time
@@ -296,6 +297,16 @@ def tls_options(
     return options
 
 
+# No CLIENT SETINFO on connect: a least-privilege user is not granted it (Redis 7.0 does not know it,
+# so an ACL rule that names it is refused there), and each refusal would fill the ACL LOG. redis-py
+# 8 turns it off with driver_info=None; before, with lib_name and lib_version None.
+NO_CLIENT_SETINFO: dict[str, Any] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
+
 def connect(
     url: str,
     *,
@@ -328,6 +339,7 @@ def connect(
         **tcp,
         **tls,
         health_check_interval=30,
+        **NO_CLIENT_SETINFO,
     )
 
 

@@ -25,8 +25,8 @@ from setqueue.scripts import SOURCES
 # The commands setqueue sends, and why. Redis's ACL names, lower case; a|b is subcommand b of a.
 COMMANDS: dict[str, str] = {
     # Connecting: redis-py's health checks, a database of the URL, and HELLO, which asks a node whether
-    # it runs a Redis Cluster. (redis-py also names itself with CLIENT SETINFO, a command of Redis 7.2
-    # that Redis 7.0 does not know; refused, it carries on, and the refusal shows in ACL LOG.)
+    # it runs a Redis Cluster. (setqueue's client does not send CLIENT SETINFO: Redis 7.0 does not
+    # know it, so no rule for 7.0 can grant it.)
     "connection": "ping hello select",
     # Every transition is a script, loaded once and called by its SHA-1.
     "scripts": "evalsha script|load script|exists",
