@@ -440,7 +440,11 @@ def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
         print(f"{schedule.name}: {schedule.expr} (UTC), next run {next_run}", file=out)
         return EXIT_OK
     if args.change == "remove":
-        if not remove_schedule(home, args.name):
+        try:
+            removed = remove_schedule(home, args.name)
+        except ValueError as exc:
+            raise CliError(f"bad schedule: {exc}", EXIT_USAGE) from None
+        if not removed:
             raise CliError(f"no periodic job {args.name!r} in queue {home.name!r}", EXIT_NOT_FOUND)
         print(f"removed {args.name}", file=out)
         return EXIT_OK
