@@ -70,6 +70,7 @@ def test_the_rule_is_what_acl_rule_prints(capsys: pytest.CaptureFixture[str]) ->
     assert words[:7] == ["reset", "on", ">PASSWORD", "~setqueue:*", "resetchannels", "&setqueue:*", "-@all"]
     assert not {"+config", "+config|get", "+keys", "+flushall", "+flushdb", "+debug", "+acl"} & set(words)
     assert cli_main(["acl-rule", "no spaces"], out=io.StringIO()) == 2
+    assert setuser() in (REPO_ROOT / "docs" / "guide.md").read_text(), "docs/guide.md shows another rule"
 
 
 def test_the_whole_library_works_under_the_rule(admin: redis.Redis, user_url: str) -> None:
