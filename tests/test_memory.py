@@ -20,6 +20,7 @@ from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.pressure import read_memory
 from setqueue.scripts import NAMES, SOURCES
 from tests.support import RedisServer, queue_members
+from tests.support.cluster import RedisClusterNodes
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.waits import wait_until, wait_until_leases_expire
@@ -339,3 +340,24 @@ def test_doctor_on_a_full_redis_says_so(
     code, out, _ = cli("--redis-url", tight.url, "--queue", "doc", "doctor", capsys=capsys)
     assert code == 0 and not any(line.startswith("FAIL") for line in out.splitlines()), out
     assert json.dumps(out)  # printable
+
+
+@pytest.mark.slow
+def test_on_a_cluster_every_master_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = RedisClusterNodes(masters=3, replicas=0).start()
+    try:
+        q = open_queue(cluster.url(), "mem", shards=3)
+        report = read_memory(q.redis)
+        assert len(report.nodes) == 3 and report.noeviction == 1
+        evicting = cluster.ports[1]
+        admin = cluster.client(evicting)
+        admin.config_set("maxmemory-policy", "volatile-lru")
+        admin.close()
+        report = read_memory(q.redis)
+        assert report.noeviction == 0 and [node.node for node in report.evicting] == [f"127.0.0.1:{evicting}"]
+        code, out, _ = cli("--redis-url", cluster.url(), "--queue", "mem", "--shards", "3", "doctor", capsys=capsys)
+        assert code == 1 and f"FAIL  eviction: maxmemory-policy volatile-lru on 127.0.0.1:{evicting}" in out, out
+        assert "a Redis Cluster of 3 masters" in out
+        q.close()
+    finally:
+        cluster.cleanup()
