@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -109,6 +110,22 @@ class Trend:
         return self.growth / self.mean if self.mean else 0.0
 
 
+def code_version() -> str:
+    """The commit the run's code is (with "+changes" when the work tree differs from it)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        except OSError:
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        return "unknown"
+    return commit + (" +changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 @dataclass
 class Verdict:
     plan: Plan
@@ -121,6 +138,7 @@ class Verdict:
     redis_rss: Trend | None = None
     processes: list[Trend] = field(default_factory=list)
     throughput: float = 0.0  # jobs a second completed after the warm-up
+    code: str = "unknown"  # the commit the run's code is
 
     @property
     def ok(self) -> bool:
@@ -206,7 +224,7 @@ def judge(plan: Plan, samples: Sequence[Sample], started_at: str) -> Verdict:
     after = [s for s in samples if s.at >= plan.warmup]
     if len(after) < 3:
         raise RuntimeError(f"only {len(after)} samples after the warm-up of {plan.warmup:.0f}s: run longer")
-    verdict = Verdict(plan, started_at, samples[-1].at, len(samples), plan.warmup)
+    verdict = Verdict(plan, started_at, samples[-1].at, len(samples), plan.warmup, code=code_version())
     families = sorted({name for s in after for name in s.families})
     for name in families:
         verdict.families.append(trend(name, [(s.at, s.families.get(name, 0)) for s in after]))
@@ -365,8 +383,9 @@ def markdown(verdict: Verdict, plot: str | None = None) -> str:
         "(`tests/support/soak.py`); a 90-second one is a test (`tests/test_soak.py`).",
         "",
         f"**Verdict: {'every key family is flat' if verdict.ok else 'growing: ' + ', '.join(verdict.growing)}.**",
-        f"Run {verdict.started_at}: {verdict.samples} samples, one every {p.interval:g} s; slopes from "
-        f"{verdict.measured_from / 60:.1f} min on (the warm-up: retention, request TTL and a lease have come round).",
+        f"Run {verdict.started_at} (code {verdict.code}): {verdict.samples} samples, one every {p.interval:g} s; "
+        f"slopes from {verdict.measured_from / 60:.1f} min on (the warm-up: retention, request TTL and a lease "
+        "have come round).",
         "",
         "## The run",
         "",
