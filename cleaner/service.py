@@ -114,6 +114,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             if result.total < s.sweep_batch:
                 break
         self.metrics.requeued.labels(queue.name).inc(requeued)
+        self.metrics.history_records.labels(queue.name, "lease lost").inc(requeued + dead)
         self.metrics.jobs_dead_lettered.labels(queue.name).inc(dead)
         self.metrics.done_trimmed.labels(queue.name).inc(trimmed)
         if requeued or dead:
@@ -162,6 +163,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             for state in STATES:
                 m.queue_depth.labels(queue.name, state).set(stats[state])
             m.oldest_pending_age.labels(queue.name).set(stats["oldest_pending_age_seconds"])
+            m.results_kept.labels(queue.name).set(stats["results_kept"])
             by_priority: dict[int, int] = stats["todos_by_priority"]
             # A priority that had jobs and has none now reads 0, not its last count.
             seen = self._priorities_seen[queue.name]

@@ -58,7 +58,7 @@ def test_a_clean_run_finds_every_id_in_one_state(queue: Queue, recorder: AuditRe
     report = auditor(queue).audit()
 
     assert report.created == 13
-    assert report.states == {"todos": 4, "in_progress": 1, "done": 4, "failed": 1, "scheduled": 3}
+    assert report.states == {"todos": 4, "in_progress": 1, "done": 4, "failed": 1, "scheduled": 3, "cancelled": 0}
     assert (report.lost, report.in_two_states, report.duplicates, report.unexplained_duplicates) == (0, 0, 0, 0)
     assert (report.successful_runs, report.failed_runs) == (4, 1)
     assert report.ok
@@ -87,13 +87,20 @@ def test_an_id_in_two_states_is_found(queue: Queue, recorder: AuditRecorder, cli
     assert not report.ok
 
 
-def test_a_second_success_is_explained_only_by_a_lost_lease(queue: Queue, recorder: AuditRecorder) -> None:
+def test_a_second_success_is_explained_only_by_a_lost_lease(
+    queue: Queue, recorder: AuditRecorder, client: redis.Redis
+) -> None:
     created(queue, recorder, "a", 2)
     first = queue.claim(2)
     for lease in first:
         recorder.run(lease, succeeded=True)
-    # Both leases are lost; only a-1's loss is recorded (as the cleaner does).
-    queue.release(first)
+    # Both jobs go back to todos behind the queue's back (no script: no history line); only a-1's
+    # loss is recorded for the audit.
+    k = queue.keys
+    for lease in first:
+        client.hdel(k.owners, lease.id)
+        client.zadd(k.todos, {lease.id: client.zscore(k.in_progress, lease.id) or 0})
+        client.zrem(k.in_progress, lease.id)
     recorder.lease_lost(["a-1"])
     run_and_ack(queue, recorder, 2)
 
@@ -103,6 +110,21 @@ def test_a_second_success_is_explained_only_by_a_lost_lease(queue: Queue, record
     assert (report.duplicates, report.unexplained_duplicates) == (2, 1)
     assert report.unexplained_ids == ("a-2",)
     assert report.lease_losses == 1
+    # And a-1's loss, recorded for the audit, is missing from its history: the audit says so.
+    assert (report.unrecorded_reclaims, report.unrecorded_ids, report.history_reclaims) == (1, ("a-1",), 0)
+
+
+def test_a_reclaim_in_the_history_explains_a_second_success(queue: Queue, recorder: AuditRecorder) -> None:
+    created(queue, recorder, "a", 1)
+    first = queue.claim(1)
+    recorder.run(first[0], succeeded=True)
+    queue.release(first)  # handed back, as at the end of a shutdown grace: the history says so
+    run_and_ack(queue, recorder, 1)
+
+    report = auditor(queue).audit()
+
+    assert (report.duplicates, report.unexplained_duplicates, report.history_reclaims) == (1, 0, 1)
+    assert report.ok
 
 
 def test_a_resent_run_record_counts_once(queue: Queue, recorder: AuditRecorder, client: redis.Redis) -> None:

@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from setqueue import FailOutcome, OptionError, Queue, open_queue
 from setqueue.client import ClusterAwareRedis
 from setqueue.group import QueueGroup
+from setqueue.jobs import RenewOutcome
 from setqueue.keys import QueueKeys
 from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
@@ -470,7 +471,7 @@ def test_every_wrapper_passes_the_keys_its_script_names(
         monkeypatch.setattr(script, "call", recorder)
 
     assert q.enqueue({"a": "pa", "b": "pb", "c": "pc", "d": "pd"}) == 4
-    assert q.enqueue(["e", "f"]) == 2
+    assert q.enqueue(["e", "f", "g"]) == 3
     first, second = q.claim(3), q.claim(3)
     leases = first + second
     assert len(leases) == 6
@@ -487,6 +488,9 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert q.stats()["failed"] == 2
     tick = [("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)]
     assert q.create_periodic_runs(tick) == ([], ["tick"])
+    [fourth] = q.claim(1)
+    assert fourth.progress(0.5, "half") and q.cancel(fourth.id) == "in_progress"
+    assert q.renew_outcomes([fourth]) == [RenewOutcome.CANCELLED]
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:

@@ -87,6 +87,8 @@ def test_killed_workers_lose_nothing(
         "done": JOBS,
         "failed": 0,
         "scheduled": 0,
+        "cancelled": 0,
+        "results_kept": 0,
         "oldest_pending_age_seconds": 0,
         "todos_by_priority": {},
     }

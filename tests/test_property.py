@@ -1,9 +1,10 @@
-"""Random interleavings of enqueue (now or delayed), claim, renew, ack, fail (with or without a
-delay), release, sweep, delete, lease expiry and due times passing, checked against a model after
-every step (hypothesis, real Redis).
+"""Random interleavings of enqueue (now or delayed), claim, renew, ack (with or without a result),
+fail (with or without a delay), release, sweep, delete, cancel, lease expiry, due times passing
+and looking for results, checked against a model after every step (hypothesis, real Redis).
 
-Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed and
-scheduled; the states hold exactly the model's ids (so enqueued = the sum of the five); todos is
+Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed,
+scheduled and cancelled; the states hold exactly the model's ids (so enqueued = the sum of the
+six); a job's result is what its handler returned, or it says how the job ended; todos is
 in the model's line order and a claim takes its front (the highest priority, then the earliest
 place: enqueue, becoming due and a retry give the next place, a release or a lost lease keeps
 the old one); a
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from setqueue import FailOutcome, Lease, Queue
+from setqueue import FailOutcome, JobFailed, Lease, Queue, UnknownJob
 from tests.support import RedisServer, queue_members
 
 IDS = st.sampled_from([f"id{i}" for i in range(8)])
@@ -40,6 +41,7 @@ class Model:
     priority: dict[str, int] = field(default_factory=dict)
     place: dict[str, int] = field(default_factory=dict)  # id -> its place in line (todos, in_progress)
     places_given: int = 0
+    result: dict[str, object] = field(default_factory=dict)  # done id -> what its handler returned
 
     def join_line(self, job_id: str) -> None:
         self.places_given += 1
@@ -118,6 +120,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             assert self.q.delete(job_id) == self.model.state.get(job_id)
             if job_id in self.model.state:
                 del self.model.state[job_id]
+                self.model.result.pop(job_id, None)
                 self.model.owner.pop(job_id, None)
                 self.model.attempts.pop(job_id, None)
                 self.model.due.pop(job_id, None)
@@ -149,15 +152,40 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             if lease is not None:
                 assert self.q.renew(lease) == (self.model.owns(lease) and self.model.lock_alive[lease.token])
 
-        @rule(index=st.integers(0, 100))
-        def ack(self, index: int) -> None:
+        @rule(index=st.integers(0, 100), value=st.none() | st.integers() | st.text(max_size=5) | st.binary(max_size=5))
+        def ack(self, index: int, value: object) -> None:
             lease = self.pick(index)
             if lease is None:
                 return
             expected = self.model.owns(lease)
-            assert self.q.ack(lease) == expected
+            assert self.q.ack(lease, value) == expected
             if expected:
                 self.model.leave_in_progress(lease.id, "done")
+                self.model.result[lease.id] = value
+
+        @rule(job_id=IDS)
+        def cancel(self, job_id: str) -> None:
+            before = self.model.state.get(job_id)
+            assert self.q.cancel(job_id) == before
+            if before in ("todos", "scheduled", "in_progress"):
+                self.model.leave_in_progress(job_id, "cancelled")
+                self.model.due.pop(job_id, None)
+
+        @rule(job_id=IDS)
+        def look_for_the_result(self, job_id: str) -> None:
+            state = self.model.state.get(job_id)
+            if state == "done":
+                assert self.q.result(job_id, timeout=0) == self.model.result[job_id]
+            elif state in ("failed", "cancelled"):
+                with pytest.raises(JobFailed) as failed:
+                    self.q.result(job_id, timeout=0)
+                assert failed.value.state == state
+            elif state is None:
+                with pytest.raises(UnknownJob):
+                    self.q.result(job_id, timeout=0)
+            else:
+                with pytest.raises(TimeoutError):
+                    self.q.result(job_id, timeout=0)
 
         @rule(index=st.integers(0, 100), retry=st.booleans(), later=st.booleans())
         def fail(self, index: int, retry: bool, later: bool) -> None:

@@ -61,6 +61,8 @@ def test_enqueue_does_not_re_add_ids_in_progress_done_or_failed(make_queue: Call
         "done": 1,
         "failed": 1,
         "scheduled": 0,
+        "cancelled": 0,
+        "results_kept": 0,
         "oldest_pending_age_seconds": 0,
         "todos_by_priority": {},
     }
@@ -323,6 +325,8 @@ def test_stats(queue: Queue) -> None:
         "done": 0,
         "failed": 0,
         "scheduled": 0,
+        "cancelled": 0,
+        "results_kept": 0,
         "oldest_pending_age_seconds": 0.0,
         "todos_by_priority": {},
     }

@@ -175,17 +175,19 @@ def test_a_header_with_a_tail_parses() -> None:
 def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.Redis) -> None:
     k = QueueKeys("contract-check")
     stats = Script("stats", client)
-    assert stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled]) == [0] * 6
+    every = [k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled, k.cancelled, k.results]
+    assert stats.call(every) == [0] * 8
     with pytest.raises(
         ScriptContractError,
-        match=r"stats\.lua takes 6 KEYS \(todos, in_progress, done, failed, pending, scheduled\), given 5",
+        match=r"stats\.lua takes 8 KEYS \(todos, in_progress, done, failed, pending, scheduled, cancelled, "
+        r"results\), given 5",
     ):
-        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending])
+        stats.call(every[:5])
     with pytest.raises(ScriptContractError, match=r"takes 0 ARGV"):
-        stats.call([k.todos, k.in_progress, k.done, k.failed, k.pending, k.scheduled], [1])
+        stats.call(every, [1])
     renew = Script("renew", client)
-    assert renew.call([k.owners, k.lock("t")], [1000, 1, "t", "nobody", 1]) == [0]  # one claim, one lease
-    with pytest.raises(ScriptContractError, match=r"renew\.lua takes 1 or more KEYS \(owners\), given 0"):
+    assert renew.call([k.owners, k.cancelled, k.lock("t")], [1000, 1, "t", "nobody", 1]) == [0]  # one claim, one lease
+    with pytest.raises(ScriptContractError, match=r"renew\.lua takes 2 or more KEYS \(owners, cancelled\), given 0"):
         renew.call([], [1000, 0])
     with pytest.raises(ScriptContractError, match=r"claim\.lua takes 6 ARGV"):
         Script("claim", client).call([k.request("x"), *[k.todos] * 12], [1, 2, 3, 4, 5])

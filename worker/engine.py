@@ -27,9 +27,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from setqueue.jobs import JobTimeout, Lease
+from setqueue.jobs import JobCancelled, JobTimeout, Lease
 
-Finish = Callable[["Running", BaseException | None], None]
+# finish(record, error, value): a job returned ``value`` (error None) or raised ``error``.
+Finish = Callable[["Running", BaseException | None, Any], None]
 
 PREFETCH_WINDOW_SECONDS = 1.0  # claim beyond the free slots only while a job started this recently
 
@@ -61,6 +62,7 @@ class Running:
     timed_out: float | None = None  # monotonic time the supervisor gave up on it
     zombie: bool = False
     abandoned: bool = False  # handed back at the end of a shutdown: its outcome no longer counts
+    cancelled: bool = False  # the job was cancelled while it ran: its outcome no longer counts
 
 
 @dataclass
@@ -201,8 +203,8 @@ class Engine:
             try:
                 if not self._serve_one():
                     return
-            except JobTimeout:
-                continue  # a timeout that landed between two jobs: the job it was meant for is over
+            except (JobTimeout, JobCancelled):
+                continue  # an interruption that landed between two jobs: the job it was meant for is over
 
     def _serve_one(self) -> bool:
         """Take the oldest buffered job and run it; False once the engine is closed."""
@@ -214,18 +216,19 @@ class Engine:
                 return False
             record = self._start(slots.buffer.popleft(), threading.get_ident())
         error: BaseException | None = None
+        value: Any = None
         try:
-            result = self.handler(record.lease)
-            if inspect.isawaitable(result):  # a plain function that hands back a coroutine: await it
-                self.run_coroutine(result)
-        except JobTimeout as exc:
+            value = self.handler(record.lease)
+            if inspect.isawaitable(value):  # a plain function that hands back a coroutine: await it
+                value = self.run_coroutine(value)
+        except (JobTimeout, JobCancelled) as exc:
             error = exc
         except Exception as exc:  # the handler is user code: any exception fails the attempt
             error = exc
         try:
-            self._end(record, error)
-        except JobTimeout:  # raised in this thread just as its job returned: the job is over
-            self._end(record, JobTimeout("job timed out"))
+            self._end(record, error, value)
+        except (JobTimeout, JobCancelled) as exc:  # raised just as its job returned: the job is over
+            self._end(record, exc, None)
         if record.zombie:  # came back after all: this thread may serve again
             with slots.lock:
                 slots.zombies -= 1
@@ -242,15 +245,15 @@ class Engine:
         self.slots.last_start = now
         return record
 
-    def _end(self, record: Running, error: BaseException | None) -> None:
+    def _end(self, record: Running, error: BaseException | None, value: Any = None) -> None:
         with self.slots.lock:
             self.slots.running.pop(id(record), None)
             if len(self.slots.buffer) <= self.low_water:
                 self.slots.room.notify()
             # A timed-out job was failed by the supervisor already; an abandoned one handed back.
-            counts = record.timed_out is None and not record.abandoned
+            counts = record.timed_out is None and not record.abandoned and not record.cancelled
         if counts:
-            self.finish(record, error)
+            self.finish(record, error, value)
 
     # -- the async slots -----------------------------------------------------------------------
 
@@ -265,13 +268,14 @@ class Engine:
 
     async def _run_async(self, record: Running) -> None:
         error: BaseException | None = None
+        value: Any = None
         try:
-            await self.handler(record.lease)
+            value = await self.handler(record.lease)
         except asyncio.CancelledError:
-            error = JobTimeout("job timed out (cancelled)")
+            error = JobCancelled("job cancelled") if record.cancelled else JobTimeout("job timed out (cancelled)")
         except Exception as exc:
             error = exc
-        self._end(record, error)
+        self._end(record, error, value)
         self._pump()
 
     # -- the supervisor's view -----------------------------------------------------------------
@@ -286,12 +290,29 @@ class Engine:
                     late.append(record)
         return late
 
-    def interrupt(self, record: Running) -> None:
-        """Stop a timed-out job: JobTimeout in its thread, or cancel its task."""
+    def interrupt(self, record: Running, exception: type[BaseException] = JobTimeout) -> None:
+        """Stop a job: ``exception`` in its thread (a timeout: JobTimeout), or cancel its task."""
         if record.task is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(record.task.cancel)
         elif record.thread_id is not None:
-            raise_in_thread(record.thread_id, JobTimeout)
+            raise_in_thread(record.thread_id, exception)
+
+    def cancel(self, job_id: str) -> tuple[list[Lease], list[Lease]]:
+        """Stop the job ``job_id`` wherever it is in this engine (its run no longer counts): the
+        leases it had running (JobCancelled raised in its thread, or its task cancelled) and the
+        ones it had waiting in the buffer, now out of it."""
+        with self.slots.lock:
+            running = [
+                r for r in self.slots.running.values() if r.lease.id == job_id and not (r.cancelled or r.abandoned)
+            ]
+            for record in running:
+                record.cancelled = True
+            waiting = [b for b in self.slots.buffer if b.lease.id == job_id]
+            for buffered in waiting:
+                self.slots.buffer.remove(buffered)
+        for record in running:
+            self.interrupt(record, JobCancelled)
+        return [r.lease for r in running], [b.lease for b in waiting]
 
     def new_zombies(self, now: float, after: float) -> int:
         """Mark timed-out jobs still running ``after`` seconds later as zombies; how many are now."""
@@ -318,7 +339,7 @@ class Engine:
     def running_leases(self) -> list[Lease]:
         """Leases of running jobs the supervisor has not given up on."""
         with self.slots.lock:
-            return [r.lease for r in self.slots.running.values() if r.timed_out is None]
+            return [r.lease for r in self.slots.running.values() if r.timed_out is None and not r.cancelled]
 
     def counts(self) -> tuple[int, int, int]:
         """(buffered, running, zombies)"""

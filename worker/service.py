@@ -33,7 +33,16 @@ from prometheus_client import Counter as PromCounter
 
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
-from setqueue.jobs import FailOutcome, JobTimeout, Lease, MoveTo, PermanentJobError, RetryLater
+from setqueue.jobs import (
+    FailOutcome,
+    JobCancelled,
+    JobTimeout,
+    Lease,
+    MoveTo,
+    PermanentJobError,
+    RetryLater,
+    encode_result,
+)
 from setqueue.lease import LeaseKeeper
 from setqueue.runtime.audit import AuditRecorder
 from setqueue.runtime.logs import flush_logs, plural
@@ -41,6 +50,7 @@ from setqueue.runtime.metrics import WorkerMetrics, new_registry
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.scripts import new_request_id
+from worker.cancels import CancelListener
 from worker.engine import Engine, Running
 from worker.failures import FailureLog, failure_reason
 from worker.standin import StandIn
@@ -75,13 +85,18 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.engine = Engine(
             self.handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended, settings.claim_batch
         )
-        self.keeper = LeaseKeeper(self.queue, on_renewed=self._renewed, on_lost=self._lost)
+        self.keeper = LeaseKeeper(
+            self.queue, on_renewed=self._renewed, on_lost=self._lost, on_cancelled=self._lease_cancelled
+        )
+        channels = [shard.keys.cancel_channel for shard in self.queue.shards]
+        self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log)
         # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
         shards = self.queue.shards
         self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None
         self._move_targets: dict[str, JobQueue] = {}  # the queues handlers moved jobs to
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
+        self._returned: list[Any] = []  # what their handlers returned, in the same order
         self._fails: list[tuple[Lease, BaseException]] = []
         self._durations: list[tuple[str, float]] = []  # (queue, seconds) of jobs that ended
         self.failures = FailureLog(self.log)
@@ -126,6 +141,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             f"{s.job_timeout_seconds:g}s" if s.job_timeout_seconds else "none",
         )
         self.keeper.start()
+        self.cancels.start()
         claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
         claimer.start()
         grace_ends = float("inf")
@@ -143,6 +159,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self._end_shutdown(grace_over=time.monotonic() >= grace_ends)
         finally:
             self._stopped.set()
+            self.cancels.stop()
             self.keeper.stop()
             self.engine.stop_loop()
         return self._exit_code
@@ -180,6 +197,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _time_out(self, record: Running) -> None:
         lease, timeout = record.lease, record.deadline - record.started
+        if record.cancelled:  # cancelled and still running at its deadline: stop it again, report nothing
+            self.engine.interrupt(record, JobCancelled)
+            return
         self.engine.interrupt(record)
         self.metrics.job_timeouts.labels(lease.queue).inc()
         self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
@@ -188,7 +208,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     # -- jobs that ended (called from the slots) ---------------------------------------------------
 
-    def _job_ended(self, record: Running, error: BaseException | None) -> None:
+    def _job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
         duration = time.monotonic() - record.started
         with self._ended_lock:
             self._durations.append((record.lease.queue, duration))
@@ -196,6 +216,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 if not self._acks:
                     self._oldest_ack = time.monotonic()
                 self._acks.append(record.lease)
+                self._returned.append(value)
             else:
                 self._fails.append((record.lease, error))
 
@@ -204,12 +225,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if not (self._fails or (self._acks and (force or now - self._oldest_ack >= ACK_DELAY_SECONDS))):
                 return
             acks, self._acks = self._acks, []
+            returned, self._returned = self._returned, []
             fails, self._fails = self._fails, []
             durations, self._durations = self._durations, []
         for queue, seconds in _grouped(durations).items():
             self.metrics.processing_seconds.observe_many(seconds, queue)
         if acks:
-            self._ack(acks)
+            self._ack(acks, returned)
         for lease, error in fails:
             if isinstance(error, MoveTo):
                 self._move(lease, error)
@@ -220,10 +242,15 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if outcome is not FailOutcome.STALE and not isinstance(error, RetryLater | JobTimeout):
                 self.failures.failed(lease, error, str(outcome))
 
-    def _ack(self, leases: list[Lease]) -> None:
+    def _ack(self, leases: list[Lease], returned: list[Any] | None = None) -> None:
+        results_of: list[Any] | None = None
+        if returned is not None and self.settings.result_ttl_seconds > 0 and any(v is not None for v in returned):
+            leases, results_of = self._keepable(leases, returned)
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # The work is done: keep trying through an outage (the shutdown backstop still applies).
-        results = self._resendable(lambda rid: self.queue.ack_many(leases, request_id=rid), "ack", until_stopped=False)
+        results = self._resendable(
+            lambda rid: self.queue.ack_many(leases, results=results_of, request_id=rid), "ack", until_stopped=False
+        )
         # One pass, per queue: acked, stale, and the end-to-end times (usually a single queue).
         per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
         for lease, result in zip(leases, results, strict=True):
@@ -240,6 +267,41 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if stale:
                 m.stale_acks.labels(queue).inc(stale)
             m.end_to_end_seconds.observe_many(seconds, queue)
+
+    def _keepable(self, leases: list[Lease], returned: list[Any]) -> tuple[list[Lease], list[Any]]:
+        """The leases to ack and what their handlers returned, to keep. A value that cannot be
+        kept (neither bytes nor JSON-serialisable, or over RESULT_MAX_BYTES) fails its job, not
+        retried: the reason says why, and nothing of it is half-written."""
+        acked: list[Lease] = []
+        values: list[Any] = []
+        for lease, value in zip(leases, returned, strict=True):
+            try:
+                encode_result(value, self.settings.result_max_bytes)
+            except (TypeError, ValueError) as exc:
+                self.keeper.drop([lease])
+                self._fail(lease, f"result: {exc}", retry=False)
+                continue
+            acked.append(lease)
+            values.append(value)
+        return acked, values
+
+    # -- cancelled jobs (from the cancel listener and the lease keeper's threads) --------------------
+
+    def _lease_cancelled(self, lease: Lease) -> None:
+        self._cancelled(lease.id)
+
+    def _cancelled(self, job_id: str) -> None:
+        """Stop job ``job_id`` if this worker runs it or holds it unstarted: it was cancelled (in
+        Redis it already is; whatever the run does now is not reported)."""
+        running, waiting = self.engine.cancel(job_id)
+        if not running and not waiting:
+            return
+        self.keeper.drop(running + waiting)
+        for lease in running:
+            self.metrics.jobs_cancelled.labels(lease.queue, "running").inc()
+        for lease in waiting:
+            self.metrics.jobs_cancelled.labels(lease.queue, "unstarted").inc()
+        self.log.info("job %s cancelled: %s", job_id, "stopping it" if running else "dropped before it started")
 
     def _move(self, lease: Lease, move: MoveTo) -> None:
         """The handler moved the job: into the other queue first, then acked here (at least once)."""
@@ -267,6 +329,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             m.stale_acks.labels(queue).inc()
         else:
             m.jobs_completed.labels(queue, "failure").inc()
+            m.history_records.labels(queue, "timed out" if reason.startswith("timeout") else "failed").inc()
             if outcome is FailOutcome.RETRIED:
                 m.jobs_retried.labels(queue).inc()
                 if (delay if delay is not None else self.queue.retry_backoff_seconds) > 0:
@@ -387,6 +450,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             return
         released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]
         _count(self.metrics.jobs_released, released)
+        for queue, n in Counter(lease.queue for lease in released).items():
+            self.metrics.history_records.labels(queue, "handed back").inc(n)
         self.log.info("handed %s back to todos", plural(len(released), "job"))
 
 

@@ -439,3 +439,73 @@ def on_a_cluster(client: Any) -> bool:
     if isinstance(client, ClusterAwareRedis):
         return client.cluster_client() is not None
     return isinstance(client, RedisCluster)
+
+
+class EndedListener:
+    """One subscription to a queue's ended channel, shared by every ``result()`` call on that
+    queue: a daemon thread hears the ids published as they end and wakes whoever waits on them.
+    A waiter registers before it looks (``watch``), so no end can slip between its look and its
+    wait. When the subscription drops, everyone waiting is woken to look again (an end published
+    meanwhile would otherwise be missed)."""
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._waiting: dict[str, list[threading.Event]] = {}
+        self._subscribed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, job_ids: Sequence[str]) -> threading.Event:
+        """An event set when any of ``job_ids`` is published as ended (or the subscription
+        dropped): look again then. Subscribes first, if not yet."""
+        event = threading.Event()
+        with self._lock:
+            for job_id in job_ids:
+                self._waiting.setdefault(job_id, []).append(event)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._listen, name="setqueue-results", daemon=True)
+                self._thread.start()
+        if not self._subscribed.wait(30):
+            raise rexc.ConnectionError(f"could not subscribe to {self._channel}")
+        return event
+
+    def forget(self, job_ids: Sequence[str], event: threading.Event) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                events = self._waiting.get(job_id, [])
+                if event in events:
+                    events.remove(event)
+                if not events:
+                    self._waiting.pop(job_id, None)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _listen(self) -> None:
+        while not self._closed:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(self._channel)
+                self._subscribed.set()
+                while not self._closed:
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None and message.get("type") == "message":
+                        self._wake(str(message["data"]).split("\n")[1:])
+            except Exception:  # the subscription dropped (or the client closed): look again, resubscribe
+                self._subscribed.clear()
+                self._wake(None)
+                if not self._closed:
+                    time.sleep(0.1)
+            finally:
+                pubsub.close()
+
+    def _wake(self, job_ids: Sequence[str] | None) -> None:
+        with self._lock:
+            if job_ids is None:
+                events = [event for waiting in self._waiting.values() for event in waiting]
+            else:
+                events = [event for job_id in job_ids for event in self._waiting.get(job_id, ())]
+        for event in events:
+            event.set()

@@ -4,6 +4,8 @@ it belongs to."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -12,7 +14,7 @@ import redis
 
 from setqueue.client import ClusterWaiter, on_a_cluster, take_wake_token, until_due
 from setqueue.interface import JobQueue, Shard
-from setqueue.jobs import AckResult, FailOutcome, JobInfo, Lease, SweepResult
+from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult, UnknownJob
 from setqueue.keys import STATES, validate_job_id
 
 I = TypeVar("I")  # noqa: E741 (an item)
@@ -41,7 +43,7 @@ def part_id(request_id: str | None, member: str) -> str | None:
 def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The members' ``stats()`` as one: every state and the jobs per priority summed, the oldest
     pending age the oldest of any member."""
-    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in STATES}
+    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept")}
     total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
     by_priority: dict[int, int] = defaultdict(int)
     for s in each:
@@ -133,12 +135,23 @@ class CompositeQueue:
     def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
         return dispatch(leases, self._member_of, lambda m, part: m.renew_many(part))
 
-    def ack(self, lease: Lease) -> bool:
-        return self.ack_many([lease])[0].acked
+    def renew_outcomes(self, leases: Sequence[Lease]) -> list[RenewOutcome]:
+        return dispatch(leases, self._member_of, lambda m, part: m.renew_outcomes(part))
 
-    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
+    def ack(self, lease: Lease, result: Any = None) -> bool:
+        return self.ack_many([lease], results=[result])[0].acked
+
+    def ack_many(
+        self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
+    ) -> list[AckResult]:
+        values = list(results) if results is not None else [None] * len(leases)
+        pairs = list(zip(leases, values, strict=True))
         return dispatch(
-            leases, self._member_of, lambda m, part: m.ack_many(part, request_id=part_id(request_id, m.name))
+            pairs,
+            lambda pair: self._member_of(pair[0]),
+            lambda m, part: m.ack_many(
+                [lease for lease, _ in part], results=[v for _, v in part], request_id=part_id(request_id, m.name)
+            ),
         )
 
     def fail(
@@ -178,6 +191,51 @@ class CompositeQueue:
             if state is not None:
                 return state
         return None
+
+    def cancel(self, job_id: str) -> str | None:
+        validate_job_id(job_id)
+        for member in self._holders_of(job_id):
+            state = member.cancel(job_id)
+            if state is not None:
+                return state
+        return None
+
+    def _holder(self, job_id: str) -> JobQueue | None:
+        """The member that knows ``job_id`` (a shard's: its one), or None."""
+        holders = self._holders_of(validate_job_id(job_id))
+        if len(holders) == 1:
+            return holders[0]
+        return next((m for m in holders if m.inspect(job_id) is not None), None)
+
+    def history(self, job_id: str) -> list[HistoryEntry]:
+        holder = self._holder(job_id)
+        return [] if holder is None else holder.history(job_id)
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        holder = self._holder(job_id)
+        if holder is None:
+            raise UnknownJob(f"job {job_id!r} is not in queue {self.name!r}")
+        return holder.result(job_id, timeout)
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        return await asyncio.to_thread(self.result, job_id, timeout)
+
+    def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
+        """Each member's jobs on that member's subscription, one member after the other (the
+        time left shrinks as it goes)."""
+        wanted = list(dict.fromkeys(job_ids))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        by_member: dict[JobQueue, list[str]] = defaultdict(list)
+        for job_id in wanted:
+            holder = self._holder(job_id)
+            if holder is None:
+                raise UnknownJob(f"job {job_id!r} is not in queue {self.name!r}")
+            by_member[holder].append(job_id)
+        found: dict[str, Any] = {}
+        for member, ids in by_member.items():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            found.update(member.results(ids, left))
+        return {job_id: found[job_id] for job_id in wanted}
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
         """Every member's dead letters (up to ``limit`` from each), or the ids given, each in the

@@ -4,10 +4,12 @@ Redis, so a handler module (and the worker's engine) can import it alone."""
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from setqueue.keys import validate_priority, validate_queue_name
@@ -27,10 +29,21 @@ class Lease:
     queue: str = ""  # the name of the queue it came from
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
+    # Keeps what the handler says of its progress (the queue it was claimed from binds it).
+    reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def queue_wait_seconds(self) -> float | None:
         return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
+
+    def progress(self, fraction: float, message: str = "") -> bool:
+        """Say how far the job got (``fraction`` from 0 to 1, and a few words): ``inspect`` and the
+        console show it. False when this lease no longer owns the job (lost, or cancelled)."""
+        if not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
+            raise ValueError(f"progress must be a fraction from 0 to 1, got {fraction!r}")
+        if self.reporter is None:
+            raise RuntimeError(f"the lease of {self.id!r} was not claimed from a queue: nowhere to report to")
+        return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
 
     def json(self) -> Any:
         """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number)."""
@@ -67,6 +80,12 @@ def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
 class AckResult:
     acked: bool  # False: the lease was stale and nothing changed
     end_to_end_seconds: float | None  # enqueue -> done by the Redis clock, when known
+
+
+class RenewOutcome(enum.StrEnum):
+    RENEWED = "renewed"  # the lease goes on
+    LOST = "lost"  # its lock expired, or another claim owns the job now
+    CANCELLED = "cancelled"  # lost because the job was cancelled: stop running it
 
 
 class FailOutcome(enum.StrEnum):
@@ -110,6 +129,10 @@ class JobInfo:
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own (None: the worker's)
     traceback: str | None = None  # of its last failure, when the handler raised
+    history: tuple[HistoryEntry, ...] = ()  # its transitions off the happy path, oldest first
+    progress: Progress | None = None  # what its handler last said
+    result: Any = None  # what its handler returned, while kept (see result_kept)
+    result_kept: bool = False  # a result is kept: False for none, or one gone
 
 
 class PermanentJobError(Exception):
@@ -138,6 +161,75 @@ class MoveTo(Exception):
         super().__init__(f"moved to queue {queue}")
         self.queue = queue
         self.priority = priority
+
+
+class JobCancelled(BaseException):
+    """Raised in a job's thread when the job is cancelled while it runs (an async job's task is
+    cancelled instead). Like ``JobTimeout`` a BaseException: catch it to clean up, then let it go."""
+
+
+class JobFailed(Exception):
+    """What ``result()`` raises for a job that ended without a result: dead-lettered (``state``
+    "failed", with its ``error`` and ``traceback``) or cancelled (``state`` "cancelled")."""
+
+    def __init__(self, job_id: str, state: str, error: str | None, traceback: str | None = None) -> None:
+        super().__init__(f"job {job_id!r} {state}" + (f": {error}" if error else ""))
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+        self.traceback = traceback
+
+
+class ResultGone(LookupError):
+    """What ``result()`` raises for a job that is done but whose result is not kept any more (past
+    the result TTL, or dropped with the job by the retention of done)."""
+
+
+class UnknownJob(LookupError):
+    """What ``result()`` raises for an id the queue does not know (never enqueued, or deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One transition of a job off the happy path (``Queue.history``)."""
+
+    at: float  # Unix seconds, Redis clock
+    kind: str  # lease lost, failed, timed out, handed back, cancelled, requeued
+    worker: str  # host:pid of the worker that held the job (or of whoever acted: cancelled, requeued)
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a running job's handler last said of its progress (``Lease.progress``)."""
+
+    fraction: float
+    at: float  # Unix seconds, Redis clock
+    message: str
+
+
+def encode_result(value: Any, most: int) -> str | None:
+    """A handler's return value as the queue keeps it: None for None (nothing kept), ``"b"`` and
+    base64 for bytes, ``"j"`` and JSON for anything else. TypeError when it is neither, ValueError
+    when it is larger than ``most`` bytes."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        text = "b" + base64.b64encode(value).decode("ascii")
+    else:
+        try:
+            text = "j" + json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"the result is neither bytes nor JSON-serialisable: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > most:
+        raise ValueError(f"the result is {size:,} bytes, more than result_max_bytes ({most:,})")
+    return text
+
+
+def decode_result(text: str) -> Any:
+    """The value ``encode_result`` kept."""
+    return base64.b64decode(text[1:]) if text.startswith("b") else json.loads(text[1:])
 
 
 class JobTimeout(BaseException):

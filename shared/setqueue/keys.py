@@ -21,7 +21,7 @@ MAX_SHARDS = 1024
 # The rank of a job in todos and in_progress (lua/includes/rank.lua): (MAX_PRIORITY - priority) *
 # RANK_BAND + its place in line.
 RANK_BAND = 2**48
-STATES = ("todos", "in_progress", "done", "failed", "scheduled")
+STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
 
 
 def priority_of_rank(rank: float) -> int:
@@ -112,6 +112,12 @@ class QueueKeys:
         return self.prefix + "failed"
 
     @property
+    def cancelled(self) -> str:
+        """SET of cancelled ids: a job cancelled before it ended, never run again (kept, like
+        done, by the retention)."""
+        return self.prefix + "cancelled"
+
+    @property
     def pending(self) -> str:
         """ZSET id -> enqueue time (ms, Redis clock) of ids in todos or in_progress."""
         return self.prefix + "pending"
@@ -125,6 +131,40 @@ class QueueKeys:
     def payloads(self) -> str:
         """HASH id -> payload, for jobs enqueued with one."""
         return self.prefix + "payloads"
+
+    @property
+    def results(self) -> str:
+        """HASH id -> what the handler of a job in done returned ("j" + JSON text, or "b" + base64
+        of bytes), kept for the result TTL (result_expiry) and with done's retention."""
+        return self.prefix + "results"
+
+    @property
+    def result_expiry(self) -> str:
+        """ZSET id -> when its result expires (ms, Redis clock): sweeps drop expired results."""
+        return self.prefix + "result_expiry"
+
+    @property
+    def history(self) -> str:
+        """HASH id -> the job's transitions off the happy path, one line each ("<ms>\t<kind>\t<worker>
+        \t<detail>": lease lost and swept, failed, retried, timed out, handed back, released,
+        cancelled, requeued), the last ten kept, gone with the job."""
+        return self.prefix + "history"
+
+    @property
+    def progress(self) -> str:
+        """HASH id -> "<fraction>|<ms>|<message>": what a running job's handler last reported."""
+        return self.prefix + "progress"
+
+    @property
+    def ended_channel(self) -> str:
+        """Pub/Sub channel (no key): the ids that ended ("done\n<id>..." and likewise "failed",
+        "cancelled"), for whoever waits on a result."""
+        return self.prefix + "ended"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/Sub channel (no key): the ids of running jobs just cancelled, for their workers."""
+        return self.prefix + "cancel"
 
     @property
     def options(self) -> str:

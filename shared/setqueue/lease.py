@@ -9,7 +9,7 @@ from typing import Protocol
 
 import redis
 
-from setqueue.jobs import Lease
+from setqueue.jobs import Lease, RenewOutcome
 
 log = logging.getLogger("setqueue.lease")
 
@@ -19,7 +19,7 @@ class Renewable(Protocol):
 
     @property
     def lease_seconds(self) -> float: ...
-    def renew_many(self, leases: Sequence[Lease]) -> list[bool]: ...
+    def renew_outcomes(self, leases: Sequence[Lease]) -> list[RenewOutcome]: ...
 
 
 class LeaseKeeper:
@@ -28,7 +28,9 @@ class LeaseKeeper:
     One script call renews all leases a worker holds. A lease found lost (its lock expired or
     another worker owns the job now) is dropped and reported through ``on_lost``; the job's
     eventual ack is then refused as stale, so a slow worker can never complete someone else's
-    claim. A Redis error is logged and retried on the next tick: the lease time is the margin.
+    claim. A lease lost because its job was cancelled is reported through ``on_cancelled`` (when
+    given; else as lost), for the job to be stopped. A Redis error is logged and retried on the
+    next tick: the lease time is the margin.
     """
 
     def __init__(
@@ -38,11 +40,13 @@ class LeaseKeeper:
         interval: float | None = None,
         on_renewed: Callable[[int], None] | None = None,
         on_lost: Callable[[Lease], None] | None = None,
+        on_cancelled: Callable[[Lease], None] | None = None,
     ) -> None:
         self.queue = queue
         self.interval = interval if interval is not None else queue.lease_seconds / 3
         self._on_renewed = on_renewed
         self._on_lost = on_lost
+        self._on_cancelled = on_cancelled
         self._held: dict[tuple[str, str], Lease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,18 +88,21 @@ class LeaseKeeper:
             leases = list(self._held.values())
         if not leases:
             return
-        renewed = self.queue.renew_many(leases)
-        refused = [lease for lease, ok in zip(leases, renewed, strict=True) if not ok]
+        outcomes = self.queue.renew_outcomes(leases)
+        refused = [(lease, o) for lease, o in zip(leases, outcomes, strict=True) if o is not RenewOutcome.RENEWED]
         lost = []
         with self._lock:
-            for lease in refused:
+            for lease, outcome in refused:
                 # A lease dropped meanwhile (acked while we renewed) was not lost: its lock is gone
                 # because the job is done.
                 if self._held.pop((lease.id, lease.token), None) is not None:
-                    lost.append(lease)
+                    lost.append((lease, outcome))
         if self._on_renewed is not None:
             self._on_renewed(len(leases) - len(refused))
-        for lease in lost:
+        for lease, outcome in lost:
+            if outcome is RenewOutcome.CANCELLED and self._on_cancelled is not None:
+                self._on_cancelled(lease)
+                continue
             log.warning("lease lost for job %s (attempt %d)", lease.id, lease.attempt)
             if self._on_lost is not None:
                 self._on_lost(lease)

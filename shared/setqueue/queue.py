@@ -11,6 +11,7 @@ first result instead of applying twice. How each script is called (its KEYS, ARG
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -20,14 +21,31 @@ from typing import Any
 
 import redis
 
-from setqueue.client import Client, ClusterAwareRedis, OptionError, SnapshotReads, connect, take_wake_token, until_due
+from setqueue.client import (
+    Client,
+    ClusterAwareRedis,
+    EndedListener,
+    OptionError,
+    SnapshotReads,
+    connect,
+    take_wake_token,
+    until_due,
+)
 from setqueue.jobs import (
     TRACEBACK_MARK,
     AckResult,
     FailOutcome,
+    HistoryEntry,
+    JobFailed,
     JobInfo,
     Lease,
+    Progress,
+    RenewOutcome,
+    ResultGone,
     SweepResult,
+    UnknownJob,
+    decode_result,
+    encode_result,
     job_options,
     parse_job_options,
 )
@@ -46,6 +64,10 @@ from setqueue.scripts import text as _text
 
 # How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
 SWEPT_STAMP_MS = 86_400_000
+
+
+# What renew.lua answers for each lease.
+_RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
 
 
 def _part(request_id: str | None, number: int) -> str | None:
@@ -93,19 +115,21 @@ def _payload_text(job_id: str, payload: Any, most: int) -> str:
     return text
 
 
-def _lease(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in its order
-    job_id: str,
-    token: str,
-    attempt: int,
-    payload: str | None,
-    enqueued_at: float | None,
-    claimed_at: float,
-    priority: int,
-    queue: str,
-    own: str | None,
-) -> Lease:
-    max_attempts, timeout = parse_job_options(own)
-    return Lease(job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, max_attempts, timeout)
+def _history(stored: Any) -> tuple[HistoryEntry, ...]:
+    """The history field as entries: lines "<ms>\t<kind>\t<worker>\t<detail>" (lua/includes/history.lua)."""
+    entries: list[HistoryEntry] = []
+    for line in ("" if stored is None else _text(stored)).splitlines():
+        at, kind, worker, detail = [*line.split("\t", 3), "", "", ""][:4]
+        entries.append(HistoryEntry(int(at) / 1000 if at.isdigit() else 0.0, kind, worker, detail))
+    return tuple(entries)
+
+
+def _progress(stored: Any) -> Progress | None:
+    """The progress field, "<fraction>|<ms>|<message>" (lua/progress.lua), or None."""
+    if stored is None:
+        return None
+    fraction, at, message = [*_text(stored).split("|", 2), "", ""][:3]
+    return Progress(float(fraction or 0), int(at or 0) / 1000, message)
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -138,6 +162,8 @@ class Queue:
         wait_replicas: int = 0,
         wait_timeout_seconds: float = 1.0,
         payload_max_bytes: int = 1_048_576,
+        result_ttl_seconds: float = 3600.0,
+        result_max_bytes: int = 1_048_576,
     ) -> None:
         if not lease_seconds >= 0.001:
             raise ValueError(f"lease_seconds must be at least 0.001, got {lease_seconds}")
@@ -173,12 +199,17 @@ class Queue:
         self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
+        self.result_ttl_seconds = _check_seconds("result_ttl_seconds", result_ttl_seconds)
+        if isinstance(result_max_bytes, bool) or not isinstance(result_max_bytes, int) or result_max_bytes < 1:
+            raise ValueError(f"result_max_bytes must be a whole number >= 1, got {result_max_bytes!r}")
+        self.result_max_bytes = result_max_bytes
         self.wait_replicas = wait_replicas
         self.wait_timeout_seconds = float(wait_timeout_seconds)
         # With wait_replicas, every write is confirmed by that many replicas (setqueue.replication).
         wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
         self._scripts = QueueScripts(self.redis, self.keys, wait)
         self._sweep_cursor = 0
+        self._ended: EndedListener | None = None  # the subscription result() waits on, once one did
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
@@ -263,7 +294,7 @@ class Queue:
             raise ValueError("count must be at least 1")
         leases, now, next_due = self._scripts.claim(
             min(count, MAX_IDS_PER_CALL),
-            _lease,
+            self._lease,
             request_ttl_ms=self._request_ttl_ms,
             lease_ms=self._lease_ms,
             promote=MAX_IDS_PER_CALL,
@@ -274,6 +305,33 @@ class Queue:
         self.next_due = None if next_due is None else max(0.0, next_due - now)
         self._next_due_seen = time.monotonic()
         return leases
+
+    def _lease(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in its order
+        self,
+        job_id: str,
+        token: str,
+        attempt: int,
+        payload: str | None,
+        enqueued_at: float | None,
+        claimed_at: float,
+        priority: int,
+        queue: str,
+        own: str | None,
+    ) -> Lease:
+        max_attempts, timeout = parse_job_options(own)
+        return Lease(
+            job_id,
+            token,
+            attempt,
+            payload,
+            enqueued_at,
+            claimed_at,
+            priority,
+            queue,
+            max_attempts,
+            timeout,
+            self.progress,
+        )
 
     def due_in(self) -> float | None:
         """Seconds from now until the next scheduled job is due, as the last empty claim saw it
@@ -297,34 +355,51 @@ class Queue:
 
     def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
         """One PEXPIRE per claim extends all of its jobs that are still ours."""
-        renewed: list[bool] = []
+        return [outcome is RenewOutcome.RENEWED for outcome in self.renew_outcomes(leases)]
+
+    def renew_outcomes(self, leases: Sequence[Lease]) -> list[RenewOutcome]:
+        """As ``renew_many``, saying of a lease not renewed whether it is lost or its job cancelled."""
+        outcomes: list[RenewOutcome] = []
         for chunk in _chunks(leases):
-            renewed += self._scripts.renew(chunk, lease_ms=self._lease_ms)
-        return renewed
+            outcomes += [_RENEWALS[r] for r in self._scripts.renew(chunk, lease_ms=self._lease_ms)]
+        return outcomes
 
-    def ack(self, lease: Lease) -> bool:
-        """Move the job to done. False when the lease is stale: then nothing changed."""
-        return self.ack_many([lease])[0].acked
+    def ack(self, lease: Lease, result: Any = None) -> bool:
+        """Move the job to done, keeping ``result`` (see ``ack_many``). False when the lease is
+        stale: then nothing changed."""
+        return self.ack_many([lease], results=[result])[0].acked
 
-    def ack_many(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[AckResult]:
-        """Ack a batch in one script call (per MAX_IDS_PER_CALL). ``request_id``: the same one
-        retries a call whose reply was lost, and reports what that call did (acked, not stale)."""
-        results: list[AckResult] = []
-        for number, chunk in enumerate(_chunks(leases)):
+    def ack_many(
+        self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
+    ) -> list[AckResult]:
+        """Ack a batch in one script call (per MAX_IDS_PER_CALL). ``results``: what each lease's
+        handler returned (None: nothing); each is kept for ``result_ttl_seconds`` (0: none is), for
+        ``result()``: bytes, or any JSON-serialisable value, at most ``result_max_bytes`` (checked
+        before anything is sent). ``request_id``: the same one retries a call whose reply was lost,
+        and reports what that call did (acked, not stale)."""
+        given = list(results) if results is not None else [None] * len(leases)
+        if len(given) != len(leases):
+            raise ValueError(f"{len(given)} results for {len(leases)} leases")
+        kept = self.result_ttl_seconds > 0
+        encoded = [encode_result(value, self.result_max_bytes) if kept else None for value in given]
+        out: list[AckResult] = []
+        for number, (chunk, texts) in enumerate(zip(_chunks(leases), _chunks(encoded), strict=True)):
             now, acked = self._scripts.ack(
                 chunk,
+                texts,
                 request_ttl_ms=self._request_ttl_ms,
                 done_max_count=self.done_max_count,
+                result_ttl_ms=round(self.result_ttl_seconds * 1000),
                 request_id=_part(request_id, number),
             )
             for lease, ok in zip(chunk, acked, strict=True):
                 if not ok:
-                    results.append(AckResult(False, None))
+                    out.append(AckResult(False, None))
                 elif lease.enqueued_at is None:
-                    results.append(AckResult(True, None))
+                    out.append(AckResult(True, None))
                 else:
-                    results.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
-        return results
+                    out.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
+        return out
 
     def fail(
         self,
@@ -421,18 +496,10 @@ class Queue:
     # -- operators ---------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Sizes of the five states, todos per priority ({priority: jobs}, those with any) and the
+        """Sizes of the six states, todos per priority ({priority: jobs}, those with any) and the
         age of the oldest job not yet finished, in one snapshot."""
-        todos, in_progress, done, failed, age_ms, scheduled, by_priority = self._scripts.stats()
-        return {
-            "todos": todos,
-            "in_progress": in_progress,
-            "done": done,
-            "failed": failed,
-            "scheduled": scheduled,
-            "oldest_pending_age_seconds": age_ms / 1000,
-            "todos_by_priority": by_priority,
-        }
+        sizes, age_ms, by_priority = self._scripts.stats()
+        return {**sizes, "oldest_pending_age_seconds": age_ms / 1000, "todos_by_priority": by_priority}
 
     def inspect(self, job_id: str) -> JobInfo | None:
         """Everything the queue knows about one id, or None if it knows nothing."""
@@ -443,33 +510,32 @@ class Queue:
         pipe.zscore(k.in_progress, job_id)
         pipe.sismember(k.done, job_id)
         pipe.sismember(k.failed, job_id)
-        pipe.hget(k.priorities, job_id)
-        pipe.hget(k.attempts, job_id)
-        pipe.hget(k.payloads, job_id)
-        pipe.hget(k.errors, job_id)
+        pipe.zscore(k.scheduled, job_id)
+        pipe.sismember(k.cancelled, job_id)
+        for hash_key in (k.priorities, k.attempts, k.payloads, k.errors, k.owners, k.finished, k.options):
+            pipe.hget(hash_key, job_id)
+        for hash_key in (k.history, k.progress, k.results):
+            pipe.hget(hash_key, job_id)
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
-        pipe.hget(k.owners, job_id)
-        pipe.hget(k.finished, job_id)
-        pipe.zscore(k.scheduled, job_id)
-        pipe.hget(k.options, job_id)
-        todo_rank, running_rank, in_done, in_failed, kept_priority, *rest = pipe.execute()
-        attempts, payload, error, enqueued, done_at, owner, finished, due, own = rest
-        rank = todo_rank if todo_rank is not None else running_rank
-        member = (todo_rank is not None, running_rank is not None, in_done, in_failed, due is not None)
+        todo_rank, running_rank, in_done, in_failed, due, in_cancelled, *rest = pipe.execute()
+        kept_priority, attempts, payload, error, owner, finished, own, history, progress, result = rest[:10]
+        enqueued, done_at = rest[10:]
+        member = (todo_rank is not None, running_rank is not None, in_done, in_failed, due is not None, in_cancelled)
         states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
         if not states:
             return None
         state = states[0]
+        rank = todo_rank if todo_rank is not None else running_rank
         priority: int | None = None
         if rank is not None:
             priority = priority_of_rank(rank)
         elif state in ("scheduled", "failed"):
             priority = int(kept_priority) if kept_priority is not None else 0
         finished_at: float | None = None
-        if state in ("done", "failed"):
-            # What is kept of a finished job, in one field: "<enqueued ms>:<finished ms>:<attempts>".
-            # A finished job without it is shown as unknown (None), never as 0.
+        if state in ("done", "failed", "cancelled"):
+            # What is kept of an ended job, in one field: "<enqueued ms>:<finished ms>:<attempts>[:1]"
+            # (":1": a result was kept). A job without it is shown as unknown (None), never as 0.
             fields = _text(finished).split(":") if finished else []
             enqueued_ms, finished_ms, attempts = [*fields, "", "", ""][:3]
             enqueued = int(enqueued_ms) if enqueued_ms else None
@@ -490,7 +556,7 @@ class Queue:
             payload=None if payload is None else _text(payload),
             error=None if error is None else reason,
             enqueued_at=None if enqueued is None else enqueued / 1000,
-            done_at=None if done_at is None else done_at / 1000,
+            done_at=None if done_at is None or state != "done" else done_at / 1000,
             finished_at=finished_at,
             due_at=None if due is None else due / 1000,
             lock_token=token if ttl_ms >= 0 else None,  # type: ignore[operator]
@@ -498,7 +564,107 @@ class Queue:
             max_attempts=max_attempts,
             timeout=timeout,
             traceback=mark.lstrip("\n") + trace if mark else None,
+            history=_history(history),
+            progress=_progress(progress),
+            result=None if result is None else decode_result(_text(result)),
+            result_kept=result is not None,
         )
+
+    def history(self, job_id: str) -> list[HistoryEntry]:
+        """The job's transitions off the happy path, oldest first (the last ten): lease lost and
+        swept, failed, retried, timed out, handed back, cancelled, requeued, each with its time and
+        worker. Empty for a job that never left the happy path (or that the queue does not know)."""
+        return list(_history(self.redis.hget(self.keys.history, validate_job_id(job_id))))
+
+    def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
+        """Keep what ``lease``'s handler says of its progress (``Lease.progress`` calls this); False
+        when the lease no longer owns the job."""
+        return self._scripts.progress(lease, fraction, message)
+
+    def cancel(self, job_id: str) -> str | None:
+        """Cancel a job: one waiting (todos, scheduled) never starts; one running goes to cancelled
+        at once and its worker is told to stop it (its late ack or fail is stale); either way it is
+        never retried. Returns the state it was in ("todos", "scheduled", "in_progress"), the state
+        it ended in for a job that had ended ("done", "failed", "cancelled": nothing changed), or
+        None for an id the queue does not know. Safe to call again."""
+        owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
+        token = None if owner is None else _text(owner)  # type: ignore[arg-type]
+        return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms)
+
+    # -- results --------------------------------------------------------------------------
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """What the handler of ``job_id`` returned, waiting until the job ends (at most ``timeout``
+        seconds: TimeoutError; None: as long as it takes). Without polling: it subscribes to the
+        queue's ended channel, looks once, and looks again only when the job is published as
+        ended. Raises JobFailed for a job dead-lettered or cancelled, ResultGone for a done job
+        whose result is not kept any more, UnknownJob for an id the queue does not know. A done
+        job whose handler returned None gives None."""
+        return self.results([job_id], timeout)[job_id]
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """``result`` for asyncio code: the wait runs in a thread, the event loop goes on."""
+        return await asyncio.to_thread(self.result, job_id, timeout)
+
+    def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
+        """``result`` of several jobs at once: id -> what its handler returned. Raises (as
+        ``result``) for the first that failed, is gone or unknown. Every call on this queue shares
+        one subscription (``setqueue.client.EndedListener``), opened by the first."""
+        wanted = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
+        if timeout is not None:
+            _check_seconds("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ended: dict[str, Any] = {}
+        if self._ended is None:
+            self._ended = EndedListener(self.redis, self.keys.ended_channel)
+        woken = self._ended.watch(wanted)  # first: no job can end unseen between a look and the wait
+        try:
+            waiting = self._look(wanted, ended)
+            while waiting:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{len(waiting)} of {len(wanted)} jobs have not ended (e.g. {waiting[0]!r})")
+                if woken.wait(left):
+                    woken.clear()
+                    waiting = self._look(waiting, ended)
+        finally:
+            self._ended.forget(wanted, woken)
+        return {job_id: ended[job_id] for job_id in wanted}
+
+    def _look(self, job_ids: Sequence[str], ended: dict[str, Any]) -> list[str]:
+        """Look at these jobs once (one round trip): put the value of each that ended into
+        ``ended`` (raising for the first that failed, is gone or unknown); return the others."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.sismember(k.done, job_id)
+            pipe.hget(k.results, job_id)
+            pipe.hget(k.finished, job_id)
+            pipe.sismember(k.failed, job_id)
+            pipe.sismember(k.cancelled, job_id)
+            pipe.hget(k.errors, job_id)
+            pipe.zscore(k.pending, job_id)
+            pipe.zscore(k.scheduled, job_id)
+        replies = pipe.execute()
+        waiting: list[str] = []
+        for n, job_id in enumerate(job_ids):
+            in_done, result, finished, in_failed, in_cancelled, error, pending, due = replies[8 * n : 8 * n + 8]
+            if in_done:
+                if result is not None:
+                    ended[job_id] = decode_result(_text(result))
+                elif finished is not None and _text(finished).split(":")[3:4] == ["1"]:  # a result was kept
+                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept any more")
+                else:
+                    ended[job_id] = None
+            elif in_failed or in_cancelled:
+                reason, mark, trace = ("" if error is None else _text(error)).partition(TRACEBACK_MARK)
+                state = "failed" if in_failed else "cancelled"
+                raise JobFailed(job_id, state, reason or None, mark.lstrip("\n") + trace if mark else None)
+            elif pending is None and due is None:
+                raise UnknownJob(f"job {job_id!r} is not in queue {self.name!r}")
+            else:
+                waiting.append(job_id)
+        return waiting
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
         """Move dead-lettered jobs (all of them, up to ``limit``, or the ids given) back to todos."""
@@ -560,4 +726,6 @@ class Queue:
         return {_text(name): int(ms) / 1000 for name, ms in slots.items()}  # type: ignore[union-attr]
 
     def close(self) -> None:
+        if self._ended is not None:
+            self._ended.close()
         self.redis.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -50,6 +51,8 @@ NAMES = (
     "delete",
     "stats",
     "periodic",
+    "cancel",
+    "progress",
 )
 
 # The scripts that write nothing: the only ones a ReplicaWait leaves alone.
@@ -217,9 +220,26 @@ for _name, _contract in CONTRACTS.items():
 
 def new_request_id() -> str:
     """A fresh id for one call of claim, ack_many, fail or release: passing the same id again
-    retries that call (after a lost reply) instead of making a second one. Claims use it as the
-    lease token too."""
+    retries that call (after a lost reply) instead of making a second one."""
     return os.urandom(12).hex()
+
+
+_identity: tuple[int, str] = (0, "")
+
+
+def identity() -> str:
+    """This process as the history names it: ``host:pid`` (found again after a fork)."""
+    global _identity
+    pid = os.getpid()
+    if _identity[0] != pid:
+        _identity = (pid, f"{socket.gethostname()}:{pid}")
+    return _identity[1]
+
+
+def new_token() -> str:
+    """A fresh claim token: random, ending in ``@host:pid``, so that whatever becomes of the claim
+    (a lease lost, a job failed or cancelled) can say which worker held it."""
+    return f"{new_request_id()}@{identity()}"
 
 
 def text(value: str | bytes) -> str:
@@ -366,7 +386,9 @@ class QueueScripts:
         clock now; and when nothing was claimed, when the next scheduled job is due (None: none).
         Times in seconds."""
         k = self.k
-        token = token or new_request_id()
+        # A token ends in "@host:pid": a caller's request id gets it too (the same id, the same
+        # token: a resend is still recognised).
+        token = new_token() if token is None else token if "@" in token else f"{token}@{identity()}"
         keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
         reply = self.by_name["claim"].call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
         now = reply[0] / 1000
@@ -389,24 +411,34 @@ class QueueScripts:
         ]
         return leases, now, next_due
 
-    def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[bool]:
-        """renew.lua: for each lease, whether it was extended (False: lost)."""
+    def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[int]:
+        """renew.lua: for each lease, 1 if it was extended, 0 if it is lost, 2 if it is lost because
+        its job was cancelled."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         args: list[Any] = [lease_ms, *listed]
         for lease in leases:
             args += [lease.id, claims[lease.token]]
-        return [bool(r) for r in self.by_name["renew"].call(self._keys("renew", locks), args)]
+        return [int(r) for r in self.by_name["renew"].call(self._keys("renew", locks), args)]
 
     def ack(
-        self, leases: Sequence[Held], *, request_ttl_ms: int, done_max_count: int, request_id: str | None = None
+        self,
+        leases: Sequence[Held],
+        results: Sequence[str | None],
+        *,
+        request_ttl_ms: int,
+        done_max_count: int,
+        result_ttl_ms: int,
+        request_id: str | None = None,
     ) -> tuple[float, list[bool]]:
-        """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale)."""
+        """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale).
+        ``results``: what each lease's handler returned, encoded (None: nothing to keep)."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, done_max_count, *listed]
-        for lease in leases:
+        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, *listed]
+        for lease, result in zip(leases, results, strict=True):
             enqueued = lease.enqueued_at
-            args += [lease.id, claims[lease.token], "" if enqueued is None else round(enqueued * 1000), lease.attempt]
+            enqueued_ms = "" if enqueued is None else round(enqueued * 1000)
+            args += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
         now_ms, flags = text(self.by_name["ack"].call(keys, args)).split(" ")
         return int(now_ms) / 1000, [flag == "1" for flag in flags]
 
@@ -424,7 +456,7 @@ class QueueScripts:
         "released" or "stale"."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, *listed]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
         return text(self.by_name["fail"].call(keys, args)).split(" ")
@@ -446,7 +478,16 @@ class QueueScripts:
         number of due ids promoted from scheduled into todos (at most ``trim_limit``)."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
-        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, *listed]
+        args: list[Any] = [
+            request_ttl_ms,
+            max_attempts,
+            wake_cap,
+            done_max_age_ms,
+            trim_limit,
+            identity(),
+            self.k.ended_channel,
+            *listed,
+        ]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
         requeued, dead, trimmed, promoted = json.loads(self.by_name["sweep"].call(keys, args))
@@ -455,7 +496,8 @@ class QueueScripts:
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
         keys = self._keys("requeue_failed", request=self._request(None))
-        moved: int = json.loads(self.by_name["requeue_failed"].call(keys, [request_ttl_ms, wake_cap, *ids]))[0]
+        args = [request_ttl_ms, wake_cap, identity(), *ids]
+        moved: int = json.loads(self.by_name["requeue_failed"].call(keys, args))[0]
         return moved
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
@@ -465,14 +507,36 @@ class QueueScripts:
         state: str | None = json.loads(self.by_name["delete"].call(keys, [request_ttl_ms, job_id, token or ""]))[0]
         return state or None
 
-    def stats(self) -> tuple[int, int, int, int, int, int, dict[int, int]]:
-        """stats.lua: the sizes of todos, in_progress, done and failed, the age (ms) of the oldest
-        pending job, the size of scheduled, and the jobs in todos per priority (those with any)."""
-        todos, in_progress, done, failed, age_ms, scheduled, *by_priority = self.by_name["stats"].call(
-            self._keys("stats")
-        )
-        counts = dict(zip(by_priority[::2], by_priority[1::2], strict=True))
-        return todos, in_progress, done, failed, age_ms, scheduled, counts
+    def stats(self) -> tuple[dict[str, int], int, dict[int, int]]:
+        """stats.lua: the size of each state (todos, in_progress, done, failed, scheduled,
+        cancelled) and the results kept, the age (ms) of the oldest pending job, and the jobs in
+        todos per priority (those with any)."""
+        reply = self.by_name["stats"].call(self._keys("stats"))
+        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *by_priority = reply
+        sizes = {
+            "results_kept": results,
+            "todos": todos,
+            "in_progress": in_progress,
+            "done": done,
+            "failed": failed,
+            "scheduled": scheduled,
+            "cancelled": cancelled,
+        }
+        return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
+
+    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
+        """cancel.lua: the state ``job_id`` was in (cancelled now if it was waiting or running; left
+        alone if it had ended), or None if the queue did not know it. ``token`` names the claim that
+        owned it as the caller read owners (None: no owner)."""
+        keys = self._keys("cancel", request=self._request(None), lock=self.k.lock(token or "-"))
+        args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel]
+        state: str | None = json.loads(self.by_name["cancel"].call(keys, args))[0]
+        return state or None
+
+    def progress(self, lease: Held, fraction: float, message: str) -> bool:
+        """progress.lua: keep a running job's progress; False when its claim no longer owns it."""
+        keys = self._keys("progress")
+        return bool(self.by_name["progress"].call(keys, [lease.id, lease.token, repr(fraction), message]))
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int

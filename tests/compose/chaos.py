@@ -175,6 +175,9 @@ class Verdict:
             found.append(f"{f.in_two_states} ids in two states: {', '.join(f.two_state_ids[:10])}")
         if f.unexplained_duplicates:
             found.append(f"{f.unexplained_duplicates} ids ran twice unexplained: {', '.join(f.unexplained_ids[:10])}")
+        if f.unrecorded_reclaims:
+            ids = ", ".join(f.unrecorded_ids[:10])
+            found.append(f"{f.unrecorded_reclaims} ids lost a lease their history does not show: {ids}")
         if f.created != self.plan.jobs:
             found.append(f"the audit knows {f.created} of the {self.plan.jobs} ids the creator was to make")
         if not self.drained:
@@ -215,9 +218,11 @@ class Verdict:
             f"| **in two states** | **{f.in_two_states}** |",
             f"| ran successfully more than once (duplicates) | {f.duplicates} |",
             f"| **duplicates not explained by a lost lease** | **{f.unexplained_duplicates}** |",
+            f"| **lost leases missing from the jobs' histories** | **{f.unrecorded_reclaims}** |",
             "",
             f"Runs: {f.successful_runs:,} successful, {f.failed_runs:,} failed (FAIL_RATE); "
-            f"{f.lease_losses} lost leases recorded (by the cleaner's sweeps). "
+            f"{f.lease_losses} lost leases recorded (by the cleaner's sweeps), and {f.history_reclaims} in the "
+            "jobs' own histories (lease lost and swept, or handed back still running). "
             f"The cleaner's continuous audit, read {self.cleaner_samples} times during the run, showed at worst "
             + ", ".join(f"{self.cleaner_worst.get(g, 0):g} {g.replace('_', ' ')}" for g in AUDIT_GAUGES)
             + ".",

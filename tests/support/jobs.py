@@ -8,7 +8,14 @@ The job id says what the job does:
     stuck-<n>             never returns, in C code (time.sleep: a JobTimeout never lands)
     fail-<n>              raises ValueError (always from the same line)
     gate-<n>              waits until the file $GATE exists (the test opens the gate)
+    value-<n>             returns {"id": <id>, "pid": <pid>} (a result to keep)
+    big-<bytes>-<n>       returns a string of that many x
+    odd-<n>               returns an object that is neither bytes nor JSON
+    progress-<n>          reports progress 0.5 "halfway", then waits 30 s
     anything else         returns at once
+
+A run that is cancelled while it runs logs ``cancelled <id> ...`` (JobCancelled in a thread, the
+task cancelled in the event loop) instead of its end.
 
 Each run appends one line to $EXEC_LOG when it starts and one when it ends:
 ``start <id> <pid> <time>`` / ``end <id> <pid> <time>`` (O_APPEND writes of one line are atomic).
@@ -23,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from setqueue import JobCancelled
+
 
 def _log(event: str, job_id: str) -> None:
     line = f"{event} {job_id} {os.getpid()} {time.time():.6f}\n"
@@ -33,35 +42,60 @@ def _log(event: str, job_id: str) -> None:
         os.close(fd)
 
 
-def handle(lease: Any) -> None:
+def handle(lease: Any) -> Any:
     _log("start", lease.id)
     kind = lease.id.split("-")[0]
-    if kind == "sleep":
-        time.sleep(float(lease.id.split("-")[1]))
-    elif kind == "spin":
-        while True:
-            sum(range(1000))
-    elif kind == "stuck":
-        time.sleep(3600)
-    elif kind == "fail":
-        raise ValueError(f"job {lease.id} fails, as its name says")
-    elif kind == "gate":
-        while not os.path.exists(os.environ["GATE"]):
-            time.sleep(0.02)
+    try:
+        if kind == "sleep":
+            time.sleep(float(lease.id.split("-")[1]))
+        elif kind == "spin":
+            while True:
+                sum(range(1000))
+        elif kind == "stuck":
+            time.sleep(3600)
+        elif kind == "fail":
+            raise ValueError(f"job {lease.id} fails, as its name says")
+        elif kind == "gate":
+            while not os.path.exists(os.environ["GATE"]):
+                time.sleep(0.02)
+        elif kind == "progress":
+            lease.progress(0.5, "halfway")
+            for _ in range(3000):
+                time.sleep(0.01)
+    except JobCancelled:
+        _log("cancelled", lease.id)
+        raise
     _log("end", lease.id)
+    return _returned(lease)
 
 
-async def handle_async(lease: Any) -> None:
+def _returned(lease: Any) -> Any:
+    kind = lease.id.split("-")[0]
+    if kind == "value":
+        return {"id": lease.id, "pid": os.getpid()}
+    if kind == "big":
+        return "x" * int(lease.id.split("-")[1])
+    if kind == "odd":
+        return object()
+    return None
+
+
+async def handle_async(lease: Any) -> Any:
     _log("start", lease.id)
     kind = lease.id.split("-")[0]
-    if kind == "sleep":
-        await asyncio.sleep(float(lease.id.split("-")[1]))
-    elif kind in ("spin", "stuck"):
-        await asyncio.sleep(3600)
-    elif kind == "gate":
-        while not os.path.exists(os.environ["GATE"]):
-            await asyncio.sleep(0.02)
+    try:
+        if kind == "sleep":
+            await asyncio.sleep(float(lease.id.split("-")[1]))
+        elif kind in ("spin", "stuck"):
+            await asyncio.sleep(3600)
+        elif kind == "gate":
+            while not os.path.exists(os.environ["GATE"]):
+                await asyncio.sleep(0.02)
+    except asyncio.CancelledError:
+        _log("cancelled", lease.id)
+        raise
     _log("end", lease.id)
+    return _returned(lease)
 
 
 class ExecutionLog:

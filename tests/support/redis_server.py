@@ -100,9 +100,9 @@ class PersistentRedisServer(RedisServer):
 
 def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
     """The ids in each state of a queue as stored: todos and in_progress in line order (zsets),
-    done and failed sorted (sets), scheduled by due time."""
+    done, failed and cancelled sorted (sets), scheduled by due time."""
     ordered = {"todos": keys.todos, "in_progress": keys.in_progress, "scheduled": keys.scheduled}
     found = {state: [text(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
-    for state, key in (("done", keys.done), ("failed", keys.failed)):
+    for state, key in (("done", keys.done), ("failed", keys.failed), ("cancelled", keys.cancelled)):
         found[state] = sorted(text(i) for i in client.smembers(key))  # type: ignore[union-attr]
     return found

@@ -4,28 +4,36 @@
 -- in_progress. That covers a lock that expired while nobody took the job over (the cleaner
 -- clears owners when it requeues, a new claim overwrites it). A stale ack changes nothing.
 -- Each claim's lock counts down by the jobs acked and is dropped when none is left. The job's
--- enqueue time, done time and attempt count go into finished, kept while done keeps the id.
+-- enqueue time, done time and attempt count go into finished, kept while done keeps the id, and
+-- what its handler returned (when it returned something) into results, kept result_ttl ms. The
+-- acked ids are published on the ended channel for whoever waits on a result.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress  KEYS[3] done
 -- KEYS[4] done_log     (zset: id -> done time in ms; drives the retention of done)
 -- KEYS[5] pending      KEYS[6] attempts   KEYS[7] payloads   KEYS[8] errors
 -- KEYS[9] owners       (hash: id -> lease token of its current claim)
--- KEYS[10] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
+-- KEYS[10] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>[:1]" of ended ids)
 -- KEYS[11] options     (hash: id -> the job's own options, forgotten once it is done)
+-- KEYS[12] results     (hash: id -> what its handler returned)
+-- KEYS[13] result_expiry (zset: id -> when its result expires, ms)
+-- KEYS[14] cancelled   KEYS[15] history   KEYS[16] progress  (forgotten with ids the retention drops)
 -- KEYS[FIRST_LOCK..]   lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] keep         most ids kept in done (0 = no limit); the oldest are dropped beyond it
+-- ARGV[2] keep         most ids kept in done and cancelled (0 = no limit); the oldest are dropped beyond it
+-- ARGV[3] result_ttl   how long a result is kept, ms (0: not kept)
+-- ARGV[4] ended        the channel the acked ids are published on ("done\n<id>\n<id>...")
 -- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T),
---                      enqueue time in ms (as the claim read it; "" if unknown) and attempt number
---                      of each lease (see includes/claims.lua)
+--                      enqueue time in ms (as the claim read it; "" if unknown), attempt number
+--                      and result ("" for none) of each lease (see includes/claims.lua)
 -- Returns a string: now ms, a space, then "1" for each lease acked and "0" for each stale one
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local options = KEYS[11]
-local FIRST_LOCK = 12  -- KEYS[FIRST_LOCK..] lock key of each claim
-local record_ttl, keep = ARGV[1], tonumber(ARGV[2])
-local CLAIMS = 3  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt
+local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
+local cancelled, history, progress = KEYS[14], KEYS[15], KEYS[16]
+local FIRST_LOCK = 17  -- KEYS[FIRST_LOCK..] lock key of each claim
+local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -36,11 +44,12 @@ local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
-local locks, tokens, ids, claim_of, enqueued, attempt = read_claims(FIRST_LOCK, CLAIMS, 4)
+local locks, tokens, ids, claim_of, enqueued, attempt, result = read_claims(FIRST_LOCK, CLAIMS, 5)
 local owner = redis.call('HMGET', owners, unpack(ids))
 
 -- One command per key for the whole batch, not one per id (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
+local returned, expiring = {}, {}
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
   -- The same lease twice in one call: the second one is stale (owners is cleared below).
@@ -49,8 +58,15 @@ for j = 1, #ids do
     owned[#owned + 1] = id
     scored[#scored + 1] = now
     scored[#scored + 1] = id
+    local with_result = result_ttl > 0 and result[j] ~= ''
+    if with_result then
+      returned[#returned + 1] = id
+      returned[#returned + 1] = result[j]
+      expiring[#expiring + 1] = now + result_ttl
+      expiring[#expiring + 1] = id
+    end
     kept[#kept + 1] = id
-    kept[#kept + 1] = finished_record(enqueued[j], now, attempt[j])
+    kept[#kept + 1] = finished_record(enqueued[j], now, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1
     flags[j] = '1'
   else
@@ -70,7 +86,12 @@ if acked > 0 then
   redis.call('HDEL', options, unpack(owned))
   redis.call('ZADD', done_log, unpack(scored))
   redis.call('HSET', finished, unpack(kept))
+  if #returned > 0 then
+    redis.call('HSET', results, unpack(returned))
+    redis.call('ZADD', result_expiry, unpack(expiring))
+  end
   for c, n in pairs(held_less) do count_down(locks[c], n) end
+  redis.call('PUBLISH', ended, 'done\n' .. table.concat(owned, '\n'))
 end
 
 if acked > 0 and keep > 0 then
@@ -79,8 +100,8 @@ if acked > 0 and keep > 0 then
     local oldest = redis.call('ZPOPMIN', done_log, excess)
     local dropped = {}
     for j = 1, #oldest, 2 do dropped[#dropped + 1] = oldest[j] end
-    forget_done(done, finished, dropped)
+    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, dropped)
   end
 end
 
-return record(request, now .. ' ' .. table.concat(flags), record_ttl)
+return record(request, now .. ' ' .. table.concat(flags, ''), record_ttl)

@@ -13,6 +13,7 @@
 -- KEYS[14] scheduled   (zset: id -> due time in ms)
 -- KEYS[15] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[16] options     (hash: id -> the job's own options)
+-- KEYS[17] cancelled   KEYS[18] results   KEYS[19] result_expiry   KEYS[20] history   KEYS[21] progress
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
@@ -21,6 +22,7 @@
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local cancelled, results, result_expiry, history, progress = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -37,6 +39,7 @@ if redis.call('ZREM', in_progress, id) == 1 then state = 'in_progress' end
 if redis.call('SREM', done, id) == 1 then state = 'done' end
 if redis.call('SREM', failed, id) == 1 then state = 'failed' end
 if redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled' end
+if redis.call('SREM', cancelled, id) == 1 then state = 'cancelled' end
 redis.call('HDEL', priorities, id)
 redis.call('ZREM', pending, id)
 redis.call('HDEL', attempts, id)
@@ -46,5 +49,9 @@ redis.call('ZREM', done_log, id)
 redis.call('HDEL', owners, id)
 redis.call('HDEL', finished, id)
 redis.call('HDEL', options, id)
+redis.call('HDEL', results, id)
+redis.call('ZREM', result_expiry, id)
+redis.call('HDEL', history, id)
+redis.call('HDEL', progress, id)
 
 return record(request, cjson.encode({state}), record_ttl)

@@ -1,6 +1,6 @@
 #!lua
 -- enqueue.lua: add job ids at the back of their priority's line in todos, in the order given, or
--- to scheduled when they are due later; an id the queue already knows (in any of the five states)
+-- to scheduled when they are due later; an id the queue already knows (in any of the six states)
 -- is left alone.
 --
 -- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
@@ -13,6 +13,7 @@
 -- KEYS[10] seq      (counter: the last place given in the line, see includes/rank.lua)
 -- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[12] options   (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
+-- KEYS[13] cancelled (set: cancelled ids, known like the others)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
@@ -24,7 +25,7 @@
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local seq, priorities, options = KEYS[10], KEYS[11], KEYS[12]
+local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local FIRST_JOB = 8  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
@@ -51,7 +52,7 @@ local later = due > now
 local added, new_ids, scored, seen = 0, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled) then
+  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, cancelled) then
     seen[id] = true
     added = added + 1
     new_ids[added] = id

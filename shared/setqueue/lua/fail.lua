@@ -5,7 +5,8 @@
 -- failed at once. Mode "release": back to todos in its old place, without using up an attempt (a
 -- worker handing back a job it did not start, or shutting down).
 -- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
--- already failed) changes nothing.
+-- already failed) changes nothing. Each of these is a line in the job's history (with the worker
+-- of the claim's token); dead-lettered ids are published on the ended channel.
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos          KEYS[3] in_progress   KEYS[4] failed
@@ -16,20 +17,22 @@
 -- KEYS[12] seq           (counter: the last place given in the line)
 -- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[14] options       (hash: id -> the job's own options: its max attempts, when it has them)
+-- KEYS[15] history       (hash: id -> the job's transitions off the happy path)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried (unless it has its own)
 -- ARGV[3] wake_cap       wake list cap
+-- ARGV[4] ended          the channel dead-lettered ids are published on ("failed\n<id>...")
 -- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then id, claim number (1..T),
 --                        mode ("retry", "dead" or "release"), reason and retry delay in ms (0: none)
 --                        of each lease (see includes/claims.lua)
 -- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local seq, priorities, options = KEYS[12], KEYS[13], KEYS[14]
-local FIRST_LOCK = 15  -- KEYS[FIRST_LOCK..] lock key of each claim
-local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
+local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local FIRST_LOCK = 16  -- KEYS[FIRST_LOCK..] lock key of each claim
+local record_ttl, max_attempts, wake_cap, ended = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "finish"
@@ -37,13 +40,14 @@ local CLAIMS = 4  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 -- @include "lock_countdown"
 -- @include "wake"
 -- @include "options"
+-- @include "history"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
 local now = now_ms()
-local outcomes, held_less = {}, {}
+local outcomes, held_less, dead = {}, {}, {}
 local retried, delayed = 0, 0
 for j = 1, #ids do
   local id, c, mode, reason, delay = ids[j], claim_of[j], modes[j], reasons[j], tonumber(delays[j])
@@ -54,7 +58,11 @@ for j = 1, #ids do
     rank = tonumber(rank)
     held_less[c] = (held_less[c] or 0) + 1
     redis.call('HDEL', owners, id)
+    local who, said = holder(tokens[c]), string.match(reason, '^[^\n]*')
+    local kind = 'failed'
+    if string.sub(reason, 1, 7) == 'timeout' then kind = 'timed out' end
     if mode == 'release' then
+      remember(history, id, now, 'handed back', who, said)
       redis.call('ZREM', in_progress, id)
       redis.call('ZADD', todos, rank, id)
       redis.call('HINCRBY', attempts, id, -1)
@@ -65,6 +73,7 @@ for j = 1, #ids do
       redis.call('HSET', errors, id, reason)
       redis.call('ZREM', in_progress, id)
       local priority = priority_of(rank)
+      remember(history, id, now, kind, who, said .. '; retried in ' .. (delay / 1000) .. 's')
       if delay > 0 then  -- back later: scheduled, out of pending until it is due again
         redis.call('ZREM', pending, id)
         redis.call('ZADD', scheduled, now + delay, id)
@@ -77,6 +86,8 @@ for j = 1, #ids do
       outcomes[#outcomes + 1] = 'retried'
     else
       dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
+      remember(history, id, now, kind, who, said .. '; dead-lettered')
+      dead[#dead + 1] = id
       outcomes[#outcomes + 1] = 'dead'
     end
   end
@@ -87,5 +98,6 @@ for c, n in pairs(held_less) do count_down(locks[c], n) end
 -- A delayed retry wakes one idle worker too: its empty claim learns when the job is due, and it
 -- sleeps until then instead of a whole IDLE_WAIT_SECONDS.
 if retried + delayed > 0 then wake_workers(wake, 1, wake_cap) end
+if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
 
 return record(request, table.concat(outcomes, ' '), record_ttl)

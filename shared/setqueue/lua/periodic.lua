@@ -14,13 +14,14 @@
 -- KEYS[9] wake       (list that idle workers block on)
 -- KEYS[10] periodic  (hash: schedule name -> slot time in ms of its latest run created)
 -- KEYS[11] seq       (counter: the last place given in the line)
+-- KEYS[12] cancelled (set: cancelled ids, known like the others)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] wake_cap     wake list cap
 -- ARGV[FIRST_RUN..]    name, slot_ms, id, payload ("" for none): the latest slot of each schedule
 -- Returns a JSON string: [[names whose run was created], [names seen for the first time]]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local scheduled, pending, payloads, wake, periodic = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local seq = KEYS[11]
+local seq, cancelled = KEYS[11], KEYS[12]
 local record_ttl, wake_cap = ARGV[1], ARGV[2]
 local FIRST_RUN = 3  -- ARGV[FIRST_RUN..] one record of 4 args per schedule: name, slot_ms, id, payload
 -- @include "request_record"
@@ -46,7 +47,7 @@ for j = 1, count do
     first_seen[#first_seen + 1] = name
   elseif slot > tonumber(last) then
     redis.call('HSET', periodic, name, slot)
-    if not is_known(id, todos, in_progress, done, failed, scheduled) then
+    if not is_known(id, todos, in_progress, done, failed, scheduled, cancelled) then
       join_line(todos, seq, {id}, 0)
       redis.call('ZADD', pending, now, id)
       if given[j] ~= '' then redis.call('HSET', payloads, id, given[j]) end

@@ -1,25 +1,29 @@
 #!lua
 -- requeue_failed.lua: an operator's retry of dead-lettered jobs: failed -> the back of their
--- priority's line in todos, with a fresh attempt count. Ids not in failed are left alone.
+-- priority's line in todos, with a fresh attempt count, and a line in its history. Ids not in
+-- failed are left alone.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] failed   KEYS[4] pending   KEYS[5] attempts   KEYS[6] errors   KEYS[7] wake
 -- KEYS[8] finished     (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
 -- KEYS[9] seq          (counter: the last place given in the line)
 -- KEYS[10] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
+-- KEYS[11] history     (hash: id -> the job's transitions off the happy path)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] wake_cap     wake list cap
+-- ARGV[3] who          who requeues (host:pid), for the history
 -- ARGV[FIRST_ID..]     the ids
 -- Returns a JSON string: [number of ids moved back to todos]
 local request, todos, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, wake, finished = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local seq, priorities = KEYS[9], KEYS[10]
-local record_ttl, wake_cap = ARGV[1], ARGV[2]
-local FIRST_ID = 3  -- ARGV[FIRST_ID..] the ids
+local seq, priorities, history = KEYS[9], KEYS[10], KEYS[11]
+local record_ttl, wake_cap, who = ARGV[1], ARGV[2], ARGV[3]
+local FIRST_ID = 4  -- ARGV[FIRST_ID..] the ids
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "wake"
 -- @include "rank"
+-- @include "history"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -33,6 +37,7 @@ for i = FIRST_ID, #ARGV do
     ids[moved] = id
     priority[moved] = tonumber(redis.call('HGET', priorities, id)) or 0
     scored[2 * moved - 1], scored[2 * moved] = now, id
+    remember(history, id, now, 'requeued', who, 'from the dead letters')
   end
 end
 if moved > 0 then

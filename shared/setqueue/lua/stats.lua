@@ -5,11 +5,15 @@
 -- KEYS[1] todos   KEYS[2] in_progress   KEYS[3] done   KEYS[4] failed
 -- KEYS[5] pending (zset: id -> enqueue time in ms)
 -- KEYS[6] scheduled (zset: id -> due time in ms)
+-- KEYS[7] cancelled (set: cancelled ids)
+-- KEYS[8] results   (hash: id -> a done job's result)
 -- No ARGV.
 -- Returns an array: [todos, in_progress, done, failed, age of the oldest pending job in ms (0 if
--- none), scheduled], then priority, number of jobs in todos for each priority that has any, highest
+-- none), scheduled, cancelled, results kept], then priority, number of jobs in todos for each priority that
+-- has any, highest
 -- priority first
 local todos, in_progress, done, failed, pending, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local cancelled, results = KEYS[7], KEYS[8]
 -- @include "now_ms"
 -- @include "rank"
 
@@ -20,6 +24,7 @@ if #oldest == 2 then age = math.max(0, now - tonumber(oldest[2])) end
 local reply = {
   redis.call('ZCARD', todos), redis.call('ZCARD', in_progress),
   redis.call('SCARD', done), redis.call('SCARD', failed), age, redis.call('ZCARD', scheduled),
+  redis.call('SCARD', cancelled), redis.call('HLEN', results),
 }
 for priority = TOP_PRIORITY, -TOP_PRIORITY, -1 do
   local lowest = rank_of(priority, 0)

@@ -6,7 +6,8 @@
 -- whose owner changed meanwhile waits for the next sweep; an id another cleaner already moved is
 -- no longer in in_progress: so concurrent sweeps are safe. Also drops ids from done that are
 -- older than the age retention, and promotes scheduled jobs that are due (at most trim_limit) into
--- todos, waking idle workers for them.
+-- todos, waking idle workers for them, and drops results past their TTL. Each id it moves gets a
+-- line in its history naming the worker that held it; dead-lettered ones are published as ended.
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
@@ -18,12 +19,15 @@
 -- KEYS[15] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[16] options       (hash: id -> the job's own options: its max attempts, when it has them)
 -- KEYS[17] swept         (string with a TTL of a day from the last sweep: its age is a day less its TTL)
+-- KEYS[18] history       KEYS[19] results   KEYS[20] result_expiry   KEYS[21] cancelled   KEYS[22] progress
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   (unless a job has its own)
 -- ARGV[3] wake_cap       wake list cap
 -- ARGV[4] max_age        done retention age in ms (0 = keep forever)
--- ARGV[5] trim_limit     most ids to drop from done, and to promote from scheduled, in this call
+-- ARGV[5] trim_limit     most ids to drop from done, expired results to drop, and to promote from scheduled, in this call
+-- ARGV[6] who            the sweeper (host:pid), for the history
+-- ARGV[7] ended          the channel dead-lettered ids are published on ("failed\n<id>...")
 -- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then candidate id, claim number
 --                        (1..T, or 0: no owner) of each candidate (see includes/claims.lua)
 -- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done,
@@ -31,11 +35,12 @@
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local options, swept = KEYS[16], KEYS[17]
-local FIRST_LOCK = 18  -- KEYS[FIRST_LOCK..] lock key of each claim
+local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local cancelled, progress = KEYS[21], KEYS[22]
+local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local max_age, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
-local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
 local SWEPT_TTL_MS = 86400000  -- the sweep stamp lasts a day: how long ago it was set is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
@@ -44,6 +49,7 @@ local SWEPT_TTL_MS = 86400000  -- the sweep stamp lasts a day: how long ago it w
 -- @include "finish"
 -- @include "promote"
 -- @include "options"
+-- @include "history"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -65,11 +71,15 @@ for j = 1, #ids do
       redis.call('HDEL', owners, id)
       local tries = tonumber(redis.call('HGET', attempts, id)) or 0
       local most = attempts_allowed(options, id, max_attempts)
+      local held_by = '?'
+      if c > 0 then held_by = holder(tokens[c]) end
       if tries >= most then
         local reason = 'lease expired on attempt ' .. tries .. ' of ' .. most
         dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
+        remember(history, id, now, 'lease lost', held_by, 'swept by ' .. who .. '; dead-lettered: ' .. reason)
         dead[#dead + 1] = id
       else
+        remember(history, id, now, 'lease lost', held_by, 'swept by ' .. who .. '; back in line')
         redis.call('ZREM', in_progress, id)
         redis.call('ZADD', todos, tonumber(rank), id)
         requeued[#requeued + 1] = id
@@ -79,15 +89,22 @@ for j = 1, #ids do
 end
 
 if #requeued > 0 then wake_workers(wake, 1, wake_cap) end
+if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
 
 local trimmed = 0
 if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
   if #old > 0 then
-    forget_done(done, finished, old)
+    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, old)
     redis.call('ZREM', done_log, unpack(old))
   end
   trimmed = #old
+end
+
+local expired = redis.call('ZRANGE', result_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0, trim_limit)
+if #expired > 0 then
+  redis.call('HDEL', results, unpack(expired))
+  redis.call('ZREM', result_expiry, unpack(expired))
 end
 
 local promoted = promote_due(scheduled, todos, pending, priorities, seq, now, trim_limit)

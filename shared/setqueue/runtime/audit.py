@@ -100,15 +100,18 @@ class AuditReport:
     duplicates: int  # ids that succeeded more than once
     unexplained_duplicates: int  # ... more often than 1 + their lost leases
     lease_losses: int
+    history_reclaims: int  # lines "lease lost" and "handed back" in the jobs' histories
+    unrecorded_reclaims: int  # ids with more lost leases recorded than their history shows
     lost_ids: tuple[str, ...]  # up to SAMPLE of each
     two_state_ids: tuple[str, ...]
     unexplained_ids: tuple[str, ...]
+    unrecorded_ids: tuple[str, ...]
     finished_at: float  # Unix time
     seconds: float  # how long the audit took
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.in_two_states or self.unexplained_duplicates)
+        return not (self.lost or self.in_two_states or self.unexplained_duplicates or self.unrecorded_reclaims)
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -139,11 +142,23 @@ class _Tally:
     lost: _Finding = field(default_factory=_Finding)
     two_states: _Finding = field(default_factory=_Finding)
     unexplained: _Finding = field(default_factory=_Finding)
+    unrecorded: _Finding = field(default_factory=_Finding)
     trimmed: int = 0
     successful_runs: int = 0
     failed_runs: int = 0
     duplicates: int = 0
     lease_losses: int = 0
+    history_reclaims: int = 0
+
+
+# The history lines that say a job went back while a run of it may have gone on.
+RECLAIMS = ("lease lost", "handed back")
+
+
+def reclaims_in(history: Any) -> int:
+    """How many times a job's history says it went back while a run may have gone on."""
+    lines = [] if history is None else text(history).splitlines()
+    return sum(1 for line in lines if line.split("\t")[1:2] and line.split("\t")[1] in RECLAIMS)
 
 
 class Auditor:
@@ -181,6 +196,8 @@ class Auditor:
         pipe.smismember(k.done, ids)
         pipe.smismember(k.failed, ids)
         pipe.zmscore(k.scheduled, ids)
+        pipe.smismember(k.cancelled, ids)
+        pipe.hmget(k.history, ids)
         pipe.hmget(k.audit_successes, ids)
         pipe.hmget(k.audit_failures, ids)
         pipe.hmget(k.audit_lease_lost, ids)
@@ -221,7 +238,7 @@ class AuditPass:
 
     def _judge(self, ids: list[str], replies: list[list[Any]]) -> None:
         t = self._tally
-        todos, in_progress, done, failed, scheduled, successes, failures, lease_lost = replies
+        todos, in_progress, done, failed, scheduled, cancelled, history, successes, failures, lease_lost = replies
         for i, job_id in enumerate(ids):
             present = (
                 todos[i] is not None,
@@ -229,12 +246,19 @@ class AuditPass:
                 bool(done[i]),
                 bool(failed[i]),
                 scheduled[i] is not None,
+                bool(cancelled[i]),
             )
             succeeded = int(successes[i] or 0)
             lost_leases = int(lease_lost[i] or 0)
+            reclaimed = reclaims_in(history[i])
             t.successful_runs += succeeded
             t.failed_runs += int(failures[i] or 0)
             t.lease_losses += lost_leases
+            t.history_reclaims += reclaimed
+            # A history keeps its last ten lines: a longer one may have let older reclaims go.
+            kept_whole = history[i] is None or text(history[i]).count("\n") < 9
+            if lost_leases > reclaimed and kept_whole:
+                t.unrecorded.add(job_id)
             where = [state for state, here in zip(STATES, present, strict=True) if here]
             if len(where) > 1:
                 t.two_states.add(job_id)
@@ -246,7 +270,7 @@ class AuditPass:
                 t.lost.add(job_id)
             if succeeded > 1:
                 t.duplicates += 1
-                if succeeded > 1 + lost_leases:
+                if succeeded > 1 + max(lost_leases, reclaimed):
                     t.unexplained.add(job_id)
 
     def report(self) -> AuditReport:
@@ -262,9 +286,12 @@ class AuditPass:
             duplicates=t.duplicates,
             unexplained_duplicates=t.unexplained.count,
             lease_losses=t.lease_losses,
+            history_reclaims=t.history_reclaims,
+            unrecorded_reclaims=t.unrecorded.count,
             lost_ids=tuple(t.lost.ids),
             two_state_ids=tuple(t.two_states.ids),
             unexplained_ids=tuple(t.unexplained.ids),
+            unrecorded_ids=tuple(t.unrecorded.ids),
             finished_at=time.time(),
             seconds=time.monotonic() - self.started,
         )

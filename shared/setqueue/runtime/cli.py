@@ -12,6 +12,8 @@
     requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given),
                              their attempt count reset: each gets MAX_ATTEMPTS claims again
     delete ID                remove a job whatever its state
+    cancel ID [ID ...]       cancel jobs: a waiting one never starts, a running one is stopped
+    result ID [--wait 30s]   what a job's handler returned (JSON), waiting for it to end
     schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
     schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
     schedules remove NAME    stop one
@@ -19,12 +21,14 @@
     acl-rule [USER]          the ACL SETUSER command of a least-privilege setqueue user
 
 --redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found (or
-doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command).
+doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the
+job failed or was cancelled (result), 124 the job had not ended within --wait (result).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import datetime
@@ -43,7 +47,7 @@ import redis
 from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
-from setqueue.jobs import job_options
+from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
 from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, parse_queue_names, validate_job_id, validate_priority
 from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
@@ -53,7 +57,7 @@ from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, 
 from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
-EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS, EXIT_JOB_FAILED, EXIT_NOT_ENDED = 0, 1, 2, 3, 4, 124
 PROG = "setqueue"
 
 
@@ -159,6 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = sub.add_parser("delete", help="remove a job whatever its state")
     delete.add_argument("id", metavar="ID")
+
+    cancel_help = "cancel jobs: a waiting one never starts, a running one is stopped; never retried"
+    cancel = sub.add_parser("cancel", help=cancel_help, description=cancel_help[0].upper() + cancel_help[1:])
+    cancel.add_argument("ids", nargs="+", metavar="ID")
+
+    result_help = "what a job's handler returned (JSON; bytes as they are), waiting for the job to end"
+    result = sub.add_parser(
+        "result",
+        help=result_help,
+        description=result_help[0].upper() + result_help[1:] + ". Exit code 4 when it failed or was cancelled "
+        "(its error on stderr), 124 when it had not ended within --wait.",
+    )
+    result.add_argument("id", metavar="ID")
+    result.add_argument("--wait", metavar="DURATION", help="wait this long at most: 30s, 15m (default: do not wait)")
 
     schedules_help = "the periodic jobs in force: name, cron, the last slot handled and the next run (UTC)"
     schedules = sub.add_parser(
@@ -400,6 +418,12 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         print(f"deleted {args.id} (was in {state})", file=out)
         return EXIT_OK
 
+    if args.command == "cancel":
+        return _cancel(args.ids, queue, out)
+
+    if args.command == "result":
+        return _result(args, queue, out)
+
     if args.command == "schedules":
         return _schedules(args, queue, out)
 
@@ -419,6 +443,50 @@ def _warn_if_evicting(queue: JobQueue, url: str) -> None:
         return  # the command itself says so
     if warning is not None:
         print(f"{PROG}: warning: {one_line(warning)}", file=sys.stderr, flush=True)
+
+
+def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
+    """Cancel each id; one line each. Exit 1 when one was not found (the others are cancelled)."""
+    with _bad_ids_are_usage_errors():
+        for job_id in ids:  # all checked before anything is written
+            validate_job_id(job_id)
+    code = EXIT_OK
+    for job_id in ids:
+        state = queue.cancel(job_id)
+        if state is None:
+            print(f"{PROG}: job {one_line(job_id)!r} not found in queue {queue.name!r}", file=sys.stderr)
+            code = EXIT_NOT_FOUND
+        elif state in ("done", "failed", "cancelled"):
+            print(f"{job_id} had ended ({state}): nothing changed", file=out)
+        else:
+            print(f"cancelled {job_id} (was {'running' if state == 'in_progress' else 'in ' + state})", file=out)
+    return code
+
+
+def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
+    """Print what the job's handler returned, once it ended (within --wait)."""
+    wait = 0.0 if args.wait is None else parse_duration(args.wait, "--wait")
+    try:
+        with _bad_ids_are_usage_errors():
+            value = queue.result(args.id, timeout=wait)
+    except TimeoutError:
+        info = queue.inspect(args.id)
+        state = "" if info is None else f" (it is in {info.state})"
+        raise CliError(f"job {args.id!r} has not ended{state}", EXIT_NOT_ENDED) from None
+    except JobFailed as exc:
+        raise CliError(str(exc).partition("\n")[0], EXIT_JOB_FAILED) from None
+    except (UnknownJob, ResultGone) as exc:
+        raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    if isinstance(value, bytes):
+        binary = getattr(out, "buffer", None)
+        if binary is not None:
+            out.flush()
+            binary.write(value)
+            binary.flush()
+            return EXIT_OK
+        value = {"bytes_base64": base64.b64encode(value).decode("ascii")}
+    print(json.dumps(value, ensure_ascii=False), file=out)
+    return EXIT_OK
 
 
 def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:

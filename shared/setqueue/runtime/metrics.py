@@ -214,6 +214,14 @@ class WorkerMetrics(ServiceMetrics):
             ["queue"],
             registry=registry,
         )
+        self.jobs_cancelled = Counter(
+            "setqueue_jobs_cancelled_total",
+            "Cancelled jobs this worker stopped, by queue and where they were: running (interrupted) "
+            "or unstarted (dropped from its buffer).",
+            ["queue", "where"],
+            registry=registry,
+        )
+        self.history_records = history_counter(registry)
         self.zombie_threads = Gauge(
             "setqueue_worker_zombie_threads",
             "Slots whose job timed out but has not returned: lost until it does.",
@@ -296,6 +304,13 @@ class CleanerMetrics(ServiceMetrics):
             ["queue", "priority"],
             registry=registry,
         )
+        self.results_kept = Gauge(
+            "setqueue_results_kept",
+            "Results of done jobs kept for result() (dropped after RESULT_TTL_SECONDS), by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.history_records = history_counter(registry)
         self.oldest_pending_age = Gauge(
             "setqueue_oldest_pending_age_seconds",
             "Age of the oldest job not yet done or dead-lettered (0 when there is none), by queue.",
@@ -350,6 +365,17 @@ class AuditMetrics:
         self.unexplained_duplicates.set(report["unexplained_duplicates"])
         self.last_timestamp.set(report["finished_at"])
         self.duration.set(report["seconds"])
+
+
+def history_counter(registry: CollectorRegistry) -> Counter:
+    """Workers (failed, timed out, handed back) and the cleaner (lease lost) record a line in a
+    job's history for each transition off the happy path."""
+    return Counter(
+        "setqueue_history_records_total",
+        "Transitions off the happy path this process recorded in jobs' histories, by queue and kind.",
+        ["queue", "kind"],
+        registry=registry,
+    )
 
 
 def dead_lettered_counter(registry: CollectorRegistry, queues: Sequence[str]) -> Counter:

@@ -474,6 +474,24 @@ SETTINGS: tuple[Setting, ...] = (
         high=60,
     ),
     Setting(
+        "RESULT_TTL_SECONDS",
+        float,
+        queue_default("result_ttl_seconds"),
+        "How long what a handler returns is kept, for result() and setqueue result (0 = not kept; None is never kept)",
+        "worker",
+        low=0,
+        high=30 * 86400,
+    ),
+    Setting(
+        "RESULT_MAX_BYTES",
+        int,
+        queue_default("result_max_bytes"),
+        "Largest result kept (bytes of its JSON, or of base64 for bytes); a larger one fails the job, not retried",
+        "worker",
+        low=1,
+        high=512 * 1024 * 1024,
+    ),
+    Setting(
         "STANDIN_SWEEP_SECONDS",
         float,
         "60",
@@ -727,6 +745,8 @@ class WorkerSettings(CommonSettings):
     fail_rate: float
     shutdown_grace_seconds: float
     idle_wait_seconds: float
+    result_ttl_seconds: float
+    result_max_bytes: int
     standin_sweep_seconds: float
 
     def queue_options(self) -> dict[str, Any]:
@@ -734,6 +754,8 @@ class WorkerSettings(CommonSettings):
             **super().queue_options(),
             "retry_backoff_seconds": self.retry_backoff_seconds,
             "retry_backoff_max_seconds": self.retry_backoff_max_seconds,
+            "result_ttl_seconds": self.result_ttl_seconds,
+            "result_max_bytes": self.result_max_bytes,
         }
 
 

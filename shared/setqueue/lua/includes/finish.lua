@@ -1,18 +1,27 @@
--- includes/finish.lua: what the queue keeps of a job that finished (done or failed), and forgets
--- with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>" (the enqueue
--- time empty when unknown); the job's entry in attempts goes, so a finished job costs one field.
+-- includes/finish.lua: what the queue keeps of a job that finished (done, failed or cancelled),
+-- and forgets with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>"
+-- (the enqueue time empty when unknown), then ":1" when a result was kept (so that a result gone
+-- can be told from none); the job's entry in attempts goes, so a finished job costs one field.
 -- @include "rank"
-local function finished_record(enqueued_ms, now, attempts)
-  return (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
+local function finished_record(enqueued_ms, now, attempts, result_kept)
+  local record = (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
+  if result_kept then record = record .. ':1' end
+  return record
 end
 
--- forget_done(done, finished, ids): drop ids from done with what is kept of them, in slices:
--- unpack() has a limit, and a lowered retention may drop many at once.
-local function forget_done(done, finished, ids)
+-- forget_ended(done, cancelled, finished, results, result_expiry, history, progress, ids): drop
+-- ids that left done or cancelled by the retention (they share it) with all that is kept of them.
+-- In slices: unpack() has a limit, and a lowered retention may drop many at once.
+local function forget_ended(done, cancelled, finished, results, result_expiry, history, progress, ids)
   for s = 1, #ids, 1000 do
     local last = math.min(s + 999, #ids)
     redis.call('SREM', done, unpack(ids, s, last))
+    redis.call('SREM', cancelled, unpack(ids, s, last))
     redis.call('HDEL', finished, unpack(ids, s, last))
+    redis.call('HDEL', results, unpack(ids, s, last))
+    redis.call('ZREM', result_expiry, unpack(ids, s, last))
+    redis.call('HDEL', history, unpack(ids, s, last))
+    redis.call('HDEL', progress, unpack(ids, s, last))
   end
 end
 
