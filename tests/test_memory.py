@@ -119,6 +119,19 @@ def test_a_full_redis_refuses_what_adds_work_whole_and_runs_what_finishes_or_fre
     short.close()
 
 
+def test_a_cancelled_job_leaves_nothing_once_the_retention_drops_it(tight: RedisServer, admin: redis.Redis) -> None:
+    q = Queue.from_url(tight.url, "gone", done_max_count=1, retry_backoff_seconds=0)
+    q.enqueue({"a": "payload-a", "b": "payload-b"}, max_attempts=3)
+    q.fail(q.claim(1)[0], "boom")  # a's error and own options are kept while it waits
+    assert (q.cancel("a"), q.cancel("b")) == ("todos", "todos")
+    q.enqueue(["c"])
+    q.ack(q.claim(1)[0])  # the retention keeps one id: a and b go
+    for hash_key in (q.keys.payloads, q.keys.errors, q.keys.options, q.keys.finished, q.keys.history):
+        assert set(admin.hkeys(hash_key)) <= {"c"}, hash_key
+    assert queue_members(admin, q.keys)["cancelled"] == []
+    q.close()
+
+
 @pytest.mark.slow
 def test_a_full_redis_does_not_stall_the_cleaner(
     tight: RedisServer, admin: redis.Redis, tmp_path: Path, procs: list[Proc]

@@ -4,7 +4,9 @@
 -- published on the cancel channel for the worker running it to stop it. A job that ended (done,
 -- failed, cancelled) is left alone. The job's enqueue time and attempts go into finished, and it
 -- joins done_log, so the retention of done keeps cancelled jobs as long. A history line names who
--- cancelled it and the worker that held it; the id is published as ended ("cancelled").
+-- cancelled it and the worker that held it; the id is published as ended ("cancelled"). Its
+-- payload, its last error and its own options go, as a done job's do: the retention forgets a
+-- cancelled id with what finished, history and progress keep of it, never with those.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed   KEYS[6] scheduled
@@ -14,6 +16,7 @@
 -- KEYS[14] history     (hash: id -> the job's transitions off the happy path)
 -- KEYS[15] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
 --                      caller read owners (any lock key of the queue if none did)
+-- KEYS[16] payloads   KEYS[17] errors   KEYS[18] options
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
@@ -25,6 +28,7 @@
 local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 -- @include "request_record"
 -- @include "now_ms"
@@ -60,6 +64,9 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
   redis.call('ZREM', pending, id)
   redis.call('HDEL', attempts, id)
   redis.call('HDEL', priorities, id)
+  redis.call('HDEL', payloads, id)
+  redis.call('HDEL', errors, id)
+  redis.call('HDEL', options, id)
   redis.call('SADD', cancelled, id)
   redis.call('ZADD', done_log, now, id)
   redis.call('HSET', finished, id, finished_record(enqueued, now, tries, false))
