@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from setqueue import FailOutcome, Queue, open_queue
+from setqueue import FailOutcome, JobFailed, Queue, ResultGone, open_queue
 from setqueue.runtime.acl import rule
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.pressure import read_memory
-from setqueue.scripts import NAMES, SOURCES
+from setqueue.scripts import ACK_KEEPING_RESULTS, NAMES, SOURCES
 from tests.support import RedisServer, queue_members
 from tests.support.cluster import RedisClusterNodes
 from tests.support.jobs import ExecutionLog
@@ -26,8 +26,9 @@ from tests.support.procs import Proc
 from tests.support.waits import wait_until, wait_until_leases_expire
 
 # What each script does when Redis is out of memory: its first line says so (docs/guide.md).
-RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete"}  # they finish, hand back or free work
-REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic"}  # they add work
+# they finish, hand back, stop or free work
+RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete", "cancel"}
+REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic", "progress"}  # they add work, or only memory
 READ_ONLY = {"stats"}
 
 
@@ -73,6 +74,9 @@ def test_every_script_states_what_it_does_when_redis_is_out_of_memory() -> None:
             assert first == "#!lua", name
         else:
             assert first == "#!lua flags=no-writes", name
+    # An ack that keeps results is first sent as ack.lua refused whole when full (see below).
+    assert ACK_KEEPING_RESULTS.splitlines()[0] == "#!lua"
+    assert ACK_KEEPING_RESULTS.splitlines()[1:] == SOURCES["ack"].splitlines()[1:]
 
 
 def test_a_full_redis_refuses_what_adds_work_whole_and_runs_what_finishes_or_frees_it(
@@ -117,6 +121,42 @@ def test_a_full_redis_refuses_what_adds_work_whole_and_runs_what_finishes_or_fre
     assert full(admin)
     q.close()
     short.close()
+
+
+def test_a_full_redis_acks_without_results_cancels_and_drops_progress_reports(
+    tight: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While Redis is full a job is done all the same, but what its handler returned is not kept
+    (result() says it is gone); a job can be cancelled, running or waiting; a progress report is
+    dropped, not raised into the handler. With room again, results are kept."""
+    q = Queue.from_url(tight.url, "life")
+    q.enqueue({"a": "pa", "b": "pb", "c": "pc", "d": "pd", "w": "pw"})
+    a, b, c, d = q.claim(4)
+    admin.config_set("maxmemory", used_memory(admin) // 2)
+    assert full(admin)
+
+    assert a.progress(0.5, "halfway") is True  # dropped, not raised; the lease still owns the job
+    assert not admin.exists(q.keys.progress)
+    assert q.ack(a, {"total": "x" * 10_000})
+    assert "Redis is full (out of memory): 1 jobs done without keeping" in caplog.text
+    info = q.inspect("a")
+    assert info is not None and (info.state, info.result_kept) == ("done", False)
+    with pytest.raises(ResultGone, match="Redis was full"):
+        q.result("a", timeout=0)
+    assert q.ack(b) and q.result("b", timeout=0) is None  # returned nothing: nothing to drop
+
+    assert q.cancel("c") == "in_progress" and q.cancel("w") == "todos"
+    assert c.progress(0.9) is False  # cancelled: the lease no longer owns it
+    for job_id in ("c", "w"):
+        with pytest.raises(JobFailed, match="cancelled"):
+            q.result(job_id, timeout=0)
+    assert not admin.hexists(q.keys.payloads, "c") and not admin.hexists(q.keys.payloads, "w")
+    assert full(admin)
+
+    admin.config_set("maxmemory", 0)
+    assert d.progress(0.5, "halfway") is True
+    assert q.ack(d, [1, 2]) and q.result("d", timeout=0) == [1, 2]
+    q.close()
 
 
 def test_a_cancelled_job_leaves_nothing_once_the_retention_drops_it(tight: RedisServer, admin: redis.Redis) -> None:

@@ -8,6 +8,12 @@
 -- what its handler returned (when it returned something) into results, kept result_ttl ms. The
 -- acked ids are published on the ended channel for whoever waits on a result.
 --
+-- Runs when Redis is full (allow-oom): a finished job is never held up for lack of memory. What
+-- its handler returned only adds to memory, though, so an ack that keeps results is first sent as
+-- this same script refused whole when Redis is full (scripts.py, ACK_KEEPING_RESULTS); refused,
+-- it is sent again as this one with drop_results "1": the jobs are done and their finished
+-- records say a result was returned (":1"), but no result is written, so result() says it is gone.
+--
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress  KEYS[3] done
 -- KEYS[4] done_log     (zset: id -> done time in ms; drives the retention of done)
@@ -23,6 +29,7 @@
 -- ARGV[2] keep         most ids kept in done and cancelled (0 = no limit); the oldest are dropped beyond it
 -- ARGV[3] result_ttl   how long a result is kept, ms (0: not kept)
 -- ARGV[4] ended        the channel the acked ids are published on ("done\n<id>\n<id>...")
+-- ARGV[5] drop_results "1": write no result (Redis is full); "0": keep them
 -- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T),
 --                      enqueue time in ms (as the claim read it; "" if unknown), attempt number
 --                      and result ("" for none) of each lease (see includes/claims.lua)
@@ -33,7 +40,8 @@ local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
 local cancelled, history, progress = KEYS[14], KEYS[15], KEYS[16]
 local FIRST_LOCK = 17  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
+local drop_results = ARGV[5]
+local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -59,7 +67,7 @@ for j = 1, #ids do
     scored[#scored + 1] = now
     scored[#scored + 1] = id
     local with_result = result_ttl > 0 and result[j] ~= ''
-    if with_result then
+    if with_result and drop_results ~= '1' then
       returned[#returned + 1] = id
       returned[#returned + 1] = result[j]
       expiring[#expiring + 1] = now + result_ttl

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cancel.lua: cancel one job. One waiting in todos or scheduled goes to cancelled and never
 -- starts; one in progress goes to cancelled at once too (its owner cleared, its claim's lock
 -- counted down, so any later ack, fail or renewal of that attempt is stale), and its id is

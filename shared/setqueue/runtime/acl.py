@@ -20,7 +20,7 @@ import re
 
 from redis import exceptions as rexc
 
-from setqueue.scripts import SOURCES
+from setqueue.scripts import ACK_KEEPING_RESULTS, SOURCES
 
 # The commands setqueue sends, and why. Redis's ACL names, lower case; a|b is subcommand b of a.
 COMMANDS: dict[str, str] = {
@@ -65,6 +65,7 @@ _IN_SCRIPT = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
 _COMMAND = re.compile(r"'([a-z|]+)' command")
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 _SCRIPT_NAMES = {hashlib.sha1(source.encode()).hexdigest(): name for name, source in SOURCES.items()}
+_SCRIPT_NAMES[hashlib.sha1(ACK_KEEPING_RESULTS.encode()).hexdigest()] = "ack"  # the same lines, another first
 
 
 def explain_refusal(error: Exception) -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
