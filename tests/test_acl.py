@@ -6,6 +6,7 @@ ignores. A user without a command it needs gets one line naming it and exit code
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
@@ -17,13 +18,15 @@ from typing import Any
 import pytest
 import redis
 
-from setqueue import LeaseKeeper, NotReplicated, Queue, open_queue
-from setqueue.runtime.acl import rule, setuser
+from setqueue import JobFailed, LeaseKeeper, NotReplicated, Queue, open_queue
+from setqueue.runtime.acl import COMMANDS, rule, setuser
 from setqueue.runtime.audit import Auditor, AuditRecorder
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.periodic import add_schedule, registered, remove_schedule
+from setqueue.scripts import ACK_KEEPING_RESULTS, SOURCES
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
+from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until, wait_until_leases_expire
 
@@ -71,6 +74,13 @@ def test_the_rule_is_what_acl_rule_prints(capsys: pytest.CaptureFixture[str]) ->
     assert not {"+config", "+config|get", "+keys", "+flushall", "+flushdb", "+debug", "+acl"} & set(words)
     assert cli_main(["acl-rule", "no spaces"], out=io.StringIO()) == 2
     assert setuser() in (REPO_ROOT / "docs" / "guide.md").read_text(), "docs/guide.md shows another rule"
+
+
+def test_every_command_a_script_runs_is_in_the_rule() -> None:
+    granted = {command for group in COMMANDS.values() for command in group.split()}
+    for name, source in [*SOURCES.items(), ("ack (keeping results)", ACK_KEEPING_RESULTS)]:
+        called = {command.lower() for command in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source)}
+        assert called <= granted, f"{name}.lua runs {sorted(called - granted)}, which the rule does not grant"
 
 
 def test_the_whole_library_works_under_the_rule(admin: redis.Redis, user_url: str) -> None:
@@ -124,6 +134,28 @@ def test_the_whole_library_works_under_the_rule(admin: redis.Redis, user_url: st
     assert refusals(admin) == []
 
 
+def test_a_jobs_whole_life_works_under_the_rule(admin: redis.Redis, user_url: str) -> None:
+    """Results (kept, waited on through the ended channel), cancel, history and progress."""
+    q = Queue.from_url(user_url, f"acl-{uuid.uuid4().hex[:6]}", retry_backoff_seconds=0)
+    q.enqueue(["r", "c", "h"])
+    r, c, h = q.claim(3)
+    q.enqueue(["w"])
+    assert r.progress(0.5, "halfway") and q.inspect("r").progress is not None  # type: ignore[union-attr]
+    assert q.ack(r, {"total": 2})
+    assert q.result("r", timeout=5) == {"total": 2}
+    assert q.results(["r"], timeout=5) == {"r": {"total": 2}}
+    assert (q.cancel("c"), q.cancel("w")) == ("in_progress", "todos")
+    assert not c.progress(0.9)  # its lease no longer owns the job
+    with pytest.raises(JobFailed, match="cancelled"):
+        q.result("w", timeout=5)
+    assert q.fail(h, "boom") == "retried"
+    assert [entry.kind for entry in q.history("h")] == ["failed"]
+    assert q.stats()["cancelled"] == 2 and q.stats()["results_kept"] == 1
+    assert q.sweep().total == 0
+    q.close()
+    assert refusals(admin) == []
+
+
 def _service_env(url: str, name: str, **more: Any) -> dict[str, Any]:
     return {"REDIS_URL": url, "QUEUE_NAME": name, "LEASE_SECONDS": 2, "AUDIT": "true", **more}
 
@@ -153,11 +185,37 @@ def test_every_service_and_command_works_under_the_rule(
         ["schedules", "add", "nightly", "@daily"],
         ["schedules", "remove", "nightly"],
         ["doctor"],
+        ["push", "ended"],
+        ["cancel", "ended"],
+        ["result", "ended", "--wait", "5s"],
     ):
         code = cli_main(["--redis-url", user_url, "--queue", name, *argv], stdin=io.StringIO(""), out=io.StringIO())
         err = capsys.readouterr().err
-        assert code in (0, 1) and "refused" not in err, (argv, code, err)
-    assert worker.alive() and cleaner.alive()
+        assert code in (0, 1, 4) and "refused" not in err and "may not" not in err, (argv, code, err)
+
+    # A running job cancelled: the worker's cancel listener (SUBSCRIBE) stops it; a kept result
+    # and a progress report from the handler; result waits on the ended channel.
+    life, log = f"{name}-life", ExecutionLog(tmp_path / "exec.log")
+    handler = "tests.support.jobs:handle"
+    life_env = _service_env(user_url, life, AUDIT="false", EXEC_LOG=log.path, JOB_HANDLER=handler, CONCURRENCY=4)
+    procs.append(Proc.start("worker", tmp_path, name="life-worker", **life_env))
+    runs = open_queue(user_url, life)
+    runs.enqueue(["spin-1", "progress-1", "value-1"])
+    assert runs.result("value-1", timeout=60)["id"] == "value-1"
+    wait_until(lambda: log.starts()["spin-1"] == 1 and log.starts()["progress-1"] == 1, 30, "both running")
+
+    def reported() -> bool:
+        info = runs.inspect("progress-1")
+        return info is not None and info.progress is not None
+
+    wait_until(reported, 30, "the progress report")
+    for job_id in ("spin-1", "progress-1"):
+        code = cli_main(["--redis-url", user_url, "--queue", life, "cancel", job_id], out=io.StringIO())
+        assert code == 0, capsys.readouterr().err
+    wait_until(lambda: [e for e, *_ in log.events()].count("cancelled") == 2, 10, "the two runs stopped")
+    assert [entry.kind for entry in runs.history("spin-1")] == ["cancelled"]
+    runs.close()
+    assert worker.alive() and cleaner.alive() and procs[-1].alive()
     assert "Traceback" not in cleaner.log() + creator.log()
     for proc in procs:
         assert "NOPERM" not in proc.log() and "refused us" not in proc.log(), proc.log()
@@ -182,6 +240,7 @@ MISSING = {
     "a command a service runs": ("worker", "blpop", "BLPOP"),
     "the sweep's page of in_progress": ("cleaner", "zscan", "ZSCAN"),
     "running scripts at all": ("creator", "evalsha", "EVALSHA"),
+    "the worker's cancel listener": ("worker", "subscribe", "SUBSCRIBE"),
 }
 
 
@@ -204,6 +263,19 @@ def test_a_user_without_a_command_it_needs_is_one_line_naming_it_and_exit_3(
         code = cli_main(["--redis-url", url, "--queue", name, "push", "a"], out=io.StringIO())
         err = capsys.readouterr().err
         assert code == 3 and len(err.splitlines()) == 1 and "may not run EVALSHA" in err, err
+
+
+def test_result_for_a_user_who_may_not_subscribe_is_one_line_and_exit_3(
+    admin: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = add_user(admin, "less-subscribe", without=("subscribe",))
+    name = f"acl-{uuid.uuid4().hex[:6]}"
+    assert cli_main(["--redis-url", url, "--queue", name, "push", "a"], out=io.StringIO()) == 0
+    started = time.monotonic()
+    code = cli_main(["--redis-url", url, "--queue", name, "result", "a", "--wait", "60s"], out=io.StringIO())
+    err = capsys.readouterr().err
+    assert code == 3 and len(err.splitlines()) == 1 and "may not run SUBSCRIBE" in err, err
+    assert time.monotonic() - started < 30  # told, not left to wait out --wait
 
 
 def test_a_user_without_the_queue_keys_is_refused_at_start(admin: redis.Redis) -> None:

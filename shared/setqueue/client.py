@@ -446,7 +446,8 @@ class EndedListener:
     queue: a daemon thread hears the ids published as they end and wakes whoever waits on them.
     A waiter registers before it looks (``watch``), so no end can slip between its look and its
     wait. When the subscription drops, everyone waiting is woken to look again (an end published
-    meanwhile would otherwise be missed)."""
+    meanwhile would otherwise be missed). A Redis user that may not subscribe (NOPERM) is no
+    outage: the listener stops, and ``watch`` and ``check`` raise the refusal to every waiter."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
         self._client = client
@@ -456,6 +457,7 @@ class EndedListener:
         self._subscribed = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._refused: rexc.NoPermissionError | None = None
 
     def watch(self, job_ids: Sequence[str]) -> threading.Event:
         """An event set when any of ``job_ids`` is published as ended (or the subscription
@@ -469,7 +471,13 @@ class EndedListener:
                 self._thread.start()
         if not self._subscribed.wait(30):
             raise rexc.ConnectionError(f"could not subscribe to {self._channel}")
+        self.check()
         return event
+
+    def check(self) -> None:
+        """Raise NoPermissionError if Redis refused this user the subscription."""
+        if self._refused is not None:
+            raise rexc.NoPermissionError(str(self._refused))
 
     def forget(self, job_ids: Sequence[str], event: threading.Event) -> None:
         with self._lock:
@@ -493,6 +501,11 @@ class EndedListener:
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None and message.get("type") == "message":
                         self._wake(str(message["data"]).split("\n")[1:])
+            except rexc.NoPermissionError as exc:  # no resubscription helps: every waiter is told
+                self._refused = exc
+                self._subscribed.set()
+                self._wake(None)
+                return
             except Exception:  # the subscription dropped (or the client closed): look again, resubscribe
                 self._subscribed.clear()
                 self._wake(None)

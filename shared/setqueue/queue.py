@@ -643,6 +643,7 @@ class Queue:
                     raise TimeoutError(f"{len(waiting)} of {len(wanted)} jobs have not ended (e.g. {waiting[0]!r})")
                 if woken.wait(left):
                     woken.clear()
+                    self._ended.check()
                     waiting = self._look(waiting, ended)
         finally:
             self._ended.forget(wanted, woken)

@@ -31,8 +31,12 @@ COMMANDS: dict[str, str] = {
     # Every transition is a script, loaded once and called by its SHA-1.
     "scripts": "evalsha script|load script|exists",
     # What the scripts run (Redis checks each against the user).
-    "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby sadd srem scard "
+    "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
     "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
+    # What flow control and the console run (their scripts' ZLEXCOUNT, ZRANGE ... BYLEX, HSETNX,
+    # ZREMRANGEBYSCORE, HKEYS, SMEMBERS, HEXISTS), granted before they arrive from main so that the
+    # rule, the compose files and the docs need no change then.
+    "flow control and the console": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
     # What the services and the command run themselves: the sweep's page of in_progress, inspect's
     # snapshot (MULTI), requeue-failed's page of failed, idle workers' BLPOP, WAIT_REPLICAS, the
     # audit, periodic jobs, the sweep stamp, and INFO for the eviction policy and memory.
