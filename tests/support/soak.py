@@ -469,7 +469,29 @@ def draw(samples: Sequence[Sample], verdict: Verdict, path: Path) -> bool:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+    small_png(path)
     return True
+
+
+# matplotlib's default line colours, and black: the only colours of the figure.
+_COLOURS = ["1f77b4", "ff7f0e", "2ca02c", "d62728", "9467bd", "8c564b", "e377c2", "7f7f7f", "000000"]
+
+
+def small_png(path: Path) -> None:
+    """Rewrite the PNG at ``path`` with a palette of 28 colours (each line colour, and two lighter
+    shades of it for the antialiased edges, and white) instead of 8-bit RGBA: a fifth of the bytes,
+    the same figure to the eye. The repository's tracked files have a size budget."""
+    from PIL import Image  # noqa: PLC0415 - matplotlib's own dependency
+
+    shades = []
+    for colour in _COLOURS:
+        rgb = [int(colour[i : i + 2], 16) for i in (0, 2, 4)]
+        for strength in (1.0, 0.6, 0.3):
+            shades += [round(c * strength + 255 * (1 - strength)) for c in rgb]
+    palette = Image.new("P", (1, 1))
+    palette.putpalette([*shades, 255, 255, 255])
+    image = Image.open(path).convert("RGB").quantize(palette=palette, dither=Image.Dither.NONE)
+    image.save(path, optimize=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
