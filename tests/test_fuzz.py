@@ -144,9 +144,10 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
 
 
 COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules", "doctor", "acl-rule"]
+COMMANDS += ["cancel", "result"]
 # --redis-url and --queue are fuzzed with the settings (REDIS_URL, QUEUE_NAME: the same checks).
 OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--shards", "--wait-replicas", "--json"]
-OPTIONS += ["--watch", "--help", "-", "add", "remove", "--max-attempts", "--timeout"]
+OPTIONS += ["--watch", "--help", "-", "add", "remove", "--max-attempts", "--timeout", "--wait"]
 
 
 @st.composite
@@ -192,6 +193,9 @@ SLOTS = [
     ["push", "a", "--timeout", "X"],
     ["inspect", "X"],
     ["delete", "X"],
+    ["cancel", "X"],
+    ["result", "X"],
+    ["result", "a", "--wait", "X"],
     ["requeue-failed", "X"],
     ["schedules", "add", "X", "* * * * *"],
     ["schedules", "add", "tick", "X"],
@@ -236,6 +240,8 @@ UNDECODABLE = b"job-\xff\xfe"
     [
         [b"inspect", UNDECODABLE],
         [b"delete", UNDECODABLE],
+        [b"cancel", UNDECODABLE],
+        [b"result", UNDECODABLE],
         [b"push", UNDECODABLE],
         [b"schedules", b"remove", UNDECODABLE],
         [b"--queue", UNDECODABLE, b"stats"],
