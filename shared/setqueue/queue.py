@@ -401,7 +401,7 @@ class Queue:
                     "queue %s: Redis is full (out of memory): %d jobs done without keeping what their handlers "
                     "returned (result() says it is gone)",
                     self.name,
-                    sum(acked),
+                    sum(1 for ok, kept_text in zip(acked, texts, strict=True) if ok and kept_text),
                 )
             for lease, ok in zip(chunk, acked, strict=True):
                 if not ok:

@@ -215,16 +215,11 @@ for _name, _contract in CONTRACTS.items():
     check_layout(_name, _contract, layout_key_names())
 
 
-def refused_when_full(source: str) -> str:
-    """``source`` with the first line ``#!lua``: the same script, refused whole by a Redis that is
-    out of memory."""
-    return "#!lua\n" + source.partition("\n")[2]
-
-
-# ack.lua refused whole when Redis is full: an ack that keeps results is sent as this first, and
-# when Redis refuses it, as ack.lua (allow-oom) without the results. A finished job is never held
-# up for lack of memory, and a full Redis does not grow by what handlers returned.
-ACK_KEEPING_RESULTS = refused_when_full(SOURCES["ack"])
+# ack.lua with the first line "#!lua": refused whole when Redis is full. An ack that keeps results
+# is sent as this first, and when Redis refuses it, as ack.lua (allow-oom) without the results. A
+# finished job is never held up for lack of memory, and a full Redis does not grow by what
+# handlers returned.
+ACK_KEEPING_RESULTS = "#!lua\n" + SOURCES["ack"].partition("\n")[2]
 
 
 # -- calling ----------------------------------------------------------------------------------
