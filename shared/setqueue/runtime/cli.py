@@ -446,21 +446,28 @@ def _warn_if_evicting(queue: JobQueue, url: str) -> None:
 
 
 def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
-    """Cancel each id; one line each. Exit 1 when one was not found (the others are cancelled)."""
+    """Cancel each id; one line each. Exit 1 when any was not found (the others are cancelled),
+    named on one line of stderr, as every error of the command is."""
     with _bad_ids_are_usage_errors():
         for job_id in ids:  # all checked before anything is written
             validate_job_id(job_id)
-    code = EXIT_OK
-    for job_id in ids:
+    missing: list[str] = []
+    for job_id in dict.fromkeys(ids):
         state = queue.cancel(job_id)
         if state is None:
-            print(f"{PROG}: job {one_line(job_id)!r} not found in queue {queue.name!r}", file=sys.stderr)
-            code = EXIT_NOT_FOUND
+            missing.append(job_id)
         elif state in ("done", "failed", "cancelled"):
             print(f"{job_id} had ended ({state}): nothing changed", file=out)
         else:
             print(f"cancelled {job_id} (was {'running' if state == 'in_progress' else 'in ' + state})", file=out)
-    return code
+    if not missing:
+        return EXIT_OK
+    named = ", ".join(repr(job_id) for job_id in missing)
+    print(
+        f"{PROG}: job{'s' if len(missing) > 1 else ''} {one_line(named)} not found in queue {queue.name!r}",
+        file=sys.stderr,
+    )
+    return EXIT_NOT_FOUND
 
 
 def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
