@@ -77,10 +77,13 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         try:
             while not self.stop_event.is_set():
                 self.beat()
-                self.sweep_once()
-                self.create_periodic_runs()
+                self.sweep_once()  # runs while Redis is out of memory: it frees memory
+                with self.unless_redis_full("periodic runs"):
+                    self.create_periodic_runs()
                 self.update_depth()
-                self.audit_step()
+                self.check_memory()
+                with self.unless_redis_full("the audit"):
+                    self.audit_step()
                 next_at += s.sweep_interval
                 now = time.monotonic()
                 next_at = max(next_at, now)  # after a slow sweep or an outage: do not try to catch up

@@ -9,6 +9,7 @@ run first), and the real service processes for a sample of them."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -155,10 +156,11 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
         client.close()
 
 
-COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules"]
+COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules", "doctor", "acl-rule"]
+COMMANDS += ["cancel", "result"]
 # --redis-url and --queue are fuzzed with the settings (REDIS_URL, QUEUE_NAME: the same checks).
 OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--shards", "--wait-replicas", "--json"]
-OPTIONS += ["--watch", "--help", "-"]
+OPTIONS += ["--watch", "--help", "-", "add", "remove", "--max-attempts", "--timeout", "--wait"]
 
 
 @st.composite
@@ -192,3 +194,91 @@ def test_any_command_line_is_a_result_or_one_line_and_a_refusal_writes_nothing(
     # confirmed (this Redis has none), which the master applied.
     if code in (2, 3) and "replica(s) confirmed the write" not in err:
         assert queue_keys(client, queue) == [], (argv, err)
+
+
+# Every place a command line takes an id, a name or a value (X), with the rest of the line around it.
+SLOTS = [
+    ["push", "X"],
+    ["push", "X", "--payload", "p"],
+    ["push", "a", "--payload", "X"],
+    ["push", "a", "--delay", "X"],
+    ["push", "a", "--at", "X"],
+    ["push", "a", "--timeout", "X"],
+    ["inspect", "X"],
+    ["delete", "X"],
+    ["cancel", "X"],
+    ["result", "X"],
+    ["result", "a", "--wait", "X"],
+    ["requeue-failed", "X"],
+    ["schedules", "add", "X", "* * * * *"],
+    ["schedules", "add", "tick", "X"],
+    ["schedules", "remove", "X"],
+    ["acl-rule", "X"],
+    ["--queue", "X", "stats"],
+    ["--shards", "X", "stats"],
+    ["--wait-replicas", "X", "stats"],
+    ["--redis-url", "X", "stats"],
+]
+# What an argument can be: any bytes (a shell passes them as they are; Python decodes the ones that
+# are not UTF-8 to lone surrogates, os.fsdecode), text of any script, and the edges above.
+ARGUMENTS = st.binary(min_size=1, max_size=24).filter(lambda b: b"\0" not in b).map(os.fsdecode) | VALUES
+
+
+@pytest.mark.parametrize("slot", SLOTS, ids=" ".join)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=ARGUMENTS)
+def test_any_bytes_in_any_argument_is_a_result_or_one_line(
+    redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str], slot: list[str], value: str
+) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    argv = [value if word == "X" else word for word in slot]
+    full = ["--redis-url", redis_url, "--queue", queue, *argv] if slot[0] != "--redis-url" else argv
+    try:
+        code = cli_main(full, stdin=io.StringIO(""), out=io.StringIO())
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 2
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2, 3), (argv, code, err)
+    if code != 0:
+        assert len(err.strip().splitlines()) == 1, (argv, err)
+    if code in (2, 3):
+        assert queue_keys(client, queue) == [], (argv, err)
+
+
+UNDECODABLE = b"job-\xff\xfe"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [b"inspect", UNDECODABLE],
+        [b"delete", UNDECODABLE],
+        [b"cancel", UNDECODABLE],
+        [b"result", UNDECODABLE],
+        [b"push", UNDECODABLE],
+        [b"schedules", b"remove", UNDECODABLE],
+        [b"--queue", UNDECODABLE, b"stats"],
+    ],
+    ids=lambda argv: b" ".join(argv).decode(errors="replace"),
+)
+def test_undecodable_bytes_on_a_real_command_line_are_one_line_and_exit_2(redis_url: str, argv: list[bytes]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "setqueue", "--redis-url", redis_url, *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "UTF-8" in err, err
+
+
+@pytest.mark.parametrize("service", list(SERVICE_SETTINGS))
+def test_a_queue_name_of_undecodable_bytes_stops_a_service_with_one_line(fuzz_redis: RedisServer, service: str) -> None:
+    env = {k.encode(): v.encode() for k, v in base_env(REDIS_URL=fuzz_redis.url, METRICS_PORT=0).items()}
+    env[b"QUEUE_NAME"] = UNDECODABLE
+    done = subprocess.run(
+        [sys.executable, "-m", service], env=env, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False
+    )
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "QUEUE_NAME" in err, err

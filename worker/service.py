@@ -89,7 +89,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self.queue, on_renewed=self._renewed, on_lost=self._lost, on_cancelled=self._lease_cancelled
         )
         channels = [shard.keys.cancel_channel for shard in self.queue.shards]
-        self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log)
+        self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log, self.refuse)
         # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
         shards = self.queue.shards
         self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None

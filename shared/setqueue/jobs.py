@@ -183,7 +183,8 @@ class JobFailed(Exception):
 
 class ResultGone(LookupError):
     """What ``result()`` raises for a job that is done but whose result is not kept any more (past
-    the result TTL, or dropped with the job by the retention of done)."""
+    the result TTL, or dropped with the job by the retention of done), or never was: Redis was full
+    (out of memory) when the job was acked."""
 
 
 class UnknownJob(LookupError):

@@ -43,7 +43,7 @@ def validate_queue_name(name: str) -> str:
         raise ValueError(f"queue name {name!r} must not contain braces or white space")
     if "," in name:
         raise ValueError(f"queue name {name!r} must not contain a comma (a comma separates the names of queues)")
-    return name
+    return check_utf8("queue name", name)
 
 
 def parse_queue_names(text: str) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import random
 import time
@@ -26,6 +27,7 @@ from setqueue.client import (
     ClusterAwareRedis,
     EndedListener,
     OptionError,
+    SnapshotReads,
     connect,
     take_wake_token,
     until_due,
@@ -62,6 +64,8 @@ from setqueue.keys import (
 from setqueue.replication import ReplicaWait
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
+
+log = logging.getLogger("setqueue.queue")
 
 # How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
 SWEPT_STAMP_MS = 86_400_000
@@ -399,7 +403,8 @@ class Queue:
         handler returned (None: nothing); each is kept for ``result_ttl_seconds`` (0: none is), for
         ``result()``: bytes, or any JSON-serialisable value, at most ``result_max_bytes`` (checked
         before anything is sent). ``request_id``: the same one retries a call whose reply was lost,
-        and reports what that call did (acked, not stale)."""
+        and reports what that call did (acked, not stale). When Redis is full (out of memory) the
+        jobs are acked all the same, without their results: ``result()`` says those are gone."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -407,7 +412,7 @@ class Queue:
         encoded = [encode_result(value, self.result_max_bytes) if kept else None for value in given]
         out: list[AckResult] = []
         for number, (chunk, texts) in enumerate(zip(_chunks(leases), _chunks(encoded), strict=True)):
-            now, acked = self._scripts.ack(
+            now, acked, dropped = self._scripts.ack(
                 chunk,
                 texts,
                 request_ttl_ms=self._request_ttl_ms,
@@ -416,6 +421,13 @@ class Queue:
                 wake_cap=self.wake_cap,
                 request_id=_part(request_id, number),
             )
+            if dropped:
+                log.warning(
+                    "queue %s: Redis is full (out of memory): %d jobs done without keeping what their handlers "
+                    "returned (result() says it is gone)",
+                    self.name,
+                    sum(1 for ok, kept_text in zip(acked, texts, strict=True) if ok and kept_text),
+                )
             for lease, ok in zip(chunk, acked, strict=True):
                 if not ok:
                     out.append(AckResult(False, None))
@@ -529,7 +541,7 @@ class Queue:
         """Everything the queue knows about one id, or None if it knows nothing."""
         validate_job_id(job_id)
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zscore(k.todos, job_id)
         pipe.zscore(k.in_progress, job_id)
         pipe.sismember(k.done, job_id)
@@ -563,7 +575,7 @@ class Queue:
         finished_at: float | None = None
         if state in ("done", "failed", "cancelled"):
             # What is kept of an ended job, in one field: "<enqueued ms>:<finished ms>:<attempts>[:1]"
-            # (":1": a result was kept). A job without it is shown as unknown (None), never as 0.
+            # (":1": it returned a result). A job without it is shown as unknown (None), never as 0.
             fields = _text(finished).split(":") if finished else []
             enqueued_ms, finished_ms, attempts = [*fields, "", "", ""][:3]
             enqueued = int(enqueued_ms) if enqueued_ms else None
@@ -607,8 +619,14 @@ class Queue:
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
         """Keep what ``lease``'s handler says of its progress (``Lease.progress`` calls this); False
-        when the lease no longer owns the job."""
-        return self._scripts.progress(lease, fraction, message)
+        when the lease no longer owns the job. When Redis is full the report is dropped, not raised
+        into the handler (progress.lua is refused whole then: a report only adds to memory); the
+        answer still says whether the lease owns the job, read without writing."""
+        try:
+            return self._scripts.progress(lease, fraction, message)
+        except redis.OutOfMemoryError:
+            owner = self.redis.hget(self.keys.owners, lease.id)
+            return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
         """Cancel a job: one waiting (todos, scheduled) never starts; one running goes to cancelled
@@ -655,6 +673,7 @@ class Queue:
                     raise TimeoutError(f"{len(waiting)} of {len(wanted)} jobs have not ended (e.g. {waiting[0]!r})")
                 if woken.wait(left):
                     woken.clear()
+                    self._ended.check()
                     waiting = self._look(waiting, ended)
         finally:
             self._ended.forget(wanted, woken)
@@ -681,8 +700,9 @@ class Queue:
             if in_done:
                 if result is not None:
                     ended[job_id] = decode_result(_text(result))
-                elif finished is not None and _text(finished).split(":")[3:4] == ["1"]:  # a result was kept
-                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept any more")
+                elif finished is not None and _text(finished).split(":")[3:4] == ["1"]:  # it returned one
+                    why = "past its TTL, or Redis was full as it ended"
+                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept ({why})")
                 else:
                     ended[job_id] = None
             elif in_failed or in_cancelled:

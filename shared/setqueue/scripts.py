@@ -217,6 +217,13 @@ for _name, _contract in CONTRACTS.items():
     check_layout(_name, _contract, layout_key_names())
 
 
+# ack.lua with the first line "#!lua": refused whole when Redis is full. An ack that keeps results
+# is sent as this first, and when Redis refuses it, as ack.lua (allow-oom) without the results. A
+# finished job is never held up for lack of memory, and a full Redis does not grow by what
+# handlers returned.
+ACK_KEEPING_RESULTS = "#!lua\n" + SOURCES["ack"].partition("\n")[2]
+
+
 # -- calling ----------------------------------------------------------------------------------
 
 
@@ -252,11 +259,13 @@ class Script:
     """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT). With ``wait`` (see
     ``setqueue.replication``), every call of a script that writes is confirmed by replicas."""
 
-    def __init__(self, name: str, client: redis.Redis, wait: ReplicaWait | None = None) -> None:
+    def __init__(
+        self, name: str, client: redis.Redis, wait: ReplicaWait | None = None, *, source: str | None = None
+    ) -> None:
         self.name = name
         self._client = client
         self._wait = None if name in READ_ONLY else wait
-        self.source = SOURCES[name]
+        self.source = SOURCES[name] if source is None else source  # another first line of the same script
         self.contract = CONTRACTS[name]
         self._keys = len(self.contract.keys)
         self._args = len(self.contract.args)
@@ -329,6 +338,7 @@ class QueueScripts:
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
         self.by_name = {name: Script(name, client, wait) for name in NAMES}
+        self._ack_keeping_results = Script("ack", client, wait, source=ACK_KEEPING_RESULTS)
         # Per script, its KEYS with the layout's keys filled in once, and where the per-call ones go.
         self._templates: dict[str, tuple[list[str], dict[str, int]]] = {}
         for name, contract in CONTRACTS.items():
@@ -446,18 +456,29 @@ class QueueScripts:
         result_ttl_ms: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> tuple[float, list[bool]]:
-        """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale).
+    ) -> tuple[float, list[bool], bool]:
+        """ack.lua: the Redis clock (seconds), for each lease whether it was acked (False: stale),
+        and whether the results were dropped because Redis is full (the jobs are done all the same).
         ``results``: what each lease's handler returned, encoded (None: nothing to keep)."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, wake_cap, *listed]
+        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, wake_cap, "0", *listed]
         for lease, result in zip(leases, results, strict=True):
             enqueued = lease.enqueued_at
             enqueued_ms = "" if enqueued is None else round(enqueued * 1000)
             args += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
-        now_ms, flags = text(self.by_name["ack"].call(keys, args)).split(" ")
-        return int(now_ms) / 1000, [flag == "1" for flag in flags]
+        dropped = False
+        if result_ttl_ms > 0 and any(results):
+            try:  # refused whole, writing nothing, when Redis is full
+                reply = self._ack_keeping_results.call(keys, args)
+            except redis.OutOfMemoryError:
+                dropped = True
+                args[5] = "1"  # drop_results; the same request record: the refused call wrote none
+                reply = self.by_name["ack"].call(keys, args)
+        else:
+            reply = self.by_name["ack"].call(keys, args)
+        now_ms, flags = text(reply).split(" ")
+        return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped
 
     def fail(
         self,

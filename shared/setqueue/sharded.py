@@ -12,11 +12,14 @@ time, so none is starved. Changing N moves ids to other shards: see ``check_shar
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import redis
 
 from setqueue.client import OptionError, on_a_cluster
 from setqueue.composite import CompositeQueue, part_id, summed_stats
@@ -119,7 +122,8 @@ class ShardedQueue(CompositeQueue):
         if n <= 0 or not self._on_a_cluster():
             return
         cap = self.wake_cap
-        with self.redis.pipeline(transaction=True) as pipe:
+        # Redis out of memory refuses the LPUSH: the jobs are claimable all the same (a hint, lost).
+        with contextlib.suppress(redis.OutOfMemoryError), self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(self._wake, *["1"] * min(n, cap))
             pipe.ltrim(self._wake, 0, cap - 1)
             pipe.execute()

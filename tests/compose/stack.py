@@ -44,7 +44,14 @@ EVERY_JOB_ENDS_IN_DONE = {
     "SWEEP_INTERVAL": "1",
 }
 IMAGE_VARIABLES = ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE")
-STATE_KEYS = {"todos": "ZCARD", "in_progress": "ZCARD", "done": "SCARD", "failed": "SCARD", "scheduled": "ZCARD"}
+STATE_KEYS = {
+    "todos": "ZCARD",
+    "in_progress": "ZCARD",
+    "done": "SCARD",
+    "failed": "SCARD",
+    "scheduled": "ZCARD",
+    "cancelled": "SCARD",
+}
 
 
 class WaitTimeout(AssertionError):
@@ -138,7 +145,7 @@ class Stack:
         return (out or "").strip()
 
     def counts(self) -> dict[str, int]:
-        """The size of each of the five states, straight from Redis (one redis-cli call)."""
+        """The size of each of the six states, straight from Redis (one redis-cli call)."""
         script = "return {" + ", ".join(f"redis.call('{c}', KEYS[{i}])" for i, c in enumerate(STATE_KEYS.values(), 1))
         keys = [self.key(state) for state in STATE_KEYS]
         out = self.redis("EVAL", script + "}", str(len(keys)), *keys)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
 -- A caller owns a job while owners names its token: from its claim until the job leaves
 -- in_progress. That covers a lock that expired while nobody took the job over (the cleaner
@@ -7,6 +8,12 @@
 -- what its handler returned (when it returned something) into results, kept result_ttl ms. The
 -- acked ids are published on the ended channel for whoever waits on a result. A group that had its
 -- concurrency in progress takes a turn again, and an idle worker is woken for it.
+--
+-- Runs when Redis is full (allow-oom): a finished job is never held up for lack of memory. What
+-- its handler returned only adds to memory, though, so an ack that keeps results is first sent as
+-- this same script refused whole when Redis is full (scripts.py, ACK_KEEPING_RESULTS); refused,
+-- it is sent again as this one with drop_results "1": the jobs are done and their finished
+-- records say a result was returned (":1"), but no result is written, so result() says it is gone.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress  KEYS[3] done
@@ -27,6 +34,7 @@
 -- ARGV[3] result_ttl   how long a result is kept, ms (0: not kept)
 -- ARGV[4] ended        the channel the acked ids are published on ("done\n<id>\n<id>...")
 -- ARGV[5] wake_cap     wake list cap
+-- ARGV[6] drop_results "1": write no result (Redis is full); "0": keep them
 -- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T),
 --                      enqueue time in ms (as the claim read it; "" if unknown), attempt number
 --                      and result ("" for none) of each lease (see includes/claims.lua)
@@ -38,8 +46,8 @@ local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17
 local flow, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
 local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local wake_cap = ARGV[5]
-local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
+local wake_cap, drop_results = ARGV[5], ARGV[6]
+local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -67,7 +75,7 @@ for j = 1, #ids do
     scored[#scored + 1] = now
     scored[#scored + 1] = id
     local with_result = result_ttl > 0 and result[j] ~= ''
-    if with_result then
+    if with_result and drop_results ~= '1' then
       returned[#returned + 1] = id
       returned[#returned + 1] = result[j]
       expiring[#expiring + 1] = now + result_ttl

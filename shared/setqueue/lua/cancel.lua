@@ -1,10 +1,13 @@
+#!lua flags=allow-oom
 -- cancel.lua: cancel one job. One waiting in todos or scheduled goes to cancelled and never
 -- starts; one in progress goes to cancelled at once too (its owner cleared, its claim's lock
 -- counted down, so any later ack, fail or renewal of that attempt is stale), and its id is
 -- published on the cancel channel for the worker running it to stop it. A job that ended (done,
 -- failed, cancelled) is left alone. The job's enqueue time and attempts go into finished, and it
 -- joins done_log, so the retention of done keeps cancelled jobs as long. A history line names who
--- cancelled it and the worker that held it; the id is published as ended ("cancelled"). A job with
+-- cancelled it and the worker that held it; the id is published as ended ("cancelled"). Its
+-- payload, its last error and its own options go, as a done job's do: the retention forgets a
+-- cancelled id with what finished, history and progress keep of it, never with those. A job with
 -- a group leaves its group's line, or counts its group down (includes/groups.lua).
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
@@ -15,8 +18,9 @@
 -- KEYS[14] history     (hash: id -> the job's transitions off the happy path)
 -- KEYS[15] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
 --                      caller read owners (any lock key of the queue if none did)
--- KEYS[16] flow   KEYS[17] grouped   KEYS[18] group_lines   KEYS[19] group_of   KEYS[20] groups_ready
--- KEYS[21] groups_resting   KEYS[22] groups_full   KEYS[23] group_running   KEYS[24] wake
+-- KEYS[16] payloads   KEYS[17] errors   KEYS[18] options
+-- KEYS[19] flow   KEYS[20] grouped   KEYS[21] group_lines   KEYS[22] group_of   KEYS[23] groups_ready
+-- KEYS[24] groups_resting   KEYS[25] groups_full   KEYS[26] group_running   KEYS[27] wake
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
@@ -29,8 +33,9 @@
 local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
-local groups_resting, groups_full, group_running, wake = KEYS[21], KEYS[22], KEYS[23], KEYS[24]
+local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
+local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local wake_cap = ARGV[7]
 -- @include "request_record"
@@ -75,6 +80,9 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
   redis.call('ZREM', pending, id)
   redis.call('HDEL', attempts, id)
   redis.call('HDEL', priorities, id)
+  redis.call('HDEL', payloads, id)
+  redis.call('HDEL', errors, id)
+  redis.call('HDEL', options, id)
   redis.call('SADD', cancelled, id)
   redis.call('ZADD', done_log, now, id)
   redis.call('HSET', finished, id, finished_record(enqueued, now, tries, false))

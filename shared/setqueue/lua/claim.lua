@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- claim.lua: take up to N jobs from the front of the line (the highest priority first and, within a
 -- priority, the earliest place in line), move them to in_progress with their rank and lease them,
 -- in one step. One lease covers the whole claim: its lock key, named after the claim's token, holds

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- delete.lua: remove one job from the queue entirely, whatever state it is in, with its
 -- bookkeeping; its claim's lock counts one job less. A worker still running it will find its
 -- lease stale. A job with a group leaves its group's line, or counts its group down.

@@ -1,3 +1,4 @@
+#!lua
 -- enqueue.lua: add job ids at the back of their priority's line (todos, or their group's line:
 -- see includes/groups.lua), in the order given, or to scheduled when they are due later; an id the
 -- queue already knows (in any of the six states) is left alone.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos at
 -- the back of its priority's line, or into scheduled when the lease comes with a delay (backoff,
 -- RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into

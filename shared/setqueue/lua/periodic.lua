@@ -1,3 +1,4 @@
+#!lua
 -- periodic.lua: the cleaner's periodic jobs. For each schedule, the run of its latest slot is created
 -- at most once, however many cleaners call this at the same moment: the periodic hash keeps, per
 -- schedule, the slot (ms) of its latest run created, and a run is created only for a later slot, in

@@ -1,3 +1,4 @@
+#!lua
 -- requeue_failed.lua: an operator's retry of dead-lettered jobs: failed -> the back of their
 -- priority's line in todos, with a fresh attempt count, and a line in its history. Ids not in
 -- failed are left alone.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- set_limits.lua: change a queue's flow control (setqueue.flow): pause, resume, its rate, its
 -- groups' default limits, or one group's own. The claims read them on their next call; this
 -- script wakes the idle workers so that they do at once. A change of limits sends every group set

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- sweep.lua: the cleaner's step. Candidates come from ZSCAN in_progress, each with the claim
 -- that owned it when the cleaner read owners. An id still in in_progress, still owned by that
 -- claim, whose claim's lock is gone (its worker died or hung past the lease) goes back to todos,

@@ -22,10 +22,12 @@
           [--group-burst N] [--group NAME] [--json]
                              change flow control (live, for every worker); no option: show it
     groups [--json] [--most N]  the job groups with jobs waiting or in progress
+    doctor                   what the queue needs from Redis, one line a check (eviction, memory, ...)
+    acl-rule [USER]          the ACL SETUSER command of a least-privilege setqueue user
 
---redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
-2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the job failed or was
-cancelled (result), 124 the job had not ended within --wait (result).
+--redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found (or
+doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the
+job failed or was cancelled (result), 124 the job had not ended within --wait (result).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -46,7 +49,7 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.client import OptionError, PasswordRequired, redact_url
+from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
@@ -62,8 +65,11 @@ from setqueue.keys import (
 )
 from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
+from setqueue.runtime.acl import explain_refusal, setuser
 from setqueue.runtime.cli_flow import UsageError, flow_command
-from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
+from setqueue.runtime.pressure import read_memory
+from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, default, validate_redis_url
+from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS, EXIT_JOB_FAILED, EXIT_NOT_ENDED = 0, 1, 2, 3, 4, 124
@@ -229,6 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     groups = sub.add_parser("groups", help="the job groups with jobs waiting or in progress, with their counts")
     groups.add_argument("--json", action="store_true", help="print one JSON object per group")
     groups.add_argument("--most", type=int, default=50, metavar="N", help="list at most N groups (default 50)")
+
+    doctor_help = "check what the queue needs from Redis, one line each: version, eviction, memory, persistence"
+    sub.add_parser(
+        "doctor",
+        help=doctor_help,
+        description=doctor_help[0].upper() + doctor_help[1:] + ", scripts, cleaner. Each line is ok, WARN "
+        "(works; look at it) or FAIL (jobs can be lost or refused); exit code 1 when a check failed.",
+    )
+    acl_help = "print the ACL SETUSER command of a least-privilege setqueue user (keys setqueue:*, its commands)"
+    acl = sub.add_parser("acl-rule", help=acl_help, description=acl_help[0].upper() + acl_help[1:] + ".")
+    acl.add_argument("user", nargs="?", default="setqueue", metavar="USER", help="the user's name (default setqueue)")
     return parser
 
 
@@ -333,16 +350,26 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 if with_payload
                 else [job_id for job_id, _ in batch]
             )
-            added += queue.enqueue(
-                ids,
-                delay=delay,
-                at=at,
-                priority=args.priority,
-                max_attempts=args.max_attempts,
-                timeout=timeout,
-                group=args.group,
-            )
+            try:
+                added += queue.enqueue(
+                    ids,
+                    delay=delay,
+                    at=at,
+                    priority=args.priority,
+                    max_attempts=args.max_attempts,
+                    timeout=timeout,
+                    group=args.group,
+                )
+            except redis.OutOfMemoryError:
+                before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
+                raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
     return added, len(jobs)
+
+
+OUT_OF_MEMORY = (
+    "Redis is out of memory (maxmemory reached) and refuses new jobs until workers and the cleaner free room "
+    "(setqueue doctor shows how full it is)"
+)
 
 
 @contextlib.contextmanager
@@ -402,6 +429,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         return EXIT_OK
 
     if args.command == "stats":
+        _warn_if_evicting(queue, args.redis_url)
         if args.watch is None:
             _print_stats(queue, args.json, out)
             return EXIT_OK
@@ -465,25 +493,47 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         except UsageError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
 
+    if args.command == "doctor":
+        from setqueue.runtime.doctor import doctor  # noqa: PLC0415 - only this command needs it
+
+        return doctor(queue, args.redis_url.startswith("rediss:"), out)
+
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 
 
+def _warn_if_evicting(queue: JobQueue, url: str) -> None:
+    """One line on stderr when Redis may evict the queue's keys (or nobody may tell)."""
+    try:
+        warning = read_memory(queue.redis).eviction_warning(redact_url(url))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return  # the command itself says so
+    if warning is not None:
+        print(f"{PROG}: warning: {one_line(warning)}", file=sys.stderr, flush=True)
+
+
 def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
-    """Cancel each id; one line each. Exit 1 when one was not found (the others are cancelled)."""
+    """Cancel each id; one line each. Exit 1 when any was not found (the others are cancelled),
+    named on one line of stderr, as every error of the command is."""
     with _bad_ids_are_usage_errors():
         for job_id in ids:  # all checked before anything is written
             validate_job_id(job_id)
-    code = EXIT_OK
-    for job_id in ids:
+    missing: list[str] = []
+    for job_id in dict.fromkeys(ids):
         state = queue.cancel(job_id)
         if state is None:
-            print(f"{PROG}: job {one_line(job_id)!r} not found in queue {queue.name!r}", file=sys.stderr)
-            code = EXIT_NOT_FOUND
+            missing.append(job_id)
         elif state in ("done", "failed", "cancelled"):
             print(f"{job_id} had ended ({state}): nothing changed", file=out)
         else:
             print(f"cancelled {job_id} (was {'running' if state == 'in_progress' else 'in ' + state})", file=out)
-    return code
+    if not missing:
+        return EXIT_OK
+    named = ", ".join(repr(job_id) for job_id in missing)
+    print(
+        f"{PROG}: job{'s' if len(missing) > 1 else ''} {one_line(named)} not found in queue {queue.name!r}",
+        file=sys.stderr,
+    )
+    return EXIT_NOT_FOUND
 
 
 def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
@@ -531,7 +581,11 @@ def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
         print(f"{schedule.name}: {schedule.expr} (UTC), next run {next_run}", file=out)
         return EXIT_OK
     if args.change == "remove":
-        if not remove_schedule(home, args.name):
+        try:
+            removed = remove_schedule(home, args.name)
+        except ValueError as exc:
+            raise CliError(f"bad schedule: {exc}", EXIT_USAGE) from None
+        if not removed:
             raise CliError(f"no periodic job {args.name!r} in queue {home.name!r}", EXIT_NOT_FOUND)
         print(f"removed {args.name}", file=out)
         return EXIT_OK
@@ -578,6 +632,10 @@ _FLAGS = {
     "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
     "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
     "WAIT_TIMEOUT_SECONDS": "WAIT_TIMEOUT_SECONDS",
+    "PAYLOAD_MAX_BYTES": "PAYLOAD_MAX_BYTES",
+    "REDIS_TLS_CA_FILE": "REDIS_TLS_CA_FILE",
+    "REDIS_TLS_CERT_FILE": "REDIS_TLS_CERT_FILE",
+    "REDIS_TLS_KEY_FILE": "REDIS_TLS_KEY_FILE",
 }
 
 
@@ -588,22 +646,37 @@ def _usage_error(exc: SettingError) -> CliError:
     )
 
 
-def _redis_problem(exc: redis.RedisError, where: str) -> str:
+def _redis_problem(exc: redis.RedisError, url: str) -> str:
     """What went wrong with Redis, in one line for the user (every one of these is exit code 3)."""
+    where = redact_url(url)
     if isinstance(exc, PasswordRequired):
         return f"Redis at {where} requires a password: set it in --redis-url or REDIS_URL"
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {where} refused the user or password: {exc}"
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return f"cannot reach Redis at {where}: {exc}"
+        return tls_refusal(exc, url) or f"cannot reach Redis at {where}: {exc}"
+    if isinstance(exc, redis.OutOfMemoryError):
+        return f"{OUT_OF_MEMORY}: the command was refused"
+    refused = explain_refusal(exc)
+    if refused is not None:
+        return f"Redis at {where} refused the command: {refused}"
     return f"Redis refused the command: {type(exc).__name__}: {exc}"
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:  # noqa: PLR0911
     parser = build_parser()
     args = parser.parse_args(argv)
     out = out if out is not None else sys.stdout
     stdin = stdin if stdin is not None else sys.stdin
+    if args.command == "acl-rule":  # needs no Redis
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", args.user):
+            print(
+                f"{PROG}: acl-rule: {one_line(repr(args.user))} is not a user name (letters, digits, _ . @ -)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        print(setuser(args.user), file=out)
+        return EXIT_OK
     queue: JobQueue | None = None
     try:
         try:
@@ -613,6 +686,12 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
             wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
             payload_max_bytes = SETTING_BY_NAME["PAYLOAD_MAX_BYTES"].read(os.environ)
+            tls: TlsFiles = {
+                "tls_ca_file": SETTING_BY_NAME["REDIS_TLS_CA_FILE"].read(os.environ) or None,
+                "tls_cert_file": SETTING_BY_NAME["REDIS_TLS_CERT_FILE"].read(os.environ) or None,
+                "tls_key_file": SETTING_BY_NAME["REDIS_TLS_KEY_FILE"].read(os.environ) or None,
+            }
+            check_tls(url, tls)
         except SettingError as exc:
             raise _usage_error(exc) from None
         except ValueError as exc:
@@ -624,6 +703,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas=wait_replicas,
             wait_timeout_seconds=wait_timeout,
             payload_max_bytes=payload_max_bytes,
+            **tls,
         )
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
@@ -637,7 +717,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
     except redis.RedisError as exc:
-        print(f"{PROG}: {one_line(_redis_problem(exc, redact_url(args.redis_url)))}", file=sys.stderr)
+        print(f"{PROG}: {one_line(_redis_problem(exc, args.redis_url))}", file=sys.stderr)
         return EXIT_REDIS
     except BrokenPipeError:  # `setqueue stats --watch | head`
         return EXIT_OK

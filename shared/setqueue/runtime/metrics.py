@@ -109,6 +109,22 @@ class ServiceMetrics:
             "(or, with WAIT_REPLICAS, while its writes are not confirmed by enough replicas).",
             registry=registry,
         )
+        self.redis_noeviction = Gauge(
+            "setqueue_redis_noeviction",
+            "1 when the maxmemory-policy of Redis (every master of a cluster) is noeviction, 0 when one "
+            "evicts keys (a full Redis then drops queue keys: jobs are lost), -1 while unknown (not read "
+            "yet, or this user may run neither INFO nor CONFIG GET).",
+            registry=registry,
+        )
+        self.redis_noeviction.set(-1)
+        self.redis_out_of_memory = Gauge(
+            "setqueue_redis_out_of_memory",
+            "1 while Redis refuses this process's writes because it is out of memory (maxmemory reached "
+            "with noeviction: an enqueue waits), else 0.",
+            registry=registry,
+        )
+        # The cleaner's alone: how full Redis is (see CleanerMetrics).
+        self.redis_memory_used_ratio: Gauge | None = None
 
 
 class CreatorMetrics(ServiceMetrics):
@@ -300,6 +316,14 @@ class CleanerMetrics(ServiceMetrics):
             ["queue"],
             registry=registry,
         )
+        self.redis_memory_used_ratio = Gauge(
+            "setqueue_redis_memory_used_ratio",
+            "Memory Redis counts against maxmemory, over maxmemory, of its fullest master (read every "
+            "sweep round): 1 or more and Redis refuses the writes that add jobs; 0 when no maxmemory is "
+            "set, -1 while unknown.",
+            registry=registry,
+        )
+        self.redis_memory_used_ratio.set(-1)
         self.sweep_seconds = Histogram(
             "setqueue_sweep_duration_seconds", "Time one sweep took.", buckets=SWEEP_BUCKETS, registry=registry
         )
