@@ -99,6 +99,7 @@ class SetQueue(System):
     queue: str = QUEUE
     shards: int = 1  # QUEUE_SHARDS
     wait_replicas: int = 0  # WAIT_REPLICAS: every write waits for that many replicas
+    groups: int = 0  # jobs spread over this many job groups (this checkout only), job i in group i mod groups
 
     def worker_settings(self) -> dict[str, str]:
         """The service's settings, as environment variables (JOB_HANDLER always explicit)."""
@@ -117,7 +118,11 @@ class SetQueue(System):
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.worker_settings().items() if k != "REDIS_URL")
         tree = "" if self.code.is_current else f"; the code of {self.code.ref} ({self.code.sha[:12]})"
-        return f"W x `python -m worker`, {settings}, METRICS_PORT on; enqueue: open_queue().enqueue, 500 a call{tree}"
+        grouped = f"; the jobs in {self.groups:,} job groups (one enqueue call a group)" if self.groups else ""
+        return (
+            f"W x `python -m worker`, {settings}, METRICS_PORT on; enqueue: open_queue().enqueue, 500 a call"
+            f"{grouped}{tree}"
+        )
 
     def per_process(self) -> str:
         return f"{self.concurrency or 1} ({'async tasks' if self.asynchronous else 'threads'})"
@@ -138,6 +143,10 @@ class SetQueue(System):
             self.state["producer"].stdout.readline()  # it has imported setqueue: ready
 
     def enqueue(self, ids: list[str]) -> None:
+        if self.code.is_current and self.groups:
+            for g in range(self.groups):  # each group's share in order: one call a group
+                self.client().enqueue(ids[g :: self.groups], group=f"tenant-{g}")
+            return
         if self.code.is_current:
             self.client().enqueue(ids)
             return

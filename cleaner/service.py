@@ -15,7 +15,7 @@ from setqueue.interface import JobQueue
 from setqueue.keys import STATES
 from setqueue.runtime.audit import Auditor, AuditPass, AuditRecorder
 from setqueue.runtime.logs import plural
-from setqueue.runtime.metrics import CleanerMetrics, new_registry
+from setqueue.runtime.metrics import GROUP_STANDS, CleanerMetrics, new_registry
 from setqueue.runtime.periodic import due_runs, parse_schedules, redis_now, register, registered
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import CleanerSettings, SettingError
@@ -77,10 +77,13 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         try:
             while not self.stop_event.is_set():
                 self.beat()
-                self.sweep_once()
-                self.create_periodic_runs()
+                self.sweep_once()  # runs while Redis is out of memory: it frees memory
+                with self.unless_redis_full("periodic runs"):
+                    self.create_periodic_runs()
                 self.update_depth()
-                self.audit_step()
+                self.check_memory()
+                with self.unless_redis_full("the audit"):
+                    self.audit_step()
                 next_at += s.sweep_interval
                 now = time.monotonic()
                 next_at = max(next_at, now)  # after a slow sweep or an outage: do not try to catch up
@@ -161,6 +164,10 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
                 m.queue_depth.labels(queue.name, state).set(stats[state])
             m.oldest_pending_age.labels(queue.name).set(stats["oldest_pending_age_seconds"])
             m.results_kept.labels(queue.name).set(stats["results_kept"])
+            m.paused.labels(queue.name).set(stats["paused"])
+            m.grouped_waiting.labels(queue.name).set(stats["grouped_waiting"])
+            for stand, field in GROUP_STANDS.items():
+                m.groups.labels(queue.name, stand).set(stats[field])
             by_priority: dict[int, int] = stats["todos_by_priority"]
             # A priority that had jobs and has none now reads 0, not its last count.
             seen = self._priorities_seen[queue.name]

@@ -38,6 +38,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
         self.sent = 0
         self.created = 0
         self.duplicates = 0
+        self._batches = 0
         audited = settings.audit and not settings.create_from_stdin
         shards = self.queue.shards
         if audited and len(shards) != 1:
@@ -114,7 +115,12 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
         return 0
 
     def _send(self, batch: list[str]) -> None:
-        added = self.retry(lambda: self.target.enqueue(batch), "enqueue")
+        groups = self.settings.create_groups
+        # With CREATE_GROUPS, batches go to the groups in turn (a resend keeps its group: an id
+        # already known is left alone wherever it waits).
+        group = f"group-{self._batches % groups + 1}" if groups else None
+        self._batches += 1
+        added = self.retry(lambda: self.target.enqueue(batch, group=group), "enqueue")
         self.sent += len(batch)
         self.created += added
         self.duplicates += len(batch) - added

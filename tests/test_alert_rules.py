@@ -18,6 +18,9 @@ REQUIRED_ALERTS = {
     "SetqueueCleanerNotRunning",
     "SetqueueTargetDown",
     "SetqueueZombieThreads",
+    "SetqueueRedisEvicts",
+    "SetqueueRedisOutOfMemory",
+    "SetqueueRedisMemoryHigh",
 }
 
 

@@ -64,6 +64,19 @@ def test_a_clean_run_finds_every_id_in_one_state(queue: Queue, recorder: AuditRe
     assert report.ok
 
 
+def test_a_waiting_job_with_a_group_is_in_todos_for_the_audit(queue: Queue, recorder: AuditRecorder) -> None:
+    ids = [f"g-{n}" for n in range(1, 7)]
+    queue.enqueue(ids[:3], group="tenant-1")
+    queue.enqueue(ids[3:], group="tenant-2")
+    recorder.created("g", 6)
+    run_and_ack(queue, recorder, 2)
+
+    report = auditor(queue).audit()
+
+    assert report.states == {"todos": 4, "in_progress": 0, "done": 2, "failed": 0, "scheduled": 0, "cancelled": 0}
+    assert (report.lost, report.in_two_states) == (0, 0)
+
+
 def test_an_id_in_no_state_is_lost_and_named(queue: Queue, recorder: AuditRecorder) -> None:
     created(queue, recorder, "a", 5)
     queue.delete("a-2")

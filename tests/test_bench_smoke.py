@@ -57,6 +57,8 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
         ("naive", 1),
         ("setqueue", 0),
         ("setqueue", 1),
+        ("setqueue-1000-groups", 0),
+        ("setqueue-1000-groups", 1),
     ]
     assert sorted((r["system"], r["trial"]) for r in io["runs"]) == [
         ("setqueue-async", 0),
@@ -65,7 +67,7 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
         ("setqueue-threads", 1),
     ]
     assert_exactly_once(cpu["runs"] + io["runs"], JOBS)
-    assert [lat["ran"] for lat in cpu["latency"] + io["latency"]] == [10, 10, 10, 10]
+    assert [lat["ran"] for lat in cpu["latency"] + io["latency"]] == [10] * 5  # naive, setqueue, grouped, io x2
     assert set(cpu["bare_loop"]) == {"INCR loop"} and set(io["bare_loop"]) == {"async", "threads"}
     assert "## Throughput and cost per job" in summary(tmp_path, "cpu") and "setqueue-async" in summary(tmp_path, "io")
     assert "50/50 ran" in summary(tmp_path, "due")
@@ -83,7 +85,7 @@ def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(t
             tmp_path,
             *("--matrix", "cpu", "--systems", "setqueue", "--baseline", "HEAD", "--memory-jobs", "500"),
             *("--jobs", str(JOBS), "--trials", "2", "--cell-seconds", "60", "--max-seconds", "60"),
-            *("--latency-jobs", "0", "--bare-seconds", "0"),
+            *("--latency-jobs", "0", "--bare-seconds", "0", "--no-groups"),
         )
     finally:
         if made_here and worktree.exists():

@@ -374,10 +374,11 @@ class _KeyUses:
 
     def key_tables(self, body: str, keys: set[str]) -> set[str]:
         """Tables in body filled only with keys: by a constructor, by stores, or by a helper."""
+        # A constructor of keys: {a, b} or {name = a, other = b} (a table of named keys, used as t.name).
         tables = {
             t
             for t, items in re.findall(r"local (\w+) = \{([^}]*)\}", body)
-            if all(i.strip() in keys for i in items.split(","))
+            if all(i.split("=")[-1].strip() in keys for i in items.split(",") if i.strip())
         }
         for table in set(re.findall(r"\b(\w+)\[[^\]]+\] = ", body)):
             stored = re.findall(rf"\b{table}\[[^\]]+\] = ([^\n]+)", body)
@@ -390,8 +391,12 @@ class _KeyUses:
 
     @staticmethod
     def is_key(expression: str, keys: set[str], tables: set[str]) -> bool:
-        table = re.fullmatch(r"(\w+)\[[^\]]+\]", expression)
-        return expression.startswith("KEYS[") or expression in keys or (table is not None and table[1] in tables)
+        table = re.fullmatch(r"(\w+)\[[^\]]+\]", expression) or re.fullmatch(r"(\w+)\.\w+", expression)
+        return (
+            expression.startswith("KEYS[")
+            or expression in keys
+            or (table is not None and (table[1] in tables or table[1] in keys))
+        )
 
     def check(self, body: str, keys: set[str], where: str) -> set[str]:
         """Asserts every key use in body; returns the expressions it uses as keys."""
@@ -414,8 +419,10 @@ class _KeyUses:
                     used.add(arguments[position])
         return used
 
-    def helper(self, helper: str, params: list[str], body: str) -> None:
-        used = self.check(body, set(params), f"{self.name}.lua {helper}()")
+    def helper(self, helper: str, params: list[str], body: str, header_keys: set[str]) -> None:
+        """A function's keys: its parameters used as keys, or the header's locals it sees (a
+        function of the script itself, defined below the header)."""
+        used = self.check(body, set(params) | (header_keys - set(params)), f"{self.name}.lua {helper}()")
         self.key_params[helper] = {i for i, p in enumerate(params) if p in used}
         tables = self.key_tables(body, set())
         returned = re.findall(r"^  return (.+)$", body, re.M)[-1:]
@@ -440,7 +447,7 @@ def test_scripts_touch_only_keys_passed_in_keys() -> None:
         assert key_names, name
         uses = _KeyUses(name)
         for helper in FUNCTION.finditer(text):  # in order: a helper calls only the ones above it
-            uses.helper(helper[1], [p.strip() for p in helper[2].split(",") if p.strip()], helper[3])
+            uses.helper(helper[1], [p.strip() for p in helper[2].split(",") if p.strip()], helper[3], key_names)
         assert uses.check(FUNCTION.sub("", text), key_names, f"{name}.lua"), name
 
 
@@ -491,6 +498,10 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     [fourth] = q.claim(1)
     assert fourth.progress(0.5, "half") and q.cancel(fourth.id) == "in_progress"
     assert q.renew_outcomes([fourth]) == [RenewOutcome.CANCELLED]
+    assert q.pause() and q.resume()
+    q.set_group_limits(concurrency=1)
+    assert q.enqueue(["h"], group="g") == 1
+    assert [group.name for group in q.groups()] == ["g"]
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from setqueue import Queue
+from setqueue.flow import FLOW_STATS
 from tests.support import REPO_ROOT
 from tests.support.actors import executions_key
 
@@ -91,6 +92,7 @@ def test_killed_workers_lose_nothing(
         "results_kept": 0,
         "oldest_pending_age_seconds": 0,
         "todos_by_priority": {},
+        **dict.fromkeys(FLOW_STATS, 0),
     }
     executions = {k: int(v) for k, v in client.hgetall(executions_key(q)).items()}  # type: ignore[union-attr]
     assert set(executions) == {f"job-{i}" for i in range(JOBS)}  # every job ran

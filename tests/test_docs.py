@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from setqueue.keys import QueueKeys
 from setqueue.runtime.cli import build_parser
-from setqueue.runtime.metrics import CleanerMetrics, CreatorMetrics, WorkerMetrics
+from setqueue.runtime.metrics import CleanerMetrics, CreatorMetrics, SupervisorMetrics, WorkerMetrics
 from setqueue.runtime.settings import SETTINGS
 from tests.support import REPO_ROOT
 
@@ -65,7 +65,8 @@ def test_the_configuration_table_names_no_setting_the_code_lacks() -> None:
 
 def test_every_metric_is_in_the_metrics_table() -> None:
     names = set()
-    for role in (CreatorMetrics, WorkerMetrics, lambda registry: CleanerMetrics(registry, audit=True)):
+    roles = (CreatorMetrics, WorkerMetrics, SupervisorMetrics, lambda registry: CleanerMetrics(registry, audit=True))
+    for role in roles:
         registry = CollectorRegistry()
         role(registry)
         for metric in registry.collect():

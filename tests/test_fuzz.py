@@ -9,6 +9,7 @@ run first), and the real service processes for a sample of them."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -51,6 +52,7 @@ EDGES = st.sampled_from(
         "9" * 400, "0x10", "1_000", "\uff11\uff12", "٣", "true", "no", "None", "null", "[]", "{}", "a,b", "x\ty", "é",
         "\udcff", "redis://", "redis://:@/", "unix://", "rediss://h:99999/0", "redis://h:6379/-1",
         "redis://h/0?socket_timeout=abc", "@/nonexistent/file", "* * * *", "a=* * * * *", "../..", "%s%n",
+        "auto", "AUTO", "2",
     ]
 )  # fmt: skip
 TEXT = st.text(st.characters(exclude_categories=["Cc"]), max_size=40) | st.text(max_size=8).filter(
@@ -65,6 +67,17 @@ VALUES = st.one_of(EDGES, TEXT, NUMBERS)
 def safe(setting: Setting, value: str) -> str:
     """JOB_HANDLER imports the module it names: keep fuzzed names away from real modules."""
     return f"nosuchmodule_{value}" if setting.name == "JOB_HANDLER" else value
+
+
+def affordable(setting: Setting, value: str) -> str:
+    """PROCESSES starts that many interpreters: a service run keeps a valid value of more than 2 at
+    2 (what the supervisor does does not depend on N; 256 of them would only load the machine)."""
+    if setting.name != "PROCESSES":
+        return value
+    try:
+        return "2" if setting.parse(value) > 2 else value
+    except ValueError:
+        return value
 
 
 def readers(setting: Setting) -> list[str]:
@@ -102,7 +115,7 @@ def queue_keys(client: redis.Redis, queue: str) -> list[str]:
 def service_and_setting(draw: st.DrawFn) -> tuple[str, Setting, str]:
     setting = draw(st.sampled_from(SETTINGS))
     service = draw(st.sampled_from(readers(setting)))
-    return service, setting, safe(setting, draw(VALUES))
+    return service, setting, affordable(setting, safe(setting, draw(VALUES)))
 
 
 @pytest.mark.slow
@@ -114,8 +127,9 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
     service, setting, value = case
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
     env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5, CONSOLE_PORT=free_port())
-    env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
     try:
+        # A lone surrogate other than an undecodable byte's (U+DC80..U+DCFF) has no bytes at all.
+        env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
         process = subprocess.Popen(
             [sys.executable, "-m", service],
             env=env,
@@ -126,7 +140,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
             text=True,
             errors="replace",
         )
-    except ValueError:  # an environment cannot hold this value at all (the OS refuses it)
+    except ValueError:  # an environment cannot hold this value at all (no bytes, or the OS refuses it)
         return
     try:
         _, stderr = process.communicate(timeout=4)
@@ -144,10 +158,11 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
         client.close()
 
 
-COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules"]
+COMMANDS = ["push", "stats", "inspect", "requeue-failed", "delete", "schedules", "doctor", "acl-rule"]
+COMMANDS += ["cancel", "result"]
 # --redis-url and --queue are fuzzed with the settings (REDIS_URL, QUEUE_NAME: the same checks).
 OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--shards", "--wait-replicas", "--json"]
-OPTIONS += ["--watch", "--help", "-"]
+OPTIONS += ["--watch", "--help", "-", "add", "remove", "--max-attempts", "--timeout", "--wait"]
 
 
 @st.composite
@@ -181,3 +196,91 @@ def test_any_command_line_is_a_result_or_one_line_and_a_refusal_writes_nothing(
     # confirmed (this Redis has none), which the master applied.
     if code in (2, 3) and "replica(s) confirmed the write" not in err:
         assert queue_keys(client, queue) == [], (argv, err)
+
+
+# Every place a command line takes an id, a name or a value (X), with the rest of the line around it.
+SLOTS = [
+    ["push", "X"],
+    ["push", "X", "--payload", "p"],
+    ["push", "a", "--payload", "X"],
+    ["push", "a", "--delay", "X"],
+    ["push", "a", "--at", "X"],
+    ["push", "a", "--timeout", "X"],
+    ["inspect", "X"],
+    ["delete", "X"],
+    ["cancel", "X"],
+    ["result", "X"],
+    ["result", "a", "--wait", "X"],
+    ["requeue-failed", "X"],
+    ["schedules", "add", "X", "* * * * *"],
+    ["schedules", "add", "tick", "X"],
+    ["schedules", "remove", "X"],
+    ["acl-rule", "X"],
+    ["--queue", "X", "stats"],
+    ["--shards", "X", "stats"],
+    ["--wait-replicas", "X", "stats"],
+    ["--redis-url", "X", "stats"],
+]
+# What an argument can be: any bytes (a shell passes them as they are; Python decodes the ones that
+# are not UTF-8 to lone surrogates, os.fsdecode), text of any script, and the edges above.
+ARGUMENTS = st.binary(min_size=1, max_size=24).filter(lambda b: b"\0" not in b).map(os.fsdecode) | VALUES
+
+
+@pytest.mark.parametrize("slot", SLOTS, ids=" ".join)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=ARGUMENTS)
+def test_any_bytes_in_any_argument_is_a_result_or_one_line(
+    redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str], slot: list[str], value: str
+) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    argv = [value if word == "X" else word for word in slot]
+    full = ["--redis-url", redis_url, "--queue", queue, *argv] if slot[0] != "--redis-url" else argv
+    try:
+        code = cli_main(full, stdin=io.StringIO(""), out=io.StringIO())
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 2
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2, 3), (argv, code, err)
+    if code != 0:
+        assert len(err.strip().splitlines()) == 1, (argv, err)
+    if code in (2, 3):
+        assert queue_keys(client, queue) == [], (argv, err)
+
+
+UNDECODABLE = b"job-\xff\xfe"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [b"inspect", UNDECODABLE],
+        [b"delete", UNDECODABLE],
+        [b"cancel", UNDECODABLE],
+        [b"result", UNDECODABLE],
+        [b"push", UNDECODABLE],
+        [b"schedules", b"remove", UNDECODABLE],
+        [b"--queue", UNDECODABLE, b"stats"],
+    ],
+    ids=lambda argv: b" ".join(argv).decode(errors="replace"),
+)
+def test_undecodable_bytes_on_a_real_command_line_are_one_line_and_exit_2(redis_url: str, argv: list[bytes]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "setqueue", "--redis-url", redis_url, *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "UTF-8" in err, err
+
+
+@pytest.mark.parametrize("service", list(SERVICE_SETTINGS))
+def test_a_queue_name_of_undecodable_bytes_stops_a_service_with_one_line(fuzz_redis: RedisServer, service: str) -> None:
+    env = {k.encode(): v.encode() for k, v in base_env(REDIS_URL=fuzz_redis.url, METRICS_PORT=0).items()}
+    env[b"QUEUE_NAME"] = UNDECODABLE
+    done = subprocess.run(
+        [sys.executable, "-m", service], env=env, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False
+    )
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "QUEUE_NAME" in err, err

@@ -1,6 +1,7 @@
-"""Random interleavings of enqueue (now or delayed), claim, renew, ack (with or without a result),
-fail (with or without a delay), release, sweep, delete, cancel, lease expiry, due times passing
-and looking for results, checked against a model after every step (hypothesis, real Redis).
+"""Random interleavings of enqueue (now or delayed, with a job group or none), claim, renew, ack
+(with or without a result), fail (with or without a delay), release, sweep, delete, cancel, lease
+expiry, due times passing, looking for results, and flow control (pause, resume, the queue's rate,
+groups' concurrency), checked against a model after every step (hypothesis, real Redis).
 
 Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed,
 scheduled and cancelled; the states hold exactly the model's ids (so enqueued = the sum of the
@@ -10,6 +11,12 @@ place: enqueue, becoming due and a retry give the next place, a release or a los
 the old one); a
 claim's lock exists exactly while it has not expired and still owns a job in in_progress, and
 counts those jobs; and an operation succeeds exactly when its lease is the current owner of the id.
+
+Flow control: a paused queue's claim takes nothing; a claim takes no more than the rate allows; a
+group never has more in progress than its concurrency; within each group (and among the jobs
+without one) a claim takes the front of that group's line; a claim takes something whenever a job
+could start; and the groups' bookkeeping holds (tests.support.flow.check_groups). Without groups,
+a claim takes exactly the front of the whole line.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from setqueue import FailOutcome, JobFailed, Lease, Queue, UnknownJob
 from tests.support import RedisServer, queue_members
+from tests.support.flow import check_groups
 
 IDS = st.sampled_from([f"id{i}" for i in range(8)])
 PRIORITIES = st.integers(-2, 2)
+GROUPS = st.sampled_from([None, None, "g1", "g2", "g3"])
 MAX_ATTEMPTS = 3
 
 
@@ -42,6 +51,32 @@ class Model:
     place: dict[str, int] = field(default_factory=dict)  # id -> its place in line (todos, in_progress)
     places_given: int = 0
     result: dict[str, object] = field(default_factory=dict)  # done id -> what its handler returned
+    group: dict[str, str | None] = field(default_factory=dict)  # id -> its job group
+    paused: bool = False
+    concurrency: int | None = None  # every group's default
+    own_concurrency: dict[str, int | None] = field(default_factory=dict)  # a group's own
+    burst: int | None = None  # the queue's rate: 1/h with this burst (no refill in a test's time)
+    started_under_rate: int = 0  # jobs claimed since the rate was set
+
+    def limit_of(self, group: str) -> int | None:
+        return self.own_concurrency.get(group, self.concurrency)
+
+    def running(self, group: str) -> int:
+        return sum(1 for i, s in self.state.items() if s == "in_progress" and self.group.get(i) == group)
+
+    def tokens(self) -> float:
+        return float("inf") if self.burst is None else max(0, self.burst - self.started_under_rate)
+
+    def could_start(self) -> bool:
+        """A job waits whose group (or none) has room."""
+        if self.paused or self.tokens() < 1:
+            return False
+        for job_id in self.line():
+            group = self.group.get(job_id)
+            limit = None if group is None else self.limit_of(group)
+            if limit is None or self.running(group) < limit:  # type: ignore[arg-type]
+                return True
+        return False
 
     def join_line(self, job_id: str) -> None:
         self.places_given += 1
@@ -96,11 +131,12 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         def pick(self, index: int) -> Lease | None:
             return self.leases[index % len(self.leases)] if self.leases else None
 
-        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans(), priority=PRIORITIES)
-        def enqueue(self, ids: list[str], later: bool, priority: int) -> None:
+        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans(), priority=PRIORITIES, group=GROUPS)
+        def enqueue(self, ids: list[str], later: bool, priority: int, group: str | None) -> None:
             new = [i for i in dict.fromkeys(ids) if i not in self.model.state]
-            assert self.q.enqueue(ids, delay=3600 if later else None, priority=priority) == len(new)
+            assert self.q.enqueue(ids, delay=3600 if later else None, priority=priority, group=group) == len(new)
             for i in new:
+                self.model.group[i] = group
                 self.model.priority[i] = priority
                 self.model.attempts[i] = 0
                 if later:
@@ -127,9 +163,27 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
 
         @rule(count=st.integers(1, 4))
         def claim(self, count: int) -> None:
-            self.model.promote_due()
+            m = self.model
+            m.promote_due()
+            could_start = m.could_start()
+            line = m.line()
             leases = self.q.claim(count)
-            assert [lease.id for lease in leases] == self.model.line()[:count]  # the front of the line
+            ids = [lease.id for lease in leases]
+            if not any(m.group.get(i) for i in m.state):
+                assert ids == line[: int(min(count, m.tokens()))] if not m.paused else ids == []
+            assert len(ids) <= min(count, m.tokens())
+            if m.paused:
+                assert ids == []
+            if could_start:
+                assert ids, "a job could start and the claim took none"
+            for group in {m.group.get(i) for i in ids}:
+                own = [i for i in ids if m.group.get(i) == group]
+                assert own == [i for i in line if m.group.get(i) == group][: len(own)]  # its group's front
+                limit = None if group is None else m.limit_of(group)
+                if limit is not None:
+                    assert m.running(group) + len(own) <= limit  # type: ignore[arg-type]
+            if m.burst is not None:
+                m.started_under_rate += len(ids)
             for lease in leases:
                 assert lease.priority == self.model.priority[lease.id]
                 self.model.state[lease.id] = "in_progress"
@@ -231,6 +285,37 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             for i in result.dead_lettered:
                 assert self.model.attempts[i] >= MAX_ATTEMPTS
                 self.model.leave_in_progress(i, "failed")
+
+        @rule()
+        def pause(self) -> None:
+            assert self.q.pause() == (not self.model.paused)
+            self.model.paused = True
+
+        @rule()
+        def resume(self) -> None:
+            assert self.q.resume() == self.model.paused
+            self.model.paused = False
+
+        @rule(burst=st.none() | st.integers(1, 6))
+        def limit_rate(self, burst: int | None) -> None:
+            self.q.set_rate(None if burst is None else "1/h", burst=burst)
+            if burst is None or self.model.burst is None:
+                self.model.started_under_rate = 0  # a rate removed forgets what it counted
+            self.model.burst = burst
+
+        @rule(group=st.sampled_from([None, "g1", "g2"]), concurrency=st.none() | st.integers(1, 2))
+        def limit_groups(self, group: str | None, concurrency: int | None) -> None:
+            self.q.set_group_limits(group, concurrency=concurrency)
+            if group is None:
+                self.model.concurrency = concurrency
+            elif concurrency is None:
+                self.model.own_concurrency.pop(group, None)
+            else:
+                self.model.own_concurrency[group] = concurrency
+
+        @invariant()
+        def groups_kept_in_step(self) -> None:
+            check_groups(self.client, self.q.keys)
 
         @invariant()
         def sets_match_the_model(self) -> None:

@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Lease, Queue, QueueKeys
+from setqueue.flow import FLOW_STATS
 from tests.support import queue_members
 from tests.support.waits import wait_for_redis_clock
 
@@ -65,6 +66,7 @@ def test_enqueue_does_not_re_add_ids_in_progress_done_or_failed(make_queue: Call
         "results_kept": 0,
         "oldest_pending_age_seconds": 0,
         "todos_by_priority": {},
+        **dict.fromkeys(FLOW_STATS, 0),
     }
 
 
@@ -329,6 +331,7 @@ def test_stats(queue: Queue) -> None:
         "results_kept": 0,
         "oldest_pending_age_seconds": 0.0,
         "todos_by_priority": {},
+        **dict.fromkeys(FLOW_STATS, 0),
     }
     queue.enqueue(["a", "b", "c"])
     queue.enqueue(["urgent"], priority=10)

@@ -1,7 +1,9 @@
 """How a worker learns at once that a job it runs was cancelled: cancel.lua publishes the id on
 the queue's cancel channel (one per shard), and a listener thread here hears it and stops the job.
 A message can be missed (the connection dropped at that moment); the lease keeper's next renewal
-finds the job cancelled anyway (renew.lua answers so), at most LEASE_SECONDS/3 later."""
+finds the job cancelled anyway (renew.lua answers so), at most LEASE_SECONDS/3 later. A Redis
+user that may not subscribe is no outage: the listener says so once through ``on_refused`` (the
+worker stops with exit code 3, as for any command its ACL rule lacks) and listens no more."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 import redis
 
+from setqueue.runtime.acl import explain_refusal
 from setqueue.runtime.backoff import Backoff
 from setqueue.scripts import text
 
@@ -23,12 +26,18 @@ class CancelListener:
     """Calls ``on_cancel(job_id)`` for each id published on ``channels``, from its own thread."""
 
     def __init__(
-        self, client: redis.Redis, channels: Sequence[str], on_cancel: Callable[[str], None], log: logging.Logger
+        self,
+        client: redis.Redis,
+        channels: Sequence[str],
+        on_cancel: Callable[[str], None],
+        log: logging.Logger,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.channels = list(channels)
         self.on_cancel = on_cancel
         self.log = log
+        self.on_refused = on_refused
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-listener", daemon=True)
 
@@ -52,6 +61,13 @@ class CancelListener:
                         self.on_cancel(text(message["data"]))
             except Exception as exc:
                 if self._stop.is_set():  # the worker closed the client under us: it is stopping
+                    return
+                refused = explain_refusal(exc)
+                if refused is not None:  # no retry helps
+                    if self.on_refused is not None:
+                        self.on_refused(f"{refused} (listening for cancelled jobs)")
+                    else:
+                        self.log.error("the cancel listener stops: %s", refused)
                     return
                 if isinstance(exc, redis.RedisError):  # Redis away: listen again; renewals cover the gap
                     self.log.debug("cancel listener: %s; listening again", exc)

@@ -155,11 +155,12 @@ class Engine:
 
     # -- the buffer ----------------------------------------------------------------------------
 
-    def wanted(self, stop: threading.Event) -> int:
+    def wanted(self, stop: threading.Event, *, prefetch: bool = True) -> int:
         """How many jobs to claim now: the free slots, plus up to ``claim_batch`` buffered while jobs
-        keep starting (one started within PREFETCH_WINDOW_SECONDS), at most ``claim_batch`` per
-        call, and not for a handful (half a batch) while the buffer still covers the free slots.
-        Waits up to a second for room; 0 then (ask again), or once closed or ``stop`` is set."""
+        keep starting (one started within PREFETCH_WINDOW_SECONDS; not without ``prefetch``), at
+        most ``claim_batch`` per call, and not for a handful (half a batch) while the buffer still
+        covers the free slots. Waits up to a second for room; 0 then (ask again), or once closed or
+        ``stop`` is set."""
         batch, slots = self.claim_batch, self.slots
         with slots.lock:
             for _ in range(10):
@@ -167,7 +168,7 @@ class Engine:
                     return 0
                 buffered = len(slots.buffer)
                 free = slots.free
-                turning = time.monotonic() - slots.last_start < PREFETCH_WINDOW_SECONDS
+                turning = prefetch and time.monotonic() - slots.last_start < PREFETCH_WINDOW_SECONDS
                 want = min(batch, free + (batch if turning else 0) - buffered)
                 if want > 0 and (buffered < free or want * 2 >= batch):
                     return want

@@ -98,7 +98,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self.queue, on_renewed=self._renewed, on_lost=self._lost, on_cancelled=self._lease_cancelled
         )
         channels = [shard.keys.cancel_channel for shard in self.queue.shards]
-        self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log)
+        self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log, self.refuse)
         self.heartbeat = None  # the registry of live workers, which the console shows
         if settings.worker_heartbeat_seconds > 0:
             names = [q.name for q in self.queue.queues]
@@ -127,6 +127,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._stopped = threading.Event()  # run() has returned: the backstop stands down
         self._exit_code = 0
         self.metrics.worker_slots.set(settings.concurrency)
+        # What flow control held back, counted under the queue's name (a shard reports its own).
+        self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
+        for shard in self.queue.shards:
+            shard.on_held = self._held
 
     @property
     def stall_seconds(self) -> float:
@@ -138,6 +142,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
     def _renewed(self, count: int) -> None:
         self.metrics.lease_renewals.inc(count)
+
+    def _held(self, shard: str, reason: str) -> None:
+        self.metrics.claims_held.labels(self._queue_of_shard.get(shard, shard), reason).inc()
 
     def _lost(self, lease: Lease) -> None:
         self.metrics.leases_lost.labels(lease.queue).inc()
@@ -375,7 +382,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         try:
             while not self.stop_event.is_set():
-                count = self.engine.wanted(self.stop_event)
+                # No prefetch under a rate or group limits: a job claimed ahead would count against
+                # them (a start, a group's slot) before it starts.
+                limited = any(shard.flow_limited for shard in self.queue.shards)
+                count = self.engine.wanted(self.stop_event, prefetch=not limited)
                 if count == 0:
                     continue
                 leases = self._resendable(lambda rid, n=count: self._claim(n, request_id=rid), "claim")  # type: ignore[misc]

@@ -17,6 +17,7 @@ from matrices import one_server
 
 NAME = "cpu"
 TITLE = "CPU-trivial jobs (one INCR): setqueue and its peers"
+GROUPED = "setqueue-1000-groups"  # setqueue with every job in one of 1,000 job groups (flow control)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,11 +26,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH (default 100)")
     g.add_argument("--cpu-concurrency", type=int, default=1, help="setqueue's CONCURRENCY (default 1: one thread)")
     g.add_argument("--cell-seconds", type=float, default=10, help="a cell's trials run this long at least (default 10)")
+    g.add_argument(
+        "--groups",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also run {GROUPED}: setqueue with its jobs in 1,000 job groups (default on)",
+    )
 
 
 def systems(a: argparse.Namespace, url: str) -> list[System]:
     ours = partial(SetQueue, concurrency=a.cpu_concurrency, claim_batch=a.claim_batch)
-    return [(ours if name == "setqueue" else PEERS[name])(name, url) for name in a.systems.split(",")]
+    made = [(ours if name == "setqueue" else PEERS[name])(name, url) for name in a.systems.split(",")]
+    if "setqueue" in a.systems.split(",") and a.groups:
+        made.insert(1, ours(GROUPED, url, groups=1000))
+    return made
 
 
 def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
@@ -49,6 +59,16 @@ def targets(data: dict[str, Any]) -> list[str]:
         L.append(f"- at least 3x Dramatiq at W=2: dramatiq {dramatiq:,.0f}, setqueue {mine / dramatiq:.1f}x: {ok}")
     if mine and (best := max(peers, key=lambda s: peers[s], default=None)):
         L.append(f"  - fastest peer at W=2: {best} {peers[best]:,.0f} jobs/s (setqueue {mine / peers[best]:.1f}x)")
+    cells = report.by_cell(data["runs"])
+    plain, grouped = cells.get(("setqueue", 2)), cells.get((GROUPED, 2))
+    if plain and grouped:
+        base, cpu = report.cost(plain, "redis_cpu_ms_per_job"), report.cost(grouped, "redis_cpu_ms_per_job")
+        if base and cpu:
+            ok = verdict(cpu <= 1.5 * base)
+            L.append(
+                f"- with 1,000 job groups, Redis CPU per job at most 1.5x without: {1000 * cpu:.1f} against "
+                f"{1000 * base:.1f} µs, {cpu / base:.2f}x: {ok}"
+            )
     if mine and (loop := (data.get("bare_loop") or {}).get("INCR loop", {}).get("W=2")):
         L.append(f"  - setqueue reached {100 * mine / loop:.0f}% of the INCR loop with no queue ({loop:,.0f}/s at W=2)")
     return [*L, *report.latency_targets(data), report.once_target(data["runs"]), ""]

@@ -9,12 +9,14 @@ the URL names.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias, TypedDict, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -242,15 +244,78 @@ class _Retry(Retry):
         with_failure_count: bool = False,
     ) -> Any:
         def retryable(error: Exception) -> bool:
-            if isinstance(error, rexc.AuthenticationError):
+            if isinstance(error, rexc.AuthenticationError) or tls_failure(error) is not None:
                 return False
             return is_retryable is None or is_retryable(error)
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
+class TlsFiles(TypedDict, total=False):
+    """The TLS files of a rediss:// connection, as ``connect`` and ``open_queue`` take them."""
+
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+
+
+def tls_failure(error: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a connection error (a certificate that does not verify, a server that
+    does not speak TLS), if that is what it is: no resend makes it succeed."""
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def tls_options(
+    url: str, tls_ca_file: str | None = None, tls_cert_file: str | None = None, tls_key_file: str | None = None
+) -> dict[str, Any]:
+    """redis-py's keyword arguments for a rediss:// URL: the server's certificate is verified (its
+    chain against ``tls_ca_file``, the system's CAs when None, and its host name), and
+    ``tls_cert_file`` / ``tls_key_file`` are a client certificate for a Redis that asks for one.
+    OptionError (naming the parameter) when one is given for a URL that is not rediss://, or a key
+    without its certificate."""
+    given = {"tls_ca_file": tls_ca_file, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file}
+    if not url.startswith("rediss:"):
+        for name, value in given.items():
+            if value:
+                raise OptionError(name, f"is for a rediss:// URL (TLS), and {redact_url(url)} is not one")
+        return {}
+    if tls_key_file and not tls_cert_file:
+        raise OptionError("tls_key_file", "goes with tls_cert_file, the certificate it is the key of")
+    options: dict[str, Any] = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+    if tls_ca_file:
+        options["ssl_ca_certs"] = tls_ca_file
+    if tls_cert_file:
+        options["ssl_certfile"] = tls_cert_file
+        options["ssl_keyfile"] = tls_key_file or None  # None: the key is in the certificate's file
+    return options
+
+
+# No CLIENT SETINFO on connect: a least-privilege user is not granted it (Redis 7.0 does not know it,
+# so an ACL rule that names it is refused there), and each refusal would fill the ACL LOG. redis-py
+# 8 turns it off with driver_info=None; before, with lib_name and lib_version None.
+NO_CLIENT_SETINFO: dict[str, Any] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
+
 def connect(
-    url: str, *, socket_connect_timeout: float = 5, socket_timeout: float = 30, retries: int = 5
+    url: str,
+    *,
+    socket_connect_timeout: float = 5,
+    socket_timeout: float = 30,
+    retries: int = 5,
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
 ) -> ClusterAwareRedis:
     """The client ``Queue.from_url`` uses for ``url`` (redis:// rediss:// unix://), one Redis or a
     Redis Cluster node (see ``ClusterAwareRedis``; nothing connects before the first command).
@@ -258,7 +323,10 @@ def connect(
     It resends a command after a connection error or timeout (``retries`` times, with backoff;
     every script is safe to resend), and its socket timeouts stop a call from hanging forever on
     a dead connection; a cluster client gets the same, plus following redirections and failovers.
+    A rediss:// URL verifies the server's certificate: see ``tls_options`` for the ``tls_*`` files.
+    A failed TLS handshake is not resent.
     """
+    tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
     backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
@@ -269,8 +337,40 @@ def connect(
         socket_connect_timeout=socket_connect_timeout,
         socket_timeout=socket_timeout,
         **tcp,
+        **tls,
         health_check_interval=30,
+        **NO_CLIENT_SETINFO,
     )
+
+
+class SnapshotReads:
+    """Reads queued like a pipeline's (``reads.zscore(key, id)``, ...) and sent by ``execute()`` in
+    one MULTI, so that they see one instant. A Redis out of memory (maxmemory reached) refuses every
+    command queued in a MULTI, reads too: the same reads then go in a plain pipeline, one round trip
+    without the snapshot (a transition between two of them may show a job in two states or none).
+    For reads only: a MULTI of writes must never be split."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, command: str) -> Callable[..., None]:
+        def queue(*args: Any, **kwargs: Any) -> None:
+            self._calls.append((command, args, kwargs))
+
+        return queue
+
+    def execute(self) -> list[Any]:
+        for transaction in (True, False):
+            pipe = self._client.pipeline(transaction=transaction)
+            for command, args, kwargs in self._calls:
+                getattr(pipe, command)(*args, **kwargs)
+            try:
+                return pipe.execute()  # type: ignore[no-any-return]
+            except rexc.OutOfMemoryError:
+                if not transaction:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
@@ -346,7 +446,8 @@ class EndedListener:
     queue: a daemon thread hears the ids published as they end and wakes whoever waits on them.
     A waiter registers before it looks (``watch``), so no end can slip between its look and its
     wait. When the subscription drops, everyone waiting is woken to look again (an end published
-    meanwhile would otherwise be missed)."""
+    meanwhile would otherwise be missed). A Redis user that may not subscribe (NOPERM) is no
+    outage: the listener stops, and ``watch`` and ``check`` raise the refusal to every waiter."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
         self._client = client
@@ -356,6 +457,7 @@ class EndedListener:
         self._subscribed = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._refused: rexc.NoPermissionError | None = None
 
     def watch(self, job_ids: Sequence[str]) -> threading.Event:
         """An event set when any of ``job_ids`` is published as ended (or the subscription
@@ -369,7 +471,13 @@ class EndedListener:
                 self._thread.start()
         if not self._subscribed.wait(30):
             raise rexc.ConnectionError(f"could not subscribe to {self._channel}")
+        self.check()
         return event
+
+    def check(self) -> None:
+        """Raise NoPermissionError if Redis refused this user the subscription."""
+        if self._refused is not None:
+            raise rexc.NoPermissionError(str(self._refused))
 
     def forget(self, job_ids: Sequence[str], event: threading.Event) -> None:
         with self._lock:
@@ -393,6 +501,11 @@ class EndedListener:
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None and message.get("type") == "message":
                         self._wake(str(message["data"]).split("\n")[1:])
+            except rexc.NoPermissionError as exc:  # no resubscription helps: every waiter is told
+                self._refused = exc
+                self._subscribed.set()
+                self._wake(None)
+                return
             except Exception:  # the subscription dropped (or the client closed): look again, resubscribe
                 self._subscribed.clear()
                 self._wake(None)

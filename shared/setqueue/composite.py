@@ -5,6 +5,7 @@ it belongs to."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import redis
 
 from setqueue.client import ClusterWaiter, on_a_cluster, take_wake_token, until_due
+from setqueue.flow import FLOW_STATS, GROUP_STATES, GroupInfo, Limits, Rate
 from setqueue.interface import JobQueue, Shard
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult, UnknownJob
 from setqueue.keys import STATES, validate_job_id
@@ -41,9 +43,9 @@ def part_id(request_id: str | None, member: str) -> str | None:
 
 
 def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The members' ``stats()`` as one: every state and the jobs per priority summed, the oldest
-    pending age the oldest of any member."""
-    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept")}
+    """The members' ``stats()`` as one: every state, flow control's figures and the jobs per
+    priority summed, the oldest pending age the oldest of any member."""
+    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *FLOW_STATS)}
     total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
     by_priority: dict[int, int] = defaultdict(int)
     for s in each:
@@ -266,6 +268,52 @@ class CompositeQueue:
 
     def ping(self, *, record: bool = False) -> bool:
         return all([m.ping(record=record) for m in self.members])
+
+    # -- flow control: every shard alike (a sharded queue splits its rates: setqueue.sharded) ------
+
+    def pause(self) -> bool:
+        paused = [shard.pause() for shard in self.shards]
+        return any(paused)
+
+    def resume(self) -> bool:
+        resumed = [shard.resume() for shard in self.shards]
+        self._made_claimable(self.wake_cap)
+        return any(resumed)
+
+    def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
+        for member in self.members:
+            member.set_rate(rate, burst=burst)
+        self._made_claimable(self.wake_cap)
+
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        burst: int | None = None,
+    ) -> None:
+        for member in self.members:
+            member.set_group_limits(group, concurrency=concurrency, rate=rate, burst=burst)
+        self._made_claimable(self.wake_cap)
+
+    def limits(self) -> Limits:
+        return self.members[0].limits()
+
+    def groups(self, most: int = 100) -> list[GroupInfo]:
+        """Each member's groups, merged by name: counts summed, the liveliest state."""
+        merged: dict[str, GroupInfo] = {}
+        for member in self.members:
+            for info in member.groups(most):
+                seen = merged.get(info.name)
+                if seen is None:
+                    merged[info.name] = info
+                    continue
+                state = min(seen.state, info.state, key=GROUP_STATES.index)
+                merged[info.name] = dataclasses.replace(
+                    seen, waiting=seen.waiting + info.waiting, running=seen.running + info.running, state=state
+                )
+        return list(merged.values())[:most]
 
     def close(self) -> None:
         if self._waiter is not None:

@@ -14,7 +14,15 @@ from setqueue.sharded import ShardedQueue, shard_names
 
 
 def open_queue(
-    url: str, name: str | Sequence[str] = "default", *, shards: int = 1, client: Any = None, **options: Any
+    url: str,
+    name: str | Sequence[str] = "default",
+    *,
+    shards: int = 1,
+    client: Any = None,
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    **options: Any,
 ) -> JobQueue:
     """The queue ``name`` on ``url`` (redis:// rediss:// unix://, one Redis or any node of a Redis
     Cluster), on one client for all of it:
@@ -26,7 +34,10 @@ def open_queue(
       those queues, each with ``shards`` shards, claimed in strict priority of their order.
 
     ``options`` go to every ``Queue`` (lease_seconds, max_attempts, ...); ``client``: an open client
-    on ``url`` to use instead of a new one. Every kind has the ``JobQueue`` interface."""
+    on ``url`` to use instead of a new one. For a rediss:// URL, ``tls_ca_file`` is the CA the
+    server's certificate is verified against (default: the system's), ``tls_cert_file`` and
+    ``tls_key_file`` a client certificate (see ``setqueue.client.connect``). Every kind has the
+    ``JobQueue`` interface."""
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
     names = parse_queue_names(name) if isinstance(name, str) else tuple(name)
@@ -34,7 +45,8 @@ def open_queue(
         raise ValueError("no queue name")
     if len(set(names)) != len(names):
         raise ValueError(f"{list(names)} names a queue twice")
-    client = connect(url) if client is None else client
+    if client is None:
+        client = connect(url, tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
     members: list[JobQueue] = []
     for each in names:
         queues = [Queue(client, queue_name, **options) for queue_name in shard_names(each, shards)]

@@ -61,10 +61,11 @@ class QueueGroup(CompositeQueue):
         priority: int = 0,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> int:
         """As ``Queue.enqueue``, into the group's first queue."""
         return self.members[0].enqueue(
-            ids, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout
+            ids, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout, group=group
         )
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:

@@ -10,11 +10,12 @@ plain queues that hold the jobs, each a ``Shard``: a ``Queue`` in one Redis slot
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import redis
 
+from setqueue.flow import GroupInfo, Limits, Rate
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult
 from setqueue.keys import QueueKeys
 
@@ -57,6 +58,7 @@ class JobQueue(Protocol):
         priority: int = 0,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> int: ...
 
     # -- workers
@@ -97,6 +99,21 @@ class JobQueue(Protocol):
     def ping(self, *, record: bool = False) -> bool: ...
     def close(self) -> None: ...
 
+    # -- flow control (setqueue.flow; a sharded queue: see setqueue.sharded)
+    def pause(self) -> bool: ...
+    def resume(self) -> bool: ...
+    def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None: ...
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        burst: int | None = None,
+    ) -> None: ...
+    def limits(self) -> Limits: ...
+    def groups(self, most: int = 100) -> list[GroupInfo]: ...
+
 
 @runtime_checkable
 class Shard(JobQueue, Protocol):
@@ -106,6 +123,8 @@ class Shard(JobQueue, Protocol):
     keys: QueueKeys
     wake_cap: int  # how many idle workers one call may wake
     payload_max_bytes: int  # the largest payload enqueue takes
+    flow_limited: bool  # the last claim found a rate or group limits (claim only for free slots)
+    on_held: Callable[[str, str], None] | None  # told (queue, reason) when flow control held jobs back
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]: ...
     def periodic_slots(self) -> dict[str, float]: ...

@@ -145,6 +145,7 @@ class JobInfo:
     progress: Progress | None = None  # what its handler last said
     result: Any = None  # what its handler returned, while kept (see result_kept)
     result_kept: bool = False  # a result is kept: False for none, or one gone
+    group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
 
 
 class PermanentJobError(Exception):
@@ -194,7 +195,8 @@ class JobFailed(Exception):
 
 class ResultGone(LookupError):
     """What ``result()`` raises for a job that is done but whose result is not kept any more (past
-    the result TTL, or dropped with the job by the retention of done)."""
+    the result TTL, or dropped with the job by the retention of done), or never was: Redis was full
+    (out of memory) when the job was acked."""
 
 
 class UnknownJob(LookupError):

@@ -43,7 +43,7 @@ def validate_queue_name(name: str) -> str:
         raise ValueError(f"queue name {name!r} must not contain braces or white space")
     if "," in name:
         raise ValueError(f"queue name {name!r} must not contain a comma (a comma separates the names of queues)")
-    return name
+    return check_utf8("queue name", name)
 
 
 def parse_queue_names(text: str) -> tuple[str, ...]:
@@ -63,6 +63,20 @@ def check_utf8(what: str, text: str) -> str:
     except UnicodeEncodeError:
         raise ValueError(f"{what} {text!r} is not valid UTF-8 (an undecodable byte?)") from None
     return text
+
+
+def validate_group(group: str) -> str:
+    """A job group's name (``enqueue(..., group=)``): like an id, 1 to MAX_ID_LENGTH characters of
+    UTF-8 text, and no braces, white space or control characters, so that it shows as one word
+    in ``setqueue groups`` and never touches a key's hash tag."""
+    if not isinstance(group, str):
+        raise TypeError(f"group must be a str, not {type(group).__name__}")
+    if not group or len(group) > MAX_ID_LENGTH:
+        raise ValueError(f"group name must be 1 to {MAX_ID_LENGTH} characters, got {len(group)}")
+    if any(c in "{}" or c.isspace() or not c.isprintable() for c in group):
+        raise ValueError(f"group name {group!r} must not contain braces, white space or control characters")
+    check_utf8("group name", group)
+    return group
 
 
 def validate_job_id(job_id: str) -> str:
@@ -240,6 +254,71 @@ class QueueKeys:
         """STRING: when the queue was last swept (ms, Redis clock), by a cleaner or a worker standing
         in for one: a worker sweeps itself when nobody has for a while."""
         return self.prefix + "swept"
+
+    # -- flow control (setqueue.flow; lua/claim.lua enforces it, docs/guide.md#flow-control) ----------
+
+    @property
+    def flow(self) -> str:
+        """HASH of the queue's flow control, read by every claim: ``paused`` ("1" while paused),
+        ``rate`` ("<count> <period ms> <burst>": at most that many starts a period), ``tat`` (the
+        rate's state: its theoretical arrival time in ms, GCRA), ``group_concurrency`` and
+        ``group_rate`` (every group's limits unless it has its own), ``grouped`` ("1" once a job
+        had a group) and ``turn`` (the last turn given in groups_ready)."""
+        return self.prefix + "flow"
+
+    @property
+    def grouped(self) -> str:
+        """ZSET id -> rank of waiting jobs that have a group: with todos (the jobs without one), the
+        todos state. Each is also in its group's line (group_lines)."""
+        return self.prefix + "grouped"
+
+    @property
+    def group_lines(self) -> str:
+        """ZSET, every score 0, of "<group>\\0<rank, 14 hex digits>\\0<id>" for each waiting job
+        that has a group: in lexicographic order, each group's jobs lie together in rank order, so
+        a claim reads the front of one group's line with ZRANGE BYLEX and never scans another's."""
+        return self.prefix + "group_lines"
+
+    @property
+    def group_of(self) -> str:
+        """HASH id -> the group of a job enqueued with one (until it is done, cancelled or deleted)."""
+        return self.prefix + "group_of"
+
+    @property
+    def groups_ready(self) -> str:
+        """ZSET group -> turn: the line of groups that have jobs waiting and may start one now;
+        claims serve the front and send a group that took jobs to the back. The member "" is the
+        turn of the jobs without a group, while groups are in use."""
+        return self.prefix + "groups_ready"
+
+    @property
+    def groups_resting(self) -> str:
+        """ZSET group -> when (ms) its rate lets it start another job: groups with jobs waiting that
+        used up their rate; claims move them back to groups_ready when the time comes."""
+        return self.prefix + "groups_resting"
+
+    @property
+    def groups_full(self) -> str:
+        """SET of groups with jobs waiting that have their concurrency in progress: a job of theirs
+        ending sends them back to groups_ready."""
+        return self.prefix + "groups_full"
+
+    @property
+    def group_running(self) -> str:
+        """HASH group -> its jobs in progress (groups with none have no field)."""
+        return self.prefix + "group_running"
+
+    @property
+    def group_limits(self) -> str:
+        """HASH group -> "<concurrency>|<count> <period ms> <burst>" (either part empty: the
+        default in flow) for groups given limits of their own."""
+        return self.prefix + "group_limits"
+
+    @property
+    def group_buckets(self) -> str:
+        """ZSET group -> the theoretical arrival time (ms) of its rate (GCRA): a group whose time is
+        past has its whole burst, the same as no entry, so sweeps drop those."""
+        return self.prefix + "group_buckets"
 
     @property
     def wake(self) -> str:

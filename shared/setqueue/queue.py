@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -26,10 +27,12 @@ from setqueue.client import (
     ClusterAwareRedis,
     EndedListener,
     OptionError,
+    SnapshotReads,
     connect,
     take_wake_token,
     until_due,
 )
+from setqueue.flow import GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.jobs import (
     TRACEBACK_MARK,
     AckResult,
@@ -55,6 +58,7 @@ from setqueue.keys import (
     QueueKeys,
     check_utf8,
     priority_of_rank,
+    validate_group,
     validate_job_id,
     validate_priority,
 )
@@ -62,6 +66,8 @@ from setqueue.replication import ReplicaWait
 from setqueue.scripts import QueueScripts
 from setqueue.scripts import text as _text
 from setqueue.tracing import current_trace_parent
+
+log = logging.getLogger("setqueue.queue")
 
 # How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
 SWEPT_STAMP_MS = 86_400_000
@@ -133,6 +139,15 @@ def _progress(stored: Any) -> Progress | None:
     return Progress(float(fraction or 0), int(at or 0) / 1000, message)
 
 
+def _rate(rate: Rate | str | None, burst: int | None) -> str:
+    """A rate as the flow hash keeps it ("" for none)."""
+    if rate is None:
+        return ""
+    if isinstance(rate, Rate):
+        return (rate if burst is None else Rate(rate.count, rate.period_ms, burst)).spec()
+    return Rate.parse(rate, burst).spec()
+
+
 def _check_seconds(name: str, value: float) -> float:
     """A time in seconds: finite and not negative, or a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -194,8 +209,12 @@ class Queue:
         self.wake_cap = wake_cap
         self.retry_backoff_seconds = float(retry_backoff_seconds)
         self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
-        self.next_due: float | None = None  # after an empty claim: when the next scheduled job is due
+        self.next_due: float | None = None  # after a claim short of jobs: when more could be claimed
         self._next_due_seen = 0.0  # monotonic time of that claim
+        # Flow control as the last claim found it: whether the queue has a rate or group limits
+        # (a worker then claims only for free slots), and who to tell what a limit held back.
+        self.flow_limited = False
+        self.on_held: Callable[[str, str], None] | None = None  # (queue name, "paused"|"rate"|"group")
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
@@ -243,6 +262,7 @@ class Queue:
         priority: int = 0,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> int:
         """Add job ids (or a mapping id -> payload) at the back of todos' line, in the order given;
         returns how many were new.
@@ -255,10 +275,13 @@ class Queue:
         later: they wait in scheduled until then and join the line when due. Not both; a time in
         the past means now. ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own:
         they win over the workers' MAX_ATTEMPTS and JOB_TIMEOUT_SECONDS. An id already in todos,
-        in_progress, done, failed or scheduled is not added again. Everything is checked before
-        anything is sent.
+        in_progress, done, failed or scheduled is not added again. ``group`` (e.g. a tenant): the
+        jobs wait in that group's line, and groups take turns (see ``set_group_limits``). Everything
+        is checked before anything is sent.
         """
         validate_priority(priority)
+        if group is not None:
+            validate_group(group)
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
@@ -277,6 +300,7 @@ class Queue:
                 at_ms=at_ms,
                 priority=priority,
                 job_options=own,
+                group=group or "",
             )
         return added
 
@@ -293,7 +317,7 @@ class Queue:
         """
         if count < 1:
             raise ValueError("count must be at least 1")
-        leases, now, next_due = self._scripts.claim(
+        leases, header = self._scripts.claim(
             min(count, MAX_IDS_PER_CALL),
             self._lease,
             request_ttl_ms=self._request_ttl_ms,
@@ -302,9 +326,13 @@ class Queue:
             wake_cap=self.wake_cap,
             token=request_id,
         )
-        # Seconds until the next scheduled job is due, as of now: wait_for_work wakes up for it.
-        self.next_due = None if next_due is None else max(0.0, next_due - now)
+        # Seconds until more could be claimed (a scheduled job due, a group's or the queue's rate
+        # allowing more), as of now: wait_for_work wakes up for it.
+        self.next_due = None if header.next_at is None else max(0.0, header.next_at - header.now)
         self._next_due_seen = time.monotonic()
+        self.flow_limited = header.limited
+        if header.held is not None and self.on_held is not None:
+            self.on_held(self.name, header.held)
         return leases
 
     def _lease(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in its order
@@ -378,7 +406,8 @@ class Queue:
         handler returned (None: nothing); each is kept for ``result_ttl_seconds`` (0: none is), for
         ``result()``: bytes, or any JSON-serialisable value, at most ``result_max_bytes`` (checked
         before anything is sent). ``request_id``: the same one retries a call whose reply was lost,
-        and reports what that call did (acked, not stale)."""
+        and reports what that call did (acked, not stale). When Redis is full (out of memory) the
+        jobs are acked all the same, without their results: ``result()`` says those are gone."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -386,14 +415,22 @@ class Queue:
         encoded = [encode_result(value, self.result_max_bytes) if kept else None for value in given]
         out: list[AckResult] = []
         for number, (chunk, texts) in enumerate(zip(_chunks(leases), _chunks(encoded), strict=True)):
-            now, acked = self._scripts.ack(
+            now, acked, dropped = self._scripts.ack(
                 chunk,
                 texts,
                 request_ttl_ms=self._request_ttl_ms,
                 done_max_count=self.done_max_count,
                 result_ttl_ms=round(self.result_ttl_seconds * 1000),
+                wake_cap=self.wake_cap,
                 request_id=_part(request_id, number),
             )
+            if dropped:
+                log.warning(
+                    "queue %s: Redis is full (out of memory): %d jobs done without keeping what their handlers "
+                    "returned (result() says it is gone)",
+                    self.name,
+                    sum(1 for ok, kept_text in zip(acked, texts, strict=True) if ok and kept_text),
+                )
             for lease, ok in zip(chunk, acked, strict=True):
                 if not ok:
                     out.append(AckResult(False, None))
@@ -507,7 +544,7 @@ class Queue:
         """Everything the queue knows about one id, or None if it knows nothing."""
         validate_job_id(job_id)
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zscore(k.todos, job_id)
         pipe.zscore(k.in_progress, job_id)
         pipe.sismember(k.done, job_id)
@@ -520,9 +557,13 @@ class Queue:
             pipe.hget(hash_key, job_id)
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
+        pipe.zscore(k.grouped, job_id)
+        pipe.hget(k.group_of, job_id)
         todo_rank, running_rank, in_done, in_failed, due, in_cancelled, *rest = pipe.execute()
         kept_priority, attempts, payload, error, owner, finished, own, history, progress, result = rest[:10]
-        enqueued, done_at = rest[10:]
+        enqueued, done_at, grouped_rank, group = rest[10:]
+        if todo_rank is None:
+            todo_rank = grouped_rank  # waiting in its group's line
         member = (todo_rank is not None, running_rank is not None, in_done, in_failed, due is not None, in_cancelled)
         states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
         if not states:
@@ -537,7 +578,7 @@ class Queue:
         finished_at: float | None = None
         if state in ("done", "failed", "cancelled"):
             # What is kept of an ended job, in one field: "<enqueued ms>:<finished ms>:<attempts>[:1]"
-            # (":1": a result was kept). A job without it is shown as unknown (None), never as 0.
+            # (":1": it returned a result). A job without it is shown as unknown (None), never as 0.
             fields = _text(finished).split(":") if finished else []
             enqueued_ms, finished_ms, attempts = [*fields, "", "", ""][:3]
             enqueued = int(enqueued_ms) if enqueued_ms else None
@@ -571,6 +612,7 @@ class Queue:
             progress=_progress(progress),
             result=None if result is None else decode_result(_text(result)),
             result_kept=result is not None,
+            group=None if group is None else _text(group),
         )
 
     def history(self, job_id: str) -> list[HistoryEntry]:
@@ -581,8 +623,14 @@ class Queue:
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
         """Keep what ``lease``'s handler says of its progress (``Lease.progress`` calls this); False
-        when the lease no longer owns the job."""
-        return self._scripts.progress(lease, fraction, message)
+        when the lease no longer owns the job. When Redis is full the report is dropped, not raised
+        into the handler (progress.lua is refused whole then: a report only adds to memory); the
+        answer still says whether the lease owns the job, read without writing."""
+        try:
+            return self._scripts.progress(lease, fraction, message)
+        except redis.OutOfMemoryError:
+            owner = self.redis.hget(self.keys.owners, lease.id)
+            return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
         """Cancel a job: one waiting (todos, scheduled) never starts; one running goes to cancelled
@@ -592,7 +640,7 @@ class Queue:
         None for an id the queue does not know. Safe to call again."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
-        return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms)
+        return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
 
     # -- results --------------------------------------------------------------------------
 
@@ -629,6 +677,7 @@ class Queue:
                     raise TimeoutError(f"{len(waiting)} of {len(wanted)} jobs have not ended (e.g. {waiting[0]!r})")
                 if woken.wait(left):
                     woken.clear()
+                    self._ended.check()
                     waiting = self._look(waiting, ended)
         finally:
             self._ended.forget(wanted, woken)
@@ -655,8 +704,9 @@ class Queue:
             if in_done:
                 if result is not None:
                     ended[job_id] = decode_result(_text(result))
-                elif finished is not None and _text(finished).split(":")[3:4] == ["1"]:  # a result was kept
-                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept any more")
+                elif finished is not None and _text(finished).split(":")[3:4] == ["1"]:  # it returned one
+                    why = "past its TTL, or Redis was full as it ended"
+                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept ({why})")
                 else:
                     ended[job_id] = None
             elif in_failed or in_cancelled:
@@ -689,7 +739,78 @@ class Queue:
         """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
-        return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms)
+        return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
+
+    # -- flow control -------------------------------------------------------------------------
+
+    def pause(self) -> bool:
+        """Stop the queue's jobs from starting: once this returns, no claim takes one (the check is
+        in the claim script). Running jobs finish; enqueue, scheduled jobs coming due and the
+        cleaner go on. Whether it was running."""
+        return self._scripts.set_limits("pause", "", wake_cap=self.wake_cap)
+
+    def resume(self) -> bool:
+        """Let the queue's jobs start again, waking its idle workers. Whether it was paused."""
+        return self._scripts.set_limits("resume", "", wake_cap=self.wake_cap)
+
+    def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
+        """At most ``rate`` job starts across all workers (``Rate``, or text such as ``"100/s"``,
+        ``"6000/min"``; None: no limit), and ``burst`` at once after a quiet spell (default: a
+        tenth of the count). In force from every worker's next claim."""
+        self._scripts.set_limits("rate", _rate(rate, burst), wake_cap=self.wake_cap)
+
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        burst: int | None = None,
+    ) -> None:
+        """The limits of job group ``group`` (None: every group's default): at most
+        ``concurrency`` of its jobs in progress at once and ``rate`` starts (None: no limit). A
+        group's own limits replace the default wholly; with both None it has the default again."""
+        if group is not None:
+            validate_group(group)
+        limits = GroupLimits(
+            None if concurrency is None else parse_concurrency(concurrency),
+            None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate,
+        )
+        if group is not None:
+            spec = "" if limits == GroupLimits() else limits.spec()
+            self._scripts.set_limits(f"group:{group}", spec, wake_cap=self.wake_cap)
+            return
+        self._scripts.set_limits("group_concurrency", str(limits.concurrency or ""), wake_cap=self.wake_cap)
+        self._scripts.set_limits("group_rate", limits.rate.spec() if limits.rate else "", wake_cap=self.wake_cap)
+
+    def limits(self) -> Limits:
+        """What flow control holds for this queue."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hmget(k.flow, ["paused", "rate", "group_concurrency", "group_rate"])
+        pipe.hgetall(k.group_limits)
+        (paused, rate, concurrency, group_rate), own = pipe.execute()
+        return Limits(
+            paused=paused is not None,
+            rate=None if rate is None else Rate.from_spec(_text(rate)),
+            group_default=GroupLimits(
+                None if concurrency is None else int(concurrency),
+                None if group_rate is None else Rate.from_spec(_text(group_rate)),
+            ),
+            groups={_text(name): GroupLimits.from_spec(_text(spec)) for name, spec in own.items()},
+        )
+
+    def groups(self, most: int = 100) -> list[GroupInfo]:
+        """The job groups with jobs waiting or in progress (at most ``most``, those taking turns
+        first), each with its counts, where it stands and its limits in force."""
+        if most < 1:
+            raise ValueError("most must be at least 1")
+        _total, rows = self._scripts.list_groups(min(most, 10_000))
+        limits = self.limits()
+        return [
+            GroupInfo(name, waiting, running, state, limits.groups.get(name, limits.group_default))
+            for name, waiting, running, state in rows
+        ]
 
     def seconds_since_sweep(self) -> float | None:
         """How long ago (Redis clock) anyone swept this queue; None if nobody did for a day or ever.

@@ -53,10 +53,12 @@ NAMES = (
     "periodic",
     "cancel",
     "progress",
+    "set_limits",
+    "list_groups",
 )
 
 # The scripts that write nothing: the only ones a ReplicaWait leaves alone.
-READ_ONLY = frozenset({"stats"})
+READ_ONLY = frozenset({"stats", "list_groups"})
 
 
 class ScriptContractError(RuntimeError):
@@ -215,6 +217,13 @@ for _name, _contract in CONTRACTS.items():
     check_layout(_name, _contract, layout_key_names())
 
 
+# ack.lua with the first line "#!lua": refused whole when Redis is full. An ack that keeps results
+# is sent as this first, and when Redis refuses it, as ack.lua (allow-oom) without the results. A
+# finished job is never held up for lack of memory, and a full Redis does not grow by what
+# handlers returned.
+ACK_KEEPING_RESULTS = "#!lua\n" + SOURCES["ack"].partition("\n")[2]
+
+
 # -- calling ----------------------------------------------------------------------------------
 
 
@@ -250,11 +259,13 @@ class Script:
     """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT). With ``wait`` (see
     ``setqueue.replication``), every call of a script that writes is confirmed by replicas."""
 
-    def __init__(self, name: str, client: redis.Redis, wait: ReplicaWait | None = None) -> None:
+    def __init__(
+        self, name: str, client: redis.Redis, wait: ReplicaWait | None = None, *, source: str | None = None
+    ) -> None:
         self.name = name
         self._client = client
         self._wait = None if name in READ_ONLY else wait
-        self.source = SOURCES[name]
+        self.source = SOURCES[name] if source is None else source  # another first line of the same script
         self.contract = CONTRACTS[name]
         self._keys = len(self.contract.keys)
         self._args = len(self.contract.args)
@@ -296,6 +307,18 @@ class Held(Protocol):
 L = TypeVar("L")
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimHeader:
+    """What a claim says besides its jobs: the Redis clock (seconds); when something could next be
+    claimed if it got fewer than asked (None: not known, wait to be woken); what flow control held
+    back (None, "paused", "rate" or "group"); whether the queue has a rate or group limits."""
+
+    now: float
+    next_at: float | None
+    held: str | None
+    limited: bool
+
+
 def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
     """The list of claims that ack, fail, renew and sweep take (see lua/includes/claims.lua): each
     distinct token -> its claim number (1, 2, ...), the claims' lock keys in that order (the tail of
@@ -315,6 +338,7 @@ class QueueScripts:
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
         self.by_name = {name: Script(name, client, wait) for name in NAMES}
+        self._ack_keeping_results = Script("ack", client, wait, source=ACK_KEEPING_RESULTS)
         # Per script, its KEYS with the layout's keys filled in once, and where the per-call ones go.
         self._templates: dict[str, tuple[list[str], dict[str, int]]] = {}
         for name, contract in CONTRACTS.items():
@@ -348,10 +372,12 @@ class QueueScripts:
         at_ms: int | None = None,
         priority: int = 0,
         job_options: str = "",
+        group: str = "",
     ) -> int:
         """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
-        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``
-        and with the options ``job_options`` (``setqueue.jobs.job_options``; "" for none)."""
+        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``,
+        with the options ``job_options`` (``setqueue.jobs.job_options``; "" for none) and in
+        ``group`` ("" for none)."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -360,6 +386,7 @@ class QueueScripts:
             "" if at_ms is None else at_ms,
             priority,
             job_options,
+            group,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
@@ -379,12 +406,11 @@ class QueueScripts:
         promote: int,
         wake_cap: int,
         token: str | None = None,
-    ) -> tuple[list[L], float, float | None]:
+    ) -> tuple[list[L], ClaimHeader]:
         """claim.lua: up to ``most`` jobs under one fresh token, each made into ``make(id, token,
         attempt, payload, enqueued_at, claimed_at, priority, queue name, its own options as stored
-        or None)``, in line order; the Redis
-        clock now; and when nothing was claimed, when the next scheduled job is due (None: none).
-        Times in seconds."""
+        or None)``, in line order; and the reply's header (the Redis clock now, when something could
+        next be claimed, what flow control held back)."""
         k = self.k
         # A token ends in "@host:pid": a caller's request id gets it too (the same id, the same
         # token: a resend is still recognised).
@@ -392,7 +418,7 @@ class QueueScripts:
         keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
         reply = self.by_name["claim"].call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
         now = reply[0] / 1000
-        next_due = reply[1] / 1000 if reply[1] >= 0 else None
+        header = ClaimHeader(now, reply[1] / 1000 if reply[1] >= 0 else None, text(reply[2]) or None, reply[3] == 1)
         leases = [
             make(
                 text(job_id),
@@ -406,10 +432,10 @@ class QueueScripts:
                 None if own is None else text(own),
             )
             for job_id, attempt, enq, priority, payload, own in zip(
-                reply[2::6], reply[3::6], reply[4::6], reply[5::6], reply[6::6], reply[7::6], strict=True
+                reply[4::6], reply[5::6], reply[6::6], reply[7::6], reply[8::6], reply[9::6], strict=True
             )
         ]
-        return leases, now, next_due
+        return leases, header
 
     def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[int]:
         """renew.lua: for each lease, 1 if it was extended, 0 if it is lost, 2 if it is lost because
@@ -428,19 +454,31 @@ class QueueScripts:
         request_ttl_ms: int,
         done_max_count: int,
         result_ttl_ms: int,
+        wake_cap: int,
         request_id: str | None = None,
-    ) -> tuple[float, list[bool]]:
-        """ack.lua: the Redis clock (seconds) and, for each lease, whether it was acked (False: stale).
+    ) -> tuple[float, list[bool], bool]:
+        """ack.lua: the Redis clock (seconds), for each lease whether it was acked (False: stale),
+        and whether the results were dropped because Redis is full (the jobs are done all the same).
         ``results``: what each lease's handler returned, encoded (None: nothing to keep)."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, *listed]
+        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, wake_cap, "0", *listed]
         for lease, result in zip(leases, results, strict=True):
             enqueued = lease.enqueued_at
             enqueued_ms = "" if enqueued is None else round(enqueued * 1000)
             args += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
-        now_ms, flags = text(self.by_name["ack"].call(keys, args)).split(" ")
-        return int(now_ms) / 1000, [flag == "1" for flag in flags]
+        dropped = False
+        if result_ttl_ms > 0 and any(results):
+            try:  # refused whole, writing nothing, when Redis is full
+                reply = self._ack_keeping_results.call(keys, args)
+            except redis.OutOfMemoryError:
+                dropped = True
+                args[5] = "1"  # drop_results; the same request record: the refused call wrote none
+                reply = self.by_name["ack"].call(keys, args)
+        else:
+            reply = self.by_name["ack"].call(keys, args)
+        now_ms, flags = text(reply).split(" ")
+        return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped
 
     def fail(
         self,
@@ -500,20 +538,29 @@ class QueueScripts:
         moved: int = json.loads(self.by_name["requeue_failed"].call(keys, args))[0]
         return moved
 
-    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
+    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
         """delete.lua: the state ``job_id`` was in, or None if the queue did not know it. ``token``
         names the claim that owned it as the caller read owners (None: no owner)."""
         keys = self._keys("delete", request=self._request(None), lock=self.k.lock(token or "-"))
-        state: str | None = json.loads(self.by_name["delete"].call(keys, [request_ttl_ms, job_id, token or ""]))[0]
+        args = [request_ttl_ms, job_id, token or "", wake_cap]
+        state: str | None = json.loads(self.by_name["delete"].call(keys, args))[0]
         return state or None
 
     def stats(self) -> tuple[dict[str, int], int, dict[int, int]]:
         """stats.lua: the size of each state (todos, in_progress, done, failed, scheduled,
-        cancelled) and the results kept, the age (ms) of the oldest pending job, and the jobs in
-        todos per priority (those with any)."""
+        cancelled), the results kept and flow control's figures (paused 0 or 1, jobs waiting with a
+        group, groups with jobs waiting, of which resting and full, groups with jobs in progress),
+        the age (ms) of the oldest pending job, and the jobs in todos per priority (those with any)."""
         reply = self.by_name["stats"].call(self._keys("stats"))
-        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *by_priority = reply
+        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
+        paused, grouped, groups_waiting, groups_resting, groups_full, groups_running, *by_priority = rest
         sizes = {
+            "paused": paused,
+            "grouped_waiting": grouped,
+            "groups_waiting": groups_waiting,
+            "groups_resting": groups_resting,
+            "groups_full": groups_full,
+            "groups_running": groups_running,
             "results_kept": results,
             "todos": todos,
             "in_progress": in_progress,
@@ -524,14 +571,30 @@ class QueueScripts:
         }
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
-    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int) -> str | None:
+    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
         """cancel.lua: the state ``job_id`` was in (cancelled now if it was waiting or running; left
         alone if it had ended), or None if the queue did not know it. ``token`` names the claim that
         owned it as the caller read owners (None: no owner)."""
         keys = self._keys("cancel", request=self._request(None), lock=self.k.lock(token or "-"))
-        args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel]
+        args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel, wake_cap]
         state: str | None = json.loads(self.by_name["cancel"].call(keys, args))[0]
         return state or None
+
+    def set_limits(self, what: str, value: str, *, wake_cap: int) -> bool:
+        """set_limits.lua: pause ("pause"), resume ("resume"), or set what flow control holds
+        ("rate", "group_concurrency", "group_rate", "group:<name>") to ``value`` ("" removes it).
+        Whether anything changed."""
+        return bool(self.by_name["set_limits"].call(self._keys("set_limits"), [wake_cap, what, value]))
+
+    def list_groups(self, most: int) -> tuple[int, list[tuple[str, int, int, str]]]:
+        """list_groups.lua: how many groups have jobs waiting or in progress, and up to ``most`` of
+        them: (name, waiting, running, state)."""
+        reply = self.by_name["list_groups"].call(self._keys("list_groups"), [most])
+        rows = [
+            (text(name), int(waiting), int(running), text(state))
+            for name, waiting, running, state in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
+        ]
+        return int(reply[0]), rows
 
     def progress(self, lease: Held, fraction: float, message: str) -> bool:
         """progress.lua: keep a running job's progress; False when its claim no longer owns it."""

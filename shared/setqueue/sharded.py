@@ -12,17 +12,21 @@ time, so none is starved. Changing N moves ids to other shards: see ``check_shar
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import redis
+
 from setqueue.client import OptionError, on_a_cluster
 from setqueue.composite import CompositeQueue, part_id, summed_stats
+from setqueue.flow import GroupLimits, Limits, Rate
 from setqueue.interface import JobQueue
 from setqueue.jobs import JobInfo, Lease, job_options
-from setqueue.keys import MAX_SHARDS, QueueKeys
+from setqueue.keys import MAX_SHARDS, QueueKeys, validate_group
 from setqueue.queue import Queue, job_items
 
 
@@ -118,7 +122,8 @@ class ShardedQueue(CompositeQueue):
         if n <= 0 or not self._on_a_cluster():
             return
         cap = self.wake_cap
-        with self.redis.pipeline(transaction=True) as pipe:
+        # Redis out of memory refuses the LPUSH: the jobs are claimable all the same (a hint, lost).
+        with contextlib.suppress(redis.OutOfMemoryError), self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(self._wake, *["1"] * min(n, cap))
             pipe.ltrim(self._wake, 0, cap - 1)
             pipe.execute()
@@ -134,10 +139,13 @@ class ShardedQueue(CompositeQueue):
         priority: int = 0,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> int:
         """As ``Queue.enqueue``; each id goes to its shard (in the order given, within the shard).
         All ids and payloads are checked before any shard is written."""
         job_options(max_attempts, timeout)
+        if group is not None:
+            validate_group(group)
         by_shard: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
         for job_id, payload in job_items(ids, self._first.payload_max_bytes):
             by_shard[shard_of(job_id, len(self._shards))].append((job_id, payload))
@@ -147,7 +155,7 @@ class ShardedQueue(CompositeQueue):
                 dict(part) if isinstance(ids, Mapping) else [job_id for job_id, _ in part]
             )
             added += self._shards[shard].enqueue(
-                jobs, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout
+                jobs, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout, group=group
             )
         # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
         self._made_claimable(added if delay is None and at is None else min(added, 1))
@@ -170,6 +178,55 @@ class ShardedQueue(CompositeQueue):
                 break
         # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
+
+    # -- flow control: each shard enforces its share --------------------------------------------------
+
+    def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
+        """As ``Queue.set_rate``, for the whole queue: each of the N shards enforces 1/N of it (its
+        own bucket in its own slot, no cross-slot step), burst likewise (rounded up). Ids spread
+        evenly over the shards, so the shares add up to the rate while every shard has work."""
+        shared = None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate
+        if shared is not None and burst is not None and isinstance(rate, Rate):
+            shared = Rate(shared.count, shared.period_ms, burst)
+        for shard in self._shards:
+            shard.set_rate(None if shared is None else shared.split(len(self._shards)))
+        self._made_claimable(self.wake_cap)
+
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        burst: int | None = None,
+    ) -> None:
+        """As ``Queue.set_group_limits``; a group's jobs spread over the shards like any ids, so each
+        shard enforces 1/N of its rate and its whole concurrency (up to N x concurrency in all)."""
+        shared = None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate
+        for shard in self._shards:
+            shard.set_group_limits(
+                group,
+                concurrency=concurrency,
+                rate=None if shared is None else shared.split(len(self._shards)),
+            )
+        self._made_claimable(self.wake_cap)
+
+    def limits(self) -> Limits:
+        """The first shard's limits, with its shares of the rates scaled back to the whole queue's."""
+        first, n = self._shards[0].limits(), len(self._shards)
+
+        def whole(rate: Rate | None) -> Rate | None:
+            return None if rate is None else Rate(rate.count, rate.period_ms // n, rate.burst * n)
+
+        def whole_group(limits: GroupLimits) -> GroupLimits:
+            return GroupLimits(limits.concurrency, whole(limits.rate))
+
+        return Limits(
+            paused=first.paused,
+            rate=whole(first.rate),
+            group_default=whole_group(first.group_default),
+            groups={name: whole_group(limits) for name, limits in first.groups.items()},
+        )
 
     # -- operators ----------------------------------------------------------------------------------
 

@@ -110,6 +110,7 @@ class Plan:
             "CREATE_RATE": f"{self.create_rate:g}",
             "CREATE_TOTAL": str(self.jobs),
             "CREATE_BATCH": "10",
+            "CREATE_GROUPS": "20",  # the jobs in 20 groups taking turns: groups lose nothing either
             "CREATE_ID_PREFIX": self.id_prefix,
             "CONCURRENCY": "4",
             "CLAIM_BATCH": "5",  # a killed or stopped worker holds jobs

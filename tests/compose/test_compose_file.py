@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from python_on_whales import DockerClient
 
+from setqueue.runtime.acl import rule
 from tests.compose.observability import CLUSTER_COMPOSE_FILE, COMPOSE_FILE, REPO
 
 pytestmark = pytest.mark.compose
 
 VARIABLES = [
-    *("REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD", "PROMETHEUS_PORT", "GRAFANA_PORT", "PROMETHEUS_RETENTION"),
+    *("REDIS_PASSWORD", "REDIS_SERVICE_PASSWORD", "GRAFANA_ADMIN_PASSWORD"),
+    *("PROMETHEUS_PORT", "GRAFANA_PORT", "PROMETHEUS_RETENTION"),
     *("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "QUEUE_NAME", "LOG_LEVEL", "LOG_FORMAT"),
     *("LEASE_SECONDS", "MAX_ATTEMPTS", "DONE_MAX_COUNT", "DONE_MAX_AGE_SECONDS"),
     *("CREATE_RATE", "CREATE_TOTAL", "CREATE_BATCH", "CREATE_ID_PREFIX"),
@@ -67,7 +69,7 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
     assert "setqueue-change-me" in services["redis"]["command"]
     for name in ("creator", "worker", "cleaner", "console"):
         env = services[name]["environment"]
-        assert env["REDIS_URL"] == "redis://:setqueue-change-me@redis:6379/0"
+        assert env["REDIS_URL"] == "redis://setqueue:setqueue-services-change-me@redis:6379/0"
         assert env["METRICS_PORT"] == "8000"
         assert services[name]["build"]["target"] == name
         assert services[name]["build"]["args"]["PYTHON_IMAGE"] == "python:3.12-slim"
@@ -79,6 +81,16 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
     console = services["console"]
     assert console["environment"]["CONSOLE_TOKEN"] == "", "the console is read-only unless a token is given"
     assert [(p["host_ip"], p["published"], p["target"]) for p in console["ports"]] == [("127.0.0.1", "8080", 8080)]
+
+
+def test_the_services_log_in_as_the_acl_user_of_setqueue_acl_rule(config: dict[str, Any]) -> None:
+    """redis-server's --user line is the rule the code declares (setqueue.runtime.acl), word for
+    word; the admin password stays the operator's (requirepass, redis-cli in the container)."""
+    command = config["services"]["redis"]["command"]
+    user = command[command.index("--user") + 1 :]  # one argument a word, to the end
+    assert user == ["setqueue", *rule("setqueue-services-change-me")]
+    assert command[command.index("--requirepass") + 1] == "setqueue-change-me"
+    assert config["services"]["redis"]["environment"]["REDISCLI_AUTH"] == "setqueue-change-me"
 
 
 def test_only_prometheus_grafana_and_the_console_publish_ports_on_loopback(any_config: dict[str, Any]) -> None:
@@ -129,9 +141,10 @@ def test_cluster_stack_defaults(cluster_config: dict[str, Any], config: dict[str
     for line in ("cluster-enabled yes", "appendonly yes", "maxmemory-policy noeviction"):
         assert line in conf.splitlines()
     assert 'requirepass "setqueue-change-me"' in conf and 'masterauth "setqueue-change-me"' in conf
+    assert " ".join(["user", "setqueue", *rule("setqueue-services-change-me")]) in conf.splitlines()
     for name in ("creator", "worker", "cleaner", "console"):
         env = services[name]["environment"]
-        assert env["REDIS_URL"] == "redis://:setqueue-change-me@redis-1:6379/0"
+        assert env["REDIS_URL"] == "redis://setqueue:setqueue-services-change-me@redis-1:6379/0"
         assert env["QUEUE_SHARDS"] == "6"
         assert env["AUDIT"] == "false"  # the audit needs one unsharded queue
         assert services[name]["depends_on"] == {

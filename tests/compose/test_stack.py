@@ -38,6 +38,7 @@ SETTINGS = {
     "LOG_LEVEL": "INFO",
     "AUDIT": "true",  # the dashboard's "Nothing lost" row needs the cleaner's audit
     "AUDIT_INTERVAL": "5",
+    "REDIS_SERVICE_PASSWORD": "services-test-password",  # the ACL user the services log in as
 }
 
 
@@ -87,6 +88,35 @@ def test_redis_requires_the_password_and_keeps_an_append_only_file(stack: Stack)
     assert "NOAUTH" in (anonymous or "")
     assert "appendonly\nyes" in stack.redis("CONFIG", "GET", "appendonly")
     assert "maxmemory-policy\nnoeviction" in stack.redis("CONFIG", "GET", "maxmemory-policy")
+
+
+def _as_service_user(stack: Stack, *command: str) -> str:
+    """redis-cli in the redis container as the services' ACL user."""
+    password = SETTINGS["REDIS_SERVICE_PASSWORD"]
+    line = " ".join(["REDISCLI_AUTH=", "redis-cli", "--no-auth-warning", "--user", "setqueue", "--pass", password])
+    out = stack.docker.compose.execute("redis", ["sh", "-c", f"{line} {' '.join(command)}"], tty=False)
+    return (out or "").strip()
+
+
+def test_the_services_log_in_as_the_acl_user_which_may_do_nothing_else(stack: Stack) -> None:
+    """The services' connections are the ACL user setqueue's (setqueue acl-rule); it may not touch a
+    key outside setqueue:* nor read the server's configuration (its passwords)."""
+    clients = stack.redis("CLIENT", "LIST")
+    users = {
+        field.split("=", 1)[1] for line in clients.splitlines() for field in line.split() if field.startswith("user=")
+    }
+    assert "setqueue" in users, clients
+    assert _as_service_user(stack, "PING") == "PONG"
+    assert "NOPERM" in _as_service_user(stack, "SET", "elsewhere", "1")
+    assert "NOPERM" in _as_service_user(stack, "CONFIG", "GET", "requirepass")
+    assert "NOPERM" in _as_service_user(stack, "FLUSHALL")
+    stack.redis("ACL", "LOG", "RESET")  # those three were ours: from here on, nothing may be refused
+    # Every service read the eviction policy (INFO, which the rule grants): noeviction.
+    stack.wait(
+        lambda: stack.by_label("setqueue_redis_noeviction", "job"),
+        lambda seen: seen == {"creator": 1.0, "worker": 1.0, "cleaner": 1.0},
+        "every service to report noeviction",
+    )
 
 
 def test_jobs_flow_from_creator_to_done(stack: Stack) -> None:
@@ -181,6 +211,7 @@ def test_every_alert_rule_is_loaded_evaluates_and_parses(stack: Stack) -> None:
 
 
 def test_redis_restart_mid_run_loses_nothing(stack: Stack) -> None:
+    assert stack.redis("ACL", "LOG") == "", "Redis refused the services' ACL user a command"  # a restart clears it
     before = stack.counts()
     assert before["todos"] + before["in_progress"] > 0, f"no work left to test with ({before}); raise CREATE_TOTAL"
     # While the creator is (most likely) still creating and the one worker has a backlog.
@@ -293,3 +324,9 @@ def test_the_cleaner_audit_knows_every_job_and_finds_none_lost(stack: Stack) -> 
         "the cleaner's audit of all the jobs, as Prometheus scraped it",
         timeout=60,
     )
+
+
+def test_redis_refused_the_services_nothing(stack: Stack) -> None:
+    """Since Redis last started (its ACL LOG starts empty), no command of a service or of the CLI
+    was refused to the ACL user."""
+    assert stack.redis("ACL", "LOG") == ""

@@ -7,6 +7,7 @@ The job id says what the job does:
     spin-<n>              never returns, in Python code (a JobTimeout raised in it lands)
     stuck-<n>             never returns, in C code (time.sleep: a JobTimeout never lands)
     fail-<n>              raises ValueError (always from the same line)
+    gate-<n>              waits until the file $GATE exists (the test opens the gate)
     value-<n>             returns {"id": <id>, "pid": <pid>} (a result to keep)
     big-<bytes>-<n>       returns a string of that many x
     odd-<n>               returns an object that is neither bytes nor JSON
@@ -54,6 +55,9 @@ def handle(lease: Any) -> Any:
             time.sleep(3600)
         elif kind == "fail":
             raise ValueError(f"job {lease.id} fails, as its name says")
+        elif kind == "gate":
+            while not os.path.exists(os.environ["GATE"]):
+                time.sleep(0.02)
         elif kind == "progress":
             lease.progress(0.5, "halfway")
             for _ in range(3000):
@@ -84,6 +88,9 @@ async def handle_async(lease: Any) -> Any:
             await asyncio.sleep(float(lease.id.split("-")[1]))
         elif kind in ("spin", "stuck"):
             await asyncio.sleep(3600)
+        elif kind == "gate":
+            while not os.path.exists(os.environ["GATE"]):
+                await asyncio.sleep(0.02)
     except asyncio.CancelledError:
         _log("cancelled", lease.id)
         raise

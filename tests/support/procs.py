@@ -97,20 +97,10 @@ class Proc:
         return None if got is None else (got[0], json.loads(got[1]))
 
     def metrics(self) -> dict[str, float]:
-        """Every sample as ``name`` or ``name{label="value",...}`` -> value; a sample with a
-        ``queue`` label also counts towards the same key without it (summed over the queues)."""
+        """Every sample (``parse_metrics``) of its /metrics."""
         status, text = self.get("/metrics")
         assert status == 200
-        samples: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-                if "queue" in sample.labels:
-                    rest = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "queue")
-                    key = f"{sample.name}{{{rest}}}" if rest else sample.name
-                    samples[key] = samples.get(key, 0.0) + sample.value
-        return samples
+        return parse_metrics(text)
 
     def metric(self, name: str, default: float = 0.0) -> float:
         return self.metrics().get(name, default)
@@ -118,3 +108,18 @@ class Proc:
     def wait_ready(self, timeout: float = 15) -> None:
         wait_until(lambda: self.try_get("/metrics") is not None or not self.alive(), timeout, f"{self.name} up")
         assert self.alive(), f"{self.name} exited early:\n{self.log()}"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Every sample as ``name`` or ``name{label="value",...}`` -> value; a sample with a ``queue``
+    label also counts towards the same key without it (summed over the queues)."""
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+            if "queue" in sample.labels:
+                rest = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "queue")
+                key = f"{sample.name}{{{rest}}}" if rest else sample.name
+                samples[key] = samples.get(key, 0.0) + sample.value
+    return samples

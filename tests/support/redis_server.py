@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import redis
 
@@ -99,10 +99,15 @@ class PersistentRedisServer(RedisServer):
 
 
 def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
-    """The ids in each state of a queue as stored: todos and in_progress in line order (zsets),
+    """The ids in each state of a queue as stored: todos (with the waiting jobs that have a group)
+    and in_progress in line order (zsets),
     done, failed and cancelled sorted (sets), scheduled by due time."""
     ordered = {"todos": keys.todos, "in_progress": keys.in_progress, "scheduled": keys.scheduled}
     found = {state: [text(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
+    # Waiting jobs with a group are in todos' state too, in the same order of ranks.
+    waiting: list[Any] = client.zrange(keys.todos, 0, -1, withscores=True)  # type: ignore[assignment]
+    waiting += client.zrange(keys.grouped, 0, -1, withscores=True)  # type: ignore[arg-type]
+    found["todos"] = [text(i) for i, _ in sorted(waiting, key=lambda member: member[1])]
     for state, key in (("done", keys.done), ("failed", keys.failed), ("cancelled", keys.cancelled)):
         found[state] = sorted(text(i) for i in client.smembers(key))  # type: ignore[union-attr]
     return found

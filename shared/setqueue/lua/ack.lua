@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
 -- A caller owns a job while owners names its token: from its claim until the job leaves
 -- in_progress. That covers a lock that expired while nobody took the job over (the cleaner
@@ -5,7 +6,14 @@
 -- Each claim's lock counts down by the jobs acked and is dropped when none is left. The job's
 -- enqueue time, done time and attempt count go into finished, kept while done keeps the id, and
 -- what its handler returned (when it returned something) into results, kept result_ttl ms. The
--- acked ids are published on the ended channel for whoever waits on a result.
+-- acked ids are published on the ended channel for whoever waits on a result. A group that had its
+-- concurrency in progress takes a turn again, and an idle worker is woken for it.
+--
+-- Runs when Redis is full (allow-oom): a finished job is never held up for lack of memory. What
+-- its handler returned only adds to memory, though, so an ack that keeps results is first sent as
+-- this same script refused whole when Redis is full (scripts.py, ACK_KEEPING_RESULTS); refused,
+-- it is sent again as this one with drop_results "1": the jobs are done and their finished
+-- records say a result was returned (":1"), but no result is written, so result() says it is gone.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] in_progress  KEYS[3] done
@@ -17,11 +25,16 @@
 -- KEYS[12] results     (hash: id -> what its handler returned)
 -- KEYS[13] result_expiry (zset: id -> when its result expires, ms)
 -- KEYS[14] cancelled   KEYS[15] history   KEYS[16] progress  (forgotten with ids the retention drops)
+-- KEYS[17] wake        (list idle workers block on)
+-- KEYS[18] flow   KEYS[19] group_of   KEYS[20] group_running   KEYS[21] groups_full   KEYS[22] groups_ready
+--                      (a job of a group leaving in_progress counts its group down: includes/groups.lua)
 -- KEYS[FIRST_LOCK..]   lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] keep         most ids kept in done and cancelled (0 = no limit); the oldest are dropped beyond it
 -- ARGV[3] result_ttl   how long a result is kept, ms (0: not kept)
 -- ARGV[4] ended        the channel the acked ids are published on ("done\n<id>\n<id>...")
+-- ARGV[5] wake_cap     wake list cap
+-- ARGV[6] drop_results "1": write no result (Redis is full); "0": keep them
 -- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T),
 --                      enqueue time in ms (as the claim read it; "" if unknown), attempt number
 --                      and result ("" for none) of each lease (see includes/claims.lua)
@@ -29,15 +42,19 @@
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
-local cancelled, history, progress = KEYS[14], KEYS[15], KEYS[16]
-local FIRST_LOCK = 17  -- KEYS[FIRST_LOCK..] lock key of each claim
+local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local flow, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
+local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
+local wake_cap, drop_results = ARGV[5], ARGV[6]
+local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
 -- @include "lock_countdown"
 -- @include "finish"
+-- @include "groups"
+-- @include "wake"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -58,7 +75,7 @@ for j = 1, #ids do
     scored[#scored + 1] = now
     scored[#scored + 1] = id
     local with_result = result_ttl > 0 and result[j] ~= ''
-    if with_result then
+    if with_result and drop_results ~= '1' then
       returned[#returned + 1] = id
       returned[#returned + 1] = result[j]
       expiring[#expiring + 1] = now + result_ttl
@@ -76,6 +93,9 @@ end
 local acked = #owned
 if acked > 0 then
   redis.call('ZREM', in_progress, unpack(owned))
+  local G = {flow = flow, group_of = group_of, running = group_running, full = groups_full, ready = groups_ready}
+  local freed = left_progress(G, owned, true)
+  if freed > 0 then wake_workers(wake, freed, wake_cap) end
   redis.call('SADD', done, unpack(owned))
   redis.call('ZREM', pending, unpack(owned))
   redis.call('HDEL', attempts, unpack(owned))

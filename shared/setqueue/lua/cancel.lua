@@ -1,10 +1,14 @@
+#!lua flags=allow-oom
 -- cancel.lua: cancel one job. One waiting in todos or scheduled goes to cancelled and never
 -- starts; one in progress goes to cancelled at once too (its owner cleared, its claim's lock
 -- counted down, so any later ack, fail or renewal of that attempt is stale), and its id is
 -- published on the cancel channel for the worker running it to stop it. A job that ended (done,
 -- failed, cancelled) is left alone. The job's enqueue time and attempts go into finished, and it
 -- joins done_log, so the retention of done keeps cancelled jobs as long. A history line names who
--- cancelled it and the worker that held it; the id is published as ended ("cancelled").
+-- cancelled it and the worker that held it; the id is published as ended ("cancelled"). Its
+-- payload, its last error and its own options go, as a done job's do: the retention forgets a
+-- cancelled id with what finished, history and progress keep of it, never with those. A job with
+-- a group leaves its group's line, or counts its group down (includes/groups.lua).
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed   KEYS[6] scheduled
@@ -14,32 +18,46 @@
 -- KEYS[14] history     (hash: id -> the job's transitions off the happy path)
 -- KEYS[15] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
 --                      caller read owners (any lock key of the queue if none did)
+-- KEYS[16] payloads   KEYS[17] errors   KEYS[18] options
+-- KEYS[19] flow   KEYS[20] grouped   KEYS[21] group_lines   KEYS[22] group_of   KEYS[23] groups_ready
+-- KEYS[24] groups_resting   KEYS[25] groups_full   KEYS[26] group_running   KEYS[27] wake
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
 -- ARGV[4] who          who cancels (host:pid), for the history
 -- ARGV[5] ended        the channel ended ids are published on ("cancelled\n<id>")
 -- ARGV[6] cancel_channel  the channel the workers of the queue listen on for running jobs cancelled
+-- ARGV[7] wake_cap     wake list cap
 -- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress" (now
 -- cancelled), "done", "failed", "cancelled" (all three: nothing changed), or false: unknown]
 local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
+local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local wake_cap = ARGV[7]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "lock_countdown"
 -- @include "finish"
 -- @include "history"
+-- @include "groups"
+-- @include "wake"
 
 local cached = recorded(request)
 if cached then return cached end
 
+local G = {
+  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full, running = group_running,
+}
 local state = false
 if redis.call('SISMEMBER', cancelled, id) == 1 then state = 'cancelled'
 elseif redis.call('SISMEMBER', done, id) == 1 then state = 'done'
 elseif redis.call('SISMEMBER', failed, id) == 1 then state = 'failed'
-elseif redis.call('ZREM', todos, id) == 1 then state = 'todos'
+elseif leave_line(G, todos, id) then state = 'todos'
 elseif redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled'
 elseif redis.call('ZSCORE', in_progress, id) then state = 'in_progress'
 end
@@ -54,12 +72,17 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
     redis.call('ZREM', in_progress, id)
     redis.call('HDEL', owners, id)
     redis.call('PUBLISH', cancel_channel, id)
+    if left_progress(G, {id}, true) > 0 then wake_workers(wake, 1, wake_cap) end
   end
+  redis.call('HDEL', group_of, id)
   local enqueued = redis.call('ZSCORE', pending, id)
   local tries = redis.call('HGET', attempts, id)
   redis.call('ZREM', pending, id)
   redis.call('HDEL', attempts, id)
   redis.call('HDEL', priorities, id)
+  redis.call('HDEL', payloads, id)
+  redis.call('HDEL', errors, id)
+  redis.call('HDEL', options, id)
   redis.call('SADD', cancelled, id)
   redis.call('ZADD', done_log, now, id)
   redis.call('HSET', finished, id, finished_record(enqueued, now, tries, false))

@@ -1,8 +1,16 @@
--- claim.lua: take up to N jobs from the front of todos (the highest priority first and, within a
+#!lua flags=allow-oom
+-- claim.lua: take up to N jobs from the front of the line (the highest priority first and, within a
 -- priority, the earliest place in line), move them to in_progress with their rank and lease them,
 -- in one step. One lease covers the whole claim: its lock key, named after the claim's token, holds
 -- the number of the claim's jobs still held and carries the TTL. Because the move and the lock
 -- happen in one script, no cleaner can ever see a claimed id in in_progress without its lock.
+--
+-- Flow control is enforced here, so no worker can race it: a paused queue gives nothing; the
+-- queue's rate caps how many start (includes/flow.lua); and while jobs have groups, the groups take
+-- turns (includes/groups.lua): each claim serves the groups at the front of groups_ready, an equal
+-- share each within their concurrency and rate, and sends them to the back, so that a group with
+-- a large backlog cannot starve a small one. What a limit holds back is said in the reply, with
+-- when something could next be claimed, so that idle workers sleep instead of asking again.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<token>  (a resent call returns the same leases)
 -- KEYS[2] todos        KEYS[3] in_progress  (zsets: id -> rank, see includes/rank.lua)
@@ -11,35 +19,202 @@
 -- KEYS[6] payloads     (hash: id -> payload)
 -- KEYS[7] owners       (hash: id -> lease token of its current claim)
 -- KEYS[8] lock         setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
--- KEYS[9] scheduled    (zset: id -> due time in ms; due ids are promoted into todos first)
+-- KEYS[9] scheduled    (zset: id -> due time in ms; due ids are promoted into the line first)
 -- KEYS[10] wake        (list idle workers block on: woken when more became due than this claim took)
 -- KEYS[11] seq         (counter: the last place given in the line)
 -- KEYS[12] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[13] options     (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
+-- KEYS[14] flow        (hash: paused, rate, tat, grouped, turn, group_concurrency, group_rate)
+-- KEYS[15] grouped     KEYS[16] group_lines   KEYS[17] group_of   (the jobs with a group: see
+--                      includes/groups.lua)
+-- KEYS[18] groups_ready  KEYS[19] groups_resting  KEYS[20] groups_full  (the line of groups)
+-- KEYS[21] group_running (hash: group -> its jobs in progress)
+-- KEYS[22] group_limits  (hash: group -> its own "<concurrency>|<rate>")
+-- KEYS[23] group_buckets (zset: group -> its rate's theoretical arrival time in ms)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] token        lease token (random, fresh for every call)
 -- ARGV[3] lease_ms     lease duration in ms
 -- ARGV[4] most         most ids to claim
--- ARGV[5] promote      most due ids to move from scheduled into todos in this call
+-- ARGV[5] promote      most due ids to move from scheduled into the line in this call
 -- ARGV[6] wake_cap     wake list cap
--- Returns an array: now ms, the due time in ms of the next scheduled job when nothing was claimed
--- (-1: none, or something was claimed), then id, attempt, enqueue ms (-1 if unknown), priority,
--- payload (nil if none) and its own options (nil if none) for each claimed id, in line order. A
--- resend returns the ids of the first call that this claim still owns. The request record holds
--- the claimed ids, one a line (ids hold no line breaks).
+-- Returns an array: now ms; when (ms) something could next be claimed if this claim got fewer
+-- than most (-1: not known, wait to be woken: nothing waits, or the queue is paused, or every
+-- group with work has its concurrency in progress); what held jobs back ("" none, "paused",
+-- "rate", "group"); 1 if the queue has a rate or group limits (the worker then claims only for
+-- free slots), else 0; then id, attempt, enqueue ms (-1 if unknown), priority, payload (nil if
+-- none) and its own options (nil if none) for each claimed id, in line order. A resend returns
+-- the ids of the first call that this claim still owns. The request record holds the claimed
+-- ids, one a line (ids hold no line breaks).
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local seq, priorities, options = KEYS[11], KEYS[12], KEYS[13]
+local seq, priorities, options, flow = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local grouped, group_lines, group_of, groups_ready = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local groups_resting, groups_full, group_running, group_limits = KEYS[19], KEYS[20], KEYS[21], KEYS[22]
+local group_buckets = KEYS[23]
 local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "promote"
 -- @include "wake"
+-- @include "flow"
 
+local G = {
+  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  ready = groups_ready, resting = groups_resting, full = groups_full, running = group_running,
+}
 local now = now_ms()
+local FOREVER = math.huge
+
+-- One field read tells a queue without flow control from one with: the common case pays one HMGET.
+local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(
+  'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
+-- Claiming ahead of free slots would spend the rate or a group's slot or rate on a job that waits
+-- in a worker's buffer: with any limit set, workers claim only for their free slots. (Groups alone
+-- do not: a claim chose fairly, and a buffer holds at most CLAIM_BATCH jobs a worker.)
+local has_limits = rate or default_concurrency or default_rate
+  or (has_groups and redis.call('EXISTS', group_limits) == 1)
+local limited = has_limits and 1 or 0
+
+-- claim_groups(want, ids, ranks): take up to want jobs from the groups at the front of their line
+-- (the jobs without a group taking their turn as NO_GROUP), an equal share each (a turn); while that leaves
+-- room (a group had fewer, or a limit set it aside), the next groups in line, up to LOOK_AHEAD more
+-- than want in all. Returns whether a group limit held jobs back, and the earliest time a resting
+-- group may start again (FOREVER: none; now: groups are left that this claim did not look at).
+local LOOK_AHEAD = 100
+-- A turn takes up to TURN jobs of a group (more when fewer groups share the claim): a claim of 100
+-- over 1,000 groups visits 25, not 100, and a group with one job waiting still has it started
+-- within a few claims.
+local TURN = 4
+local function claim_groups(want, ids, ranks)
+  local rested = redis.call('ZRANGE', groups_resting, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)
+  if #rested > 0 then
+    redis.call('ZREM', groups_resting, unpack(rested))
+    take_turns(G, rested)
+  end
+  if redis.call('ZSCORE', groups_ready, NO_GROUP) == false and redis.call('EXISTS', todos) == 1 then
+    take_turns(G, {NO_GROUP})
+  end
+  local soonest = FOREVER
+  local held = false
+  -- Without limits a claim reads no group's limits, counts or rate (the common case costs least);
+  -- group_running is kept all the same, so that a limit set later counts right.
+  local has_own = redis.call('EXISTS', group_limits) == 1
+  local counts = has_own or default_concurrency
+  local rates = has_own or default_rate
+  local visited, again, full, resting, counted, bucketed, taken, taken_ids = {}, {}, {}, {}, {}, {}, {}, {}
+  -- Until the claim is full, in pages of the line of groups (read from where the last one ended:
+  -- the line changes only after the loop).
+  while #ids < want and #visited < want + LOOK_AHEAD do
+    local front = redis.call('ZRANGE', groups_ready, #visited, #visited + math.ceil((want - #ids) / TURN) - 1)
+    if #front == 0 then break end
+    local own = has_own and redis.call('HMGET', group_limits, unpack(front)) or {}
+    local running = redis.call('HMGET', group_running, unpack(front))
+    local buckets = rates and redis.call('ZMSCORE', group_buckets, unpack(front)) or {}
+    local share = math.ceil((want - #ids) / #front)
+    for j, group in ipairs(front) do
+      local left = want - #ids
+      if left <= 0 then break end  -- the groups not reached keep their place at the front
+      visited[#visited + 1] = group
+      if group == NO_GROUP then
+        local front_jobs = redis.call('ZPOPMIN', todos, math.min(share, left))
+        for i = 1, #front_jobs, 2 do
+          ids[#ids + 1] = front_jobs[i]
+          ranks[#ranks + 1] = tonumber(front_jobs[i + 1])
+        end
+        if redis.call('EXISTS', todos) == 1 then again[#again + 1] = group end
+      else
+        local concurrency, rate_spec = default_concurrency, default_rate
+        if own[j] then
+          local c, r = string.match(own[j], '^(%d*)|(.*)$')
+          if c ~= '' then concurrency = c end
+          if r ~= '' then rate_spec = r end
+        end
+        concurrency = tonumber(concurrency)
+        local in_progress_now = tonumber(running[j]) or 0
+        local room = math.min(share, left)
+        if concurrency then room = math.min(room, concurrency - in_progress_now) end
+        local interval, burst = read_rate(rate_spec)
+        local allowed, from
+        if interval then
+          allowed, from = allowance(buckets[j], interval, burst, now)
+          room = math.min(room, allowed)
+        end
+        local took, more = 0, true
+        if room > 0 then
+          local low, high = line_range(group)
+          local members = redis.call('ZRANGE', group_lines, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
+          took = math.min(room, #members)
+          more = #members > took
+          for i = 1, took do
+            local id = member_id(members[i], group)
+            ids[#ids + 1] = id
+            ranks[#ranks + 1] = member_rank(members[i], group)
+            taken[#taken + 1] = members[i]
+            taken_ids[#taken_ids + 1] = id
+          end
+          if took > 0 then
+            counted[#counted + 1] = group
+            counted[#counted + 1] = in_progress_now + took
+          end
+          if interval and took > 0 then
+            bucketed[#bucketed + 1] = from + took * interval
+            bucketed[#bucketed + 1] = group
+            allowed = allowed - took
+          end
+        end
+        -- Where the group goes now: out of the line of groups with nothing left waiting; aside
+        -- while a limit holds it (full: until one of its jobs ends; resting: until its rate allows
+        -- one); else to the back of the line.
+        if not more then
+          -- nothing waiting: it leaves the line of groups
+        elseif concurrency and in_progress_now + took >= concurrency then
+          full[#full + 1] = group
+          held = true
+        elseif interval and allowed < 1 then
+          local at = ready_at(from + took * interval, interval, burst, 1)
+          resting[#resting + 1] = at
+          resting[#resting + 1] = group
+          soonest = math.min(soonest, at)
+          held = true
+        else
+          again[#again + 1] = group
+        end
+      end
+    end
+  end
+  -- Looked as far as it may with room left and groups still in line: claim again at once.
+  if #ids < want and redis.call('ZCARD', groups_ready) > #visited then soonest = now end
+  if #visited == 0 then
+    local first = redis.call('ZRANGE', groups_resting, 0, 0, 'WITHSCORES')
+    if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
+    return held, soonest
+  end
+  -- Those going on take a new turn at the back (ZADD moves them); the others leave the line.
+  local going_on, leaving = {}, {}
+  for _, group in ipairs(again) do going_on[group] = true end
+  for _, group in ipairs(visited) do
+    if not going_on[group] then leaving[#leaving + 1] = group end
+  end
+  if #leaving > 0 then redis.call('ZREM', groups_ready, unpack(leaving)) end
+  take_turns(G, again)
+  if #full > 0 then redis.call('SADD', groups_full, unpack(full)) end
+  if #resting > 0 then redis.call('ZADD', groups_resting, unpack(resting)) end
+  if #counted > 0 then redis.call('HSET', group_running, unpack(counted)) end
+  if #bucketed > 0 then redis.call('ZADD', group_buckets, unpack(bucketed)) end
+  if #taken > 0 then
+    redis.call('ZREM', group_lines, unpack(taken))
+    redis.call('ZREM', grouped, unpack(taken_ids))
+  end
+  if #ids < want then
+    local first = redis.call('ZRANGE', groups_resting, 0, 0, 'WITHSCORES')
+    if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
+  end
+  return held, soonest
+end
 
 local ids, tries, ranks = {}, {}, {}
+local held, soonest = '', FOREVER
 local listed = recorded(request)
 if listed then
   -- A resend: keep the ids of the first call that this claim still owns.
@@ -56,13 +231,41 @@ if listed then
     ranks = redis.call('ZMSCORE', in_progress, unpack(ids))
   end
 else
-  local promoted = promote_due(scheduled, todos, pending, priorities, seq, now, promote)
-  local front = redis.call('ZPOPMIN', todos, most)
-  for j = 1, #front, 2 do
-    ids[#ids + 1] = front[j]
-    ranks[#ranks + 1] = tonumber(front[j + 1])
+  local promoted = promote_due(G, scheduled, todos, pending, priorities, seq, now, promote)
+  local want = most
+  local interval, burst, allowed, from
+  if paused then
+    want, held = 0, 'paused'
+  elseif rate then
+    interval, burst = read_rate(rate)
+    allowed, from = allowance(tat, interval, burst, now)
+    want = math.min(want, allowed)
   end
-  if promoted > #ids then wake_workers(wake, promoted - #ids, wake_cap) end
+  if want > 0 then
+    if has_groups and redis.call('EXISTS', groups_ready, groups_resting) > 0 then
+      local group_held, group_soonest = claim_groups(want, ids, ranks)
+      if group_held and #ids < want then held = 'group' end
+      soonest = math.min(soonest, group_soonest)
+    else
+      local front = redis.call('ZPOPMIN', todos, want)
+      for j = 1, #front, 2 do
+        ids[#ids + 1] = front[j]
+        ranks[#ranks + 1] = tonumber(front[j + 1])
+      end
+      -- Short while every group with jobs waiting has its concurrency in progress: held by them.
+      if #ids < want and has_groups and redis.call('EXISTS', groups_full) == 1 then held = 'group' end
+    end
+  end
+  -- Held back by the rate: it capped this claim and the line had more than it let through. Then
+  -- say when it allows a whole claim again (or its burst, if that is less).
+  if interval then
+    if #ids > 0 then redis.call('HSET', flow, 'tat', from + #ids * interval) end
+    if want < most and #ids == want and redis.call('EXISTS', todos, grouped) > 0 then
+      if held == '' then held = 'rate' end
+      soonest = math.min(soonest, ready_at(from + #ids * interval, interval, burst, most))
+    end
+  end
+  if promoted > #ids and not paused then wake_workers(wake, promoted - #ids, wake_cap) end
   -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
   if #ids > 0 then
     local ranked = {}
@@ -82,12 +285,15 @@ else
   record(request, table.concat(ids, '\n'), record_ttl)
 end
 
-local next_due = -1
-if #ids == 0 then
+-- When something could next be claimed, if this claim got less than asked: the next scheduled job,
+-- a resting group, or the rate's next batch, whichever comes first.
+local next_at = -1
+if #ids < most and held ~= 'paused' then
   local first = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
-  if #first == 2 then next_due = tonumber(first[2]) end
+  if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
+  if soonest < FOREVER then next_at = soonest end
 end
-local reply = {now, next_due}
+local reply = {now, next_at, held, limited}
 if #ids > 0 then
   local enqueued = redis.call('ZMSCORE', pending, unpack(ids))
   local payload = redis.call('HMGET', payloads, unpack(ids))

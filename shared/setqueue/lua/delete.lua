@@ -1,6 +1,7 @@
+#!lua flags=allow-oom
 -- delete.lua: remove one job from the queue entirely, whatever state it is in, with its
 -- bookkeeping; its claim's lock counts one job less. A worker still running it will find its
--- lease stale.
+-- lease stale. A job with a group leaves its group's line, or counts its group down.
 --
 -- KEYS[1] request      request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
@@ -13,18 +14,26 @@
 -- KEYS[15] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[16] options     (hash: id -> the job's own options)
 -- KEYS[17] cancelled   KEYS[18] results   KEYS[19] result_expiry   KEYS[20] history   KEYS[21] progress
+-- KEYS[22] flow   KEYS[23] grouped   KEYS[24] group_lines   KEYS[25] group_of   KEYS[26] groups_ready
+-- KEYS[27] groups_resting   KEYS[28] groups_full   KEYS[29] group_running   KEYS[30] wake
+--                      (the jobs with a group: includes/groups.lua)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] id           the id
 -- ARGV[3] token        the token of that claim ("" if none)
+-- ARGV[4] wake_cap     wake list cap
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
 -- "scheduled", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local cancelled, results, result_expiry, history, progress = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
-local record_ttl, id, token = ARGV[1], ARGV[2], ARGV[3]
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
+local groups_resting, groups_full, group_running, wake = KEYS[27], KEYS[28], KEYS[29], KEYS[30]
+local record_ttl, id, token, wake_cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include "request_record"
 -- @include "lock_countdown"
+-- @include "groups"
+-- @include "wake"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -32,9 +41,17 @@ if cached then return cached end
 -- The lock counts the claim's jobs still held: one less, if that claim still owns this one.
 if token ~= '' and redis.call('HGET', owners, id) == token then count_down(lock, 1) end
 
+local G = {
+  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full, running = group_running,
+}
 local state = false
-if redis.call('ZREM', todos, id) == 1 then state = 'todos' end
-if redis.call('ZREM', in_progress, id) == 1 then state = 'in_progress' end
+if leave_line(G, todos, id) then state = 'todos' end
+if redis.call('ZSCORE', in_progress, id) then
+  state = 'in_progress'
+  if left_progress(G, {id}, true) > 0 then wake_workers(wake, 1, wake_cap) end
+  redis.call('ZREM', in_progress, id)
+end
 if redis.call('SREM', done, id) == 1 then state = 'done' end
 if redis.call('SREM', failed, id) == 1 then state = 'failed' end
 if redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled' end
@@ -52,5 +69,6 @@ redis.call('HDEL', results, id)
 redis.call('ZREM', result_expiry, id)
 redis.call('HDEL', history, id)
 redis.call('HDEL', progress, id)
+redis.call('HDEL', group_of, id)
 
 return record(request, cjson.encode({state}), record_ttl)

@@ -1,6 +1,7 @@
--- enqueue.lua: add job ids at the back of their priority's line in todos, in the order given, or
--- to scheduled when they are due later; an id the queue already knows (in any of the six states)
--- is left alone.
+#!lua
+-- enqueue.lua: add job ids at the back of their priority's line (todos, or their group's line:
+-- see includes/groups.lua), in the order given, or to scheduled when they are due later; an id the
+-- queue already knows (in any of the six states) is left alone.
 --
 -- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
 --                   while, so a command resent after a connection error returns it instead of applying again)
@@ -13,6 +14,8 @@
 -- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[12] options   (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
 -- KEYS[13] cancelled (set: cancelled ids, known like the others)
+-- KEYS[14] flow      (hash: the queue's flow control; "grouped" is set once a job has a group)
+-- KEYS[15] grouped   KEYS[16] group_lines   KEYS[17] group_of   KEYS[18] groups_ready  (includes/groups.lua)
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
 -- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
@@ -20,19 +23,22 @@
 -- ARGV[5] at_ms          due at this Unix time in ms ("": use delay_ms); a time past means now
 -- ARGV[6] priority       of every id, -10 to 10 (higher runs first)
 -- ARGV[7] job_options    "<max attempts>|<timeout ms>" of every id (either part empty: the default), or ""
+-- ARGV[8] group          the group of every id ("": none)
 -- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local FIRST_JOB = 8  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local group = ARGV[8]
+local FIRST_JOB = 9  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
 -- @include "wake"
--- @include "rank"
+-- @include "groups"
 -- @include "known"
 
 local cached = recorded(request)
@@ -51,7 +57,7 @@ local later = due > now
 local added, new_ids, scored, seen = 0, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, cancelled) then
+  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped) then
     seen[id] = true
     added = added + 1
     new_ids[added] = id
@@ -66,6 +72,20 @@ if added > 0 and job_options ~= '' then
   redis.call('HSET', options, unpack(own))
 end
 
+-- A job's group is kept from the start: a scheduled one joins its group's line when it is due.
+local groups = {}
+if added > 0 then
+  local kept = {}
+  for j = 1, added do
+    groups[j] = group ~= '' and group
+    kept[2 * j - 1], kept[2 * j] = new_ids[j], group
+  end
+  if group ~= '' then
+    redis.call('HSET', group_of, unpack(kept))
+    redis.call('HSET', flow, 'grouped', '1')
+  end
+end
+
 if added > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))
@@ -76,7 +96,8 @@ if added > 0 then
     end
   else
     for j = 1, added do scored[2 * j - 1] = now end
-    join_line(todos, seq, new_ids, priority)
+    local G = {flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready}
+    join_back(G, todos, seq, new_ids, priority, groups)
     redis.call('ZADD', pending, unpack(scored))
   end
 end

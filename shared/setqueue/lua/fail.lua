@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos at
 -- the back of its priority's line, or into scheduled when the lease comes with a delay (backoff,
 -- RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into
@@ -5,7 +6,8 @@
 -- worker handing back a job it did not start, or shutting down).
 -- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
 -- already failed) changes nothing. Each of these is a line in the job's history (with the worker
--- of the claim's token); dead-lettered ids are published on the ended channel.
+-- of the claim's token); dead-lettered ids are published on the ended channel. A job with a group
+-- goes back to its group's line, and its group counts it down (includes/groups.lua).
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos          KEYS[3] in_progress   KEYS[4] failed
@@ -17,6 +19,8 @@
 -- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[14] options       (hash: id -> the job's own options: its max attempts, when it has them)
 -- KEYS[15] history       (hash: id -> the job's transitions off the happy path)
+-- KEYS[16] flow   KEYS[17] grouped   KEYS[18] group_lines   KEYS[19] group_of   KEYS[20] groups_ready
+-- KEYS[21] group_running   KEYS[22] groups_full   (the jobs with a group: includes/groups.lua)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried (unless it has its own)
@@ -29,7 +33,9 @@
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local FIRST_LOCK = 16  -- KEYS[FIRST_LOCK..] lock key of each claim
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local group_running, groups_full = KEYS[21], KEYS[22]
+local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap, ended = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
@@ -40,13 +46,18 @@ local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim numbe
 -- @include "wake"
 -- @include "options"
 -- @include "history"
+-- @include "groups"
 
 local cached = recorded(request)
 if cached then return cached end
 
 local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
 local now = now_ms()
-local outcomes, held_less, dead = {}, {}, {}
+local G = {
+  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  ready = groups_ready, running = group_running, full = groups_full,
+}
+local outcomes, held_less, dead, left = {}, {}, {}, {}
 local retried, delayed = 0, 0
 for j = 1, #ids do
   local id, c, mode, reason, delay = ids[j], claim_of[j], modes[j], reasons[j], tonumber(delays[j])
@@ -56,6 +67,7 @@ for j = 1, #ids do
   else
     rank = tonumber(rank)
     held_less[c] = (held_less[c] or 0) + 1
+    left[#left + 1] = id
     redis.call('HDEL', owners, id)
     local who, said = holder(tokens[c]), string.match(reason, '^[^\n]*')
     local kind = 'failed'
@@ -63,7 +75,7 @@ for j = 1, #ids do
     if mode == 'release' then
       remember(history, id, now, 'handed back', who, said)
       redis.call('ZREM', in_progress, id)
-      redis.call('ZADD', todos, rank, id)
+      line_up(G, todos, {id}, {rank})
       redis.call('HINCRBY', attempts, id, -1)
       retried = retried + 1
       outcomes[#outcomes + 1] = 'released'
@@ -79,7 +91,7 @@ for j = 1, #ids do
         if priority ~= 0 then redis.call('HSET', priorities, id, priority) end
         delayed = delayed + 1
       else  -- to the back of the line; its enqueue time (pending) stays what it was
-        join_line(todos, seq, {id}, priority)
+        join_back(G, todos, seq, {id}, priority)
         retried = retried + 1
       end
       outcomes[#outcomes + 1] = 'retried'
@@ -93,6 +105,8 @@ for j = 1, #ids do
 end
 
 for c, n in pairs(held_less) do count_down(locks[c], n) end
+local freed = left_progress(G, left, false)
+if freed > 0 then wake_workers(wake, freed, wake_cap) end
 
 -- A delayed retry wakes one idle worker too: its empty claim learns when the job is due, and it
 -- sleeps until then instead of a whole IDLE_WAIT_SECONDS.

@@ -1,6 +1,8 @@
+#!lua
 -- progress.lua: what a running job's handler says of its progress, kept (with the time, by the
 -- Redis clock) for inspect and the console, if the caller's claim still owns the job: a late
--- report from a lease that was lost changes nothing.
+-- report from a lease that was lost changes nothing. Refused whole when Redis is full: a report
+-- only adds to memory, and Queue.progress drops a refused one (the job goes on).
 --
 -- KEYS[1] owners     (hash: id -> lease token of its current claim)
 -- KEYS[2] progress   (hash: id -> "<fraction>|<ms>|<message>")

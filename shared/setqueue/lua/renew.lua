@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- renew.lua: extend the leases the caller still holds. A lease holds while owners names its
 -- token and its claim's lock exists; one PEXPIRE extends every job of a claim. A lock that is
 -- gone is never re-created: the lease is lost and the cleaner or another worker may own the id.

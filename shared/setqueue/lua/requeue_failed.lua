@@ -1,3 +1,4 @@
+#!lua
 -- requeue_failed.lua: an operator's retry of dead-lettered jobs: failed -> the back of their
 -- priority's line in todos, with a fresh attempt count, and a line in its history. Ids not in
 -- failed are left alone.
@@ -8,6 +9,8 @@
 -- KEYS[9] seq          (counter: the last place given in the line)
 -- KEYS[10] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
 -- KEYS[11] history     (hash: id -> the job's transitions off the happy path)
+-- KEYS[12] flow   KEYS[13] grouped   KEYS[14] group_lines   KEYS[15] group_of   KEYS[16] groups_ready
+--                      (a job with a group goes back to its group's line: includes/groups.lua)
 -- ARGV[1] record_ttl   request record TTL in ms
 -- ARGV[2] wake_cap     wake list cap
 -- ARGV[3] who          who requeues (host:pid), for the history
@@ -16,12 +19,13 @@
 local request, todos, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, wake, finished = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local seq, priorities, history = KEYS[9], KEYS[10], KEYS[11]
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local record_ttl, wake_cap, who = ARGV[1], ARGV[2], ARGV[3]
 local FIRST_ID = 4  -- ARGV[FIRST_ID..] the ids
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "wake"
--- @include "rank"
+-- @include "groups"
 -- @include "history"
 
 local cached = recorded(request)
@@ -44,7 +48,8 @@ if moved > 0 then
   redis.call('HDEL', errors, unpack(ids))
   redis.call('HDEL', finished, unpack(ids))
   redis.call('HDEL', priorities, unpack(ids))
-  join_line(todos, seq, ids, priority)
+  local G = {flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready}
+  join_back(G, todos, seq, ids, priority)
   redis.call('ZADD', pending, unpack(scored))
 end
 

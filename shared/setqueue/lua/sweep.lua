@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- sweep.lua: the cleaner's step. Candidates come from ZSCAN in_progress, each with the claim
 -- that owned it when the cleaner read owners. An id still in in_progress, still owned by that
 -- claim, whose claim's lock is gone (its worker died or hung past the lease) goes back to todos,
@@ -7,6 +8,8 @@
 -- older than the age retention, and promotes scheduled jobs that are due (at most trim_limit) into
 -- todos, waking idle workers for them, and drops results past their TTL. Each id it moves gets a
 -- line in its history naming the worker that held it; dead-lettered ones are published as ended.
+-- A job with a group goes back to its group's line and its group counts it down (includes/
+-- groups.lua); groups' rate states that are past (a full bucket, the same as none) are dropped.
 --
 -- KEYS[1] request        request record setqueue:{Q}:req:<request id>
 -- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
@@ -19,6 +22,8 @@
 -- KEYS[16] options       (hash: id -> the job's own options: its max attempts, when it has them)
 -- KEYS[17] swept         (string with a TTL of a day from the last sweep: its age is a day less its TTL)
 -- KEYS[18] history       KEYS[19] results   KEYS[20] result_expiry   KEYS[21] cancelled   KEYS[22] progress
+-- KEYS[23] flow   KEYS[24] grouped   KEYS[25] group_lines   KEYS[26] group_of   KEYS[27] groups_ready
+-- KEYS[28] group_running   KEYS[29] groups_full   KEYS[30] group_buckets  (includes/groups.lua)
 -- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
 -- ARGV[1] record_ttl     request record TTL in ms
 -- ARGV[2] max_attempts   (unless a job has its own)
@@ -36,7 +41,9 @@ local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local cancelled, progress = KEYS[21], KEYS[22]
-local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
+local flow, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local group_running, groups_full, group_buckets = KEYS[28], KEYS[29], KEYS[30]
+local FIRST_LOCK = 31  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -54,10 +61,14 @@ local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
+local G = {
+  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  ready = groups_ready, running = group_running, full = groups_full,
+}
 redis.call('SET', swept, now, 'PX', SWEPT_TTL_MS)
 local locks, tokens, ids, claim_of = read_claims(FIRST_LOCK, CLAIMS, 2)
 
-local requeued, dead, lock_gone = {}, {}, {}
+local requeued, dead, lock_gone, left = {}, {}, {}, {}
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
   local owner = redis.call('HGET', owners, id)
@@ -68,6 +79,7 @@ for j = 1, #ids do
     if c > 0 and lock_gone[c] == nil then lock_gone[c] = redis.call('EXISTS', locks[c]) == 0 end
     if c == 0 or lock_gone[c] then
       redis.call('HDEL', owners, id)
+      left[#left + 1] = id
       local tries = tonumber(redis.call('HGET', attempts, id)) or 0
       local most = attempts_allowed(options, id, max_attempts)
       local held_by = '?'
@@ -80,14 +92,16 @@ for j = 1, #ids do
       else
         remember(history, id, now, 'lease lost', held_by, 'swept by ' .. who .. '; back in line')
         redis.call('ZREM', in_progress, id)
-        redis.call('ZADD', todos, tonumber(rank), id)
+        line_up(G, todos, {id}, {tonumber(rank)})
         requeued[#requeued + 1] = id
       end
     end
   end
 end
 
-if #requeued > 0 then wake_workers(wake, 1, wake_cap) end
+local freed = left_progress(G, left, false)
+if #requeued + freed > 0 then wake_workers(wake, math.max(1, freed), wake_cap) end
+redis.call('ZREMRANGEBYSCORE', group_buckets, '-inf', now)
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
 
 local trimmed = 0
@@ -106,7 +120,7 @@ if #expired > 0 then
   redis.call('ZREM', result_expiry, unpack(expired))
 end
 
-local promoted = promote_due(scheduled, todos, pending, priorities, seq, now, trim_limit)
+local promoted = promote_due(G, scheduled, todos, pending, priorities, seq, now, trim_limit)
 if promoted > 0 then wake_workers(wake, promoted, wake_cap) end
 
 return record(request, cjson.encode({requeued, dead, trimmed, promoted}), record_ttl)

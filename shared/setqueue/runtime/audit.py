@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from setqueue.client import SnapshotReads, connect
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
 from setqueue.queue import Queue
@@ -189,7 +190,7 @@ class Auditor:
         """Per state (STATES order) whether each id is in it, then its successful runs, failed runs
         and lost leases: one MULTI, so one instant."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zmscore(k.todos, ids)
         pipe.zmscore(k.in_progress, ids)
         pipe.smismember(k.done, ids)
@@ -200,7 +201,12 @@ class Auditor:
         pipe.hmget(k.audit_successes, ids)
         pipe.hmget(k.audit_failures, ids)
         pipe.hmget(k.audit_lease_lost, ids)
-        return pipe.execute()  # type: ignore[no-any-return]
+        pipe.zmscore(k.grouped, ids)
+        replies: list[list[Any]] = pipe.execute()
+        # A waiting job with a group is in todos' state too (setqueue.keys: grouped).
+        grouped = replies.pop()
+        replies[0] = [rank if rank is not None else other for rank, other in zip(replies[0], grouped, strict=True)]
+        return replies
 
 
 class AuditPass:
@@ -305,7 +311,8 @@ def main() -> int:
     except SettingError as exc:
         print(f"setqueue.runtime.audit: {exc}", file=sys.stderr)
         return 2
-    queue = Queue.from_url(settings.redis_url, **settings.queue_options())
+    options = settings.queue_options()
+    queue = Queue(connect(settings.redis_url, **settings.tls_options()), options.pop("name"), **options)
     try:
         report = Auditor(queue.redis, queue.keys, retention=settings.trims_done).audit()
     finally:

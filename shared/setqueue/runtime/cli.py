@@ -17,10 +17,17 @@
     schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
     schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
     schedules remove NAME    stop one
+    pause | resume           stop the queue's jobs from starting (running ones finish) | start again
+    limit [--rate 100/s|off] [--burst N] [--group-concurrency N|off] [--group-rate 5/s|off]
+          [--group-burst N] [--group NAME] [--json]
+                             change flow control (live, for every worker); no option: show it
+    groups [--json] [--most N]  the job groups with jobs waiting or in progress
+    doctor                   what the queue needs from Redis, one line a check (eviction, memory, ...)
+    acl-rule [USER]          the ACL SETUSER command of a least-privilege setqueue user
 
---redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found,
-2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the job failed or was
-cancelled (result), 124 the job had not ended within --wait (result).
+--redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found (or
+doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the
+job failed or was cancelled (result), 124 the job had not ended within --wait (result).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -41,14 +49,27 @@ from typing import Any, NoReturn, TextIO
 
 import redis
 
-from setqueue.client import OptionError, PasswordRequired, redact_url
+from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
-from setqueue.keys import MAX_PRIORITY, MIN_PRIORITY, STATES, parse_queue_names, validate_job_id, validate_priority
+from setqueue.keys import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    STATES,
+    check_utf8,
+    parse_queue_names,
+    validate_group,
+    validate_job_id,
+    validate_priority,
+)
 from setqueue.queue import job_items
 from setqueue.replication import NotReplicated
-from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, default, validate_redis_url
+from setqueue.runtime.acl import explain_refusal, setuser
+from setqueue.runtime.cli_flow import UsageError, flow_command
+from setqueue.runtime.pressure import read_memory
+from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, default, validate_redis_url
+from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS, EXIT_JOB_FAILED, EXIT_NOT_ENDED = 0, 1, 2, 3, 4, 124
@@ -133,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument(
         "--timeout", metavar="DURATION", help="the jobs' own time limit (90s, 15m; 0 = none) over JOB_TIMEOUT_SECONDS"
     )
+    push.add_argument("--group", metavar="NAME", help="the jobs' group (a tenant, a customer): groups take turns")
 
     stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -186,6 +208,44 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...: quote it")
     remove = change.add_parser("remove", help="stop a periodic job")
     remove.add_argument("name", metavar="NAME")
+
+    sub.add_parser("pause", help="stop the queue's jobs from starting: running ones finish, enqueue goes on")
+    sub.add_parser("resume", help="let a paused queue's jobs start again")
+    limit_help = "show or change flow control: the queue's rate, its groups' concurrency and rate"
+    limit = sub.add_parser(
+        "limit",
+        help=limit_help,
+        description=limit_help[0].upper() + limit_help[1:] + ". Limits live in Redis with the queue: every "
+        "worker applies a change on its next claim, no restart. A rate is COUNT/PERIOD: 100/s, 6000/min, 5/10s; "
+        "off removes it. Options not given keep their value. Without an option, shows the limits in force.",
+    )
+    limit.add_argument("--rate", metavar="RATE", help="most job starts of the queue across all workers, or off")
+    limit.add_argument("--burst", type=int, metavar="N", help="starts at once after a quiet spell (default: count/10)")
+    limit.add_argument("--group-concurrency", metavar="N", help="most jobs of one group in progress at once, or off")
+    limit.add_argument("--group-rate", metavar="RATE", help="most job starts of one group, or off")
+    limit.add_argument("--group-burst", type=int, metavar="N", help="a group's starts at once (default: count/10)")
+    limit.add_argument(
+        "--group",
+        metavar="NAME",
+        help="change that group's own limits (else every group's default); --group NAME --clear drops them",
+    )
+    limit.add_argument("--clear", action="store_true", help="with --group: back to the default limits")
+    limit.add_argument("--json", action="store_true", help="print the limits as one JSON object")
+
+    groups = sub.add_parser("groups", help="the job groups with jobs waiting or in progress, with their counts")
+    groups.add_argument("--json", action="store_true", help="print one JSON object per group")
+    groups.add_argument("--most", type=int, default=50, metavar="N", help="list at most N groups (default 50)")
+
+    doctor_help = "check what the queue needs from Redis, one line each: version, eviction, memory, persistence"
+    sub.add_parser(
+        "doctor",
+        help=doctor_help,
+        description=doctor_help[0].upper() + doctor_help[1:] + ", scripts, cleaner. Each line is ok, WARN "
+        "(works; look at it) or FAIL (jobs can be lost or refused); exit code 1 when a check failed.",
+    )
+    acl_help = "print the ACL SETUSER command of a least-privilege setqueue user (keys setqueue:*, its commands)"
+    acl = sub.add_parser("acl-rule", help=acl_help, description=acl_help[0].upper() + acl_help[1:] + ".")
+    acl.add_argument("user", nargs="?", default="setqueue", metavar="USER", help="the user's name (default setqueue)")
     return parser
 
 
@@ -274,8 +334,10 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
     try:
         validate_priority(args.priority)
         job_options(args.max_attempts, timeout)
+        if args.group is not None:
+            validate_group(check_utf8("--group", args.group))
     except ValueError as exc:
-        raise CliError(f"bad --priority, --max-attempts or --timeout: {exc}", EXIT_USAGE) from None
+        raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
     with _bad_ids_are_usage_errors():
         # All checked before anything is written: the ids, and each payload's size.
         job_items(dict(jobs), queue.shards[0].payload_max_bytes)
@@ -288,10 +350,26 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 if with_payload
                 else [job_id for job_id, _ in batch]
             )
-            added += queue.enqueue(
-                ids, delay=delay, at=at, priority=args.priority, max_attempts=args.max_attempts, timeout=timeout
-            )
+            try:
+                added += queue.enqueue(
+                    ids,
+                    delay=delay,
+                    at=at,
+                    priority=args.priority,
+                    max_attempts=args.max_attempts,
+                    timeout=timeout,
+                    group=args.group,
+                )
+            except redis.OutOfMemoryError:
+                before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
+                raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
     return added, len(jobs)
+
+
+OUT_OF_MEMORY = (
+    "Redis is out of memory (maxmemory reached) and refuses new jobs until workers and the cleaner free room "
+    "(setqueue doctor shows how full it is)"
+)
 
 
 @contextlib.contextmanager
@@ -332,7 +410,16 @@ def _print_stats(queue: JobQueue, as_json: bool, out: TextIO) -> None:
             if state == "todos" and set(each["todos_by_priority"]) - {0}:
                 for priority, count in each["todos_by_priority"].items():
                     print(f"{'    priority':<12}{priority:>3}{count:>11}", file=out)
-        print(f"  {'oldest pending':<16}{each['oldest_pending_age_seconds']:>7.1f}s", file=out, flush=True)
+        print(f"  {'oldest pending':<16}{each['oldest_pending_age_seconds']:>7.1f}s", file=out)
+        if each["paused"]:
+            print("  paused (setqueue resume starts it again)", file=out)
+        if each["groups_waiting"] or each["groups_running"]:
+            print(
+                f"  groups: {each['groups_waiting']} with jobs waiting ({each['groups_full']} at their concurrency, "
+                f"{each['groups_resting']} at their rate), {each['groups_running']} running",
+                file=out,
+            )
+        out.flush()
 
 
 def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -> int:  # noqa: PLR0911 (a branch a command)
@@ -342,6 +429,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         return EXIT_OK
 
     if args.command == "stats":
+        _warn_if_evicting(queue, args.redis_url)
         if args.watch is None:
             _print_stats(queue, args.json, out)
             return EXIT_OK
@@ -399,25 +487,53 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
     if args.command == "schedules":
         return _schedules(args, queue, out)
 
+    if args.command in ("pause", "resume", "limit", "groups"):
+        try:
+            return flow_command(args, queue, out)
+        except UsageError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+
+    if args.command == "doctor":
+        from setqueue.runtime.doctor import doctor  # noqa: PLC0415 - only this command needs it
+
+        return doctor(queue, args.redis_url.startswith("rediss:"), out)
+
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 
 
+def _warn_if_evicting(queue: JobQueue, url: str) -> None:
+    """One line on stderr when Redis may evict the queue's keys (or nobody may tell)."""
+    try:
+        warning = read_memory(queue.redis).eviction_warning(redact_url(url))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return  # the command itself says so
+    if warning is not None:
+        print(f"{PROG}: warning: {one_line(warning)}", file=sys.stderr, flush=True)
+
+
 def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
-    """Cancel each id; one line each. Exit 1 when one was not found (the others are cancelled)."""
+    """Cancel each id; one line each. Exit 1 when any was not found (the others are cancelled),
+    named on one line of stderr, as every error of the command is."""
     with _bad_ids_are_usage_errors():
         for job_id in ids:  # all checked before anything is written
             validate_job_id(job_id)
-    code = EXIT_OK
-    for job_id in ids:
+    missing: list[str] = []
+    for job_id in dict.fromkeys(ids):
         state = queue.cancel(job_id)
         if state is None:
-            print(f"{PROG}: job {one_line(job_id)!r} not found in queue {queue.name!r}", file=sys.stderr)
-            code = EXIT_NOT_FOUND
+            missing.append(job_id)
         elif state in ("done", "failed", "cancelled"):
             print(f"{job_id} had ended ({state}): nothing changed", file=out)
         else:
             print(f"cancelled {job_id} (was {'running' if state == 'in_progress' else 'in ' + state})", file=out)
-    return code
+    if not missing:
+        return EXIT_OK
+    named = ", ".join(repr(job_id) for job_id in missing)
+    print(
+        f"{PROG}: job{'s' if len(missing) > 1 else ''} {one_line(named)} not found in queue {queue.name!r}",
+        file=sys.stderr,
+    )
+    return EXIT_NOT_FOUND
 
 
 def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
@@ -465,7 +581,11 @@ def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
         print(f"{schedule.name}: {schedule.expr} (UTC), next run {next_run}", file=out)
         return EXIT_OK
     if args.change == "remove":
-        if not remove_schedule(home, args.name):
+        try:
+            removed = remove_schedule(home, args.name)
+        except ValueError as exc:
+            raise CliError(f"bad schedule: {exc}", EXIT_USAGE) from None
+        if not removed:
             raise CliError(f"no periodic job {args.name!r} in queue {home.name!r}", EXIT_NOT_FOUND)
         print(f"removed {args.name}", file=out)
         return EXIT_OK
@@ -512,6 +632,10 @@ _FLAGS = {
     "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
     "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
     "WAIT_TIMEOUT_SECONDS": "WAIT_TIMEOUT_SECONDS",
+    "PAYLOAD_MAX_BYTES": "PAYLOAD_MAX_BYTES",
+    "REDIS_TLS_CA_FILE": "REDIS_TLS_CA_FILE",
+    "REDIS_TLS_CERT_FILE": "REDIS_TLS_CERT_FILE",
+    "REDIS_TLS_KEY_FILE": "REDIS_TLS_KEY_FILE",
 }
 
 
@@ -522,22 +646,37 @@ def _usage_error(exc: SettingError) -> CliError:
     )
 
 
-def _redis_problem(exc: redis.RedisError, where: str) -> str:
+def _redis_problem(exc: redis.RedisError, url: str) -> str:
     """What went wrong with Redis, in one line for the user (every one of these is exit code 3)."""
+    where = redact_url(url)
     if isinstance(exc, PasswordRequired):
         return f"Redis at {where} requires a password: set it in --redis-url or REDIS_URL"
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {where} refused the user or password: {exc}"
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return f"cannot reach Redis at {where}: {exc}"
+        return tls_refusal(exc, url) or f"cannot reach Redis at {where}: {exc}"
+    if isinstance(exc, redis.OutOfMemoryError):
+        return f"{OUT_OF_MEMORY}: the command was refused"
+    refused = explain_refusal(exc)
+    if refused is not None:
+        return f"Redis at {where} refused the command: {refused}"
     return f"Redis refused the command: {type(exc).__name__}: {exc}"
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:  # noqa: PLR0911
     parser = build_parser()
     args = parser.parse_args(argv)
     out = out if out is not None else sys.stdout
     stdin = stdin if stdin is not None else sys.stdin
+    if args.command == "acl-rule":  # needs no Redis
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", args.user):
+            print(
+                f"{PROG}: acl-rule: {one_line(repr(args.user))} is not a user name (letters, digits, _ . @ -)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        print(setuser(args.user), file=out)
+        return EXIT_OK
     queue: JobQueue | None = None
     try:
         try:
@@ -547,6 +686,12 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas = SETTING_BY_NAME["WAIT_REPLICAS"].parse(str(args.wait_replicas).strip())
             wait_timeout = SETTING_BY_NAME["WAIT_TIMEOUT_SECONDS"].read(os.environ)
             payload_max_bytes = SETTING_BY_NAME["PAYLOAD_MAX_BYTES"].read(os.environ)
+            tls: TlsFiles = {
+                "tls_ca_file": SETTING_BY_NAME["REDIS_TLS_CA_FILE"].read(os.environ) or None,
+                "tls_cert_file": SETTING_BY_NAME["REDIS_TLS_CERT_FILE"].read(os.environ) or None,
+                "tls_key_file": SETTING_BY_NAME["REDIS_TLS_KEY_FILE"].read(os.environ) or None,
+            }
+            check_tls(url, tls)
         except SettingError as exc:
             raise _usage_error(exc) from None
         except ValueError as exc:
@@ -558,6 +703,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             wait_replicas=wait_replicas,
             wait_timeout_seconds=wait_timeout,
             payload_max_bytes=payload_max_bytes,
+            **tls,
         )
         try:
             # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
@@ -571,7 +717,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
         print(f"{PROG}: {one_line(str(exc))}", file=sys.stderr)
         return exc.code
     except redis.RedisError as exc:
-        print(f"{PROG}: {one_line(_redis_problem(exc, redact_url(args.redis_url)))}", file=sys.stderr)
+        print(f"{PROG}: {one_line(_redis_problem(exc, args.redis_url))}", file=sys.stderr)
         return EXIT_REDIS
     except BrokenPipeError:  # `setqueue stats --watch | head`
         return EXIT_OK

@@ -24,7 +24,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from setqueue.client import TRANSIENT_REDIS_ERRORS
+from setqueue.client import TRANSIENT_REDIS_ERRORS, connect
 from setqueue.jobs import Lease
 from setqueue.queue import Queue
 from setqueue.runtime.audit import AuditRecorder
@@ -59,7 +59,8 @@ def configure_worker(settings: WorkerSettings) -> None:
     """The worker's start hook: take WORK_SECONDS, WORK_JITTER, FAIL_RATE and AUDIT from the settings."""
     audit = None
     if settings.audit:
-        queue = Queue.from_url(settings.redis_url, settings.queue_name)  # its client: resends, timeouts
+        # Its own client (resends, timeouts), on the first queue.
+        queue = Queue(connect(settings.redis_url, **settings.tls_options()), settings.queue_names[0])
         audit = AuditRecorder(queue.redis, queue.keys)
     configure(settings.work_seconds, settings.work_jitter, settings.fail_rate, audit)
 

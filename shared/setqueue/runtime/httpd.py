@@ -46,9 +46,20 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port: int, registry: CollectorRegistry, health: Health, host: str = "") -> None:
+    def __init__(
+        self, port: int, registry: CollectorRegistry, health: Health, host: str = "", sock: socket.socket | None = None
+    ) -> None:
+        """Listen on ``host``:``port``, or on ``sock``: a socket already bound and listening (a
+        worker's supervisor binds its children's, so that no other process can take the port
+        between its choice and the child's start)."""
         self.registry = registry
         self.health = health
+        if sock is not None:
+            self.address_family = sock.family
+            super().__init__(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = sock
+            return
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)

@@ -11,17 +11,20 @@ from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the traceback if any)."""
+    """One JSON object per line: time, level, logger, message (and the traceback if any); a
+    worker process that a supervisor started (PROCESSES > 1) adds its ``child`` index."""
 
-    def __init__(self, service: str) -> None:
+    def __init__(self, service: str, child: int | None = None) -> None:
         super().__init__()
         self.service = service
+        self.child = child
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "service": self.service,
+            **({} if self.child is None else {"child": self.child}),
             "logger": record.name,
             "message": record.getMessage(),
         }
@@ -30,14 +33,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False)
 
 
-def configure_logging(level: str, fmt: str, service: str, stream: Any = None) -> None:
-    """Log to stderr at ``level``; ``fmt`` is ``text`` or ``json`` (one object per line)."""
+def configure_logging(level: str, fmt: str, service: str, stream: Any = None, *, child: int | None = None) -> None:
+    """Log to stderr at ``level``; ``fmt`` is ``text`` or ``json`` (one object per line). ``child``:
+    the index of a worker process its supervisor started, shown as ``setqueue-worker[1]`` (text)
+    or ``"child": 1`` (json), so that the lines of N processes sharing one stderr tell them apart."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter(service))
+        handler.setFormatter(JsonFormatter(service, child))
     else:
+        name = service if child is None else f"{service}[{child}]"
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+            logging.Formatter(f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
         )
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -109,6 +109,22 @@ class ServiceMetrics:
             "(or, with WAIT_REPLICAS, while its writes are not confirmed by enough replicas).",
             registry=registry,
         )
+        self.redis_noeviction = Gauge(
+            "setqueue_redis_noeviction",
+            "1 when the maxmemory-policy of Redis (every master of a cluster) is noeviction, 0 when one "
+            "evicts keys (a full Redis then drops queue keys: jobs are lost), -1 while unknown (not read "
+            "yet, or this user may run neither INFO nor CONFIG GET).",
+            registry=registry,
+        )
+        self.redis_noeviction.set(-1)
+        self.redis_out_of_memory = Gauge(
+            "setqueue_redis_out_of_memory",
+            "1 while Redis refuses this process's writes because it is out of memory (maxmemory reached "
+            "with noeviction: an enqueue waits), else 0.",
+            registry=registry,
+        )
+        # The cleaner's alone: how full Redis is (see CleanerMetrics).
+        self.redis_memory_used_ratio: Gauge | None = None
 
 
 class CreatorMetrics(ServiceMetrics):
@@ -206,6 +222,16 @@ class WorkerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.history_records = history_counter(registry)
+        self.claims_held = Counter(
+            "setqueue_claims_held_total",
+            "Claims that flow control held back (got fewer jobs than asked while jobs waited), by queue and "
+            "reason: paused, rate (the queue's rate), group (a group's concurrency or rate).",
+            ["queue", "reason"],
+            registry=registry,
+        )
+        for queue in queues:
+            for reason in ("paused", "rate", "group"):
+                self.claims_held.labels(queue, reason)
         self.zombie_threads = Gauge(
             "setqueue_worker_zombie_threads",
             "Slots whose job timed out but has not returned: lost until it does.",
@@ -238,6 +264,33 @@ class WorkerMetrics(ServiceMetrics):
             self.end_to_end_seconds.observe_many((), queue)
 
 
+class SupervisorMetrics:
+    """What the worker's supervisor (PROCESSES > 1) exports of its own, beside the sum of its
+    children's metrics (``worker.supervisor`` combines them)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.processes = Gauge(
+            "setqueue_worker_processes",
+            "Worker processes of this supervisor running right now (PROCESSES when all are up).",
+            registry=registry,
+        )
+        self.restarts = Counter(
+            "setqueue_worker_process_restarts",
+            "Worker processes this supervisor restarted after they exited unasked or were killed.",
+            registry=registry,
+        )
+
+
+# setqueue_groups' stands, each from a field of stats().
+GROUP_STANDS = {
+    "waiting": "groups_waiting",
+    "full": "groups_full",
+    "resting": "groups_resting",
+    "running": "groups_running",
+}
+
+
 class CleanerMetrics(ServiceMetrics):
     def __init__(
         self,
@@ -263,6 +316,14 @@ class CleanerMetrics(ServiceMetrics):
             ["queue"],
             registry=registry,
         )
+        self.redis_memory_used_ratio = Gauge(
+            "setqueue_redis_memory_used_ratio",
+            "Memory Redis counts against maxmemory, over maxmemory, of its fullest master (read every "
+            "sweep round): 1 or more and Redis refuses the writes that add jobs; 0 when no maxmemory is "
+            "set, -1 while unknown.",
+            registry=registry,
+        )
+        self.redis_memory_used_ratio.set(-1)
         self.sweep_seconds = Histogram(
             "setqueue_sweep_duration_seconds", "Time one sweep took.", buckets=SWEEP_BUCKETS, registry=registry
         )
@@ -287,6 +348,26 @@ class CleanerMetrics(ServiceMetrics):
             registry=registry,
         )
         self.history_records = history_counter(registry)
+        # Flow control, in aggregate: never one series per job group (their number is unbounded).
+        self.paused = Gauge(
+            "setqueue_queue_paused",
+            "1 while the queue is paused (setqueue pause; a sharded queue: its shards paused), by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.groups = Gauge(
+            "setqueue_groups",
+            "Job groups by queue and where they stand: waiting (with jobs waiting), full (at their "
+            "concurrency), resting (their rate used up), running (with jobs in progress).",
+            ["queue", "stand"],
+            registry=registry,
+        )
+        self.grouped_waiting = Gauge(
+            "setqueue_grouped_jobs_waiting",
+            "Jobs waiting that have a group (part of todos), all groups together, by queue.",
+            ["queue"],
+            registry=registry,
+        )
         self.oldest_pending_age = Gauge(
             "setqueue_oldest_pending_age_seconds",
             "Age of the oldest job not yet done or dead-lettered (0 when there is none), by queue.",
@@ -298,6 +379,10 @@ class CleanerMetrics(ServiceMetrics):
             self.done_trimmed.labels(queue)
             self.oldest_pending_age.labels(queue)
             self.todos_by_priority.labels(queue, "0")
+            self.paused.labels(queue)
+            self.grouped_waiting.labels(queue)
+            for stand in GROUP_STANDS:
+                self.groups.labels(queue, stand)
             for state in STATES:
                 self.queue_depth.labels(queue, state)
         self.periodic_runs = Counter(

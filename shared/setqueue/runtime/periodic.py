@@ -33,6 +33,7 @@ import redis
 from croniter import CroniterBadDateError, CroniterError, croniter  # type: ignore[import-untyped]
 
 from setqueue.interface import Shard
+from setqueue.keys import check_utf8
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
@@ -173,8 +174,9 @@ def register(queue: Shard, schedules: tuple[Schedule, ...]) -> None:
 
 def remove_schedule(queue: Shard, name: str) -> bool:
     """Stop the periodic job ``name`` (its last slot stays recorded, so adding it back later does
-    not run a missed slot at once). False if no such schedule was registered."""
-    return bool(queue.redis.hdel(queue.keys.schedules, name))
+    not run a missed slot at once). False if no such schedule was registered. Any name Redis can
+    hold may be removed (one written by other means too); ValueError for one it cannot (not UTF-8)."""
+    return bool(queue.redis.hdel(queue.keys.schedules, check_utf8("schedule name", name)))
 
 
 def registered(queue: Shard) -> tuple[tuple[Schedule, ...], list[str]]:

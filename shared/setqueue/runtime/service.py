@@ -26,14 +26,16 @@ comes round every few milliseconds whatever its jobs do: a long job is not a stu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
@@ -43,11 +45,14 @@ from redis import exceptions as rexc
 from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError, PasswordRequired, connect, redact_url
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
+from setqueue.runtime.acl import explain_refusal
 from setqueue.runtime.backoff import Backoff
 from setqueue.runtime.httpd import MetricsServer
 from setqueue.runtime.logs import configure_logging, flush_logs
 from setqueue.runtime.metrics import ServiceMetrics
+from setqueue.runtime.pressure import MemoryReport, read_memory
 from setqueue.runtime.settings import SETTINGS, CommonSettings, SettingError
+from setqueue.runtime.tls import tls_refusal
 from setqueue.version import __version__
 
 T = TypeVar("T")
@@ -59,10 +64,14 @@ log = logging.getLogger("setqueue.runtime.service")
 EXIT_SETTING = 2
 EXIT_REDIS = 3
 
+# What makes a read of Redis impossible for now: an outage, or a URL only Redis can find wrong.
+UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_REDIS_ERRORS, OptionError)
 
-def refusal(queue: JobQueue) -> str | None:
+
+def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
     """Why Redis refuses this service's settings at start (a wrong password, no permission, a
-    database it does not have), or None. Unreachable is no refusal: the loops wait for Redis.
+    database it does not have, a TLS handshake that fails or a redis:// URL to a Redis that speaks
+    TLS), or None. Unreachable is no refusal: the loops wait for Redis.
     Raises SettingError when Redis tells what the settings could not: REDIS_URL names a Redis
     Cluster node in a way a cluster client cannot use (a database other than 0, a unix socket),
     or QUEUE_SHARDS is not the number the queue was opened with (recorded here the first time)."""
@@ -74,10 +83,14 @@ def refusal(queue: JobQueue) -> str | None:
         return "it requires a password: set it in REDIS_URL (redis://:PASSWORD@host:port/db)"
     except rexc.AuthenticationError as exc:
         return f"it refused the user or password in REDIS_URL: {exc}"
+    except rexc.OutOfMemoryError:  # the first opening of a sharded queue records its shards: later
+        return None
     except (rexc.AuthorizationError, rexc.NoPermissionError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+        return explain_refusal(exc) or f"{type(exc).__name__}: {exc}"
     except rexc.ResponseError as exc:  # e.g. "DB index is out of range"
         return f"{type(exc).__name__}: {exc}"
+    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
+        return tls_refusal(exc, url)
     except rexc.RedisError:
         return None
     return None
@@ -85,6 +98,11 @@ def refusal(queue: JobQueue) -> str | None:
 
 class Stopping(Exception):
     """Raised by ``Service.retry`` when a stop was requested while Redis was unreachable."""
+
+
+class RedisFull(Exception):
+    """Raised by ``Service.retry`` within ``Service.unless_redis_full``: Redis is out of memory and
+    refuses this step, which can wait for a round when it has room."""
 
 
 # -- settings --------------------------------------------------------------------------------------
@@ -120,7 +138,13 @@ class Service(Generic[S, M]):
         self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
-            queue = open_queue(settings.redis_url, names, shards=settings.queue_shards, **self.queue_options)
+            queue = open_queue(
+                settings.redis_url,
+                names,
+                shards=settings.queue_shards,
+                **settings.tls_options(),
+                **self.queue_options,
+            )
         self.queue = queue
         self.metrics = metrics
         self.stop_event = threading.Event()
@@ -133,6 +157,13 @@ class Service(Generic[S, M]):
         self._signals = 0
         self._health_client: redis.Redis | None = None
         self.metrics.redis_up.set(1)
+        self.metrics.redis_out_of_memory.set(0)
+        self._memory_checked = threading.Event()  # the eviction policy was read (see check_memory)
+        self._memory_lock = threading.Lock()
+        self._eviction_said: str | None = None
+        self._full = threading.local()  # .skips: within unless_redis_full (depth)
+        self._full_said: set[str] = set()
+        self.refused: str | None = None  # why Redis refuses this service what it needs (exit code 3)
 
     # Subclasses: the main loop. Returns the exit code.
     def run(self) -> int:
@@ -173,7 +204,11 @@ class Service(Generic[S, M]):
             # The same kind of client as the queue's: on a cluster it pings a master through the
             # cluster client, so that /healthz stays up while the node of the URL is down.
             self._health_client = connect(
-                self.settings.redis_url, socket_connect_timeout=1, socket_timeout=1, retries=0
+                self.settings.redis_url,
+                socket_connect_timeout=1,
+                socket_timeout=1,
+                retries=0,
+                **self.settings.tls_options(),
             )
         try:
             return bool(self._health_client.ping())
@@ -195,13 +230,30 @@ class Service(Generic[S, M]):
             except TRANSIENT_REDIS_ERRORS as exc:
                 if until_stopped and self.stop_event.is_set():
                     raise Stopping(what) from exc
+                if isinstance(exc, rexc.OutOfMemoryError) and int(getattr(self._full, "skips", 0)) > 0:
+                    self.metrics.redis_out_of_memory.set(1)
+                    raise RedisFull(what) from exc
                 self._redis_failed(exc, what)
                 self._backoff_wait(self.stop_event if until_stopped else never)
                 if until_stopped and self.stop_event.is_set():
                     raise Stopping(what) from exc
                 continue
+            except rexc.ResponseError as exc:
+                refused = explain_refusal(exc)
+                if refused is None:
+                    raise
+                self.refuse(f"{refused} (during {what})")
+                raise Stopping(what) from exc
             self.redis_ok()
             return result
+
+    def refuse(self, why: str) -> None:
+        """Redis refuses this service what it needs (an ACL without a command it runs): no retry
+        can help. Say it once, stop, and exit with code 3."""
+        if self.refused is None:
+            self.refused = why
+            self.log.error("Redis refused us: %s", why)
+        self.request_stop()
 
     def _backoff_wait(self, stop: threading.Event) -> None:
         delay = self._pending_delay
@@ -216,9 +268,14 @@ class Service(Generic[S, M]):
 
     def _redis_failed(self, exc: Exception, what: str) -> None:
         now = time.monotonic()
-        self.metrics.redis_up.set(0)
+        if isinstance(exc, rexc.OutOfMemoryError):
+            # Redis answers, but refuses the writes that would grow it: not an outage.
+            self.metrics.redis_out_of_memory.set(1)
+            detail = f"out of memory, it refuses writes that add to it ({type(exc).__name__}: {exc})"
+        else:
+            self.metrics.redis_up.set(0)
+            detail = f"{type(exc).__name__}: {exc}"
         self._pending_delay = self._backoff.next()
-        detail = f"{type(exc).__name__}: {exc}"
         if self._down_since is None:
             self._down_since = now
             self._retries = 0
@@ -243,6 +300,47 @@ class Service(Generic[S, M]):
             self._down_since = None
             self._backoff.reset()
         self.metrics.redis_up.set(1)
+        self.metrics.redis_out_of_memory.set(0)
+        if not self._memory_checked.is_set():  # Redis was unreachable at start: read it now
+            self.check_memory()
+
+    @contextlib.contextmanager
+    def unless_redis_full(self, what: str) -> Iterator[None]:
+        """A step that can wait for a round: while Redis is out of memory it is skipped (logged once
+        a while), where ``retry`` would wait, so that the loop goes on to the steps that free memory
+        (the cleaner's sweep and retention)."""
+        self._full.skips = getattr(self._full, "skips", 0) + 1
+        try:
+            yield
+        except RedisFull:
+            if what not in self._full_said:
+                self._full_said.add(what)
+                self.log.warning("redis is out of memory: %s wait until it has room", what)
+        else:
+            self._full_said.discard(what)
+        finally:
+            self._full.skips -= 1
+
+    # -- memory and eviction -----------------------------------------------------------------
+
+    def check_memory(self) -> MemoryReport | None:
+        """Read Redis's eviction policy and memory (every master of a cluster), export them, and log
+        one loud line when a master evicts keys (or when this user may not read it); again only
+        when that changes. None when Redis could not be reached (it is read later)."""
+        with self._memory_lock:
+            try:
+                report = read_memory(self.queue.redis)
+            except UNREACHABLE:
+                return None
+            self._memory_checked.set()
+            self.metrics.redis_noeviction.set(report.noeviction)
+            if self.metrics.redis_memory_used_ratio is not None:
+                self.metrics.redis_memory_used_ratio.set(report.used_ratio)
+            said = report.eviction_warning(redact_url(self.settings.redis_url))
+            if said is not None and said != self._eviction_said:
+                (self.log.warning if report.unknown else self.log.error)("%s", said)
+            self._eviction_said = said
+            return report
 
     # -- signals -----------------------------------------------------------------------------
 
@@ -332,18 +430,45 @@ def main(
     return serve(settings, build, program)
 
 
-def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> int:
-    """Build the service, serve /metrics, check what Redis says of the settings, run it."""
+def memory_refusal(service: Service[Any, Any], settings: CommonSettings) -> str | None:
+    """Read the eviction policy at start (``Service.check_memory``: the loud line, the gauge).
+    With REQUIRE_NOEVICTION, wait for Redis to read it and return why the service must not start
+    (a master evicts, or nobody may tell), else None."""
+    if not settings.require_noeviction:
+        service.check_memory()  # unreachable: read once Redis answers
+        return None
+    report = None
+    while report is None:  # only what Redis says can let the service start
+        report = service.check_memory()
+        if report is None:
+            service.stop_event.wait(1.0)
+    return report.eviction_warning(redact_url(settings.redis_url))
+
+
+def serve(
+    settings: S,
+    build: Callable[[S], Service[S, Any]],
+    program: str,
+    *,
+    metrics_socket: socket.socket | None = None,
+) -> int:
+    """Build the service, serve /metrics, check what Redis says of the settings, run it.
+    ``metrics_socket``: serve /metrics there, a socket already listening (a worker's supervisor
+    hands one to each of its children), rather than on METRICS_HOST:METRICS_PORT."""
     try:
         service = build(settings)
     except SettingError as exc:  # what only the service can check (e.g. the handler's kind)
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         return EXIT_SETTING
     server: MetricsServer | None = None
-    if settings.metrics_port:
+    if settings.metrics_port or metrics_socket is not None:
         try:
             server = MetricsServer(
-                settings.metrics_port, service.metrics.registry, service.health, host=settings.metrics_host
+                settings.metrics_port,
+                service.metrics.registry,
+                service.health,
+                host=settings.metrics_host,
+                sock=metrics_socket,
             ).start()
         except OSError as exc:
             # A port in use is the port's fault; an address this host does not have is the host's.
@@ -353,7 +478,7 @@ def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> i
             service.close()
             return EXIT_SETTING
     try:
-        refused = refusal(service.queue)
+        refused = refusal(service.queue, settings.redis_url)
     except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         if server is not None:
@@ -368,6 +493,13 @@ def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> i
             server.stop()
         service.close()
         return EXIT_REDIS
+    evicting = memory_refusal(service, settings)
+    if evicting is not None:
+        print(f"{program}: REQUIRE_NOEVICTION is set and {evicting}", file=sys.stderr, flush=True)
+        if server is not None:
+            server.stop()
+        service.close()
+        return EXIT_REDIS
     service.install_signal_handlers()
     service.log.info(
         "%s starting: queue=%s redis=%s metrics=%s",
@@ -378,6 +510,8 @@ def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> i
     )
     try:
         code = service.run()
+    except Stopping:  # out of a call that must not stop half-way (an ack): Redis refused it
+        code = EXIT_REDIS if service.refused is not None else 0
     except OptionError as exc:  # as above, when Redis was unreachable at start
         print(f"{program}: {SettingError.of(exc)}", file=sys.stderr, flush=True)
         code = EXIT_SETTING
@@ -388,5 +522,7 @@ def serve(settings: S, build: Callable[[S], Service[S, Any]], program: str) -> i
         if server is not None:
             server.stop()
         service.close()
+    if service.refused is not None:
+        code = EXIT_REDIS
     service.log.info("%s stopped (exit code %d)", program, code)
     return code

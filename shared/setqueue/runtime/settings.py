@@ -17,6 +17,7 @@ import ipaddress
 import math
 import os
 import re
+import ssl
 import sys
 import sysconfig
 import traceback
@@ -25,7 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from setqueue.client import OptionError, redact_url
+from setqueue.client import OptionError, TlsFiles, redact_url, tls_options
 from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
 from setqueue.queue import Queue
 
@@ -48,7 +49,14 @@ class SettingError(ValueError):
 
 
 # The setting that gives each option of a queue its value, for errors the core raises about one.
-OPTION_SETTINGS = {"url": "REDIS_URL", "name": "QUEUE_NAME", "shards": "QUEUE_SHARDS"}
+OPTION_SETTINGS = {
+    "url": "REDIS_URL",
+    "name": "QUEUE_NAME",
+    "shards": "QUEUE_SHARDS",
+    "tls_ca_file": "REDIS_TLS_CA_FILE",
+    "tls_cert_file": "REDIS_TLS_CERT_FILE",
+    "tls_key_file": "REDIS_TLS_KEY_FILE",
+}
 
 
 def queue_default(option: str) -> str:
@@ -73,6 +81,7 @@ class Setting:
     high: float | None = None
     choices: tuple[str, ...] = ()  # text: the allowed values (LOG_LEVEL in upper case, LOG_FORMAT lower)
     check: Callable[[str], object] | None = None  # text: raises ValueError (or SettingError) if bad
+    auto: Callable[[], int] | None = None  # whole numbers: the value of the word "auto" (PROCESSES), if any
 
     @property
     def field(self) -> str:
@@ -85,6 +94,12 @@ class Setting:
     def parse(self, raw: str) -> Any:
         if self.kind is bool:
             return _flag(self.name, raw)
+        if self.auto is not None:
+            if raw.lower() == "auto":
+                # Within the bounds: a machine with more cores than the setting's maximum gets the maximum.
+                return min(max(self.auto(), int(self.low or 1)), int(self.high or 1))
+            if not _is_int(raw):
+                raise SettingError(self.name, f"{raw!r} is neither a whole number nor auto")
         if self.kind in (int, float):
             return _number(self.name, raw, self.kind, self.low, self.high)
         if self.choices:
@@ -117,6 +132,14 @@ def _number(name: str, raw: str, kind: type, low: float | None, high: float | No
     return value
 
 
+def _is_int(raw: str) -> bool:
+    try:
+        int(raw)
+    except ValueError:
+        return False
+    return True
+
+
 def _flag(name: str, raw: str) -> bool:
     raw = raw.lower()
     if raw in ("1", "true", "yes", "on"):
@@ -126,8 +149,45 @@ def _flag(name: str, raw: str) -> bool:
     raise SettingError(name, f"{raw!r} is not true or false")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset, taskset), not
+    every core of the machine (``os.process_cpu_count`` from Python 3.13 on)."""
+    counted = getattr(os, "process_cpu_count", None)
+    if counted is not None:
+        return int(counted() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+# The most worker processes one command may run: past this, run more replicas (a typo of 1000
+# must not fork a thousand interpreters).
+MAX_PROCESSES = 256
+
+
 def _check_redis_url(url: str) -> None:
     validate_redis_url(url)
+
+
+def _check_ca_file(path: str) -> None:
+    """CA certificates in PEM that an SSL context can load."""
+    if path:
+        _readable(path)
+        try:
+            ssl.create_default_context().load_verify_locations(cafile=path)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ValueError(f"{path!r} holds no CA certificate in PEM ({exc})") from None
+
+
+def _readable(path: str) -> None:
+    """A file this process can open (empty: not set)."""
+    if not path:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ValueError(f"cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _check_host(host: str) -> None:
@@ -171,6 +231,31 @@ SETTINGS: tuple[Setting, ...] = (
         "Redis to use: redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
         "all",
         check=_check_redis_url,
+    ),
+    Setting(
+        "REDIS_TLS_CA_FILE",
+        str,
+        "",
+        "rediss://: the CA certificates (PEM) the server's certificate is verified against, with its host "
+        "name (default: the system's CAs)",
+        "all",
+        check=_check_ca_file,
+    ),
+    Setting(
+        "REDIS_TLS_CERT_FILE",
+        str,
+        "",
+        "rediss://: a client certificate (PEM) for a Redis that asks for one (tls-auth-clients)",
+        "all",
+        check=_readable,
+    ),
+    Setting(
+        "REDIS_TLS_KEY_FILE",
+        str,
+        "",
+        "rediss://: the private key (PEM) of REDIS_TLS_CERT_FILE, when it is not in that file",
+        "all",
+        check=_readable,
     ),
     Setting(
         "QUEUE_NAME",
@@ -247,6 +332,16 @@ SETTINGS: tuple[Setting, ...] = (
         high=60,
     ),
     Setting(
+        "REQUEST_TTL_SECONDS",
+        float,
+        queue_default("request_ttl_seconds"),
+        "How long Redis keeps the result of each script call (one setqueue:{Q}:req:<id> key per call) so that "
+        "a resent call applies once; the worker resends a call with the same id for half of it",
+        "all",
+        low=10,
+        high=3600,
+    ),
+    Setting(
         "PAYLOAD_MAX_BYTES",
         int,
         queue_default("payload_max_bytes"),
@@ -272,6 +367,15 @@ SETTINGS: tuple[Setting, ...] = (
         "false",
         "Chaos runs: the creator records the ids it makes, the demo handler every run, the cleaner lost "
         "leases and audits that no id is lost or run twice unexplained (setqueue_audit_*)",
+        "all",
+    ),
+    Setting(
+        "REQUIRE_NOEVICTION",
+        bool,
+        "false",
+        "true: refuse to start (exit code 3) unless every Redis master's maxmemory-policy is noeviction "
+        "(a user that may read it neither with INFO nor CONFIG GET is refused too); false: one loud log "
+        "line and setqueue_redis_noeviction 0",
         "all",
     ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
@@ -304,6 +408,15 @@ SETTINGS: tuple[Setting, ...] = (
         check=_check_id_prefix,
     ),
     Setting(
+        "CREATE_GROUPS",
+        int,
+        "0",
+        "Job groups the creator spreads its ids over, each batch to the next (group-1 .. group-N); 0 = none",
+        "creator",
+        low=0,
+        high=1_000_000,
+    ),
+    Setting(
         "CREATE_FROM_STDIN",
         bool,
         "false",
@@ -318,6 +431,18 @@ SETTINGS: tuple[Setting, ...] = (
         "worker",
         low=1,
         high=1000,
+    ),
+    Setting(
+        "PROCESSES",
+        int,
+        "1",
+        "Worker processes this command runs, each with CONCURRENCY slots: 1 = this process alone; N = a "
+        "supervisor that starts N single-process workers, restarts any that crash and serves one /metrics "
+        "summing them; auto = one per usable core",
+        "worker",
+        low=1,
+        high=MAX_PROCESSES,
+        auto=usable_cores,
     ),
     Setting(
         "CLAIM_BATCH",
@@ -487,6 +612,22 @@ def default(name: str) -> Any:
     return setting.parse(setting.default)
 
 
+def check_tls(url: str, files: TlsFiles) -> None:
+    """The REDIS_TLS_* files go with a rediss:// URL, the key with its certificate, and the two load
+    together; SettingError naming the setting otherwise."""
+    try:
+        tls_options(url, **files)
+    except OptionError as exc:
+        raise SettingError.of(exc) from None
+    cert, key = files.get("tls_cert_file"), files.get("tls_key_file")
+    if cert:
+        try:
+            ssl.create_default_context().load_cert_chain(cert, key or None)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            name = "REDIS_TLS_KEY_FILE" if key else "REDIS_TLS_CERT_FILE"
+            raise SettingError(name, f"the client certificate and its key do not load together ({exc})") from None
+
+
 def validate_redis_url(url: str) -> str:
     """Reject what redis-py would only reject on first use, or misread silently."""
     try:
@@ -600,6 +741,9 @@ class CommonSettings:
     """What every service reads. Each field is the setting of the same name in ``SETTINGS``."""
 
     redis_url: str
+    redis_tls_ca_file: str
+    redis_tls_cert_file: str
+    redis_tls_key_file: str
     queue_name: str
     queue_shards: int
     lease_seconds: float
@@ -608,10 +752,12 @@ class CommonSettings:
     done_max_age_seconds: float
     wait_replicas: int
     wait_timeout_seconds: float
+    request_ttl_seconds: float
     payload_max_bytes: int
     metrics_port: int
     metrics_host: str
     audit: bool
+    require_noeviction: bool
     log_level: str
     log_format: str
 
@@ -620,6 +766,17 @@ class CommonSettings:
         """Read and check every field's setting; the first bad one raises SettingError."""
         env = os.environ if env is None else env
         return cls(**{f.name: _BY_FIELD[f.name].read(env) for f in fields(cls)})
+
+    def __post_init__(self) -> None:
+        check_tls(self.redis_url, self.tls_options())
+
+    def tls_options(self) -> TlsFiles:
+        """``setqueue.open_queue``'s and ``setqueue.client.connect``'s TLS files (None: not set)."""
+        return {
+            "tls_ca_file": self.redis_tls_ca_file or None,
+            "tls_cert_file": self.redis_tls_cert_file or None,
+            "tls_key_file": self.redis_tls_key_file or None,
+        }
 
     @property
     def trims_done(self) -> bool:
@@ -641,6 +798,7 @@ class CommonSettings:
             "done_max_age_seconds": self.done_max_age_seconds,
             "wait_replicas": self.wait_replicas,
             "wait_timeout_seconds": self.wait_timeout_seconds,
+            "request_ttl_seconds": self.request_ttl_seconds,
             "payload_max_bytes": self.payload_max_bytes,
         }
 
@@ -651,12 +809,14 @@ class CreatorSettings(CommonSettings):
     create_total: int
     create_batch: int
     create_id_prefix: str
+    create_groups: int
     create_from_stdin: bool
 
 
 @dataclass(frozen=True)
 class WorkerSettings(CommonSettings):
     concurrency: int
+    processes: int
     claim_batch: int
     job_timeout_seconds: float
     retry_backoff_seconds: float

@@ -1,11 +1,12 @@
 -- includes/finish.lua: what the queue keeps of a job that finished (done, failed or cancelled),
 -- and forgets with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>"
--- (the enqueue time empty when unknown), then ":1" when a result was kept (so that a result gone
--- can be told from none); the job's entry in attempts goes, so a finished job costs one field.
+-- (the enqueue time empty when unknown), then ":1" when its handler returned a result (kept, unless
+-- Redis was full as it was acked: so that a result gone can be told from none); the job's entry in
+-- attempts goes, so a finished job costs one field.
 -- @include "rank"
-local function finished_record(enqueued_ms, now, attempts, result_kept)
+local function finished_record(enqueued_ms, now, attempts, returned)
   local record = (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
-  if result_kept then record = record .. ':1' end
+  if returned then record = record .. ':1' end
   return record
 end
 

@@ -1,0 +1,157 @@
+"""``setqueue doctor``: what a queue needs from its Redis, checked one line each.
+
+Each check prints one line, ``ok``, ``WARN`` (it works; look at it) or ``FAIL`` (jobs can be lost
+or refused), with what it found. Doctor writes nothing. Its exit code is 1 when a check failed.
+
+- **redis**: the version (setqueue's scripts declare their flags, which needs Redis 7.0), one Redis
+  or a cluster of N masters, TLS or not;
+- **eviction**: every master's ``maxmemory-policy`` is ``noeviction`` (any other policy drops queue
+  keys when Redis is full);
+- **memory**: how full the fullest master is against ``maxmemory`` (full: enqueues are refused);
+- **persistence**: AOF on (without it a crash loses what was written since the last snapshot);
+- **scripts**: the queue's scripts load and run as this user (the stats of every queue named);
+- **cleaner**: when each queue (each shard) was last swept: a cleaner is running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import redis
+from redis import exceptions as rexc
+
+from setqueue.client import on_a_cluster
+from setqueue.interface import JobQueue
+from setqueue.runtime.acl import explain_refusal
+from setqueue.runtime.pressure import MemoryReport, masters, read_memory
+
+# Redis 7.0: script flags (#!lua flags=...), which every script of lua/ declares.
+LEAST_VERSION = (7, 0)
+# A sweep older than this: no cleaner is running (it sweeps every SWEEP_INTERVAL, 5 s by default).
+STALE_SWEEP_SECONDS = 60.0
+MEMORY_HIGH = 0.9
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "ok", "WARN" or "FAIL"
+    check: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.level:<5} {self.check}: {self.detail}"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+def check_redis(queue: JobQueue, tls: bool) -> Finding:
+    client = queue.redis
+    nodes = masters(client)
+    kind = f"a Redis Cluster of {len(nodes)} masters" if on_a_cluster(client) else "one Redis"
+    wire = "over TLS" if tls else "plain TCP, no TLS"
+    try:
+        version = str(nodes[0][1].info("server")["redis_version"])  # type: ignore[index]
+    except rexc.NoPermissionError:
+        unknown = "version unknown (this user may not run INFO)"
+        return Finding("WARN", "redis", f"{kind} at {nodes[0][0]}, {wire}; {unknown}")
+    where = f"Redis {version}, {kind} at {nodes[0][0]}, {wire}"
+    if _version(version) < LEAST_VERSION:
+        return Finding("FAIL", "redis", f"{where}: setqueue needs Redis 7.0 or later (its scripts declare flags)")
+    return Finding("ok", "redis", where)
+
+
+def check_eviction(report: MemoryReport) -> Finding:
+    if report.unknown is not None:
+        return Finding("WARN", "eviction", f"maxmemory-policy unknown: {report.unknown}")
+    evicting = report.evicting
+    if evicting:
+        policies = ", ".join(f"{node.policy} on {node.node}" for node in evicting)
+        return Finding(
+            "FAIL", "eviction", f"maxmemory-policy {policies}: a full Redis drops queue keys; set noeviction"
+        )
+    return Finding("ok", "eviction", f"maxmemory-policy noeviction on {len(report.nodes)} of {len(report.nodes)}")
+
+
+def check_memory(report: MemoryReport) -> Finding:
+    if report.unknown is not None or report.used_ratio < 0:
+        return Finding("WARN", "memory", "unknown (this user may not run INFO)")
+    fullest = max(report.nodes, key=lambda node: node.ratio or 0.0)
+    if not fullest.maxmemory:
+        return Finding("ok", "memory", "no maxmemory set: Redis takes what the host gives it")
+    used = f"{fullest.counted or 0:,} of {fullest.maxmemory:,} bytes ({report.used_ratio:.0%}) on {fullest.node}"
+    if report.full:
+        return Finding(
+            "FAIL", "memory", f"out of memory, {used}: enqueues are refused until workers and the cleaner free room"
+        )
+    if report.used_ratio >= MEMORY_HIGH:
+        return Finding("WARN", "memory", f"{used}: nearly full")
+    return Finding("ok", "memory", used)
+
+
+def check_persistence(queue: JobQueue) -> Finding:
+    off = []
+    for where, node in masters(queue.redis):
+        try:
+            info: dict[str, Any] = node.info("persistence")  # type: ignore[assignment]
+        except rexc.NoPermissionError:
+            return Finding("WARN", "persistence", "unknown (this user may not run INFO)")
+        if not int(info.get("aof_enabled", 0)):
+            off.append(where)
+    if off:
+        lost = "a crash loses what was written since the last snapshot"
+        return Finding("WARN", "persistence", f"AOF is off on {', '.join(off)}: {lost}")
+    return Finding("ok", "persistence", "AOF on")
+
+
+def check_scripts(queue: JobQueue) -> Finding:
+    try:
+        stats = queue.stats()
+    except rexc.ResponseError as exc:
+        return Finding("FAIL", "scripts", explain_refusal(exc) or f"{type(exc).__name__}: {exc}")
+    held = sum(int(stats[state]) for state in ("todos", "in_progress", "scheduled"))
+    return Finding("ok", "scripts", f"they load and run as this user; {held:,} jobs waiting or running")
+
+
+def check_cleaner(queue: JobQueue) -> Finding:
+    stale = []
+    ages = []
+    for shard in queue.shards:
+        age = shard.seconds_since_sweep()
+        if age is None or age > STALE_SWEEP_SECONDS:
+            stale.append(f"{shard.name} ({'not for a day' if age is None else f'{age:.0f}s ago'})")
+        else:
+            ages.append(age)
+    if stale:
+        return Finding("WARN", "cleaner", f"not swept lately: {', '.join(stale)}; is a cleaner running?")
+    return Finding("ok", "cleaner", f"every queue swept within {max(ages):.0f}s")
+
+
+def doctor(queue: JobQueue, tls: bool, out: TextIO) -> int:
+    """Run every check, print one line each; 1 when one failed, else 0. An unreachable Redis
+    raises (the caller says so, exit code 3)."""
+    report = read_memory(queue.redis)
+    checks: list[Callable[[], Finding]] = [
+        lambda: check_redis(queue, tls),
+        lambda: check_eviction(report),
+        lambda: check_memory(report),
+        lambda: check_persistence(queue),
+        lambda: check_scripts(queue),
+        lambda: check_cleaner(queue),
+    ]
+    failed = False
+    for check in checks:
+        try:
+            finding = check()
+        except rexc.NoPermissionError as exc:
+            finding = Finding("FAIL", "permissions", explain_refusal(exc) or str(exc))
+        except (rexc.ConnectionError, rexc.TimeoutError):
+            raise
+        except redis.RedisError as exc:
+            finding = Finding("FAIL", "redis", f"{type(exc).__name__}: {exc}")
+        print(finding.line(), file=out, flush=True)
+        failed = failed or finding.level == "FAIL"
+    return 1 if failed else 0
