@@ -5,11 +5,13 @@ Routes (every page works without JavaScript; the script only refreshes the live 
 
 - GET ``/``: the queues, per queue and shard: todos by priority, scheduled, in progress, done,
   failed, done per minute;
-- GET ``/queues/{name}``: one queue: its shards, throughput, workers, search by id;
+- GET ``/queues/{name}``: one queue: its shards, throughput, workers, flow control and job groups,
+  search by id;
 - GET ``/queues/{name}/jobs/{state}``: a page of its jobs in one state (``?page=``, or for failed
   ``?cursor=``; ``?shard=``);
 - GET ``/queues/{name}/job?id=``: one job (``Queue.inspect``): its progress, result and history;
-- POST ``/queues/{name}/actions``: requeue, cancel or delete one job, or all dead letters;
+- POST ``/queues/{name}/actions``: requeue, cancel or delete one job, or all dead letters; pause,
+  resume, set the queue's rate limit or a job group's limits;
 - GET ``/workers``: the live workers (``setqueue.registry``);
 - GET and POST ``/login``, POST ``/logout``: sign in with CONSOLE_TOKEN;
 - GET ``/healthz``: 200 while Redis answers.
@@ -49,6 +51,7 @@ from console.data import (
 )
 from console.security import COOKIE, SESSION_SECONDS, Guard, Refused, Session
 from setqueue.client import redact_url
+from setqueue.flow import Rate, parse_concurrency
 from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
 from setqueue.tracing import trace_id
@@ -66,6 +69,12 @@ NOTICES = {
     "deleted": "Deleted {n} job{s}.",
     "cancelled": "Cancelled {n} job{s}: it will not run again.",
     "not-cancelled": "Nothing to cancel: the job had already ended.",
+    "paused": "Paused: none of its jobs starts until it is resumed (running jobs finish).",
+    "resumed": "Resumed: its jobs start again.",
+    "was-paused": "Nothing changed: the queue was paused already.",
+    "was-running": "Nothing changed: the queue was not paused.",
+    "rate": "Rate limit set.",
+    "group-limits": "Group limits set.",
     "signed-in": "Signed in: actions are enabled.",
     "signed-out": "Signed out.",
 }
@@ -151,8 +160,12 @@ class Console:
         ref = self.catalog.ref(request.path_params["name"])
         view = self.catalog.overview(ref)
         workers = self.catalog.workers([ref])
-        template = "_queue_live.html" if request.query_params.get("partial") else "queue.html"
-        return self.render(request, template, q=view, workers=workers, minutes=THROUGHPUT_MINUTES, states=LIST_STATES)
+        if request.query_params.get("partial"):
+            return self.render(request, "_queue_live.html", q=view, workers=workers, minutes=THROUGHPUT_MINUTES)
+        flow = self.catalog.flow(ref)
+        return self.render(
+            request, "queue.html", q=view, workers=workers, minutes=THROUGHPUT_MINUTES, states=LIST_STATES, flow=flow
+        )
 
     async def jobs(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
@@ -268,8 +281,39 @@ class Console:
             n = _delete_failed(self.catalog, ref, DELETE_ALL_MOST)
             log.info("console action delete-all: queue %s: %d dead letters deleted (by %s)", ref.name, n, who)
             notice = f"deleted:{n}"
+        elif what in ("pause", "resume"):
+            changed = queue.pause() if what == "pause" else queue.resume()  # one script each: set_limits.lua
+            log.info("console action %s: queue %s: %s (by %s)", what, ref.name, "done" if changed else "no change", who)
+            notice = f"{what}d:1" if changed else ("was-paused:0" if what == "pause" else "was-running:0")
+            back = back if back.startswith(f"/queues/{ref.name}") else f"/queues/{ref.name}"
+        elif what == "rate":
+            rate = _rate_field(form)
+            queue.set_rate(rate)
+            log.info("console action rate: queue %s: %s (by %s)", ref.name, rate or "no limit", who)
+            notice = "rate:1"
+        elif what == "group-limits":
+            group = _field(form, "group") or None
+            concurrency_text = (_field(form, "concurrency") or "").strip()
+            rate = _rate_field(form)
+            try:
+                concurrency = parse_concurrency(concurrency_text) if concurrency_text else None
+                queue.set_group_limits(group, concurrency=concurrency, rate=rate)
+            except (TypeError, ValueError) as exc:
+                raise BadInput(str(exc)[:300]) from None
+            log.info(
+                "console action group-limits: queue %s, group %s: concurrency %s, rate %s (by %s)",
+                ref.name,
+                "(every group's default)" if group is None else repr(group),
+                concurrency or "no limit",
+                rate or "no limit",
+                who,
+            )
+            notice = "group-limits:1"
         else:
-            raise BadInput(f"no action {str(what)[:40]!r}: requeue, cancel, delete, requeue-all or delete-all")
+            raise BadInput(
+                f"no action {str(what)[:40]!r}: requeue, cancel, delete, requeue-all, delete-all, pause, resume,"
+                " rate or group-limits"
+            )
         path, _, query = back.partition("?")
         kept = "&".join(p for p in query.split("&") if p and not p.startswith(("notice=", "cursor=")))
         return RedirectResponse(f"{path}?{kept + '&' if kept else ''}{urlencode({'notice': notice})}", status_code=303)
@@ -289,6 +333,19 @@ def _result_view(info: JobInfo, gone: bool) -> tuple[str, str]:
     if info.state in ("failed", "cancelled"):
         return "none", f"none: a {info.state} job has no result"
     return "pending", "none yet: the job has not ended"
+
+
+def _rate_field(form: Any) -> Rate | None:
+    """The form's ``rate`` (``100/s``, ``6000/min``; empty or "none": no limit) and optional
+    ``burst``, parsed as the CLI's ``limit`` parses them; BadInput when either is wrong."""
+    text = (_field(form, "rate") or "").strip()
+    burst_text = (_field(form, "burst") or "").strip()
+    if text.lower() in ("", "none"):
+        return None
+    try:
+        return Rate.parse(text, int(burst_text) if burst_text else None)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"rate: {str(exc)[:300]}") from None
 
 
 def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:

@@ -9,6 +9,8 @@ O(log N + page) on a queue of N jobs, and none reads a whole set.
   for done, ZREVRANGE of ``done_log`` from an offset (newest first: cancelled jobs share that log,
   for one retention, and are skipped, reading at most DONE_READS ranges a page); an SSCAN cursor
   for failed and cancelled (a set has no order); then one pipeline for the page's details;
+- ``flow``: flow control (``limits()``: two hash reads; ``groups()``: the first GROUPS_SHOWN
+  groups in line, ``list_groups.lua``, O(GROUPS_SHOWN log G));
 - the workers: ``setqueue.registry``, one pipeline per queue.
 """
 
@@ -26,6 +28,7 @@ import redis
 
 from setqueue.client import ClusterAwareRedis
 from setqueue.factory import open_queue
+from setqueue.flow import FLOW_STATS, GroupInfo, Limits
 from setqueue.interface import JobQueue, Shard
 from setqueue.jobs import TRACEBACK_MARK
 from setqueue.keys import MAX_SHARDS, QueueKeys, priority_of_rank, validate_queue_name
@@ -36,6 +39,7 @@ from setqueue.sharded import shard_of
 PAGE_SIZE = 50
 DONE_READS = 20  # ranges of done_log read at most for one page of done (each PAGE_SIZE long)
 THROUGHPUT_MINUTES = 15
+GROUPS_SHOWN = 50  # job groups listed on a queue's page, those taking turns first
 DISCOVERY_SECONDS = 5.0  # how long one SCAN's list of queues is used
 # The key names that tell a queue is there (one SCAN pass matches them all: see Catalog.discover).
 MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
@@ -77,6 +81,12 @@ class QueueView:
     @property
     def name(self) -> str:
         return self.ref.name
+
+
+@dataclass
+class FlowView:
+    limits: Limits  # the whole queue's (a sharded queue's shares scaled back: ShardedQueue.limits)
+    groups: list[GroupInfo]  # at most GROUPS_SHOWN
 
 
 @dataclass
@@ -224,6 +234,10 @@ class Catalog:
             view.workers = len(live_workers(self.client, ref.name))
         return view
 
+    def flow(self, ref: QueueRef) -> FlowView:
+        queue = self.open(ref)
+        return FlowView(queue.limits(), queue.groups(GROUPS_SHOWN))
+
     def workers(self, refs: Sequence[QueueRef] | None = None) -> list[WorkerRecord]:
         names = [r.name for r in (self.discover() if refs is None else refs)]
         return all_live_workers(self.client, names)
@@ -270,7 +284,7 @@ def shard_overview(shard: Shard, now_ms: int) -> ShardView:
 
 
 def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {state: sum(s[state] for s in each) for state in LIST_STATES}
+    total: dict[str, Any] = {name: sum(s.get(name, 0) for s in each) for name in (*LIST_STATES, *FLOW_STATS)}
     total["oldest_pending_age_seconds"] = max((s["oldest_pending_age_seconds"] for s in each), default=0)
     by_priority: dict[int, int] = {}
     for s in each:

@@ -510,3 +510,69 @@ def test_the_console_starts_and_stops_as_the_services_do(
 
 
 RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd": REPO_ROOT}
+
+
+def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
+    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+) -> None:
+    """The queue page shows flow control (paused, rate, group limits, the groups in line); pause,
+    resume, rate and group limits each take one library call, only with a session and its CSRF
+    token; a bad rate or concurrency is refused with 400 and changes nothing."""
+    queue = Queue.from_url(redis_url, queue_name)
+    queue.enqueue([f"a{i}" for i in range(5)], group="tenant-a")
+    queue.enqueue([f"b{i}" for i in range(3)], group="tenant-b")
+    queue.set_group_limits("tenant-a", concurrency=1)
+    queue.ack_many(queue.claim(2))
+    console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
+    page_path, url = f"/queues/{queue_name}", f"/queues/{queue_name}/actions"
+
+    stranger = console.client()
+    page = stranger.get(page_path).body
+    assert '<td id="flow-state">running</td>' in page and '<td id="flow-rate">none</td>' in page
+    groups = dict(re.findall(r'<tr data-group="([^"]+)"><td>[^<]*</td><td[^>]*>(\w+)</td>', page))
+    assert set(groups) == {"tenant-a", "tenant-b"} and groups["tenant-a"] in ("ready", "full")
+    assert "concurrency 1 <span" in page and 'data-action="pause"' not in page and "to pause, resume" in page
+    assert stranger.post(url, {"action": "pause", "csrf": "0" * 64}).status == 403
+    assert queue.limits().paused is False
+
+    operator = console.client()
+    operator.sign_in(TOKEN)
+    csrf = operator.csrf(page_path)
+    assert operator.post(url, {"action": "pause"}).status == 403  # no CSRF token
+    assert queue.limits().paused is False
+    paused = operator.post(url, {"action": "pause", "csrf": csrf, "back": page_path})
+    assert paused.status == 303 and "notice=paused%3A1" in paused.location
+    assert queue.limits().paused and queue.claim(10) == []
+    shown = operator.get(paused.location.replace(console.url, "")).body
+    assert '<strong class="bad">paused</strong>' in shown and 'data-action="resume"' in shown
+    assert 'class="bad paused">paused<' in operator.get("/").body
+    again = operator.post(url, {"action": "pause", "csrf": csrf, "back": page_path})
+    assert "notice=was-paused" in again.location
+    assert "notice=resumed%3A1" in operator.post(url, {"action": "resume", "csrf": csrf}).location
+    assert not queue.limits().paused
+
+    assert operator.post(url, {"action": "rate", "rate": "50/s", "burst": "5", "csrf": csrf}).status == 303
+    rate = queue.limits().rate
+    assert rate is not None and (rate.count, rate.period_ms, rate.burst) == (50, 1000, 5)
+    assert "50/s (burst 5)" in operator.get(page_path).body
+    before = queue.limits()
+    for bad in ({"rate": "fast"}, {"rate": "50/s", "burst": "-1"}, {"rate": "10/fortnight"}):
+        answer = operator.post(url, {"action": "rate", "csrf": csrf, **bad})
+        assert answer.status == 400 and "rate" in answer.error_detail()
+    for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"group": "x\ny", "concurrency": "2"}):
+        assert operator.post(url, {"action": "group-limits", "csrf": csrf, **bad}).status == 400
+    assert queue.limits() == before
+
+    set_b = {"action": "group-limits", "group": "tenant-b", "concurrency": "2", "rate": "10/min", "csrf": csrf}
+    assert operator.post(url, set_b).status == 303
+    own = queue.limits().groups["tenant-b"]
+    assert own.concurrency == 2 and own.rate is not None and own.rate.count == 10
+    default = {"action": "group-limits", "concurrency": "3", "csrf": csrf}
+    assert operator.post(url, default).status == 303 and queue.limits().group_default.concurrency == 3
+    cleared = {"action": "group-limits", "group": "tenant-b", "csrf": csrf}
+    assert operator.post(url, cleared).status == 303 and "tenant-b" not in queue.limits().groups
+    assert operator.post(url, {"action": "rate", "rate": "", "csrf": csrf}).status == 303
+    assert queue.limits().rate is None
+    log = console.log()
+    assert f"console action pause: queue {queue_name}: done" in log and "no change" in log
+    assert "console action rate: queue" in log and "group 'tenant-b': concurrency 2" in log
