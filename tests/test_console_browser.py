@@ -125,6 +125,11 @@ def test_the_queues_page_shows_the_counts_of_stats(
     queue.cancel("reminder-2")
     queue.ack_many(queue.claim(8))
     queue.claim(3)
+    for tenant, jobs in (("acme", 6), ("globex", 3), ("initech", 1)):
+        queue.enqueue([f"sync-{tenant}-{n}" for n in range(jobs)], group=tenant)
+    queue.set_rate("200/s")
+    queue.set_group_limits(concurrency=2)
+    queue.set_group_limits("acme", concurrency=1, rate="30/min")
     sharded = open_queue(redis_url, f"{queue_name}-wide", shards=4)
     sharded.enqueue([f"thumb-{n}" for n in range(90)])
     console = start_console(QUEUE_NAME=queue_name)
@@ -135,6 +140,12 @@ def test_the_queues_page_shows_the_counts_of_stats(
         screenshot(driver, "queues")
         by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
         wait_until(lambda: shown(driver, "h1") == f"Queue {queue_name}", 10, "the queue page")
+        assert shown(driver, "#flow-rate").startswith("200/s") and shown(driver, "#flow-state") == "running"
+        assert {row.get_attribute("data-group") for row in all_css(driver, "#groups tr[data-group]")} == {
+            "acme",
+            "globex",
+            "initech",
+        }
         screenshot(driver, "queue")
         by_css(driver, 'input[name="id"]').send_keys("report-10")
         by_css(driver, "form.search button").click()

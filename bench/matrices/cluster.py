@@ -245,6 +245,6 @@ def plot(data: dict[str, Any], path: Path) -> bool:
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_chart(fig, path)
     plt.close(fig)
     return True

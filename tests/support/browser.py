@@ -64,7 +64,11 @@ def screenshot(driver: object, name: str) -> Path:
     """Save the page as tests/.screenshots/<name>.png (the whole page, up to 1600 px high)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
+    # The page's own height (body: the root is at least the window) plus what of the window is not
+    # page (outer - inner), or the foot of a long page is cut.
+    height = driver.execute_script(  # type: ignore[attr-defined]
+        "return document.body.scrollHeight + window.outerHeight - window.innerHeight"
+    )
     driver.set_window_size(1280, min(max(int(height), 400), 1600))  # type: ignore[attr-defined]
     driver.save_screenshot(str(path))  # type: ignore[attr-defined]
     driver.set_window_size(1280, 760)  # type: ignore[attr-defined]
