@@ -33,6 +33,7 @@ class System:
     url: str
     concurrency: int | None = None
     io_seconds: float = 0.0
+    noop: bool = False  # the no-op job: a tally in the process, added to the counter every 10 ms
     state: dict[str, Any] = field(default_factory=dict)  # clients and processes, made on first use
 
     def made(self, key: str, make: Callable[[], Any]) -> Any:
@@ -45,6 +46,8 @@ class System:
         env = {**tree.env([str(WORKERS_DIR)]), "BENCH_REDIS_URL": self.url, "PYTHONUNBUFFERED": "1"}
         if self.io_seconds:
             env["BENCH_IO_SECONDS"] = repr(self.io_seconds)
+        if self.noop:
+            env["BENCH_NOOP"] = "1"
         if self.concurrency is not None:
             env["BENCH_CONCURRENCY"] = str(self.concurrency)  # arq and saq read it
         return env
@@ -100,20 +103,28 @@ class SetQueue(System):
     shards: int = 1  # QUEUE_SHARDS
     wait_replicas: int = 0  # WAIT_REPLICAS: every write waits for that many replicas
     groups: int = 0  # jobs spread over this many job groups (this checkout only), job i in group i mod groups
+    results: bool = False  # the handler returns a small result, kept (RESULT_TTL_SECONDS's default)
+    processes: str = ""  # PROCESSES: worker processes per command ("auto": one per core; "": the default, 1)
 
     def worker_settings(self) -> dict[str, str]:
         """The service's settings, as environment variables (JOB_HANDLER always explicit)."""
         settings = {
             "REDIS_URL": self.url,
             "QUEUE_NAME": self.queue,
-            "JOB_HANDLER": "bench_sq_handler:handle" + ("_async" if self.asynchronous else ""),
+            "JOB_HANDLER": "bench_sq_handler:handle"
+            + ("_async" if self.asynchronous else "_result" if self.results else ""),
             "CONCURRENCY": str(self.concurrency or 1),
             "CLAIM_BATCH": str(self.claim_batch),
             "LOG_LEVEL": "WARNING",
         }
+        if self.processes:
+            settings["PROCESSES"] = self.processes
         if self.shards > 1 or self.wait_replicas:
             settings.update(QUEUE_SHARDS=str(self.shards), WAIT_REPLICAS=str(self.wait_replicas))
         return settings
+
+    def handler(self) -> str:
+        return "handle_async" if self.asynchronous else "handle_result" if self.results else "handle"
 
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.worker_settings().items() if k != "REDIS_URL")

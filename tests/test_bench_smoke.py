@@ -47,7 +47,8 @@ def assert_exactly_once(runs: list[dict[str, Any]], jobs: int) -> None:
 def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None:
     bench(
         tmp_path,
-        *("--matrix", "cpu,io,due", "--jobs", str(JOBS), "--io-jobs", str(JOBS), "--due-jobs", "50"),
+        *("--matrix", "cpu,io,noop,due", "--jobs", str(JOBS), "--io-jobs", str(JOBS), "--due-jobs", "50"),
+        *("--noop-jobs", str(JOBS), "--noop-max-seconds", "60", "--noop-cell-seconds", "60"),
         *("--latency-jobs", "10", "--bare-seconds", "1.5", "--max-seconds", "60", "--io-max-seconds", "60"),
         *("--trials", "2", "--cell-seconds", "60", "--io-cell-seconds", "60"),  # two trials per cell, both checked
     )
@@ -71,6 +72,11 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
     assert set(cpu["bare_loop"]) == {"INCR loop"} and set(io["bare_loop"]) == {"async", "threads"}
     assert "## Throughput and cost per job" in summary(tmp_path, "cpu") and "setqueue-async" in summary(tmp_path, "io")
     assert "50/50 ran" in summary(tmp_path, "due")
+    noop = raw(tmp_path, "noop")  # naive is left out; setqueue-auto runs PROCESSES=auto
+    assert sorted({r["system"] for r in noop["runs"]}) == ["setqueue", "setqueue-auto"]
+    assert_exactly_once(noop["runs"], JOBS)
+    assert set(noop["bare_loop"]) == {"no-op loop"} and [lat["ran"] for lat in noop["latency"]] == [10]
+    assert "| setqueue-auto | 1 |" in summary(tmp_path, "noop")  # (too few jobs for a steady rate)
 
 
 @pytest.mark.slow

@@ -1,14 +1,14 @@
 """The job with no queue at all: BENCH_CONCURRENCY loops (default 1) in this process, each running
-the job's body (wait BENCH_IO_SECONDS if set, then one INCR) again and again for BENCH_SECONDS, as
-asyncio tasks on one event loop (BENCH_IO_MODE=async) or as threads. No worker running this job
-can beat it on this machine."""
+the job's body (bench_common: wait BENCH_IO_SECONDS if set, then one INCR; or the no-op's tally)
+again and again for BENCH_SECONDS, as asyncio tasks on one event loop (BENCH_IO_MODE=async) or as
+threads. No worker running this job can beat it on this machine."""
 
 import asyncio
 import os
 import threading
 import time
 
-from bench_common import COUNTER, IO_SECONDS, client
+from bench_common import client, run_job, run_job_async
 
 LOOPS = int(os.environ.get("BENCH_CONCURRENCY") or 1)
 END = time.monotonic() + float(os.environ.get("BENCH_SECONDS", "3"))
@@ -16,9 +16,7 @@ END = time.monotonic() + float(os.environ.get("BENCH_SECONDS", "3"))
 
 async def task() -> None:
     while time.monotonic() < END:
-        if IO_SECONDS:
-            await asyncio.sleep(IO_SECONDS)
-        await client(asynchronous=True).incr(COUNTER)
+        await run_job_async(client(asynchronous=True), "job")
 
 
 async def tasks() -> None:
@@ -27,9 +25,7 @@ async def tasks() -> None:
 
 def loop() -> None:
     while time.monotonic() < END:
-        if IO_SECONDS:
-            time.sleep(IO_SECONDS)
-        client().incr(COUNTER)
+        run_job("job")
 
 
 if __name__ == "__main__":
