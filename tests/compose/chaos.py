@@ -195,7 +195,8 @@ class Verdict:
             f"# Chaos run, {self.started}",
             "",
             f"{p.minutes:g} minutes of faults against redis, creator, {p.workers} workers (1 to {p.max_workers}) "
-            f"and the cleaner: the creator making {p.create_rate:g} jobs/s ({p.jobs:,} in all), "
+            f"and the cleaner: the creator making {p.create_rate:g} jobs/s ({p.jobs:,} in all, in "
+            f"{p.settings()['CREATE_GROUPS']} job groups taking turns), "
             f"{p.settings()['WORK_SECONDS']} s per job, FAIL_RATE {p.settings()['FAIL_RATE']}, "
             f"MAX_ATTEMPTS {p.settings()['MAX_ATTEMPTS']}, LEASE_SECONDS {p.lease_seconds:g}; a fault every "
             f"{p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}.",
