@@ -234,3 +234,34 @@ def test_with_opentelemetry_installed_setqueue_adds_only_its_small_glue(redis_ur
     before = set(_loaded("import redis"))
     code = f"from setqueue import Queue; q = Queue.from_url({redis_url!r}, {queue_name!r}); q.enqueue(['a'])"
     assert set(_loaded(code)) - before <= {"setqueue.otel_context"}
+
+
+def test_with_the_api_alone_no_span_is_made_until_an_sdk_is_configured() -> None:
+    """OpenTelemetry installed but no SDK configured: every span would be a no-op, so the worker's
+    calls run bare (a span costs about a tenth of a no-op job); once the SDK is set, spans are made."""
+    code = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from setqueue import Lease
+from setqueue.otel import WorkerTracing
+tracing = WorkerTracing()
+calls = []
+handler = tracing.wrap(lambda lease: calls.append(lease.id) or 42)
+claim = tracing.claiming(lambda count, **o: [], "q")
+lease = Lease(id="j1", token="t", attempt=1, payload=None, enqueued_at=None, claimed_at=0.0, queue="q")
+assert not tracing.recording() and handler(lease) == 42 and claim(1) == []
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+import time
+until = time.monotonic() + 5  # it looks for an SDK again each SDK_CHECK_SECONDS
+while not tracing.recording() and time.monotonic() < until:
+    time.sleep(0.05)
+assert tracing.recording() and handler(lease) == 42 and calls == ["j1", "j1"]
+assert [s.name for s in exporter.get_finished_spans()] == ["process q"]
+"""
+    run = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]

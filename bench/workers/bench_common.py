@@ -34,20 +34,25 @@ def client(asynchronous: bool = False) -> Any:
 
 
 class Tally:
-    """Jobs this process ran and has not yet added to COUNTER (no-op jobs)."""
+    """Jobs this process ran and has not yet added to COUNTER (no-op jobs). A forked child starts
+    afresh (os.register_at_fork), so no call costs a getpid."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pending = 0
-        self.pid = 0  # the process whose flusher runs (a forked child starts its own)
+        self.flushing = False  # this process's flusher runs
 
     def add(self) -> None:
         with self.lock:
             self.pending += 1
-        if self.pid != os.getpid():
-            self.pid = os.getpid()
-            threading.Thread(target=self.flush_forever, daemon=True).start()
-            atexit.register(self.flush)
+            if self.flushing:
+                return
+            self.flushing = True
+        threading.Thread(target=self.flush_forever, daemon=True).start()
+        atexit.register(self.flush)
+
+    def forked(self) -> None:
+        self.lock, self.pending, self.flushing = threading.Lock(), 0, False
 
     def flush(self) -> None:
         with self.lock:
@@ -62,6 +67,7 @@ class Tally:
 
 
 TALLY = Tally()
+os.register_at_fork(after_in_child=TALLY.forked)
 
 
 def run_job(arg: Any) -> None:
