@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import redis
 
 from setqueue import Queue
 from tests.support import RedisServer
+from tests.support.console import ConsoleProc
 from tests.support.procs import Proc
 
 
@@ -19,6 +21,35 @@ def procs() -> Iterator[list[Proc]]:
     yield started
     for p in started:
         p.stop()
+
+
+@pytest.fixture
+def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., ConsoleProc]:
+    def start(**settings: object) -> ConsoleProc:
+        console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
+        procs.append(console)
+        return console
+
+    return start
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
+    """A real worker process running tests.support.jobs:handle (its runs logged in exec.log), beating
+    every 0.5 s in the registry of live workers (the console's tests watch one drop off)."""
+
+    def start(queue_name: str, **settings: object) -> Proc:
+        settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
+        settings.setdefault("EXEC_LOG", str(tmp_path / "exec.log"))
+        settings.setdefault("WORKER_HEARTBEAT_SECONDS", "0.5")
+        worker = Proc.start(
+            "worker", tmp_path, name=f"worker-{len(procs)}", REDIS_URL=redis_url, QUEUE_NAME=queue_name, **settings
+        )
+        procs.append(worker)
+        worker.wait_ready()
+        return worker
+
+    return start
 
 
 @pytest.fixture(scope="session")

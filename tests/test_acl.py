@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from setqueue.scripts import ACK_KEEPING_RESULTS, SOURCES
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
 from tests.support.jobs import ExecutionLog
-from tests.support.procs import Proc, base_env
+from tests.support.procs import Proc, run_to_exit
 from tests.support.waits import wait_until, wait_until_leases_expire
 
 PASSWORD = "s3cret-acl"
@@ -223,15 +221,7 @@ def test_every_service_and_command_works_under_the_rule(
 
 
 def run_until_exit(module: str, env: dict[str, Any], timeout: float = 60) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", module],
-        env=base_env(METRICS_PORT=0, **env),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = run_to_exit(module, env, timeout)
     return done.returncode, done.stderr
 
 

@@ -48,33 +48,6 @@ def without_age(stats: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in stats.items() if k in ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")}
 
 
-@pytest.fixture
-def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., ConsoleProc]:
-    def start(**settings: object) -> ConsoleProc:
-        console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
-        procs.append(console)
-        return console
-
-    return start
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
-    """A real worker process running tests.support.jobs:handle (its runs logged in exec.log)."""
-
-    def start(queue_name: str, **settings: object) -> Proc:
-        settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
-        settings.setdefault("EXEC_LOG", str(tmp_path / "exec.log"))
-        worker = Proc.start(
-            "worker", tmp_path, name=f"worker-{len(procs)}", REDIS_URL=redis_url, QUEUE_NAME=queue_name, **settings
-        )
-        procs.append(worker)
-        worker.wait_ready()
-        return worker
-
-    return start
-
-
 def dead_letters(queue: JobQueue, ids: list[str]) -> None:
     """Make ``ids`` dead letters, each with an error and a traceback."""
     queue.enqueue(ids)

@@ -88,32 +88,6 @@ def redis_url(own_redis: RedisServer) -> str:
     return own_redis.url
 
 
-@pytest.fixture
-def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., ConsoleProc]:
-    def start(**settings: object) -> ConsoleProc:
-        console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
-        procs.append(console)
-        return console
-
-    return start
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
-    def start(queue_name: str, **settings: object) -> Proc:
-        settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
-        settings.setdefault("EXEC_LOG", str(tmp_path / "exec.log"))
-        settings.setdefault("WORKER_HEARTBEAT_SECONDS", "0.5")
-        worker = Proc.start(
-            "worker", tmp_path, name=f"worker-{len(procs)}", REDIS_URL=redis_url, QUEUE_NAME=queue_name, **settings
-        )
-        procs.append(worker)
-        worker.wait_ready()
-        return worker
-
-    return start
-
-
 def test_the_queues_page_shows_the_counts_of_stats(
     start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
 ) -> None:

@@ -7,8 +7,6 @@ wait for a Redis that will not let us in. A TLS file that does not fit is a bad 
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +18,8 @@ import redis
 from setqueue import OptionError, open_queue
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.tls import tls_refusal
-from tests.support import REPO_ROOT, RedisServer
-from tests.support.procs import Proc, base_env
+from tests.support import RedisServer
+from tests.support.procs import Proc, run_to_exit
 from tests.support.tls import Pki, TlsRedisServer, make_pki
 from tests.support.waits import wait_until
 
@@ -71,15 +69,7 @@ def cli(
 
 def run_service(module: str, env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
     """A service that must stop on its own: (exit code, the lines it wrote that name it)."""
-    done = subprocess.run(
-        [sys.executable, "-m", module],
-        env=base_env(METRICS_PORT=0, **env),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = run_to_exit(module, env, timeout)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, [line for line in done.stderr.splitlines() if line.startswith(f"setqueue-{module}:")]
 

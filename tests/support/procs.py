@@ -123,3 +123,16 @@ def parse_metrics(text: str) -> dict[str, float]:
                 key = f"{sample.name}{{{rest}}}" if rest else sample.name
                 samples[key] = samples.get(key, 0.0) + sample.value
     return samples
+
+
+def run_to_exit(module: str, env: Mapping[str, object], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m <module>`` (a service that must stop on its own) to its end, its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        env=base_env(METRICS_PORT=0, **env),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
