@@ -65,6 +65,9 @@ def targets(data: dict[str, Any]) -> list[str]:
             L.append(f"- {name}, W=2, at least 3x the fastest peer at C: {peer}, {rate / equal[best]:.1f}x: {ok}")
         if rate and (loop := (data.get("bare_loop") or {}).get(mode, {}).get("W=2")):
             L.append(f"  - {name} reached {100 * rate / loop:.0f}% of the {mode} loop with no queue ({loop:,.0f}/s)")
+        if rate:
+            ceiling = 2 * c / data["args"]["io_seconds"]  # W=2 processes of C slots, a job a wait each
+            L.append(f"  - {name} reached {100 * rate / ceiling:.0f}% of the slot ceiling ({ceiling:,.0f}/s at W=2)")
     if best:
         names = ("setqueue-async", "setqueue-threads", best)
         cpu = {s: report.cost(cells[(s, 2)], "worker_cpu_ms_per_job") for s in names if (s, 2) in cells}
