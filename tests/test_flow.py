@@ -381,3 +381,12 @@ def test_the_cli_lists_groups(redis_url: str, queue: Queue) -> None:
     code, out, _ = run_cli(redis_url, queue.name, "groups", "--json")
     assert [json.loads(line)["name"] for line in out.splitlines()] == ["tenant-2", "tenant-1"]
     assert "groups: 2 with jobs waiting" in run_cli(redis_url, queue.name, "stats")[1]
+
+
+def test_a_burst_given_beside_a_rate_object_is_its_burst_for_the_queue_and_a_group(queue: Queue) -> None:
+    assert Rate.given(None, 5) is None and Rate.given("10/s") == Rate(10, 1000, 1)
+    assert Rate.given("10/s", 4) == Rate.given(Rate(10, 1000, 1), 4) == Rate(10, 1000, 4)
+    queue.set_rate(Rate(10, 1000, 1), burst=4)
+    queue.set_group_limits("g", rate=Rate(10, 1000, 1), burst=4)
+    limits = queue.limits()
+    assert limits.rate == limits.groups["g"].rate == Rate(10, 1000, 4)

@@ -83,6 +83,16 @@ class Rate:
         return f"{self.count} {self.period_ms} {self.burst}"
 
     @classmethod
+    def given(cls, rate: Rate | str | None, burst: int | None = None) -> Rate | None:
+        """What a ``rate`` argument of the library means: None (no limit), a ``Rate``, or text for
+        ``parse``; ``burst``, when given, is the rate's burst either way."""
+        if rate is None:
+            return None
+        if isinstance(rate, str):
+            return cls.parse(rate, burst)
+        return rate if burst is None else cls(rate.count, rate.period_ms, burst)
+
+    @classmethod
     def from_spec(cls, spec: str) -> Rate:
         count, period_ms, burst = (int(part) for part in spec.split())
         return cls(count, period_ms, burst)

@@ -141,11 +141,8 @@ def _progress(stored: Any) -> Progress | None:
 
 def _rate(rate: Rate | str | None, burst: int | None) -> str:
     """A rate as the flow hash keeps it ("" for none)."""
-    if rate is None:
-        return ""
-    if isinstance(rate, Rate):
-        return (rate if burst is None else Rate(rate.count, rate.period_ms, burst)).spec()
-    return Rate.parse(rate, burst).spec()
+    given = Rate.given(rate, burst)
+    return "" if given is None else given.spec()
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -774,7 +771,7 @@ class Queue:
             validate_group(group)
         limits = GroupLimits(
             None if concurrency is None else parse_concurrency(concurrency),
-            None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate,
+            Rate.given(rate, burst),
         )
         if group is not None:
             spec = "" if limits == GroupLimits() else limits.spec()

@@ -185,9 +185,7 @@ class ShardedQueue(CompositeQueue):
         """As ``Queue.set_rate``, for the whole queue: each of the N shards enforces 1/N of it (its
         own bucket in its own slot, no cross-slot step), burst likewise (rounded up). Ids spread
         evenly over the shards, so the shares add up to the rate while every shard has work."""
-        shared = None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate
-        if shared is not None and burst is not None and isinstance(rate, Rate):
-            shared = Rate(shared.count, shared.period_ms, burst)
+        shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_rate(None if shared is None else shared.split(len(self._shards)))
         self._made_claimable(self.wake_cap)
@@ -202,7 +200,7 @@ class ShardedQueue(CompositeQueue):
     ) -> None:
         """As ``Queue.set_group_limits``; a group's jobs spread over the shards like any ids, so each
         shard enforces 1/N of its rate and its whole concurrency (up to N x concurrency in all)."""
-        shared = None if rate is None else Rate.parse(rate, burst) if isinstance(rate, str) else rate
+        shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_group_limits(
                 group,
