@@ -54,6 +54,7 @@ from setqueue.client import redact_url
 from setqueue.flow import Rate, parse_concurrency
 from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
+from setqueue.runtime.cli_flow import OFF
 from setqueue.tracing import trace_id
 from setqueue.version import __version__
 
@@ -336,11 +337,14 @@ def _result_view(info: JobInfo, gone: bool) -> tuple[str, str]:
 
 
 def _rate_field(form: Any) -> Rate | None:
-    """The form's ``rate`` (``100/s``, ``6000/min``; empty or "none": no limit) and optional
-    ``burst``, parsed as the CLI's ``limit`` parses them; BadInput when either is wrong."""
+    """The form's ``rate`` (``100/s``, ``6000/min``; empty, "none" or the CLI's "off": no limit)
+    and optional ``burst``, as ``Rate.parse`` reads them; BadInput when either is wrong, or a burst
+    comes without a rate (as the CLI's ``limit`` refuses it)."""
     text = (_field(form, "rate") or "").strip()
     burst_text = (_field(form, "burst") or "").strip()
-    if text.lower() in ("", "none"):
+    if text.lower() in ("", "none", OFF):
+        if burst_text:
+            raise BadInput("rate: a burst goes with a rate, not with no limit")
         return None
     try:
         return Rate.parse(text, int(burst_text) if burst_text else None)

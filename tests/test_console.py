@@ -529,7 +529,7 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
     assert rate is not None and (rate.count, rate.period_ms, rate.burst) == (50, 1000, 5)
     assert "50/s (burst 5)" in operator.get(page_path).body
     before = queue.limits()
-    for bad in ({"rate": "fast"}, {"rate": "50/s", "burst": "-1"}, {"rate": "10/fortnight"}):
+    for bad in ({"rate": "fast"}, {"rate": "50/s", "burst": "-1"}, {"rate": "10/fortnight"}, {"burst": "5"}):
         answer = operator.post(url, {"action": "rate", "csrf": csrf, **bad})
         assert answer.status == 400 and "rate" in answer.error_detail()
     for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"group": "x\ny", "concurrency": "2"}):
@@ -545,6 +545,9 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
     cleared = {"action": "group-limits", "group": "tenant-b", "csrf": csrf}
     assert operator.post(url, cleared).status == 303 and "tenant-b" not in queue.limits().groups
     assert operator.post(url, {"action": "rate", "rate": "", "csrf": csrf}).status == 303
+    assert queue.limits().rate is None
+    queue.set_rate("5/s")
+    assert operator.post(url, {"action": "rate", "rate": "off", "csrf": csrf}).status == 303
     assert queue.limits().rate is None
     log = console.log()
     assert f"console action pause: queue {queue_name}: done" in log and "no change" in log
