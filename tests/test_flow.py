@@ -1,6 +1,5 @@
-"""Flow control in the queue itself, on a real Redis: pause and resume, the queue's rate, job groups
-with turns, concurrency and rates, and every way a grouped job leaves or rejoins its line. The
-services' side (real workers counting starts) is tests/test_flow_services.py."""
+"""Flow control in the queue itself: pause, rates, job groups and their turns and limits, and every
+way a grouped job leaves or rejoins its line. The services' side is tests/test_flow_services.py."""
 
 from __future__ import annotations
 
@@ -20,14 +19,17 @@ from tests.support.flow import check_groups
 from tests.support.waits import redis_clock, wait_until
 
 
+def check(queue: Queue) -> None:
+    check_groups(queue.redis, queue.keys)
+
+
 def held_reasons(queue: Queue) -> list[str]:
-    """Collect what flow control tells the queue's claims it held back."""
     seen: list[str] = []
     queue.on_held = lambda _name, reason: seen.append(reason)
     return seen
 
 
-# -- pause and resume ------------------------------------------------------------------------------
+# -- pause and resume
 
 
 def test_a_paused_queue_gives_no_job_and_a_resumed_one_does(queue: Queue) -> None:
@@ -40,8 +42,7 @@ def test_a_paused_queue_gives_no_job_and_a_resumed_one_does(queue: Queue) -> Non
     assert queue.next_due is None  # no time to wait for: a resume wakes the workers
     assert queue.stats()["paused"] == 1
     assert queue.limits().paused
-    # Enqueue and the running jobs' acks go on while paused.
-    assert queue.enqueue(["c"]) == 1
+    assert queue.enqueue(["c"]) == 1  # enqueue goes on while paused
     assert queue.resume() is True
     assert queue.redis.llen(queue.keys.wake) > 0  # the idle workers are woken
     assert [lease.id for lease in queue.claim(10)] == ["a", "b", "c"]
@@ -67,7 +68,7 @@ def test_a_scheduled_job_comes_due_while_paused_and_waits(queue: Queue) -> None:
     assert [lease.id for lease in queue.claim()] == ["later"]
 
 
-# -- the queue's rate ------------------------------------------------------------------------------
+# -- the queue's rate
 
 
 def test_a_rate_lets_its_burst_start_then_says_when_more_can(queue: Queue) -> None:
@@ -79,7 +80,7 @@ def test_a_rate_lets_its_burst_start_then_says_when_more_can(queue: Queue) -> No
     assert len(first) == 3
     assert held == ["rate"]
     assert queue.flow_limited
-    # The next batch: 100 ms a job, 3 jobs (the burst) from empty: about 300 ms.
+    # The burst refills at 100 ms a job: about 300 ms.
     assert queue.next_due is not None and 0.2 <= queue.next_due <= 0.31
     assert queue.claim(10) == []
     start = redis_clock(queue.redis)
@@ -107,7 +108,7 @@ def test_rate_text_is_checked_before_anything_is_written(queue: Queue) -> None:
     assert not queue.redis.exists(queue.keys.flow)
 
 
-# -- groups take turns -----------------------------------------------------------------------------
+# -- groups take turns
 
 
 def test_groups_take_turns_so_a_small_one_is_not_starved(queue: Queue) -> None:
@@ -116,9 +117,9 @@ def test_groups_take_turns_so_a_small_one_is_not_starved(queue: Queue) -> None:
     taken: list[str] = []
     for _ in range(5):
         taken += [lease.id for lease in queue.claim(4)]
-    # A turn is at most 4 jobs of a group (TURN in claim.lua): A, B, A, B.
+    # A turn is at most 4 jobs of a group (TURN in claim.lua).
     assert taken[:13] == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3", "a4", "a5", "a6", "a7", "b4"]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
 
 
 def test_within_a_group_priority_then_first_in_first_out(queue: Queue) -> None:
@@ -136,7 +137,7 @@ def test_jobs_without_a_group_take_a_turn_too(queue: Queue) -> None:
     first = [lease.id for lease in queue.claim(10)]
     assert sum(job_id.startswith("plain") for job_id in first) == 5
     assert sum(job_id.startswith("a") for job_id in first) == 5
-    check_groups(queue.redis, queue.keys)
+    check(queue)
 
 
 def test_a_group_at_its_concurrency_waits_for_one_of_its_jobs_to_end(queue: Queue) -> None:
@@ -148,11 +149,11 @@ def test_a_group_at_its_concurrency_waits_for_one_of_its_jobs_to_end(queue: Queu
     assert held == ["group"]
     assert queue.claim(10) == []
     assert queue.next_due is None  # nothing to wait for but an ack, which wakes a worker
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert queue.ack(leases[0])
     assert queue.redis.llen(queue.keys.wake) > 0
     assert [lease.id for lease in queue.claim(10)] == ["a2"]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
 
 
 def test_a_group_of_its_own_limits_and_the_default_for_the_others(queue: Queue) -> None:
@@ -177,7 +178,7 @@ def test_a_group_rate_rests_the_group_and_says_until_when(queue: Queue) -> None:
     assert taken == {"a": 2, "b": 2}
     assert queue.claim(20) == []
     assert queue.next_due is not None and 0.3 <= queue.next_due <= 0.51  # a job every 500 ms
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert {g.name: g.state for g in queue.groups()} == {"A": "resting", "B": "resting"}
     start = redis_clock(queue.redis)
     wait_until(lambda: redis_clock(queue.redis) >= start + 0.5, 5, "half a second")
@@ -193,10 +194,10 @@ def test_changing_the_limits_sends_groups_set_aside_back_to_their_turn(queue: Qu
     queue.set_group_limits(concurrency=3)
     assert queue.groups()[0].state == "ready"
     assert len(queue.claim(5)) == 2
-    check_groups(queue.redis, queue.keys)
+    check(queue)
 
 
-# -- a grouped job leaving and rejoining its line ----------------------------------------------------
+# -- a grouped job leaving and rejoining its line
 
 
 def test_a_retried_released_swept_or_requeued_job_goes_back_to_its_group(
@@ -207,22 +208,22 @@ def test_a_retried_released_swept_or_requeued_job_goes_back_to_its_group(
     queue.enqueue(["x"], group="g")
     lease = queue.claim()[0]
     assert queue.fail(lease, "boom") is FailOutcome.RETRIED
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     lease = queue.claim()[0]
     assert queue.release([lease]) == [FailOutcome.RELEASED]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     lease = queue.claim()[0]
     assert queue.stats()["groups_running"] == 1
     wait_until(lambda: not queue.redis.exists(queue.keys.lock(lease.token)), 5, "the lease to expire")
     assert queue.sweep().dead_lettered == ["x"]  # its second attempt: dead-lettered
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert queue.requeue_failed(["x"]) == 1
     assert queue.inspect("x") is not None and queue.inspect("x").group == "g"  # type: ignore[union-attr]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     lease = queue.claim()[0]
     assert queue.ack(lease)
     assert queue.inspect("x").group is None  # type: ignore[union-attr]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert queue.groups() == []
 
 
@@ -231,12 +232,12 @@ def test_cancel_and_delete_take_a_grouped_job_out_of_its_line(queue: Queue) -> N
     queue.enqueue(["a1", "a2", "a3"], group="A")
     running = queue.claim()[0]
     assert queue.cancel("a2") == "todos"
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert queue.cancel(running.id) == "in_progress"  # frees the group's slot: a3 may start
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert [lease.id for lease in queue.claim()] == ["a3"]
     assert queue.delete("a3") == "in_progress"
-    check_groups(queue.redis, queue.keys)
+    check(queue)
     assert queue.groups() == []
     assert queue.stats()["todos"] == 0
 
@@ -279,10 +280,10 @@ def test_a_thousand_groups_take_turns_of_at_most_four_jobs(queue: Queue) -> None
     per_group = Counter(job_id.split("-")[0] for job_id in first)
     assert per_group == {f"g{g}": 4 for g in range(1000)}
     assert [job_id for job_id in first if job_id.startswith("g7-")] == ["g7-0", "g7-1", "g7-2", "g7-3"]
-    check_groups(queue.redis, queue.keys)
+    check(queue)
 
 
-# -- the command line ----------------------------------------------------------------------------------
+# -- the command line
 
 
 def run_cli(redis_url: str, queue: str, *args: str) -> tuple[int, str, str]:
@@ -342,11 +343,14 @@ def test_limits_for_a_queue_redis_does_not_know_are_refused(
 
 
 def test_the_cli_shows_and_changes_the_limits(redis_url: str, queue: Queue) -> None:
+    def run(*args: str) -> tuple[int, str, str]:
+        return run_cli(redis_url, queue.name, *args)
+
     queue.enqueue(["known"])
-    assert run_cli(redis_url, queue.name, "limit", "--rate", "100/s", "--burst", "20")[0] == 0
-    assert run_cli(redis_url, queue.name, "limit", "--group-concurrency", "2")[0] == 0
-    assert run_cli(redis_url, queue.name, "limit", "--group", "big", "--group-rate", "5/s")[0] == 0
-    code, out, _ = run_cli(redis_url, queue.name, "limit", "--json")
+    assert run("limit", "--rate", "100/s", "--burst", "20")[0] == 0
+    assert run("limit", "--group-concurrency", "2")[0] == 0
+    assert run("limit", "--group", "big", "--group-rate", "5/s")[0] == 0
+    code, out, _ = run("limit", "--json")
     assert code == 0
     assert json.loads(out) == {
         "queue": queue.name,
@@ -355,22 +359,26 @@ def test_the_cli_shows_and_changes_the_limits(redis_url: str, queue: Queue) -> N
         "group_default": {"concurrency": 2, "rate": None},
         "groups": {"big": {"concurrency": 2, "rate": "5/s (burst 1)"}},
     }
-    # A burst alone changes the rate in force; off removes it; --clear drops a group's own.
-    assert run_cli(redis_url, queue.name, "limit", "--burst", "5")[0] == 0
+    # A burst alone changes the rate in force; --clear drops a group's own.
+
+    assert run("limit", "--burst", "5")[0] == 0
     assert queue.limits().rate == Rate(100, 1000, 5)
-    assert run_cli(redis_url, queue.name, "limit", "--rate", "off", "--group-concurrency", "off")[0] == 0
-    assert run_cli(redis_url, queue.name, "limit", "--group", "big", "--clear")[0] == 0
+    assert run("limit", "--rate", "off", "--group-concurrency", "off")[0] == 0
+    assert run("limit", "--group", "big", "--clear")[0] == 0
     assert queue.limits() == Limits()
-    assert "paused" in run_cli(redis_url, queue.name, "pause")[1]
-    assert "paused already" in run_cli(redis_url, queue.name, "pause")[1]
-    assert "paused (setqueue resume" in run_cli(redis_url, queue.name, "stats")[1]
+    assert "paused" in run("pause")[1]
+    assert "paused already" in run("pause")[1]
+    assert "paused (setqueue resume" in run("stats")[1]
 
 
 def test_the_cli_lists_groups(redis_url: str, queue: Queue) -> None:
-    assert run_cli(redis_url, queue.name, "push", "--group", "tenant-1", "a", "b")[0] == 0
-    assert run_cli(redis_url, queue.name, "push", "--group", "tenant-2", "c")[0] == 0
+    def run(*args: str) -> tuple[int, str, str]:
+        return run_cli(redis_url, queue.name, *args)
+
+    assert run("push", "--group", "tenant-1", "a", "b")[0] == 0
+    assert run("push", "--group", "tenant-2", "c")[0] == 0
     queue.claim()
-    code, out, _ = run_cli(redis_url, queue.name, "groups")
+    code, out, _ = run("groups")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["group", "waiting", "running", "state", "limits"]
@@ -378,9 +386,9 @@ def test_the_cli_lists_groups(redis_url: str, queue: Queue) -> None:
         "tenant-1": ["1", "1", "ready"],
         "tenant-2": ["1", "0", "ready"],
     }
-    code, out, _ = run_cli(redis_url, queue.name, "groups", "--json")
+    code, out, _ = run("groups", "--json")
     assert [json.loads(line)["name"] for line in out.splitlines()] == ["tenant-2", "tenant-1"]
-    assert "groups: 2 with jobs waiting" in run_cli(redis_url, queue.name, "stats")[1]
+    assert "groups: 2 with jobs waiting" in run("stats")[1]
 
 
 def test_a_burst_given_beside_a_rate_object_is_its_burst_for_the_queue_and_a_group(queue: Queue) -> None:

@@ -1,7 +1,4 @@
-"""The creator, worker and cleaner as real processes against a real redis-server.
-
-Timing-free: every wait polls for a state with a generous deadline; nothing asserts speed.
-"""
+"""The creator, worker and cleaner as real processes on a real redis-server; every wait polls a state."""
 
 from __future__ import annotations
 
@@ -48,6 +45,20 @@ def done_count(q: Queue) -> int:
     return int(q.stats()["done"])
 
 
+def env_of(redis_url: str, queue_name: str, **extra: Any) -> dict[str, str]:
+    return base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, **extra)
+
+
+def run_in_thread(service: WorkerService, until: Callable[[], bool], what: str) -> list[int]:
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(service.run()))
+    thread.start()
+    wait_until(until, 30, what)
+    service.request_stop()
+    thread.join(30)
+    return codes
+
+
 @pytest.mark.slow
 def test_pipeline_survives_a_killed_worker(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
@@ -56,7 +67,7 @@ def test_pipeline_survives_a_killed_worker(
     q = make_queue()
     env = common(redis_url, queue_name, LEASE_SECONDS=2, MAX_ATTEMPTS=5)
     cleaner = start(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
-    # The victim: jobs so slow it finishes none, so it surely holds leases when killed.
+    # Jobs so slow the victim finishes none: it surely holds leases when killed.
     victim = start(procs, "worker", tmp_path, name="victim", WORK_SECONDS=30, CLAIM_BATCH=5, **env)
     victim.wait_ready()
     creator = start(
@@ -68,8 +79,7 @@ def test_pipeline_survives_a_killed_worker(
         for i in range(3)
     ]
 
-    # Let the victim settle: it stops prefetching a second after its last job started, and hands
-    # back what it buffered; then what it claimed, released and holds no longer changes.
+    # It stops prefetching a second after its last job started and hands back its buffer; wait for that.
     def victim_view() -> tuple[float, float, float]:
         m = victim.metrics()
         return m["setqueue_jobs_claimed_total"], m["setqueue_jobs_released_total"], m["setqueue_jobs_in_progress"]
@@ -98,8 +108,7 @@ def test_pipeline_survives_a_killed_worker(
     assert requeued == victim_held == victim_claimed - victim_released > 0
     assert cleaner.metric("setqueue_jobs_dead_lettered_total") == 0
 
-    # The workers' metrics agree with Redis. Each done job was acked exactly once (a stale ack
-    # changes nothing), each claim moved one id out of todos.
+    # The workers' metrics agree with Redis: each done job acked once, each claim moved one id out of todos.
     m = [w.metrics() for w in workers]
     assert sum(x[SUCCESS] for x in m) == stats["done"]
     assert sum(x["setqueue_jobs_dead_lettered_total"] for x in m) == stats["failed"]
@@ -162,8 +171,7 @@ def test_sigterm_past_the_grace_period_hands_jobs_back(
     _no_orphans(q)
     assert q.stats()["todos"] == 40  # all handed back, the running one too
     assert "jobs still running: handing them back" in worker.log()
-    # A release does not use up an attempt.
-    again = q.claim(40)
+    again = q.claim(40)  # a release does not use up an attempt
     assert len(again) == 40
     assert claimed > 0 and all(lease.attempt == 1 for lease in again)
 
@@ -211,7 +219,6 @@ def test_redis_outage_is_waited_out_and_nothing_is_lost(
         wait_until(lambda p=p: (p.healthz() or (0,))[0] == 503, 20, f"{p.name} /healthz 503")  # type: ignore[misc]
         wait_until(lambda p=p: p.metric("setqueue_redis_up") == 0, 20, f"{p.name} redis_up 0")  # type: ignore[misc]
     wait_until(lambda: creator.metric("setqueue_redis_up") == 0, 20, "creator redis_up 0")
-    # An outage of several backoff steps in every service before Redis comes back.
     wait_until(lambda: all("retry 2 in" in p.log() for p in services), 30, "a third try in every service")
     own_redis.start()
 
@@ -234,12 +241,11 @@ def test_redis_outage_is_waited_out_and_nothing_is_lost(
     q.close()
 
 
-# -- in-process pieces ---------------------------------------------------------------------------
+# -- in-process pieces
 
 
 def test_healthz_reports_a_stuck_loop(redis_url: str, queue_name: str) -> None:
-    settings = CleanerSettings.from_env(base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0))
-    service = CleanerService(settings)
+    service = CleanerService(CleanerSettings.from_env(env_of(redis_url, queue_name)))
     try:
         ok, body = service.health()
         assert ok and body["status"] == "ok"
@@ -251,17 +257,14 @@ def test_healthz_reports_a_stuck_loop(redis_url: str, queue_name: str) -> None:
 
 
 def test_healthz_reports_redis_down(queue_name: str) -> None:
-    settings = CleanerSettings.from_env(base_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", METRICS_PORT=0))
-    service = CleanerService(settings)
+    service = CleanerService(CleanerSettings.from_env(env_of(f"redis://127.0.0.1:{free_port()}/0", queue_name)))
     ok, body = service.health()
     assert not ok and body["status"] == "redis_unreachable" and body["redis"] == "down"
     service.close()
 
 
 def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_name: str) -> None:
-    settings = WorkerSettings.from_env(
-        base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, MAX_ATTEMPTS=2, IDLE_WAIT_SECONDS=0.05)
-    )
+    settings = WorkerSettings.from_env(env_of(redis_url, queue_name, MAX_ATTEMPTS=2, IDLE_WAIT_SECONDS=0.05))
 
     def handler(lease: Lease) -> None:
         if lease.id == "bad":
@@ -272,13 +275,7 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
     service = WorkerService(settings, handler=handler)
     q = service.queue.shards[0]
     q.enqueue(["a", "b", "bad", "fatal"])
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(service.run()))
-    thread.start()
-    wait_until(lambda: q.stats()["done"] + q.stats()["failed"] == 4, 30, "all four jobs to finish")
-    service.request_stop()
-    thread.join(30)
-    assert codes == [0]
+    assert run_in_thread(service, lambda: q.stats()["done"] + q.stats()["failed"] == 4, "all four to finish") == [0]
     stats = q.stats()
     assert stats["done"] == 2 and stats["failed"] == 2 and stats["todos"] == 0 and stats["in_progress"] == 0
     info = q.inspect("bad")
@@ -294,8 +291,7 @@ def test_worker_in_process_acks_fails_and_dead_letters(redis_url: str, queue_nam
 def test_retry_waits_out_errors_without_raising(
     redis_url: str, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = CleanerSettings.from_env(base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0))
-    service = CleanerService(settings)
+    service = CleanerService(CleanerSettings.from_env(env_of(redis_url, queue_name)))
     service._backoff.base = 0.001
     calls = iter([redis.ConnectionError("down"), redis.TimeoutError("slow"), redis.BusyLoadingError("loading")])
 
@@ -315,7 +311,7 @@ def test_retry_waits_out_errors_without_raising(
 
 
 def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queue_name: str) -> None:
-    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, CREATE_FROM_STDIN="true")
+    env = env_of(redis_url, queue_name, CREATE_FROM_STDIN="true")
     creator = CreatorService(CreatorSettings.from_env(env), stdin=io.StringIO("a\n\nb\n  c \na\n"))
     creator.target.enqueue(["b"])
     assert creator.run() == 0
@@ -328,19 +324,11 @@ def test_creator_reads_ids_from_stdin_and_counts_duplicates(redis_url: str, queu
 
 
 def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) -> None:
-    env = base_env(
-        REDIS_URL=redis_url,
-        QUEUE_NAME=queue_name,
-        METRICS_PORT=0,
-        CREATE_RATE=200,
-        CREATE_TOTAL=100,
-        CREATE_ID_PREFIX="p",
-    )
+    env = env_of(redis_url, queue_name, CREATE_RATE=200, CREATE_TOTAL=100, CREATE_ID_PREFIX="p")
     creator = CreatorService(CreatorSettings.from_env(env))
     started = time.monotonic()
     assert creator.run() == 0
-    # A lower bound only: 100 ids at 200/s cannot all be out before the schedule allows it.
-    assert time.monotonic() - started >= 0.4
+    assert time.monotonic() - started >= 0.4  # a lower bound only: 100 ids at 200/s
     assert creator.created == 100
     info = creator.target.inspect("p-100")
     assert info is not None and info.state == "todos"
@@ -351,7 +339,7 @@ def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) 
 def test_idle_worker_stops_at_once_on_sigterm(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
-    # Idle, it blocks on the wake-up list for up to 20 s; a signal interrupts that wait.
+    # Idle, it blocks on the wake-up list; a signal interrupts that wait.
     worker = start(procs, "worker", tmp_path, IDLE_WAIT_SECONDS=60, **common(redis_url, queue_name))
     worker.wait_ready()
     wait_until(lambda: "working with handler" in worker.log(), 15, "the worker loop")
@@ -360,7 +348,7 @@ def test_idle_worker_stops_at_once_on_sigterm(
     assert "Traceback" not in worker.log()
 
 
-# -- what a newcomer trips on ------------------------------------------------------------------
+# -- what a newcomer trips on
 
 
 ASYNC_JOBS = """
@@ -376,9 +364,7 @@ def test_an_async_handler_runs_and_its_failure_fails_the_job(tmp_path: Path, red
     (tmp_path / "asyncjobs.py").write_text(ASYNC_JOBS)
     q = Queue.from_url(redis_url, name=queue_name)
     q.enqueue(["a", "b", "c"])
-    env = base_env(
-        REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, MAX_ATTEMPTS=1, JOB_HANDLER="asyncjobs:handle"
-    )
+    env = env_of(redis_url, queue_name, MAX_ATTEMPTS=1, JOB_HANDLER="asyncjobs:handle")
     with worker_process([sys.executable, "-m", "worker"], env, tmp_path) as worker:
         wait_until(lambda: q.stats()["failed"] == 3 or worker.poll() is not None, 30, "three dead letters")
         assert q.stats()["done"] == 0
@@ -391,7 +377,6 @@ def test_an_async_handler_runs_and_its_failure_fails_the_job(tmp_path: Path, red
 
 @contextlib.contextmanager
 def worker_process(command: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
-    """A worker started by ``command`` in ``cwd``; killed if the test leaves it running."""
     worker = subprocess.Popen(command, env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
     try:
         yield worker
@@ -410,17 +395,12 @@ def test_a_handler_returning_an_awaitable_has_it_awaited(redis_url: str, queue_n
     def handler(lease: Lease) -> Any:
         return work(lease)  # a plain function that hands back a coroutine: the worker awaits it
 
-    settings = WorkerSettings.from_env(
-        base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05)
+    service = WorkerService(
+        WorkerSettings.from_env(env_of(redis_url, queue_name, IDLE_WAIT_SECONDS=0.05)), handler=handler
     )
-    service = WorkerService(settings, handler=handler)
     q = service.queue.shards[0]
     q.enqueue(["a", "b", "c"])
-    thread = threading.Thread(target=service.run)
-    thread.start()
-    wait_until(lambda: q.stats()["done"] == 3, 30, "the three jobs done")
-    service.request_stop()
-    thread.join(30)
+    run_in_thread(service, lambda: q.stats()["done"] == 3, "the three jobs done")
     assert sorted(ran) == ["a", "b", "c"]
     service.close()
 
@@ -442,7 +422,7 @@ def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory
     q = Queue.from_url(redis_url, name=queue_name)
     q.enqueue(["a", "b"])
     command = str(Path(sys.executable).parent / "setqueue-worker")
-    env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, JOB_HANDLER="myjobs:handle")
+    env = env_of(redis_url, queue_name, JOB_HANDLER="myjobs:handle")
     with worker_process([command], env, jobs) as worker:
         wait_until(lambda: q.stats()["done"] == 2 or worker.poll() is not None, 30, "both jobs done")
         assert worker.poll() is None, worker.communicate()[1]
@@ -466,7 +446,8 @@ def reachable(host: str, port: int) -> bool:
 def test_metrics_host_decides_where_metrics_listen(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, *, extra: dict[str, str], outside: bool
 ) -> None:
-    # 127.0.0.2 is this host too, but not the address 127.0.0.1: it stands for "another interface".
+    # 127.0.0.2 is this host but not 127.0.0.1: it stands for "another interface".
+
     cleaner = start(procs, "cleaner", tmp_path, **common(redis_url, queue_name), **extra)
     cleaner.wait_ready()
     assert reachable("127.0.0.1", cleaner.port)
