@@ -1,11 +1,10 @@
 """Settings of the three services, from environment variables, parsed once and validated.
 
-Each setting is declared once in ``SETTINGS`` (name, type, default, bounds, meaning, who reads
-it); the dataclasses below take their fields from it, ``default()`` gives its defaults to the CLI,
-and docs/reference.md's configuration table lists the same names and defaults (a test keeps the
-two in step). A setting that is an option of the queue takes its default from ``Queue``'s
-signature (``queue_default``): the core declares it, once. A bad value raises ``SettingError`` naming the variable; the
-services turn that into one line on stderr and exit code 2.
+Each setting is declared once in ``SETTINGS``: the dataclasses below take their fields from it,
+``default()`` gives its defaults to the CLI, and docs/reference.md lists the same names and defaults
+(a test keeps them in step). A queue option's default comes from ``Queue``'s signature
+(``queue_default``). A bad value raises ``SettingError`` naming the variable; the services print it
+as one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -44,11 +43,10 @@ class SettingError(ValueError):
 
     @classmethod
     def of(cls, error: OptionError) -> SettingError:
-        """The setting behind a queue's option (``url`` is REDIS_URL, ``shards`` QUEUE_SHARDS)."""
+        """The setting behind a queue's option (``url`` is REDIS_URL)."""
         return cls(OPTION_SETTINGS.get(error.option, error.option.upper()), error.problem)
 
 
-# The setting that gives each option of a queue its value, for errors the core raises about one.
 OPTION_SETTINGS = {
     "url": "REDIS_URL",
     "name": "QUEUE_NAME",
@@ -67,28 +65,24 @@ def queue_default(option: str) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its type, default (as text, as in docs/reference.md), bounds and use.
-
-    The settings dataclasses below take their fields from this table (field = name in lower
-    case); ``Queue``, the CLI and the tests take their defaults from it through ``default()``."""
+    """One environment variable; its field in the settings dataclasses is its name in lower case."""
 
     name: str
     kind: type  # int, float, str or bool
-    default: str
+    default: str  # as text, as in docs/reference.md
     meaning: str
-    services: str  # who reads it: "all", or a comma-separated list
+    services: str  # "all", or a comma-separated list
     low: float | None = None  # numbers: inclusive bounds
     high: float | None = None
     choices: tuple[str, ...] = ()  # text: the allowed values (LOG_LEVEL in upper case, LOG_FORMAT lower)
     check: Callable[[str], object] | None = None  # text: raises ValueError (or SettingError) if bad
-    auto: Callable[[], int] | None = None  # whole numbers: the value of the word "auto" (PROCESSES), if any
+    auto: Callable[[], int] | None = None  # whole numbers: the value of the word "auto", if any
 
     @property
     def field(self) -> str:
         return self.name.lower()
 
     def read(self, env: Mapping[str, str]) -> Any:
-        """The value from ``env`` (or the default), parsed and checked; SettingError if bad."""
         return self.parse(env.get(self.name, self.default).strip())
 
     def parse(self, raw: str) -> Any:
@@ -96,7 +90,7 @@ class Setting:
             return _flag(self.name, raw)
         if self.auto is not None:
             if raw.lower() == "auto":
-                # Within the bounds: a machine with more cores than the setting's maximum gets the maximum.
+                # Within the bounds: more cores than the maximum get the maximum.
                 return min(max(self.auto(), int(self.low or 1)), int(self.high or 1))
             if not _is_int(raw):
                 raise SettingError(self.name, f"{raw!r} is neither a whole number nor auto")
@@ -122,7 +116,7 @@ def _number(name: str, raw: str, kind: type, low: float | None, high: float | No
         value = kind(raw)
     except ValueError:
         raise SettingError(name, f"{raw!r} is not a {'whole ' if kind is int else ''}number") from None
-    if kind is float and not math.isfinite(value):  # (an int is finite, however long: isfinite would overflow)
+    if kind is float and not math.isfinite(value):  # (not for an int: isfinite would overflow on a long one)
         raise SettingError(name, f"{raw} is not a finite number")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
@@ -150,8 +144,7 @@ def _flag(name: str, raw: str) -> bool:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity (a container's cpuset, taskset), not
-    every core of the machine (``os.process_cpu_count`` from Python 3.13 on)."""
+    """The cores this process may run on (its CPU affinity: a container's cpuset), not the machine's."""
     counted = getattr(os, "process_cpu_count", None)
     if counted is not None:
         return int(counted() or 1)
@@ -160,8 +153,7 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-# The most worker processes one command may run: past this, run more replicas (a typo of 1000
-# must not fork a thousand interpreters).
+# Past this, run more replicas (a typo of 1000 must not fork a thousand interpreters).
 MAX_PROCESSES = 256
 
 
@@ -170,7 +162,6 @@ def _check_redis_url(url: str) -> None:
 
 
 def _check_ca_file(path: str) -> None:
-    """CA certificates in PEM that an SSL context can load."""
     if path:
         _readable(path)
         try:
@@ -180,7 +171,6 @@ def _check_ca_file(path: str) -> None:
 
 
 def _readable(path: str) -> None:
-    """A file this process can open (empty: not set)."""
     if not path:
         return
     try:
@@ -191,7 +181,7 @@ def _readable(path: str) -> None:
 
 
 def _check_host(host: str) -> None:
-    """An IP address or a host name: what a socket can bind (whether it can is known at listen)."""
+    """An IP address or a host name (whether it can be bound is known at listen)."""
     if not host:
         raise ValueError("must not be empty (0.0.0.0 listens on every interface, 127.0.0.1 on this host only)")
     with contextlib.suppress(ValueError):
@@ -207,7 +197,6 @@ def _check_id_prefix(prefix: str) -> None:
         validate_job_id(prefix + "-" + "9" * 20)
 
 
-# The demo's job handler: what the compose stack names, and what an error about JOB_HANDLER suggests.
 DEMO_HANDLER = "setqueue.runtime.demo:simulated_work"
 
 
@@ -216,98 +205,50 @@ def _check_job_handler(spec: str) -> None:
 
 
 def _check_schedules(raw: str) -> None:
-    # Here, not at the top: croniter takes a fifth of a second to import, and only the cleaner and
-    # `setqueue schedules` need it.
+    # Imported here: croniter takes a fifth of a second to import.
     from setqueue.runtime.periodic import parse_schedules  # noqa: PLC0415
 
     parse_schedules(raw)
 
 
+_Q = queue_default
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "REDIS_URL",
         str,
         "redis://localhost:6379/0",
-        "Redis to use: redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
+        "redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
         "all",
         check=_check_redis_url,
     ),
-    Setting(
-        "REDIS_TLS_CA_FILE",
-        str,
-        "",
-        "rediss://: the CA certificates (PEM) the server's certificate is verified against, with its host "
-        "name (default: the system's CAs)",
-        "all",
-        check=_check_ca_file,
-    ),
-    Setting(
-        "REDIS_TLS_CERT_FILE",
-        str,
-        "",
-        "rediss://: a client certificate (PEM) for a Redis that asks for one (tls-auth-clients)",
-        "all",
-        check=_readable,
-    ),
-    Setting(
-        "REDIS_TLS_KEY_FILE",
-        str,
-        "",
-        "rediss://: the private key (PEM) of REDIS_TLS_CERT_FILE, when it is not in that file",
-        "all",
-        check=_readable,
-    ),
+    Setting("REDIS_TLS_CA_FILE", str, "", "rediss://: the server's CA (PEM)", "all", check=_check_ca_file),
+    Setting("REDIS_TLS_CERT_FILE", str, "", "rediss://: a client certificate (PEM)", "all", check=_readable),
+    Setting("REDIS_TLS_KEY_FILE", str, "", "rediss://: its key, if not in that file", "all", check=_readable),
     Setting(
         "QUEUE_NAME",
         str,
-        queue_default("name"),
-        "Queue name (every key is setqueue:{name}:…), or several, comma-separated: a worker and a cleaner "
-        "serve them all, the worker in strict priority of their order; the creator fills the first",
+        _Q("name"),
+        "Queue name, or several, comma-separated (workers serve them in strict priority; the creator fills the first)",
         "all",
         check=parse_queue_names,
     ),
-    Setting(
-        "QUEUE_SHARDS",
-        int,
-        "1",
-        "Shards of each queue: 1 = one Redis slot (today's keys); N = sub-queues <name>~0..N-1 that spread "
-        "over a Redis Cluster's nodes. Every service of a queue must use the same N",
-        "all",
-        low=1,
-        high=MAX_SHARDS,
-    ),
+    Setting("QUEUE_SHARDS", int, "1", "Shards of a queue (the same in every service)", "all", low=1, high=MAX_SHARDS),
     Setting(
         "LEASE_SECONDS",
         float,
-        queue_default("lease_seconds"),
-        "Lease (lock TTL) of a claimed job; workers renew at a third of it",
+        _Q("lease_seconds"),
+        "Lease of a claimed job; renewed at a third",
         "all",
         low=0.1,
         high=86400,
     ),
-    Setting(
-        "MAX_ATTEMPTS",
-        int,
-        queue_default("max_attempts"),
-        "Claims a job gets before it is dead-lettered into failed",
-        "all",
-        low=1,
-        high=1000,
-    ),
-    Setting(
-        "DONE_MAX_COUNT",
-        int,
-        queue_default("done_max_count"),
-        "Most ids kept in done (oldest dropped first; 0 = no limit)",
-        "all",
-        low=0,
-        high=10**9,
-    ),
+    Setting("MAX_ATTEMPTS", int, _Q("max_attempts"), "Claims before a job is dead-lettered", "all", low=1, high=1000),
+    Setting("DONE_MAX_COUNT", int, _Q("done_max_count"), "Most ids in done (0 = no limit)", "all", low=0, high=10**9),
     Setting(
         "DONE_MAX_AGE_SECONDS",
         float,
-        queue_default("done_max_age_seconds"),
-        "Ids older than this are dropped from done by the cleaner (0 = keep)",
+        _Q("done_max_age_seconds"),
+        "Ids older than this leave done (0 = keep)",
         "all",
         low=0,
         high=10 * 365 * 86400,
@@ -315,9 +256,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "WAIT_REPLICAS",
         int,
-        queue_default("wait_replicas"),
-        "Replicas that must confirm every write (Redis WAIT) before a call succeeds; unconfirmed in time, "
-        "the call is sent again. 0 = do not wait (a failover can undo the last acknowledged writes)",
+        _Q("wait_replicas"),
+        "Replicas that must confirm each write (WAIT), else it is resent; 0 = do not wait",
         "all",
         low=0,
         high=64,
@@ -325,8 +265,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "WAIT_TIMEOUT_SECONDS",
         float,
-        queue_default("wait_timeout_seconds"),
-        "How long a write waits for WAIT_REPLICAS replicas before it counts as not made and is sent again",
+        _Q("wait_timeout_seconds"),
+        "How long a write waits for WAIT_REPLICAS",
         "all",
         low=0.001,
         high=60,
@@ -334,9 +274,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "REQUEST_TTL_SECONDS",
         float,
-        queue_default("request_ttl_seconds"),
-        "How long Redis keeps the result of each script call (one setqueue:{Q}:req:<id> key per call) so that "
-        "a resent call applies once; the worker resends a call with the same id for half of it",
+        _Q("request_ttl_seconds"),
+        "How long a script call's result is kept so that a resent call applies once",
         "all",
         low=10,
         high=3600,
@@ -344,129 +283,48 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PAYLOAD_MAX_BYTES",
         int,
-        queue_default("payload_max_bytes"),
-        "Largest payload an enqueue takes (bytes of UTF-8); a larger one is refused before anything is sent",
+        _Q("payload_max_bytes"),
+        "Largest payload (UTF-8 bytes)",
         "all",
         low=1,
         high=512 * 1024 * 1024,
     ),
-    Setting(
-        "METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = no HTTP server)", "all", low=0, high=65535
-    ),
-    Setting(
-        "METRICS_HOST",
-        str,
-        "0.0.0.0",
-        "Address /metrics and /healthz listen on: 0.0.0.0 = every interface (containers); 127.0.0.1 = this host only",
-        "all",
-        check=_check_host,
-    ),
-    Setting(
-        "AUDIT",
-        bool,
-        "false",
-        "Chaos runs: the creator records the ids it makes, the demo handler every run, the cleaner lost "
-        "leases and audits that no id is lost or run twice unexplained (setqueue_audit_*)",
-        "all",
-    ),
+    Setting("METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = none)", "all", low=0, high=65535),
+    Setting("METRICS_HOST", str, "0.0.0.0", "Address of /metrics and /healthz", "all", check=_check_host),
+    Setting("AUDIT", bool, "false", "Chaos runs: record ids and runs, and audit them", "all"),
     Setting(
         "REQUIRE_NOEVICTION",
         bool,
         "false",
-        "true: refuse to start (exit code 3) unless every Redis master's maxmemory-policy is noeviction "
-        "(a user that may read it neither with INFO nor CONFIG GET is refused too); false: one loud log "
-        "line and setqueue_redis_noeviction 0",
+        "true: refuse to start (exit 3) unless every master's maxmemory-policy is noeviction",
         "all",
     ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
-    Setting("LOG_FORMAT", str, "text", "text, or json for one JSON object per line", "all", choices=LOG_FORMATS),
-    Setting(
-        "CREATE_RATE",
-        float,
-        "50",
-        "Jobs per second the creator enqueues (0 = as fast as possible)",
-        "creator",
-        low=0,
-        high=1e6,
-    ),
-    Setting(
-        "CREATE_TOTAL",
-        int,
-        "0",
-        "Jobs the creator enqueues before it stops (0 = forever)",
-        "creator",
-        low=0,
-        high=10**12,
-    ),
+    Setting("LOG_FORMAT", str, "text", "text or json", "all", choices=LOG_FORMATS),
+    Setting("CREATE_RATE", float, "50", "Jobs per second (0 = unlimited)", "creator", low=0, high=1e6),
+    Setting("CREATE_TOTAL", int, "0", "Jobs before it stops (0 = forever)", "creator", low=0, high=10**12),
     Setting("CREATE_BATCH", int, "100", "Most ids per enqueue call", "creator", low=1, high=10_000),
-    Setting(
-        "CREATE_ID_PREFIX",
-        str,
-        "",
-        "Prefix of generated ids (default: a random run id, so ids are unique per run)",
-        "creator",
-        check=_check_id_prefix,
-    ),
-    Setting(
-        "CREATE_GROUPS",
-        int,
-        "0",
-        "Job groups the creator spreads its ids over, each batch to the next (group-1 .. group-N); 0 = none",
-        "creator",
-        low=0,
-        high=1_000_000,
-    ),
-    Setting(
-        "CREATE_FROM_STDIN",
-        bool,
-        "false",
-        "true: enqueue the ids read from stdin (one per line) instead of generating",
-        "creator",
-    ),
-    Setting(
-        "CONCURRENCY",
-        int,
-        "10",
-        "Jobs one worker process runs at once: threads for a plain handler, tasks for an async one",
-        "worker",
-        low=1,
-        high=1000,
-    ),
+    Setting("CREATE_ID_PREFIX", str, "", "Prefix of ids (default: a random run id)", "creator", check=_check_id_prefix),
+    Setting("CREATE_GROUPS", int, "0", "Job groups to spread ids over (0 = none)", "creator", low=0, high=1_000_000),
+    Setting("CREATE_FROM_STDIN", bool, "false", "true: enqueue the ids read from stdin", "creator"),
+    Setting("CONCURRENCY", int, "10", "Jobs one worker process runs at once", "worker", low=1, high=1000),
     Setting(
         "PROCESSES",
         int,
         "1",
-        "Worker processes this command runs, each with CONCURRENCY slots: 1 = this process alone; N = a "
-        "supervisor that starts N single-process workers, restarts any that crash and serves one /metrics "
-        "summing them; auto = one per usable core",
+        "Worker processes under one supervisor (auto = one per usable core)",
         "worker",
         low=1,
         high=MAX_PROCESSES,
         auto=usable_cores,
     ),
-    Setting(
-        "CLAIM_BATCH",
-        int,
-        "10",
-        "Most jobs a worker claims per call, and how many it may hold beyond its free slots",
-        "worker",
-        low=1,
-        high=MAX_IDS_PER_CALL,
-    ),
-    Setting(
-        "JOB_TIMEOUT_SECONDS",
-        float,
-        "300",
-        "A job running longer fails with reason timeout (0 = no limit)",
-        "worker",
-        low=0,
-        high=30 * 86400,
-    ),
+    Setting("CLAIM_BATCH", int, "10", "Most jobs claimed per call", "worker", low=1, high=MAX_IDS_PER_CALL),
+    Setting("JOB_TIMEOUT_SECONDS", float, "300", "Job time limit (0 = none)", "worker", low=0, high=30 * 86400),
     Setting(
         "RETRY_BACKOFF_SECONDS",
         float,
-        queue_default("retry_backoff_seconds"),
-        "Retry n of a failed job waits a random time in [d/2, d], d = min(max, this * 2^(n-1)); 0 = at once",
+        _Q("retry_backoff_seconds"),
+        "Retry n waits a random time in [d/2, d], d = min(max, this * 2^(n-1)); 0 = at once",
         "worker",
         low=0,
         high=86400,
@@ -474,62 +332,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RETRY_BACKOFF_MAX_SECONDS",
         float,
-        queue_default("retry_backoff_max_seconds"),
-        "The cap d of the retry backoff",
+        _Q("retry_backoff_max_seconds"),
+        "Cap of the retry backoff",
         "worker",
         low=0,
         high=30 * 86400,
     ),
-    Setting(
-        "JOB_HANDLER",
-        str,
-        "",
-        f"The job function, as module:function, called with each Lease; required (the demo's is {DEMO_HANDLER})",
-        "worker",
-        check=_check_job_handler,
-    ),
-    Setting("WORK_SECONDS", float, "0.2", "Demo handler: mean duration of a job", "worker", low=0, high=86400),
-    Setting(
-        "WORK_JITTER",
-        float,
-        "0.5",
-        "Demo handler: duration varies uniformly by ± this fraction",
-        "worker",
-        low=0,
-        high=1,
-    ),
-    Setting(
-        "FAIL_RATE",
-        float,
-        "0.0",
-        "Demo handler: fraction of jobs that raise (retried, then dead-lettered)",
-        "worker",
-        low=0,
-        high=1,
-    ),
-    Setting(
-        "SHUTDOWN_GRACE_SECONDS",
-        float,
-        "20",
-        "On SIGTERM, time to finish held jobs before releasing the rest",
-        "worker",
-        low=0,
-        high=86400,
-    ),
-    Setting(
-        "IDLE_WAIT_SECONDS",
-        float,
-        "1",
-        "Longest an idle worker blocks on the wake-up list before looking again",
-        "worker",
-        low=0.01,
-        high=60,
-    ),
+    Setting("JOB_HANDLER", str, "", f"module:function (demo: {DEMO_HANDLER})", "worker", check=_check_job_handler),
+    Setting("WORK_SECONDS", float, "0.2", "Demo: mean job duration", "worker", low=0, high=86400),
+    Setting("WORK_JITTER", float, "0.5", "Demo: ± this fraction", "worker", low=0, high=1),
+    Setting("FAIL_RATE", float, "0.0", "Demo: fraction of jobs that raise", "worker", low=0, high=1),
+    Setting("SHUTDOWN_GRACE_SECONDS", float, "20", "On SIGTERM, time to finish held jobs", "worker", low=0, high=86400),
+    Setting("IDLE_WAIT_SECONDS", float, "1", "Longest idle block before looking again", "worker", low=0.01, high=60),
     Setting(
         "RESULT_TTL_SECONDS",
         float,
-        queue_default("result_ttl_seconds"),
-        "How long what a handler returns is kept, for result() and setqueue result (0 = not kept; None is never kept)",
+        _Q("result_ttl_seconds"),
+        "How long a handler's result is kept (0 = not kept)",
         "worker",
         low=0,
         high=30 * 86400,
@@ -537,8 +356,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RESULT_MAX_BYTES",
         int,
-        queue_default("result_max_bytes"),
-        "Largest result kept (bytes of its JSON, or of base64 for bytes); a larger one fails the job, not retried",
+        _Q("result_max_bytes"),
+        "Largest result kept; a larger one fails the job",
         "worker",
         low=1,
         high=512 * 1024 * 1024,
@@ -547,8 +366,7 @@ SETTINGS: tuple[Setting, ...] = (
         "STANDIN_SWEEP_SECONDS",
         float,
         "60",
-        "When nobody (no cleaner) has swept the queue for this long, a worker sweeps it itself and warns, "
-        "so that no expired claim is stranded (0 = never)",
+        "Unswept this long, a worker sweeps itself (0 = never)",
         "worker",
         low=0,
         high=86400,
@@ -557,64 +375,31 @@ SETTINGS: tuple[Setting, ...] = (
         "WORKER_HEARTBEAT_SECONDS",
         float,
         "2",
-        "How often a worker writes its record to the registry of live workers (setqueue:{Q}:worker:<id>, "
-        "expiring after three beats), which the console shows; 0 = do not register",
+        "Beat of the live-worker registry (0 = do not register)",
         "worker",
         low=0,
         high=3600,
     ),
-    Setting(
-        "CONSOLE_HOST",
-        str,
-        "127.0.0.1",
-        "Address the console listens on: 127.0.0.1 = this host only (the default); 0.0.0.0 = every interface "
-        "(a container, behind a port published on 127.0.0.1)",
-        "console",
-        check=_check_host,
-    ),
-    Setting("CONSOLE_PORT", int, "8080", "Port of the console's web pages", "console", low=1, high=65535),
-    Setting(
-        "CONSOLE_TOKEN",
-        str,
-        "",
-        "The console's secret: empty = read-only; set, an operator who signs in with it may requeue and delete "
-        "jobs (every action is logged)",
-        "console",
-    ),
-    Setting("SWEEP_INTERVAL", float, "5", "Seconds between two sweeps of the cleaner", "cleaner", low=0.01, high=3600),
-    Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids examined per sweep", "cleaner", low=1, high=100_000),
-    Setting(
-        "AUDIT_INTERVAL",
-        float,
-        "10",
-        "With AUDIT: seconds between the starts of two audits (an audit covers at most 20,000 ids a sweep round)",
-        "cleaner",
-        low=0.1,
-        high=86400,
-    ),
-    Setting(
-        "SCHEDULES",
-        str,
-        "",
-        "Periodic jobs: name=cron;name2=cron (5-field cron, UTC), or @path of a file with one name=cron a line; "
-        "each run is the job <name>@<slot time, ISO 8601 UTC>, in QUEUE_NAME's first queue (unsharded)",
-        "cleaner",
-        check=_check_schedules,
-    ),
+    Setting("CONSOLE_HOST", str, "127.0.0.1", "Address the console listens on", "console", check=_check_host),
+    Setting("CONSOLE_PORT", int, "8080", "Port of the console", "console", low=1, high=65535),
+    Setting("CONSOLE_TOKEN", str, "", "Secret for actions (empty = read-only)", "console"),
+    Setting("SWEEP_INTERVAL", float, "5", "Seconds between sweeps", "cleaner", low=0.01, high=3600),
+    Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids per sweep", "cleaner", low=1, high=100_000),
+    Setting("AUDIT_INTERVAL", float, "10", "With AUDIT: seconds between audits", "cleaner", low=0.1, high=86400),
+    Setting("SCHEDULES", str, "", "Periodic jobs: name=cron;... (UTC) or @file", "cleaner", check=_check_schedules),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
 _BY_FIELD = {s.field: s for s in SETTINGS}
 
 
 def default(name: str) -> Any:
-    """The parsed default of setting ``name`` (defaults are written once, in ``SETTINGS``)."""
+    """The parsed default of setting ``name``."""
     setting = SETTING_BY_NAME[name]
     return setting.parse(setting.default)
 
 
 def check_tls(url: str, files: TlsFiles) -> None:
-    """The REDIS_TLS_* files go with a rediss:// URL, the key with its certificate, and the two load
-    together; SettingError naming the setting otherwise."""
+    """The REDIS_TLS_* files go with a rediss:// URL, the key with its certificate, and the two load together."""
     try:
         tls_options(url, **files)
     except OptionError as exc:
@@ -653,7 +438,7 @@ def validate_redis_url(url: str) -> str:
 
 
 def _check_url_options(url: str, query: str) -> None:
-    """Query options are redis-py's, each with a value its parser takes (``?socket_timeout=5``)."""
+    """Query options are redis-py's, each with a value its parser takes."""
     from redis.connection import URL_QUERY_ARGUMENT_PARSERS  # noqa: PLC0415 - redis-py's own table
 
     for name, values in parse_qs(query, keep_blank_values=True).items():
@@ -670,12 +455,8 @@ def _check_url_options(url: str, query: str) -> None:
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
-    """Import ``module:function``; a SettingError for JOB_HANDLER if that is impossible, saying
-    where it went wrong (the file and line of an error raised while importing the module), or if
-    what it names cannot be called with a lease.
-
-    The current directory is importable, as under ``python -m worker`` (and as celery and rq do),
-    so that the ``setqueue-worker`` entry point finds the same modules."""
+    """Import ``module:function``; a SettingError for JOB_HANDLER saying where it went wrong, or if it
+    cannot be called with a lease. The current directory is importable, as under ``python -m worker``."""
     if not spec:
         raise SettingError(
             "JOB_HANDLER", f"is not set: name your job function as module:function (the demo's is {DEMO_HANDLER})"
@@ -712,13 +493,11 @@ def load_handler(spec: str) -> Callable[..., Any]:
 
 
 def _where(exc: BaseException) -> str:
-    """An exception as one line with the place it was raised: the type, the message, and the file
-    and line (the deepest frame; a SyntaxError's own file and line)."""
+    """An exception as one line with the file and line of its deepest frame in the user's code."""
     what = f"{type(exc).__name__}: {exc}".rstrip(": ")
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{what} ({exc.filename}, line {exc.lineno})"
     frames = traceback.extract_tb(exc.__traceback__)
-    # The deepest frame in the user's code: not Python's own, nor an installed package's.
     theirs = [f for f in frames if not f.filename.startswith(_LIBRARY_PATHS) and not f.filename.startswith("<")]
     if not frames:
         return what
@@ -727,7 +506,7 @@ def _where(exc: BaseException) -> str:
     return f"{what} ({frame.filename}, line {frame.lineno}{line})"
 
 
-# Where Python and installed packages live: an import error's place is the deepest frame outside them.
+# Where Python and installed packages live: not the user's code.
 _LIBRARY_PATHS = tuple(
     {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")} - {None, ""}
 )
@@ -738,7 +517,7 @@ SettingsT = TypeVar("SettingsT", bound="CommonSettings")
 
 @dataclass(frozen=True)
 class CommonSettings:
-    """What every service reads. Each field is the setting of the same name in ``SETTINGS``."""
+    """What every service reads; each field is the setting of its name in ``SETTINGS``."""
 
     redis_url: str
     redis_tls_ca_file: str
@@ -763,7 +542,6 @@ class CommonSettings:
 
     @classmethod
     def from_env(cls: type[SettingsT], env: Mapping[str, str] | None = None) -> SettingsT:
-        """Read and check every field's setting; the first bad one raises SettingError."""
         env = os.environ if env is None else env
         return cls(**{f.name: _BY_FIELD[f.name].read(env) for f in fields(cls)})
 
@@ -771,7 +549,6 @@ class CommonSettings:
         check_tls(self.redis_url, self.tls_options())
 
     def tls_options(self) -> TlsFiles:
-        """``setqueue.open_queue``'s and ``setqueue.client.connect``'s TLS files (None: not set)."""
         return {
             "tls_ca_file": self.redis_tls_ca_file or None,
             "tls_cert_file": self.redis_tls_cert_file or None,
@@ -780,16 +557,14 @@ class CommonSettings:
 
     @property
     def trims_done(self) -> bool:
-        """Whether the retention drops ids from done (by count or by age)."""
         return self.done_max_count > 0 or self.done_max_age_seconds > 0
 
     @property
     def queue_names(self) -> tuple[str, ...]:
-        """The queues QUEUE_NAME names, in its order."""
         return parse_queue_names(self.queue_name)
 
     def queue_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``Queue.from_url`` besides the URL (the name: the first queue's)."""
+        """``Queue.from_url``'s keyword arguments besides the URL (the name: the first queue's)."""
         return {
             "name": self.queue_names[0],
             "lease_seconds": self.lease_seconds,
