@@ -360,7 +360,6 @@ def test_the_cli_shows_and_changes_the_limits(redis_url: str, queue: Queue) -> N
         "groups": {"big": {"concurrency": 2, "rate": "5/s (burst 1)"}},
     }
     # A burst alone changes the rate in force; --clear drops a group's own.
-
     assert run("limit", "--burst", "5")[0] == 0
     assert queue.limits().rate == Rate(100, 1000, 5)
     assert run("limit", "--rate", "off", "--group-concurrency", "off")[0] == 0

@@ -1,7 +1,4 @@
-"""What a newcomer trips on, each as it happened to one: a forgotten handler, --help that starts a
-worker, a missing password, errors without their place, a lone string enqueued letter by letter,
-options given to a producer, the queue list, a worker alone, the package, schedules, and smaller
-things. Real processes and a real redis-server throughout."""
+"""What a newcomer trips on, each as it happened to one, on real processes and a real redis-server."""
 
 from __future__ import annotations
 
@@ -31,8 +28,6 @@ from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until
 from worker.failures import FailureLog
 
-HANDLER = "tests.support.jobs:handle"
-
 
 def run_service(
     service: str, *args: str, cwd: Path = REPO_ROOT, **settings: object
@@ -49,7 +44,7 @@ def cli(redis_url: str, *argv: str) -> tuple[int, str]:
     return cli_main(["--redis-url", redis_url, *argv], out=out), out.getvalue()
 
 
-# -- 1. a worker with no handler named ----------------------------------------------------------
+# -- 1. a worker with no handler named
 
 
 def test_a_worker_without_a_job_handler_refuses_to_start_and_leaves_the_jobs(
@@ -69,7 +64,7 @@ def test_the_compose_stack_names_the_demo_handler() -> None:
     assert f'JOB_HANDLER: "${{JOB_HANDLER:-{DEMO_HANDLER}}}"' in compose
 
 
-# -- 2. --help and --version ---------------------------------------------------------------------
+# -- 2. --help and --version
 
 
 @pytest.mark.parametrize("service", ["worker", "creator", "cleaner"])
@@ -90,7 +85,7 @@ def test_the_command_line_says_its_version(capsys: pytest.CaptureFixture[str]) -
     assert exit_.value.code == 0 and capsys.readouterr().out == "setqueue 0.1.0\n"
 
 
-# -- 3. a missing password -----------------------------------------------------------------------
+# -- 3. a missing password
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +111,11 @@ def test_a_missing_password_is_said_at_once_without_retrying(
     assert worker.returncode == 3
     [line] = worker.stderr.splitlines()
     assert "requires a password: set it in REDIS_URL" in line
-    # Each asked once (and this count's own connection): no retry loop, nothing waited out.
+    # Each asked once (plus this count's own connection): no retry loop.
     assert connections(locked_redis) - before <= 4
 
 
-# -- 4. errors keep their place -------------------------------------------------------------------
+# -- 4. errors keep their place
 
 
 @pytest.mark.parametrize(
@@ -145,13 +140,10 @@ def test_a_bad_handler_module_is_one_line_with_its_place(tmp_path: Path, module:
 
 
 def test_a_failing_handler_logs_its_traceback_once_and_inspect_shows_it(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, queue: Queue
+    start_worker: Callable[..., Proc], redis_url: str, queue_name: str, queue: Queue
 ) -> None:
     queue.enqueue([f"fail-{n}" for n in range(6)], max_attempts=1)
-    worker = Proc.start(
-        "worker", tmp_path, REDIS_URL=redis_url, QUEUE_NAME=queue_name, JOB_HANDLER=HANDLER, EXEC_LOG=tmp_path / "x"
-    )
-    procs.append(worker)
+    worker = start_worker(queue_name)
     wait_until(lambda: queue.stats()["failed"] == 6, 30, "six dead letters")
     log = worker.log()
     assert log.count("Traceback (most recent call last)") == 1, log  # the five like it are counted, not logged
@@ -186,7 +178,7 @@ def test_the_same_failure_again_is_counted_then_summed_up(caplog: pytest.LogCapt
     assert any(line.startswith("2 more job failures like ValueError at ") for line in lines), lines
 
 
-# -- 5. a lone string ---------------------------------------------------------------------------
+# -- 5. a lone string
 
 
 def test_a_lone_string_is_never_enqueued_letter_by_letter(redis_url: str, queue_name: str, client: redis.Redis) -> None:
@@ -202,29 +194,17 @@ def test_a_lone_string_is_never_enqueued_letter_by_letter(redis_url: str, queue_
     assert client.keys(f"setqueue:{{{queue_name}*") == []
 
 
-# -- 6. a job's own options ---------------------------------------------------------------------
+# -- 6. a job's own options
 
 
 def test_a_jobs_own_max_attempts_and_timeout_win_over_the_workers(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, queue: Queue
+    start_worker: Callable[..., Proc], tmp_path: Path, queue_name: str, queue: Queue
 ) -> None:
     execlog = ExecutionLog(tmp_path / "exec.log")
     queue.enqueue(["fail-once"], max_attempts=1)
     queue.enqueue(["fail-thrice"], max_attempts=3)
     queue.enqueue(["sleep-30-a"], timeout=0.5, max_attempts=1)
-    procs.append(
-        Proc.start(
-            "worker",
-            tmp_path,
-            REDIS_URL=redis_url,
-            QUEUE_NAME=queue_name,
-            JOB_HANDLER=HANDLER,
-            EXEC_LOG=execlog.path,
-            MAX_ATTEMPTS=5,
-            JOB_TIMEOUT_SECONDS=300,
-            RETRY_BACKOFF_SECONDS=0,
-        )
-    )
+    start_worker(queue_name, MAX_ATTEMPTS=5, JOB_TIMEOUT_SECONDS=300, RETRY_BACKOFF_SECONDS=0)
     wait_until(lambda: queue.stats()["failed"] == 3, 30, "three dead letters")
     assert execlog.starts() == {"fail-once": 1, "fail-thrice": 3, "sleep-30-a": 1}
     info = queue.inspect("sleep-30-a")
@@ -239,7 +219,7 @@ def test_the_options_are_checked_before_anything_is_written(queue: Queue, client
     assert client.keys(queue.keys.prefix + "*") == []
 
 
-# -- 7. the queue list on the command line ---------------------------------------------------------
+# -- 7. the queue list on the command line
 
 
 def test_the_command_line_takes_the_queue_list_the_worker_takes(redis_url: str, queue_name: str) -> None:
@@ -257,14 +237,13 @@ def test_the_command_line_takes_the_queue_list_the_worker_takes(redis_url: str, 
     assert code == 0 and json.loads(out)["queue"] == f"{queue_name}-lo"
 
 
-# -- 8. a worker alone -----------------------------------------------------------------------------
+# -- 8. a worker alone
 
 
 def test_a_worker_alone_brings_back_a_killed_workers_jobs(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, queue: Queue
+    start_worker: Callable[..., Proc], tmp_path: Path, redis_url: str, queue_name: str, queue: Queue
 ) -> None:
-    """No cleaner runs: after a worker dies holding jobs, the next worker sweeps the queue itself
-    once nobody has for STANDIN_SWEEP_SECONDS, says so, and the jobs run."""
+    """No cleaner runs: the next worker sweeps once nobody has for STANDIN_SWEEP_SECONDS, and says so."""
     execlog = ExecutionLog(tmp_path / "exec.log")
     queue.enqueue(["held-1", "held-2", "held-3", "free-1"])
     holder = subprocess.Popen(
@@ -276,23 +255,14 @@ def test_a_worker_alone_brings_back_a_killed_workers_jobs(
     assert holder.stdout is not None and len(json.loads(holder.stdout.readline())) == 3
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    worker = Proc.start(
-        "worker",
-        tmp_path,
-        REDIS_URL=redis_url,
-        QUEUE_NAME=queue_name,
-        JOB_HANDLER=HANDLER,
-        EXEC_LOG=execlog.path,
-        STANDIN_SWEEP_SECONDS=1,
-    )
-    procs.append(worker)
+    worker = start_worker(queue_name, STANDIN_SWEEP_SECONDS=1)
     wait_until(lambda: queue.stats()["done"] == 4, 30, "every job done, the held ones too")
     assert set(execlog.starts()) == {"held-1", "held-2", "held-3", "free-1"}
     assert re.search(r"WARNING .*no cleaner has swept queue \S+ for \d+s: this worker swept it", worker.log())
     assert worker.metric("setqueue_standin_sweeps_total") >= 1
 
 
-# -- 9. one package ---------------------------------------------------------------------------------
+# -- 9. one package
 
 
 def test_one_package_named_setqueue_carries_the_library_the_command_and_the_services(tmp_path: Path) -> None:
@@ -319,14 +289,13 @@ def test_one_package_named_setqueue_carries_the_library_the_command_and_the_serv
     assert not (REPO_ROOT / "shared" / "pyproject.toml").exists()  # one package, one way to install
 
 
-# -- 10. schedules in force ----------------------------------------------------------------------
+# -- 10. schedules in force
 
 
 def test_schedules_in_force_live_in_redis(
     redis_url: str, queue_name: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cleaner registers its SCHEDULES; the command line lists them with no SCHEDULES of its own;
-    the API registers one without any environment, and the cleaner creates its runs."""
+    """A cleaner registers its SCHEDULES; the CLI lists them without SCHEDULES; the API adds one the cleaner runs."""
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, SCHEDULES="report=0 * * * *")
     cleaner = CleanerService(CleanerSettings.from_env(env))
     try:
@@ -346,7 +315,7 @@ def test_schedules_in_force_live_in_redis(
         cleaner.close()
 
 
-# -- 11. smaller things -------------------------------------------------------------------------
+# -- 11. smaller things
 
 
 def test_inspect_shows_times_in_iso_8601(redis_url: str, queue_name: str, queue: Queue) -> None:

@@ -12,6 +12,13 @@ from setqueue.flow import FLOW_STATS
 from tests.support import queue_members
 from tests.support.waits import wait_for_redis_clock
 
+EMPTY = {
+    **dict.fromkeys(("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "results_kept"), 0),
+    "oldest_pending_age_seconds": 0.0,
+    "todos_by_priority": {},
+    **dict.fromkeys(FLOW_STATS, 0),
+}
+
 
 def members(client: redis.Redis, q: Queue) -> dict[str, set[str]]:
     return {state: set(ids) for state, ids in queue_members(client, q.keys).items() if state != "scheduled"}
@@ -56,18 +63,7 @@ def test_enqueue_does_not_re_add_ids_in_progress_done_or_failed(make_queue: Call
     q.ack(leases["finished"])
     assert q.fail(leases["dead"], "boom") is FailOutcome.DEAD
     assert q.enqueue(["busy", "finished", "dead"]) == 0
-    assert q.stats() | {"oldest_pending_age_seconds": 0} == {
-        "todos": 0,
-        "in_progress": 1,
-        "done": 1,
-        "failed": 1,
-        "scheduled": 0,
-        "cancelled": 0,
-        "results_kept": 0,
-        "oldest_pending_age_seconds": 0,
-        "todos_by_priority": {},
-        **dict.fromkeys(FLOW_STATS, 0),
-    }
+    assert q.stats() | {"oldest_pending_age_seconds": 0} == EMPTY | {"in_progress": 1, "done": 1, "failed": 1}
 
 
 def test_enqueue_batches_larger_than_one_script_call(queue: Queue) -> None:
@@ -168,9 +164,8 @@ def test_a_finished_job_keeps_its_attempts_and_times_while_retained(
         assert info.attempts == 2, info
         assert info.enqueued_at is not None and info.finished_at is not None
         assert info.enqueued_at < info.finished_at
-    # Trimmed from done by the retention: forgotten with it, so enqueued again it starts afresh. (A
-    # later done time than ok's: in the same millisecond, the retention would drop the id first in
-    # byte order.)
+    # Trimmed from done by the retention, it is forgotten: enqueued again it starts afresh. ("next" is
+    # done a millisecond later: in the same one, the retention would drop the id first in byte order.)
     q.enqueue(["next"])
     wait_for_redis_clock(client, 0.002)
     q.ack(q.claim()[0])
@@ -183,8 +178,7 @@ def test_a_finished_job_keeps_its_attempts_and_times_while_retained(
 def test_a_job_finished_without_kept_history_shows_attempts_as_unknown(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue(["old"])
     queue.ack(queue.claim()[0])
-    # as an id acked before finished records were kept:
-    client.hdel(queue.keys.finished, "old")
+    client.hdel(queue.keys.finished, "old")  # as an id acked before finished records were kept
     info = queue.inspect("old")
     assert info is not None and info.attempts is None and info.enqueued_at is None and info.finished_at is None
 
@@ -265,8 +259,7 @@ def test_sweep_requeues_only_expired_claims(make_queue: Callable[..., Queue], cl
     assert result.requeued == [dead.id] and result.dead_lettered == [] and result.total == 1
     assert members(client, q)["todos"] == {dead.id}
     assert q.ack(live)
-    # The swept job's old lease can no longer be acked: it is back in todos.
-    assert not q.ack(dead)
+    assert not q.ack(dead)  # back in todos: its old lease is stale
     assert q.sweep().total == 0
 
 
@@ -304,7 +297,7 @@ def test_done_is_trimmed_by_count(make_queue: Callable[..., Queue], client: redi
     done = members(client, q)["done"]
     assert len(done) == 5
     assert client.zcard(q.keys.done_log) == 5
-    # A trimmed id is forgotten: enqueueing it again is a new job (documented).
+    # A trimmed id is forgotten: enqueued again, it is a new job.
     forgotten = sorted({f"j{i}" for i in range(8)} - done)
     assert q.enqueue(forgotten) == 3
 
@@ -321,18 +314,7 @@ def test_done_is_trimmed_by_age_on_sweep(make_queue: Callable[..., Queue], clien
 
 
 def test_stats(queue: Queue) -> None:
-    assert queue.stats() == {
-        "todos": 0,
-        "in_progress": 0,
-        "done": 0,
-        "failed": 0,
-        "scheduled": 0,
-        "cancelled": 0,
-        "results_kept": 0,
-        "oldest_pending_age_seconds": 0.0,
-        "todos_by_priority": {},
-        **dict.fromkeys(FLOW_STATS, 0),
-    }
+    assert queue.stats() == EMPTY
     queue.enqueue(["a", "b", "c"])
     queue.enqueue(["urgent"], priority=10)
     queue.enqueue(["later"], priority=-10)

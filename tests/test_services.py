@@ -447,7 +447,6 @@ def test_metrics_host_decides_where_metrics_listen(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, *, extra: dict[str, str], outside: bool
 ) -> None:
     # 127.0.0.2 is this host but not 127.0.0.1: it stands for "another interface".
-
     cleaner = start(procs, "cleaner", tmp_path, **common(redis_url, queue_name), **extra)
     cleaner.wait_ready()
     assert reachable("127.0.0.1", cleaner.port)
