@@ -1,44 +1,25 @@
 #!lua flags=allow-oom
--- ack.lua: move finished jobs in_progress -> done, if the caller still owns them.
--- A caller owns a job while owners names its token: from its claim until the job leaves
--- in_progress. That covers a lock that expired while nobody took the job over (the cleaner
--- clears owners when it requeues, a new claim overwrites it). A stale ack changes nothing.
--- Each claim's lock counts down by the jobs acked and is dropped when none is left. The job's
--- enqueue time, done time and attempt count go into finished, kept while done keeps the id, and
--- what its handler returned (when it returned something) into results, kept result_ttl ms. The
--- acked ids are published on the ended channel for whoever waits on a result. A group that had its
--- concurrency in progress takes a turn again, and an idle worker is woken for it.
---
--- Runs when Redis is full (allow-oom): a finished job is never held up for lack of memory. What
--- its handler returned only adds to memory, though, so an ack that keeps results is first sent as
--- this same script refused whole when Redis is full (scripts.py, ACK_KEEPING_RESULTS); refused,
--- it is sent again as this one with drop_results "1": the jobs are done and their finished
--- records say a result was returned (":1"), but no result is written, so result() says it is gone.
---
--- KEYS[1] request      request record setqueue:{Q}:req:<request id>
--- KEYS[2] in_progress  KEYS[3] done
--- KEYS[4] done_log     (zset: id -> done time in ms; drives the retention of done)
--- KEYS[5] pending      KEYS[6] attempts   KEYS[7] payloads   KEYS[8] errors
--- KEYS[9] owners       (hash: id -> lease token of its current claim)
--- KEYS[10] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>[:1]" of ended ids)
--- KEYS[11] options     (hash: id -> the job's own options, forgotten once it is done)
--- KEYS[12] results     (hash: id -> what its handler returned)
--- KEYS[13] result_expiry (zset: id -> when its result expires, ms)
--- KEYS[14] cancelled   KEYS[15] history   KEYS[16] progress  (forgotten with ids the retention drops)
--- KEYS[17] wake        (list idle workers block on)
--- KEYS[18] flow   KEYS[19] group_of   KEYS[20] group_running   KEYS[21] groups_full   KEYS[22] groups_ready
---                      (a job of a group leaving in_progress counts its group down: includes/groups.lua)
--- KEYS[FIRST_LOCK..]   lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] keep         most ids kept in done and cancelled (0 = no limit); the oldest are dropped beyond it
--- ARGV[3] result_ttl   how long a result is kept, ms (0: not kept)
--- ARGV[4] ended        the channel the acked ids are published on ("done\n<id>\n<id>...")
--- ARGV[5] wake_cap     wake list cap
--- ARGV[6] drop_results "1": write no result (Redis is full); "0": keep them
--- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T),
---                      enqueue time in ms (as the claim read it; "" if unknown), attempt number
---                      and result ("" for none) of each lease (see includes/claims.lua)
--- Returns a string: now ms, a space, then "1" for each lease acked and "0" for each stale one
+-- ack.lua: move finished jobs in_progress -> done if the caller still owns them: owners names its
+-- token from its claim until the job leaves in_progress, even past an expired lock nobody took
+-- over (a requeue clears owners, a new claim overwrites it). A stale ack changes nothing. Each
+-- claim's lock counts down by the jobs acked. finished keeps enqueue/done time and attempts while
+-- done keeps the id; results keeps what a handler returned for result_ttl ms. Acked ids are
+-- published on ended; a group that was full takes a turn again and an idle worker is woken.
+-- allow-oom: a finished job is never held up for lack of memory. An ack keeping results is first
+-- sent as this script without allow-oom (scripts.py ACK_KEEPING_RESULTS); if refused, again as
+-- this one with drop_results "1": the jobs are done, finished says a result was returned (":1")
+-- but none is written, so result() says it is gone.
+-- KEYS[1] request KEYS[2] in_progress KEYS[3] done KEYS[4] done_log KEYS[5] pending
+-- KEYS[6] attempts KEYS[7] payloads KEYS[8] errors KEYS[9] owners KEYS[10] finished KEYS[11] options
+-- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress
+-- KEYS[17] wake KEYS[18] flow KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
+-- KEYS[22] groups_ready KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- ARGV[1] record_ttl ms  ARGV[2] keep (most ids in done and cancelled; 0 = no limit)
+-- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
+-- ARGV[6] drop_results ("1": write no result)
+-- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, enqueue ms
+-- ("" unknown), attempt, result ("" none)
+-- Returns a string: now ms, a space, then "1" per lease acked, "0" per stale one
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
@@ -63,12 +44,12 @@ local now = now_ms()
 local locks, tokens, ids, claim_of, enqueued, attempt, result = read_claims(FIRST_LOCK, CLAIMS, 5)
 local owner = redis.call('HMGET', owners, unpack(ids))
 
--- One command per key for the whole batch, not one per id (see claim.lua).
+-- One command per key for the batch (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
 local returned, expiring = {}, {}
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
-  -- The same lease twice in one call: the second one is stale (owners is cleared below).
+  -- The same lease twice in one call: the second is stale.
   if not seen[id] and owner[j] == tokens[c] then
     seen[id] = true
     owned[#owned + 1] = id

@@ -1,35 +1,21 @@
 #!lua flags=allow-oom
--- cancel.lua: cancel one job. One waiting in todos or scheduled goes to cancelled and never
--- starts; one in progress goes to cancelled at once too (its owner cleared, its claim's lock
--- counted down, so any later ack, fail or renewal of that attempt is stale), and its id is
--- published on the cancel channel for the worker running it to stop it. A job that ended (done,
--- failed, cancelled) is left alone. The job's enqueue time and attempts go into finished, and it
--- joins done_log, so the retention of done keeps cancelled jobs as long. A history line names who
--- cancelled it and the worker that held it; the id is published as ended ("cancelled"). Its
--- payload, its last error and its own options go, as a done job's do: the retention forgets a
--- cancelled id with what finished, history and progress keep of it, never with those. A job with
--- a group leaves its group's line, or counts its group down (includes/groups.lua).
---
--- KEYS[1] request      request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed   KEYS[6] scheduled
--- KEYS[7] cancelled    (set: cancelled ids)
--- KEYS[8] pending   KEYS[9] attempts   KEYS[10] owners   KEYS[11] finished   KEYS[12] priorities
--- KEYS[13] done_log    (zset: id -> when it ended, ms: drives the retention)
--- KEYS[14] history     (hash: id -> the job's transitions off the happy path)
--- KEYS[15] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
---                      caller read owners (any lock key of the queue if none did)
--- KEYS[16] payloads   KEYS[17] errors   KEYS[18] options
--- KEYS[19] flow   KEYS[20] grouped   KEYS[21] group_lines   KEYS[22] group_of   KEYS[23] groups_ready
--- KEYS[24] groups_resting   KEYS[25] groups_full   KEYS[26] group_running   KEYS[27] wake
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] id           the id
--- ARGV[3] token        the token of that claim ("" if none)
--- ARGV[4] who          who cancels (host:pid), for the history
--- ARGV[5] ended        the channel ended ids are published on ("cancelled\n<id>")
--- ARGV[6] cancel_channel  the channel the workers of the queue listen on for running jobs cancelled
--- ARGV[7] wake_cap     wake list cap
--- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress" (now
--- cancelled), "done", "failed", "cancelled" (all three: nothing changed), or false: unknown]
+-- cancel.lua: cancel one job. Waiting (todos, scheduled) or in progress, it goes to cancelled; a
+-- running one's owner is cleared and its lock counted down (a later ack, fail or renew is stale),
+-- and its id is published on cancel_channel for its worker to stop it. An ended job is left alone.
+-- finished and done_log take it, so done's retention keeps cancelled jobs as long; payload, error
+-- and own options go as a done job's do. A history line names who cancelled and the holder; the
+-- id is published on ended. A grouped job leaves its group's line or counts it down.
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] scheduled
+-- KEYS[7] cancelled KEYS[8] pending KEYS[9] attempts KEYS[10] owners KEYS[11] finished
+-- KEYS[12] priorities KEYS[13] done_log KEYS[14] history
+-- KEYS[15] lock (of the claim that owned the id as the caller read owners; any lock key if none)
+-- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] flow KEYS[20] grouped
+-- KEYS[21] group_lines KEYS[22] group_of KEYS[23] groups_ready KEYS[24] groups_resting
+-- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake
+-- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] who (host:pid)
+-- ARGV[5] ended channel ("cancelled\n<id>")  ARGV[6] cancel_channel  ARGV[7] wake_cap
+-- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress" (cancelled
+-- now), "done", "failed", "cancelled" (unchanged), or false: unknown]
 local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]

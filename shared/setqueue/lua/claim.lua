@@ -1,50 +1,24 @@
 #!lua flags=allow-oom
--- claim.lua: take up to N jobs from the front of the line (the highest priority first and, within a
--- priority, the earliest place in line), move them to in_progress with their rank and lease them,
--- in one step. One lease covers the whole claim: its lock key, named after the claim's token, holds
--- the number of the claim's jobs still held and carries the TTL. Because the move and the lock
--- happen in one script, no cleaner can ever see a claimed id in in_progress without its lock.
---
--- Flow control is enforced here, so no worker can race it: a paused queue gives nothing; the
--- queue's rate caps how many start (includes/flow.lua); and while jobs have groups, the groups take
--- turns (includes/groups.lua): each claim serves the groups at the front of groups_ready, an equal
--- share each within their concurrency and rate, and sends them to the back, so that a group with
--- a large backlog cannot starve a small one. What a limit holds back is said in the reply, with
--- when something could next be claimed, so that idle workers sleep instead of asking again.
---
--- KEYS[1] request      request record setqueue:{Q}:req:<token>  (a resent call returns the same leases)
--- KEYS[2] todos        KEYS[3] in_progress  (zsets: id -> rank, see includes/rank.lua)
--- KEYS[4] pending      (zset: id -> enqueue time in ms)
--- KEYS[5] attempts     (hash: id -> number of claims so far)
--- KEYS[6] payloads     (hash: id -> payload)
--- KEYS[7] owners       (hash: id -> lease token of its current claim)
--- KEYS[8] lock         setqueue:{Q}:lock:<token>  (string: jobs of this claim still held; TTL = lease)
--- KEYS[9] scheduled    (zset: id -> due time in ms; due ids are promoted into the line first)
--- KEYS[10] wake        (list idle workers block on: woken when more became due than this claim took)
--- KEYS[11] seq         (counter: the last place given in the line)
--- KEYS[12] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[13] options     (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
--- KEYS[14] flow        (hash: paused, rate, tat, grouped, turn, group_concurrency, group_rate)
--- KEYS[15] grouped     KEYS[16] group_lines   KEYS[17] group_of   (the jobs with a group: see
---                      includes/groups.lua)
--- KEYS[18] groups_ready  KEYS[19] groups_resting  KEYS[20] groups_full  (the line of groups)
--- KEYS[21] group_running (hash: group -> its jobs in progress)
--- KEYS[22] group_limits  (hash: group -> its own "<concurrency>|<rate>")
--- KEYS[23] group_buckets (zset: group -> its rate's theoretical arrival time in ms)
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] token        lease token (random, fresh for every call)
--- ARGV[3] lease_ms     lease duration in ms
--- ARGV[4] most         most ids to claim
--- ARGV[5] promote      most due ids to move from scheduled into the line in this call
--- ARGV[6] wake_cap     wake list cap
--- Returns an array: now ms; when (ms) something could next be claimed if this claim got fewer
--- than most (-1: not known, wait to be woken: nothing waits, or the queue is paused, or every
--- group with work has its concurrency in progress); what held jobs back ("" none, "paused",
--- "rate", "group"); 1 if the queue has a rate or group limits (the worker then claims only for
--- free slots), else 0; then id, attempt, enqueue ms (-1 if unknown), priority, payload (nil if
--- none) and its own options (nil if none) for each claimed id, in line order. A resend returns
--- the ids of the first call that this claim still owns. The request record holds the claimed
--- ids, one a line (ids hold no line breaks).
+-- claim.lua: take up to N jobs from the front of the line (highest priority, then earliest place),
+-- move them to in_progress and lease them in one step, so no cleaner sees a claimed id without its
+-- lock. One lock per claim, named after its token: it holds the count of jobs still held, TTL = lease.
+-- Flow control lives here so no worker can race it: paused gives nothing; the rate caps starts
+-- (includes/flow.lua); groups take turns (includes/groups.lua), an equal share each within their
+-- limits, then to the back, so a big backlog cannot starve a small group. The reply says what was
+-- held back and when to come back, so idle workers sleep. Keys are described in keys.py.
+-- KEYS[1] request (record under the token: a resend returns the same leases) KEYS[2] todos
+-- KEYS[3] in_progress KEYS[4] pending KEYS[5] attempts KEYS[6] payloads KEYS[7] owners
+-- KEYS[8] lock KEYS[9] scheduled KEYS[10] wake KEYS[11] seq KEYS[12] priorities KEYS[13] options
+-- KEYS[14] flow KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of KEYS[18] groups_ready
+-- KEYS[19] groups_resting KEYS[20] groups_full KEYS[21] group_running KEYS[22] group_limits
+-- KEYS[23] group_buckets
+-- ARGV[1] record_ttl ms  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] most ids
+-- ARGV[5] promote (most due ids to promote)  ARGV[6] wake_cap
+-- Returns now ms; when (ms) something could next be claimed if fewer than most were (-1: wait to
+-- be woken); what held jobs back ("", "paused", "rate", "group"); 1 if the queue has a rate or group
+-- limits (workers then claim only for free slots), else 0; then per id in line order: id, attempt,
+-- enqueue ms (-1 unknown), priority, payload, own options (nil if none). A resend returns the first
+-- call's ids this claim still owns. The record holds the ids, one a line.
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, priorities, options, flow = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
@@ -66,25 +40,21 @@ local G = {
 local now = now_ms()
 local FOREVER = math.huge
 
--- One field read tells a queue without flow control from one with: the common case pays one HMGET.
+-- One HMGET tells a queue without flow control from one with.
 local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(
   'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
--- Claiming ahead of free slots would spend the rate or a group's slot or rate on a job that waits
--- in a worker's buffer: with any limit set, workers claim only for their free slots. (Groups alone
--- do not: a claim chose fairly, and a buffer holds at most CLAIM_BATCH jobs a worker.)
+-- With any limit set, workers claim only for free slots: a job waiting in a worker's buffer would
+-- spend the rate or a group's slot. (Groups alone do not: a buffer holds at most CLAIM_BATCH.)
 local has_limits = rate or default_concurrency or default_rate
   or (has_groups and redis.call('EXISTS', group_limits) == 1)
 local limited = has_limits and 1 or 0
 
--- claim_groups(want, ids, ranks): take up to want jobs from the groups at the front of their line
--- (the jobs without a group taking their turn as NO_GROUP), an equal share each (a turn); while that leaves
--- room (a group had fewer, or a limit set it aside), the next groups in line, up to LOOK_AHEAD more
--- than want in all. Returns whether a group limit held jobs back, and the earliest time a resting
--- group may start again (FOREVER: none; now: groups are left that this claim did not look at).
+-- claim_groups: up to want jobs from the groups at the front of their line (ungrouped jobs take
+-- their turn as NO_GROUP), an equal share each; while room is left, the next groups, up to
+-- LOOK_AHEAD more than want. Returns whether a group limit held jobs back, and when a resting group
+-- may start again (FOREVER: none; now: groups left unvisited).
 local LOOK_AHEAD = 100
--- A turn takes up to TURN jobs of a group (more when fewer groups share the claim): a claim of 100
--- over 1,000 groups visits 25, not 100, and a group with one job waiting still has it started
--- within a few claims.
+-- A turn takes up to TURN jobs of a group: a claim of 100 over 1,000 groups visits 25, not 100.
 local TURN = 4
 local function claim_groups(want, ids, ranks)
   local rested = redis.call('ZRANGE', groups_resting, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)
@@ -97,14 +67,12 @@ local function claim_groups(want, ids, ranks)
   end
   local soonest = FOREVER
   local held = false
-  -- Without limits a claim reads no group's limits, counts or rate (the common case costs least);
-  -- group_running is kept all the same, so that a limit set later counts right.
+  -- Without limits, read no group's limits or rate; group_running is kept anyway for a later limit.
   local has_own = redis.call('EXISTS', group_limits) == 1
   local counts = has_own or default_concurrency
   local rates = has_own or default_rate
   local visited, again, full, resting, counted, bucketed, taken, taken_ids = {}, {}, {}, {}, {}, {}, {}, {}
-  -- Until the claim is full, in pages of the line of groups (read from where the last one ended:
-  -- the line changes only after the loop).
+  -- In pages of the line of groups (it changes only after the loop).
   while #ids < want and #visited < want + LOOK_AHEAD do
     local front = redis.call('ZRANGE', groups_ready, #visited, #visited + math.ceil((want - #ids) / TURN) - 1)
     if #front == 0 then break end
@@ -163,9 +131,8 @@ local function claim_groups(want, ids, ranks)
             allowed = allowed - took
           end
         end
-        -- Where the group goes now: out of the line of groups with nothing left waiting; aside
-        -- while a limit holds it (full: until one of its jobs ends; resting: until its rate allows
-        -- one); else to the back of the line.
+        -- Nothing left: leaves the line; held by a limit: full (until a job ends) or resting
+        -- (until its rate allows one); else to the back.
         if not more then
           -- nothing waiting: it leaves the line of groups
         elseif concurrency and in_progress_now + took >= concurrency then
@@ -183,14 +150,14 @@ local function claim_groups(want, ids, ranks)
       end
     end
   end
-  -- Looked as far as it may with room left and groups still in line: claim again at once.
+  -- Room left and groups unvisited: claim again at once.
   if #ids < want and redis.call('ZCARD', groups_ready) > #visited then soonest = now end
   if #visited == 0 then
     local first = redis.call('ZRANGE', groups_resting, 0, 0, 'WITHSCORES')
     if #first == 2 then soonest = math.min(soonest, tonumber(first[2])) end
     return held, soonest
   end
-  -- Those going on take a new turn at the back (ZADD moves them); the others leave the line.
+  -- Those going on take a new turn at the back (ZADD moves them); the others leave.
   local going_on, leaving = {}, {}
   for _, group in ipairs(again) do going_on[group] = true end
   for _, group in ipairs(visited) do
@@ -252,12 +219,11 @@ else
         ids[#ids + 1] = front[j]
         ranks[#ranks + 1] = tonumber(front[j + 1])
       end
-      -- Short while every group with jobs waiting has its concurrency in progress: held by them.
+      -- Short while every waiting group has its concurrency in progress.
       if #ids < want and has_groups and redis.call('EXISTS', groups_full) == 1 then held = 'group' end
     end
   end
-  -- Held back by the rate: it capped this claim and the line had more than it let through. Then
-  -- say when it allows a whole claim again (or its burst, if that is less).
+  -- The rate capped this claim and more was waiting: say when it allows a whole claim (or burst).
   if interval then
     if #ids > 0 then redis.call('HSET', flow, 'tat', from + #ids * interval) end
     if want < most and #ids == want and redis.call('EXISTS', todos, grouped) > 0 then
@@ -266,7 +232,7 @@ else
     end
   end
   if promoted > #ids and not paused then wake_workers(wake, promoted - #ids, wake_cap) end
-  -- One command per key for the whole batch: a call from Lua costs more than its work on one id.
+  -- One command per key for the batch: a Lua call costs more than its work on one id.
   if #ids > 0 then
     local ranked = {}
     for j = 1, #ids do ranked[2 * j - 1], ranked[2 * j] = ranks[j], ids[j] end
@@ -285,8 +251,7 @@ else
   record(request, table.concat(ids, '\n'), record_ttl)
 end
 
--- When something could next be claimed, if this claim got less than asked: the next scheduled job,
--- a resting group, or the rate's next batch, whichever comes first.
+-- Next chance if short: the next scheduled job, a resting group or the rate's next batch.
 local next_at = -1
 if #ids < most and held ~= 'paused' then
   local first = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')

@@ -1,28 +1,17 @@
 #!lua flags=allow-oom
--- delete.lua: remove one job from the queue entirely, whatever state it is in, with its
--- bookkeeping; its claim's lock counts one job less. A worker still running it will find its
--- lease stale. A job with a group leaves its group's line, or counts its group down.
---
--- KEYS[1] request      request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
--- KEYS[6] pending   KEYS[7] attempts   KEYS[8] payloads   KEYS[9] errors   KEYS[10] done_log
--- KEYS[11] lock        lock key setqueue:{Q}:lock:<token> of the claim that owned the id when the
---                      caller read owners (any lock key of the queue if none did)
--- KEYS[12] owners      (hash: id -> lease token of its current claim)
--- KEYS[13] finished    (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
--- KEYS[14] scheduled   (zset: id -> due time in ms)
--- KEYS[15] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[16] options     (hash: id -> the job's own options)
--- KEYS[17] cancelled   KEYS[18] results   KEYS[19] result_expiry   KEYS[20] history   KEYS[21] progress
--- KEYS[22] flow   KEYS[23] grouped   KEYS[24] group_lines   KEYS[25] group_of   KEYS[26] groups_ready
--- KEYS[27] groups_resting   KEYS[28] groups_full   KEYS[29] group_running   KEYS[30] wake
---                      (the jobs with a group: includes/groups.lua)
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] id           the id
--- ARGV[3] token        the token of that claim ("" if none)
--- ARGV[4] wake_cap     wake list cap
+-- delete.lua: remove one job entirely, whatever its state, with its bookkeeping; its claim's lock
+-- counts one less, and a worker running it finds its lease stale. A grouped job leaves its group's
+-- line or counts it down.
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
+-- KEYS[7] attempts KEYS[8] payloads KEYS[9] errors KEYS[10] done_log
+-- KEYS[11] lock (of the claim that owned the id as the caller read owners; any lock key if none)
+-- KEYS[12] owners KEYS[13] finished KEYS[14] scheduled KEYS[15] priorities KEYS[16] options
+-- KEYS[17] cancelled KEYS[18] results KEYS[19] result_expiry KEYS[20] history KEYS[21] progress
+-- KEYS[22] flow KEYS[23] grouped KEYS[24] group_lines KEYS[25] group_of KEYS[26] groups_ready
+-- KEYS[27] groups_resting KEYS[28] groups_full KEYS[29] group_running KEYS[30] wake
+-- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] wake_cap
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
--- "scheduled", or false]
+-- "scheduled", "cancelled", or false]
 local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
@@ -38,7 +27,7 @@ local record_ttl, id, token, wake_cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local cached = recorded(request)
 if cached then return cached end
 
--- The lock counts the claim's jobs still held: one less, if that claim still owns this one.
+-- One job less for the lock, if that claim still owns it.
 if token ~= '' and redis.call('HGET', owners, id) == token then count_down(lock, 1) end
 
 local G = {

@@ -1,30 +1,14 @@
 #!lua
--- enqueue.lua: add job ids at the back of their priority's line (todos, or their group's line:
--- see includes/groups.lua), in the order given, or to scheduled when they are due later; an id the
--- queue already knows (in any of the six states) is left alone.
---
--- KEYS[1] request   request record setqueue:{Q}:req:<request id>  (holds this call's result for a
---                   while, so a command resent after a connection error returns it instead of applying again)
--- KEYS[2] todos     KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
--- KEYS[6] pending   (zset: id -> enqueue time in ms, for ids in todos or in_progress)
--- KEYS[7] payloads  (hash: id -> payload)
--- KEYS[8] wake      (list that idle workers block on)
--- KEYS[9] scheduled (zset: id -> due time in ms)
--- KEYS[10] seq      (counter: the last place given in the line, see includes/rank.lua)
--- KEYS[11] priorities (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[12] options   (hash: id -> "<max attempts>|<timeout ms>" of a job enqueued with its own)
--- KEYS[13] cancelled (set: cancelled ids, known like the others)
--- KEYS[14] flow      (hash: the queue's flow control; "grouped" is set once a job has a group)
--- KEYS[15] grouped   KEYS[16] group_lines   KEYS[17] group_of   KEYS[18] groups_ready  (includes/groups.lua)
--- ARGV[1] record_ttl     request record TTL in ms
--- ARGV[2] wake_cap       wake list cap (how many idle workers one call may wake)
--- ARGV[3] with_payloads  "1" when every id is followed by its payload, "0" when no payloads are given
--- ARGV[4] delay_ms       due this long after now by the Redis clock (0: now)
--- ARGV[5] at_ms          due at this Unix time in ms ("": use delay_ms); a time past means now
--- ARGV[6] priority       of every id, -10 to 10 (higher runs first)
--- ARGV[7] job_options    "<max attempts>|<timeout ms>" of every id (either part empty: the default), or ""
--- ARGV[8] group          the group of every id ("": none)
--- ARGV[FIRST_JOB..]      id [payload], id [payload], ...
+-- enqueue.lua: add ids at the back of their priority's line (todos, or their group's line), in the
+-- order given, or to scheduled when due later; an id the queue already knows is left alone.
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
+-- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
+-- KEYS[13] cancelled KEYS[14] flow KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
+-- KEYS[18] groups_ready
+-- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
+-- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
+-- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
+-- ARGV[8] group ("": none)  ARGV[FIRST_JOB..] id [payload], ...
 -- Returns a JSON string: [number of ids added]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -72,7 +56,7 @@ if added > 0 and job_options ~= '' then
   redis.call('HSET', options, unpack(own))
 end
 
--- A job's group is kept from the start: a scheduled one joins its group's line when it is due.
+-- A job's group is kept from the start: a scheduled one joins its group's line when due.
 local groups = {}
 if added > 0 then
   local kept = {}
@@ -102,7 +86,7 @@ if added > 0 then
   end
 end
 
--- Jobs due later wake one idle worker: its empty claim learns the due time and it waits for it.
+-- Jobs due later wake one idle worker: its empty claim learns the due time.
 if added > 0 then
   if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, added, wake_cap) end
 end

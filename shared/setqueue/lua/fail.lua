@@ -1,35 +1,20 @@
 #!lua flags=allow-oom
--- fail.lua: give up on jobs the caller owns. Mode "retry": while attempts remain, back to todos at
--- the back of its priority's line, or into scheduled when the lease comes with a delay (backoff,
--- RetryLater); else into failed (the dead-letter set) with the reason kept. Mode "dead": into
--- failed at once. Mode "release": back to todos in its old place, without using up an attempt (a
--- worker handing back a job it did not start, or shutting down).
--- Ownership and the claims' locks as in ack.lua; failing a lease that is not owned (stale, or
--- already failed) changes nothing. Each of these is a line in the job's history (with the worker
--- of the claim's token); dead-lettered ids are published on the ended channel. A job with a group
--- goes back to its group's line, and its group counts it down (includes/groups.lua).
---
--- KEYS[1] request        request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos          KEYS[3] in_progress   KEYS[4] failed
--- KEYS[5] pending        KEYS[6] attempts   KEYS[7] errors (hash: id -> last failure reason)
--- KEYS[8] wake           KEYS[9] owners (hash: id -> lease token of its current claim)
--- KEYS[10] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
--- KEYS[11] scheduled     (zset: id -> due time in ms)
--- KEYS[12] seq           (counter: the last place given in the line)
--- KEYS[13] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[14] options       (hash: id -> the job's own options: its max attempts, when it has them)
--- KEYS[15] history       (hash: id -> the job's transitions off the happy path)
--- KEYS[16] flow   KEYS[17] grouped   KEYS[18] group_lines   KEYS[19] group_of   KEYS[20] groups_ready
--- KEYS[21] group_running   KEYS[22] groups_full   (the jobs with a group: includes/groups.lua)
--- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] record_ttl     request record TTL in ms
--- ARGV[2] max_attempts   a job claimed this many times is dead-lettered instead of retried (unless it has its own)
--- ARGV[3] wake_cap       wake list cap
--- ARGV[4] ended          the channel dead-lettered ids are published on ("failed\n<id>...")
--- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then id, claim number (1..T),
---                        mode ("retry", "dead" or "release"), reason and retry delay in ms (0: none)
---                        of each lease (see includes/claims.lua)
--- Returns a string: the outcome of each lease, space-separated: retried, dead, released or stale
+-- fail.lua: give up on jobs the caller owns. "retry": while attempts remain, to the back of its
+-- priority's line, or into scheduled with a delay; else into failed with the reason. "dead": into
+-- failed at once. "release": back to todos in its old place, the attempt not used up (a job not
+-- started, or a shutdown). Ownership and locks as in ack.lua; a lease not owned changes nothing.
+-- Each outcome is a history line naming the claim's worker; dead-lettered ids are published on
+-- ended. A grouped job goes back to its group's line, counted down (includes/groups.lua).
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
+-- KEYS[7] errors KEYS[8] wake KEYS[9] owners KEYS[10] finished KEYS[11] scheduled KEYS[12] seq
+-- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] flow KEYS[17] grouped
+-- KEYS[18] group_lines KEYS[19] group_of KEYS[20] groups_ready KEYS[21] group_running
+-- KEYS[22] groups_full KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless the job has its own)  ARGV[3] wake_cap
+-- ARGV[4] ended channel ("failed\n<id>...")
+-- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, mode
+-- ("retry", "dead", "release"), reason, retry delay ms (0: none)
+-- Returns a string: each lease's outcome, space-separated: retried, dead, released or stale
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -85,12 +70,12 @@ for j = 1, #ids do
       redis.call('ZREM', in_progress, id)
       local priority = priority_of(rank)
       remember(history, id, now, kind, who, said .. '; retried in ' .. (delay / 1000) .. 's')
-      if delay > 0 then  -- back later: scheduled, out of pending until it is due again
+      if delay > 0 then  -- scheduled, out of pending until due
         redis.call('ZREM', pending, id)
         redis.call('ZADD', scheduled, now + delay, id)
         if priority ~= 0 then redis.call('HSET', priorities, id, priority) end
         delayed = delayed + 1
-      else  -- to the back of the line; its enqueue time (pending) stays what it was
+      else  -- to the back of the line; pending keeps its enqueue time
         join_back(G, todos, seq, {id}, priority)
         retried = retried + 1
       end
@@ -108,8 +93,7 @@ for c, n in pairs(held_less) do count_down(locks[c], n) end
 local freed = left_progress(G, left, false)
 if freed > 0 then wake_workers(wake, freed, wake_cap) end
 
--- A delayed retry wakes one idle worker too: its empty claim learns when the job is due, and it
--- sleeps until then instead of a whole IDLE_WAIT_SECONDS.
+-- A retry wakes one idle worker: for a delayed one, its empty claim learns when the job is due.
 if retried + delayed > 0 then wake_workers(wake, 1, wake_cap) end
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
 

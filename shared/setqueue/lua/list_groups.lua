@@ -1,13 +1,10 @@
 #!lua flags=no-writes
--- list_groups.lua: the job groups of a queue with jobs waiting or in progress, in one snapshot:
--- each with its jobs waiting and in progress and where it stands (ready: takes its turn; resting:
--- its rate is used up; full: its concurrency is in progress; idle: nothing waiting). At most
--- ARGV[1] groups, those in the line of groups first (in turn order), then the resting, the full,
--- and those with jobs in progress only.
---
--- KEYS[1] group_lines   KEYS[2] groups_ready   KEYS[3] groups_resting   KEYS[4] groups_full
--- KEYS[5] group_running (see includes/groups.lua)
--- ARGV[1] most          most groups listed
+-- list_groups.lua: the groups with jobs waiting or in progress, in one snapshot, each with its
+-- waiting and running counts and state (ready, resting: rate used up, full: concurrency reached,
+-- idle: nothing waiting); the line of groups first (in turn order), then resting, full, running only.
+-- KEYS[1] group_lines KEYS[2] groups_ready KEYS[3] groups_resting KEYS[4] groups_full KEYS[5] group_running
+-- ARGV[1] most groups listed
+-- Returns an array: the number of groups in all, then name, waiting, running, state for each
 -- Returns an array: the number of groups in all, then name, waiting, running, state for each
 local group_lines, groups_ready, groups_resting, groups_full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group_running = KEYS[5]

@@ -1,30 +1,18 @@
 #!lua
--- periodic.lua: the cleaner's periodic jobs. For each schedule, the run of its latest slot is created
--- at most once, however many cleaners call this at the same moment: the periodic hash keeps, per
--- schedule, the slot (ms) of its latest run created, and a run is created only for a later slot, in
--- the same step that records it. A schedule seen for the first time gets its slot recorded and no run
--- (its first run is its next slot). A run whose id the queue already knows (in any of the six
--- states) is not added again.
---
--- KEYS[1] request    request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] done   KEYS[5] failed
--- KEYS[6] scheduled  (zset: id -> due time in ms)
--- KEYS[7] pending    (zset: id -> enqueue time in ms, for ids in todos or in_progress)
--- KEYS[8] payloads   (hash: id -> payload)
--- KEYS[9] wake       (list that idle workers block on)
--- KEYS[10] periodic  (hash: schedule name -> slot time in ms of its latest run created)
--- KEYS[11] seq       (counter: the last place given in the line)
--- KEYS[12] cancelled (set: cancelled ids, known like the others)
--- KEYS[13] grouped   (zset: id -> rank of waiting jobs with a group, known like the others)
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] wake_cap     wake list cap
--- ARGV[FIRST_RUN..]    name, slot_ms, id, payload ("" for none): the latest slot of each schedule
+-- periodic.lua: the cleaner's periodic jobs. Each schedule's latest-slot run is created at most
+-- once, however many cleaners call at once: periodic keeps each schedule's latest slot (ms), and a
+-- run is created only for a later one, in the step that records it. A schedule seen first gets its
+-- slot recorded and no run. A run whose id the queue knows is not added again.
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] scheduled
+-- KEYS[7] pending KEYS[8] payloads KEYS[9] wake KEYS[10] periodic KEYS[11] seq KEYS[12] cancelled
+-- KEYS[13] grouped
+-- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[FIRST_RUN..] per schedule: name, slot_ms, id, payload ("" none)
 -- Returns a JSON string: [[names whose run was created], [names seen for the first time]]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local scheduled, pending, payloads, wake, periodic = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, cancelled, grouped = KEYS[11], KEYS[12], KEYS[13]
 local record_ttl, wake_cap = ARGV[1], ARGV[2]
-local FIRST_RUN = 3  -- ARGV[FIRST_RUN..] one record of 4 args per schedule: name, slot_ms, id, payload
+local FIRST_RUN = 3  -- ARGV[FIRST_RUN..] 4 args per schedule
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
@@ -59,5 +47,5 @@ end
 
 if #created > 0 then wake_workers(wake, #created, wake_cap) end
 
--- cjson writes an empty table as {}: the Python side reads either as no names.
+-- cjson writes an empty table as {}: Python reads either as no names.
 return record(request, cjson.encode({created, first_seen}), record_ttl)

@@ -1,18 +1,11 @@
 #!lua flags=allow-oom
--- renew.lua: extend the leases the caller still holds. A lease holds while owners names its
--- token and its claim's lock exists; one PEXPIRE extends every job of a claim. A lock that is
--- gone is never re-created: the lease is lost and the cleaner or another worker may own the id.
--- A lease lost because its job was cancelled says so, for the worker to stop running it.
--- Renewing twice is harmless, so no request record is needed.
---
--- KEYS[1] owners       (hash: id -> lease token of its current claim)
--- KEYS[2] cancelled    (set: cancelled ids)
--- KEYS[FIRST_LOCK..]   lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] lease_ms     lease duration in ms
--- ARGV[CLAIMS..]       T, the number of claims; their T tokens; then id, claim number (1..T) of each
---                      lease (see includes/claims.lua)
--- Returns an array: 1 where the lease was extended, 0 where it is lost, 2 where it is lost because
--- the job was cancelled
+-- renew.lua: extend the leases the caller still holds: owners names its token and the claim's lock
+-- exists; one PEXPIRE extends a whole claim. A gone lock is never re-created: the lease is lost and
+-- someone else may own the id. A loss by cancellation says so, for the worker to stop. Idempotent:
+-- no request record.
+-- KEYS[1] owners KEYS[2] cancelled KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- ARGV[1] lease_ms  ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number
+-- Returns an array: 1 extended, 0 lost, 2 lost because the job was cancelled
 local owners, cancelled = KEYS[1], KEYS[2]
 local FIRST_LOCK = 3  -- KEYS[FIRST_LOCK..] lock key of each claim
 local lease_ms = ARGV[1]

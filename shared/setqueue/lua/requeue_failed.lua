@@ -1,20 +1,10 @@
 #!lua
 -- requeue_failed.lua: an operator's retry of dead-lettered jobs: failed -> the back of their
--- priority's line in todos, with a fresh attempt count, and a line in its history. Ids not in
--- failed are left alone.
---
--- KEYS[1] request      request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] failed   KEYS[4] pending   KEYS[5] attempts   KEYS[6] errors   KEYS[7] wake
--- KEYS[8] finished     (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
--- KEYS[9] seq          (counter: the last place given in the line)
--- KEYS[10] priorities  (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[11] history     (hash: id -> the job's transitions off the happy path)
--- KEYS[12] flow   KEYS[13] grouped   KEYS[14] group_lines   KEYS[15] group_of   KEYS[16] groups_ready
---                      (a job with a group goes back to its group's line: includes/groups.lua)
--- ARGV[1] record_ttl   request record TTL in ms
--- ARGV[2] wake_cap     wake list cap
--- ARGV[3] who          who requeues (host:pid), for the history
--- ARGV[FIRST_ID..]     the ids
+-- priority's line, attempts reset, a history line each. Ids not in failed are left alone.
+-- KEYS[1] request KEYS[2] todos KEYS[3] failed KEYS[4] pending KEYS[5] attempts KEYS[6] errors
+-- KEYS[7] wake KEYS[8] finished KEYS[9] seq KEYS[10] priorities KEYS[11] history KEYS[12] flow
+-- KEYS[13] grouped KEYS[14] group_lines KEYS[15] group_of KEYS[16] groups_ready
+-- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] who (host:pid)  ARGV[FIRST_ID..] the ids
 -- Returns a JSON string: [number of ids moved back to todos]
 local request, todos, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, wake, finished = KEYS[5], KEYS[6], KEYS[7], KEYS[8]

@@ -1,20 +1,13 @@
 #!lua flags=allow-oom
--- set_limits.lua: change a queue's flow control (setqueue.flow): pause, resume, its rate, its
--- groups' default limits, or one group's own. The claims read them on their next call; this
--- script wakes the idle workers so that they do at once. A change of limits sends every group set
--- aside (full or resting) back to the line of groups, where the next claim weighs it against the
--- limits now in force; and the rate's state goes with a rate removed.
---
--- KEYS[1] flow           (hash: paused, rate, tat, group_concurrency, group_rate, ...; see keys.py)
--- KEYS[2] group_limits   (hash: group -> its own "<concurrency>|<rate>")
--- KEYS[3] groups_ready   KEYS[4] groups_resting   KEYS[5] groups_full  (the line of groups)
--- KEYS[6] wake           (list idle workers block on)
--- ARGV[1] wake_cap       wake list cap
--- ARGV[2] what           "pause", "resume", or the name of what changes: "rate" (the queue's),
---                        "group_concurrency", "group_rate" (every group's default), or "group:<name>"
---                        (that group's own limits)
--- ARGV[3] value          its new value ("" removes it): a rate "<count> <period ms> <burst>", a
---                        concurrency, or a group's "<concurrency>|<rate>"
+-- set_limits.lua: change flow control (setqueue.flow): pause, resume, the rate, the groups' default
+-- limits or one group's own, and wake idle workers so claims see it at once. A change sends every
+-- group set aside (full or resting) back to the line of groups to be weighed against the new
+-- limits; removing the rate drops its state.
+-- KEYS[1] flow KEYS[2] group_limits KEYS[3] groups_ready KEYS[4] groups_resting KEYS[5] groups_full
+-- KEYS[6] wake
+-- ARGV[1] wake_cap  ARGV[2] what ("pause", "resume", "rate", "group_concurrency", "group_rate" or
+-- "group:<name>")  ARGV[3] value ("" removes it: "<count> <period ms> <burst>", a concurrency, or
+-- "<concurrency>|<rate>")
 -- Returns 1 if something changed, 0 if it was so already.
 local flow, group_limits, groups_ready, groups_resting, groups_full, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local wake_cap, what, value = ARGV[1], ARGV[2], ARGV[3]
@@ -27,7 +20,7 @@ if what == 'pause' then
 elseif what == 'resume' then
   changed = redis.call('HDEL', flow, 'paused')
 else
-  -- A group's own limits are a field of group_limits; the queue's, of flow.
+  -- A group's own limits are in group_limits; the queue's, in flow.
   local group = string.match(what, '^group:(.+)$')
   if value == '' then
     if group then changed = redis.call('HDEL', group_limits, group) else changed = redis.call('HDEL', flow, what) end
@@ -42,7 +35,7 @@ else
     changed = 1
   end
   if changed == 1 then
-    -- In slices: unpack() has a limit, and a queue may have many groups set aside.
+    -- In slices: unpack() has a limit.
     local G = {flow = flow, ready = groups_ready}
     local aside = redis.call('SMEMBERS', groups_full)
     for s = 1, #aside, 1000 do

@@ -1,41 +1,24 @@
 #!lua flags=allow-oom
--- sweep.lua: the cleaner's step. Candidates come from ZSCAN in_progress, each with the claim
--- that owned it when the cleaner read owners. An id still in in_progress, still owned by that
--- claim, whose claim's lock is gone (its worker died or hung past the lease) goes back to todos,
--- or into failed once its attempts are used up. An id with a live lock is never touched; an id
--- whose owner changed meanwhile waits for the next sweep; an id another cleaner already moved is
--- no longer in in_progress: so concurrent sweeps are safe. Also drops ids from done that are
--- older than the age retention, and promotes scheduled jobs that are due (at most trim_limit) into
--- todos, waking idle workers for them, and drops results past their TTL. Each id it moves gets a
--- line in its history naming the worker that held it; dead-lettered ones are published as ended.
--- A job with a group goes back to its group's line and its group counts it down (includes/
--- groups.lua); groups' rate states that are past (a full bucket, the same as none) are dropped.
---
--- KEYS[1] request        request record setqueue:{Q}:req:<request id>
--- KEYS[2] todos   KEYS[3] in_progress   KEYS[4] failed
--- KEYS[5] pending   KEYS[6] attempts   KEYS[7] errors   KEYS[8] wake
--- KEYS[9] done    KEYS[10] done_log   KEYS[11] owners
--- KEYS[12] finished      (hash: id -> "<enqueued ms>:<finished ms>:<attempts>" of ids in done or failed)
--- KEYS[13] scheduled     (zset: id -> due time in ms)
--- KEYS[14] seq           (counter: the last place given in the line)
--- KEYS[15] priorities    (hash: id -> priority of a scheduled or failed job whose priority is not 0)
--- KEYS[16] options       (hash: id -> the job's own options: its max attempts, when it has them)
--- KEYS[17] swept         (string with a TTL of a day from the last sweep: its age is a day less its TTL)
--- KEYS[18] history       KEYS[19] results   KEYS[20] result_expiry   KEYS[21] cancelled   KEYS[22] progress
--- KEYS[23] flow   KEYS[24] grouped   KEYS[25] group_lines   KEYS[26] group_of   KEYS[27] groups_ready
--- KEYS[28] group_running   KEYS[29] groups_full   KEYS[30] group_buckets  (includes/groups.lua)
--- KEYS[FIRST_LOCK..]     lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[1] record_ttl     request record TTL in ms
--- ARGV[2] max_attempts   (unless a job has its own)
--- ARGV[3] wake_cap       wake list cap
--- ARGV[4] max_age        done retention age in ms (0 = keep forever)
--- ARGV[5] trim_limit     most ids to drop from done, expired results to drop, and to promote from scheduled, in this call
--- ARGV[6] who            the sweeper (host:pid), for the history
--- ARGV[7] ended          the channel dead-lettered ids are published on ("failed\n<id>...")
--- ARGV[CLAIMS..]         T, the number of claims; their T tokens; then candidate id, claim number
---                        (1..T, or 0: no owner) of each candidate (see includes/claims.lua)
--- Returns a JSON string: [[requeued ids], [dead-lettered ids], number of ids dropped from done,
--- number of scheduled ids promoted]
+-- sweep.lua: the cleaner's step. Candidates come from ZSCAN in_progress, each with the claim that
+-- owned it when the cleaner read owners. One still in in_progress, still owned by that claim, whose
+-- lock is gone goes back to todos, or into failed once its attempts are used up. A live lock is
+-- never touched; a changed owner waits for the next sweep; an id already moved is no longer in
+-- in_progress: so concurrent sweeps are safe. Also (at most trim_limit each) drops done ids past
+-- max_age and results past their TTL, and promotes due scheduled jobs, waking workers. Moved ids
+-- get a history line naming the holder; dead-lettered ones are published on ended. Grouped jobs go
+-- back to their group's line (includes/groups.lua); past group rate states (a full bucket) drop.
+-- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
+-- KEYS[7] errors KEYS[8] wake KEYS[9] done KEYS[10] done_log KEYS[11] owners KEYS[12] finished
+-- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept
+-- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
+-- KEYS[23] flow KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
+-- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets
+-- KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
+-- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
+-- ARGV[7] ended channel ("failed\n<id>...")
+-- ARGV[CLAIMS..] the claims (includes/claims.lua), then per candidate: id, claim number (0: no owner)
+-- Returns a JSON string: [[requeued ids], [dead-lettered ids], ids dropped from done, ids promoted]
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -47,7 +30,7 @@ local FIRST_LOCK = 31  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
-local SWEPT_TTL_MS = 86400000  -- the sweep stamp lasts a day: how long ago it was set is a day less its TTL
+local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"

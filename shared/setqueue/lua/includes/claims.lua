@@ -1,9 +1,7 @@
--- includes/claims.lua: the claims that ack, fail, renew and sweep are given (built in scripts.py).
--- KEYS[first_lock..] the lock key setqueue:{Q}:lock:<token> of each claim, in the order of the tokens
--- ARGV[first] T, the number of claims;  the next T args: their tokens
--- then one record of width args per lease: id, claim number (1..T; sweep: 0 for no owner), ...
--- read_claims(first_lock, first, width) returns locks[c], tokens[c], then one table per field of
--- the records: ids[j], the claim number of lease j (a number), then the rest of its fields.
+-- includes/claims.lua: the claims given to ack, fail, renew and sweep (built in scripts.py):
+-- KEYS[first_lock..] each claim's lock in token order; ARGV[first] T, then T tokens, then per
+-- lease a record of width args: id, claim number (1..T; sweep: 0 for no owner), ...
+-- read_claims returns locks, tokens, then one table per record field (claim numbers as numbers).
 -- @include "fields"
 local function read_claims(first_lock, first, width)
   local locks, tokens = {}, {}

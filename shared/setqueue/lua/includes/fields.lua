@@ -1,6 +1,5 @@
--- includes/fields.lua: read_fields(first, width) splits ARGV[first..] into records of width args
--- each and returns one table per field, fields[f][j] being field f of record j, and the number of
--- records. One pass, no index arithmetic on ARGV.
+-- includes/fields.lua: read_fields(first, width): ARGV[first..] as records of width args; returns
+-- fields[f][j] (field f of record j) and the record count, without index arithmetic on ARGV.
 local function read_fields(first, width)
   local fields = {}
   for f = 1, width do fields[f] = {} end

@@ -1,8 +1,6 @@
--- includes/finish.lua: what the queue keeps of a job that finished (done, failed or cancelled),
--- and forgets with it: one field of the finished hash, "<enqueued ms>:<finished ms>:<attempts>"
--- (the enqueue time empty when unknown), then ":1" when its handler returned a result (kept, unless
--- Redis was full as it was acked: so that a result gone can be told from none); the job's entry in
--- attempts goes, so a finished job costs one field.
+-- includes/finish.lua: a finished job (done, failed, cancelled) keeps one finished field,
+-- "<enqueued ms>:<finished ms>:<attempts>", plus ":1" if its handler returned a result (so a result
+-- dropped for lack of memory can be told from none); attempts drops its entry.
 -- @include "rank"
 local function finished_record(enqueued_ms, now, attempts, returned)
   local record = (enqueued_ms or '') .. ':' .. now .. ':' .. (attempts or '')
@@ -10,9 +8,8 @@ local function finished_record(enqueued_ms, now, attempts, returned)
   return record
 end
 
--- forget_ended(done, cancelled, finished, results, result_expiry, history, progress, ids): drop
--- ids that left done or cancelled by the retention (they share it) with all that is kept of them.
--- In slices: unpack() has a limit, and a lowered retention may drop many at once.
+-- forget_ended: drop ids that done's retention (shared by cancelled) let go, with all kept of them.
+-- In slices: unpack() has a limit.
 local function forget_ended(done, cancelled, finished, results, result_expiry, history, progress, ids)
   for s = 1, #ids, 1000 do
     local last = math.min(s + 999, #ids)
@@ -26,9 +23,8 @@ local function forget_ended(done, cancelled, finished, results, result_expiry, h
   end
 end
 
--- dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now):
--- the job goes in_progress -> failed with its reason; its enqueue time (from pending) and attempt
--- count go into its finished record, and its priority (when not 0) into priorities, for a requeue.
+-- dead_letter: in_progress -> failed with its reason; enqueue time and attempts go into finished,
+-- a non-zero priority into priorities, for a requeue.
 local function dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
   local enqueued = redis.call('ZSCORE', pending, id)
   local tries = redis.call('HGET', attempts, id)

@@ -1,20 +1,13 @@
--- includes/groups.lua: job groups. A job enqueued with a group waits in grouped (id -> rank) and in
--- its group's line: the member "<group>\0<rank as 14 hex digits>\0<id>" of group_lines, a zset
--- whose scores are all 0, so that ZRANGE BYLEX reads one group's front in rank order (priority,
--- then first in, first out) without touching any other group's jobs. Jobs without a group wait in
--- todos as before.
---
--- The line of groups: every group with jobs waiting is in exactly one of groups_ready (a zset by
--- turn: claims serve the front and send a group to the back), groups_resting (its rate is used up
--- until the score's time) and groups_full (its concurrency is in progress); a group with no job
--- waiting is in none. While groups take turns, the jobs without a group take one too, as the
--- member "" of groups_ready (claim.lua adds it). group_running counts each group's jobs in
--- progress.
---
--- The scripts call these with G, a table of the keys: flow, grouped, lines, group_of, ready,
--- resting, full, running.
+-- includes/groups.lua: job groups. A grouped waiting job is in grouped (id -> rank) and in its
+-- group's line: member "<group>\0<rank, 14 hex digits>\0<id>" of group_lines (all scores 0), so
+-- ZRANGE BYLEX reads one group's front in rank order without touching other groups.
+-- The line of groups: each group with jobs waiting is in exactly one of groups_ready (zset by turn:
+-- claims serve the front, send it to the back), groups_resting (rate used up until the score) and
+-- groups_full (concurrency in progress). Ungrouped jobs take their turn as member "" of
+-- groups_ready. group_running counts each group's jobs in progress. G is a table of the keys:
+-- flow, grouped, lines, group_of, ready, resting, full, running.
 -- @include "rank"
-local NO_GROUP = ''  -- the turn of the jobs without a group in groups_ready
+local NO_GROUP = ''  -- the ungrouped jobs' turn in groups_ready
 local PART = 268435456  -- 2^28: a rank (< 2^53) is written as two 7-digit hex halves
 
 local function line_member(group, rank, id)
@@ -22,12 +15,10 @@ local function line_member(group, rank, id)
   return group .. '\0' .. string.format('%07x%07x', high, rank - high * PART) .. '\0' .. id
 end
 
--- line_range(group) -> the ZRANGE BYLEX bounds of the group's line
 local function line_range(group)
   return '[' .. group .. '\0', '(' .. group .. '\1'
 end
 
--- member_rank(member, group), member_id(member, group): a member of the group's line, read back
 local function member_rank(member, group)
   local at = #group + 2
   return tonumber(string.sub(member, at, at + 6), 16) * PART + tonumber(string.sub(member, at + 7, at + 13), 16)
@@ -37,7 +28,7 @@ local function member_id(member, group)
   return string.sub(member, #group + 17)
 end
 
--- take_turns(G, groups): the groups join the back of groups_ready, in the order given.
+-- take_turns: the groups join the back of groups_ready, in order.
 local function take_turns(G, groups)
   if #groups == 0 then return end
   local last = redis.call('HINCRBY', G.flow, 'turn', #groups)
@@ -48,9 +39,9 @@ local function take_turns(G, groups)
   redis.call('ZADD', G.ready, unpack(scored))
 end
 
--- line_up(G, todos, ids, ranks, groups): the ids join the line at the ranks given (a number each):
--- an id with a group in its group's line (the group takes a turn if none of its jobs was
--- waiting), the others in todos. groups[j] is id j's group (false: none); nil: look them up.
+-- line_up: the ids join the line at the given ranks: grouped ones their group's line (the group
+-- takes a turn if it had none waiting), the rest todos. groups[j]: id j's group (false: none; nil:
+-- look up).
 local function line_up(G, todos, ids, ranks, groups)
   if #ids == 0 then return end
   groups = groups or redis.call('HMGET', G.group_of, unpack(ids))
@@ -80,8 +71,7 @@ local function line_up(G, todos, ids, ranks, groups)
   end
 end
 
--- join_back(G, todos, seq, ids, priorities, groups): the ids join the back of their priority's
--- line (priorities: a table, or one number for all), in the order given; as line_up.
+-- join_back: the ids join the back of their priority's line (priorities: a table or one number).
 local function join_back(G, todos, seq, ids, priorities, groups)
   if #ids == 0 then return end
   local first = take_places(seq, #ids)
@@ -94,8 +84,8 @@ local function join_back(G, todos, seq, ids, priorities, groups)
   line_up(G, todos, ids, ranks, groups)
 end
 
--- leave_line(G, todos, id): take a waiting id out of the line; whether it was waiting. A group
--- left with no job waiting leaves the line of groups.
+-- leave_line: take a waiting id out of the line; whether it was waiting. An emptied group leaves
+-- the line of groups.
 local function leave_line(G, todos, id)
   if redis.call('ZREM', todos, id) == 1 then return true end
   local rank = redis.call('ZSCORE', G.grouped, id)
@@ -112,10 +102,8 @@ local function leave_line(G, todos, id)
   return true
 end
 
--- left_progress(G, ids, forget): the ids left in_progress; each group counts its jobs down, and a
--- group that was full takes a turn again. forget: the ids are over (done, cancelled, deleted), so
--- their group is forgotten too. Returns how many groups took a turn (workers to wake). A handful of
--- commands for the whole batch, whatever the number of groups in it.
+-- left_progress: the ids left in_progress; groups count down, and a full one takes a turn again.
+-- forget: the ids are over, forget their group. Returns how many groups took a turn (to wake).
 local function left_progress(G, ids, forget)
   if #ids == 0 then return 0 end
   local groups = redis.call('HMGET', G.group_of, unpack(ids))

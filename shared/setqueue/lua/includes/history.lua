@@ -1,8 +1,6 @@
--- includes/history.lua: a job's history, the transitions that are not the happy path (a hash
--- setqueue:{Q}:history, id -> lines "<ms>\t<kind>\t<worker>\t<detail>", the last HISTORY_LINES
--- kept). A claim's token ends in "@<worker>" (host:pid), so a script knows who held a job.
--- remember(history, id, now, kind, who, detail): one line more (tabs and line breaks in detail
--- become spaces, and it is cut to 200 characters). holder(token): the worker of a claim's token.
+-- includes/history.lua: a job's off-happy-path transitions (history: id -> lines
+-- "<ms>\t<kind>\t<worker>\t<detail>", the last HISTORY_LINES). remember adds one (detail cut to
+-- 200 chars, tabs and breaks to spaces). holder(token): the worker a token ends with ("@host:pid").
 local HISTORY_LINES = 10
 
 local function holder(token)

@@ -1,6 +1,4 @@
--- includes/known.lua: is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped):
--- whether the queue knows id in any of its six states (todos: todos or grouped), so that adding it
--- again would make a second job.
+-- includes/known.lua: is_known: whether the queue knows id in any state (todos: todos or grouped).
 local function is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped)
   return redis.call('ZSCORE', todos, id) or redis.call('ZSCORE', in_progress, id)
     or redis.call('SISMEMBER', done, id) == 1 or redis.call('SISMEMBER', failed, id) == 1

@@ -1,10 +1,6 @@
--- includes/promote.lua: scheduled jobs (setqueue:{Q}:scheduled, a zset id -> due time in ms) become
--- claimable without any other process: claim and sweep call promote_due(G, scheduled, todos,
--- pending, priorities, seq, now, limit), which moves at most limit ids whose due time has come into
--- the line (todos, or their group's: see includes/groups.lua), in due-time order, at the back of
--- their priority's line (the priorities hash keeps a scheduled job's priority when it is not 0),
--- each with its due time as its pending time (so queue wait counts from when it became due).
--- Returns how many moved.
+-- includes/promote.lua: promote_due moves up to limit due ids from scheduled to the back of their
+-- priority's line (todos or their group's), in due order, with the due time as pending time (queue
+-- wait counts from then). No other process is needed: claim and sweep call it. Returns the count.
 -- @include "groups"
 local function promote_due(G, scheduled, todos, pending, priorities, seq, now, limit)
   local due = redis.call('ZRANGE', scheduled, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')

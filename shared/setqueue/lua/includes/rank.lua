@@ -1,11 +1,7 @@
--- includes/rank.lua: the order of todos. todos and in_progress are zsets scored by a job's rank,
--- rank = (TOP_PRIORITY - priority) * RANK_BAND + place: the lowest rank is claimed first, so a
--- higher priority always comes first and, within a priority, the smaller place. A place is a number
--- from the queue's seq counter, taken when the job joins the line (enqueue, becoming due, a retry),
--- so within a priority jobs are claimed in the order they joined. A job put back without its fault
--- (lease lost, handed back, released at shutdown) keeps its rank. Ranks stay below 2^53: exact in a
--- double, as zset scores and Lua numbers are. Never concatenate a rank into a string (Lua's
--- tostring keeps 14 digits); pass it to redis.call as a number.
+-- includes/rank.lua: todos and in_progress are scored by rank = (TOP_PRIORITY - priority) *
+-- RANK_BAND + place, lowest claimed first; a place comes from seq when the job joins the line. A job
+-- put back through no fault of its own keeps its rank. Ranks stay below 2^53 (exact as a double);
+-- never concatenate one into a string (tostring keeps 14 digits): pass it as a number.
 local RANK_BAND = 281474976710656  -- 2^48 places per priority
 local TOP_PRIORITY = 10            -- priorities run from -TOP_PRIORITY to TOP_PRIORITY
 
@@ -17,13 +13,12 @@ local function priority_of(rank)
   return TOP_PRIORITY - math.floor(tonumber(rank) / RANK_BAND)
 end
 
--- take_places(seq, n): the first of n fresh consecutive places from the seq counter.
+-- take_places: the first of n fresh consecutive places.
 local function take_places(seq, n)
   return redis.call('INCRBY', seq, n) - n + 1
 end
 
--- join_line(todos, seq, ids, priorities): ids join the back of todos in the order given, ids[j] with
--- priorities[j] (a table, or one number for all). One ZADD for the batch.
+-- join_line: ids join the back of todos in order (priorities: a table or one number). One ZADD.
 local function join_line(todos, seq, ids, priorities)
   if #ids == 0 then return end
   local first = take_places(seq, #ids)

@@ -1,8 +1,5 @@
--- includes/request_record.lua: the request record of a mutating script. The script keeps its result
--- under its request key (setqueue:{Q}:req:<request id>) for a while, so that a call redis-py resends
--- after a connection error returns the first result instead of applying again.
--- recorded(request): the result an earlier run of this call kept, or false.
--- record(request, result, ttl_ms): keep the result for ttl_ms; returns it.
+-- includes/request_record.lua: a mutating script keeps its result under its request key for ttl_ms,
+-- so a call redis-py resends after a connection error returns the first result, not a second run.
 local function recorded(request)
   return redis.call('GET', request)
 end

@@ -1,5 +1,5 @@
--- includes/wake.lua: wake_workers(wake, n, cap) wakes up to n idle workers (at most cap): one LPUSH
--- of that many tokens onto the wake list they BLPOP, then LTRIM keeps the list within cap.
+-- includes/wake.lua: wake up to n idle workers (at most cap): LPUSH n tokens on the list they BLPOP,
+-- LTRIM to cap.
 local function wake_workers(wake, n, cap)
   cap = tonumber(cap)
   local signals = {}
