@@ -1,22 +1,14 @@
-"""Random interleavings of enqueue (now or delayed, with a job group or none), claim, renew, ack
-(with or without a result), fail (with or without a delay), release, sweep, delete, cancel, lease
-expiry, due times passing, looking for results, and flow control (pause, resume, the queue's rate,
-groups' concurrency), checked against a model after every step (hypothesis, real Redis).
+"""Random interleavings of every queue operation, lease expiry, due times passing, result lookups and
+flow control, checked against a model after every step (hypothesis, real Redis).
 
-Invariants: every id the queue knows is in exactly one of todos, in_progress, done, failed,
-scheduled and cancelled; the states hold exactly the model's ids (so enqueued = the sum of the
-six); a job's result is what its handler returned, or it says how the job ended; todos is
-in the model's line order and a claim takes its front (the highest priority, then the earliest
-place: enqueue, becoming due and a retry give the next place, a release or a lost lease keeps
-the old one); a
-claim's lock exists exactly while it has not expired and still owns a job in in_progress, and
-counts those jobs; and an operation succeeds exactly when its lease is the current owner of the id.
-
-Flow control: a paused queue's claim takes nothing; a claim takes no more than the rate allows; a
-group never has more in progress than its concurrency; within each group (and among the jobs
-without one) a claim takes the front of that group's line; a claim takes something whenever a job
-could start; and the groups' bookkeeping holds (tests.support.flow.check_groups). Without groups,
-a claim takes exactly the front of the whole line.
+Invariants: every known id is in exactly one state, and the states hold exactly the model's ids; a
+result is what the handler returned, or says how the job ended; todos is in the model's line order
+(priority, then place: enqueue, coming due and a retry give the next place, a release or a lost
+lease keeps the old one) and a claim takes its front; a claim's lock exists exactly while unexpired
+and owning a job in in_progress, and counts those jobs; an operation succeeds exactly when its lease
+owns the id. Flow control: a paused claim takes nothing; a claim takes no more than the rate allows;
+a group never runs more than its concurrency; a claim takes each group's front (without groups, the
+whole line's) and takes something whenever a job could start; check_groups holds.
 """
 
 from __future__ import annotations
@@ -68,7 +60,6 @@ class Model:
         return float("inf") if self.burst is None else max(0, self.burst - self.started_under_rate)
 
     def could_start(self) -> bool:
-        """A job waits whose group (or none) has room."""
         if self.paused or self.tokens() < 1:
             return False
         for job_id in self.line():
@@ -84,12 +75,11 @@ class Model:
         self.state[job_id] = "todos"
 
     def line(self) -> list[str]:
-        """todos in the order claims take them."""
         waiting = [i for i, s in self.state.items() if s == "todos"]
         return sorted(waiting, key=lambda i: (-self.priority[i], self.place[i]))
 
     def promote_due(self) -> None:
-        """What claim and sweep do: due scheduled jobs join the line, in due-time order."""
+        """As claim and sweep do: due scheduled jobs join the line, in due-time order."""
         for job_id in sorted(self.due, key=self.due.__getitem__):
             self.join_line(job_id)
         self.due.clear()
