@@ -1,5 +1,4 @@
-"""A job's whole life: what its handler returned (results), stopping it (cancel), why it ran again
-(history) and how far it got (progress). Real worker processes and a real redis-server; runs are
+"""A job's whole life: results, cancel, history and progress, on real worker processes whose runs are
 counted from the handler's side (tests/support/jobs.py's execution log)."""
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,9 @@ from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.waits import wait_for_redis_clock, wait_until
 
-HANDLER = "tests.support.jobs:handle"
-
 
 class CountingConnection(redis.Connection):
-    """A real connection that counts the calls it sends to Redis (a pipeline is one; a new
-    connection's handshake, HELLO and CLIENT SETINFO, is not counted)."""
+    """Counts the calls sent to Redis (a pipeline is one; a new connection's HELLO and CLIENT SETINFO are not)."""
 
     sent = 0
 
@@ -41,7 +37,6 @@ class CountingConnection(redis.Connection):
 
 @pytest.fixture
 def counted(redis_url: str, queue_name: str) -> Iterator[Queue]:
-    """A producer's queue whose every round trip to Redis is counted."""
     pool = redis.ConnectionPool.from_url(redis_url, decode_responses=True, connection_class=CountingConnection)
     queue = Queue(redis.Redis(connection_pool=pool), queue_name)
     CountingConnection.sent = 0
@@ -50,33 +45,22 @@ def counted(redis_url: str, queue_name: str) -> Iterator[Queue]:
 
 
 class Workers:
-    """Real worker processes on this test's queue, their runs in one execution log."""
+    """Real workers on this test's queue (conftest's start_worker), their runs in one execution log."""
 
-    def __init__(self, procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str) -> None:
-        self.procs, self.tmp_path, self.redis_url, self.queue_name = procs, tmp_path, redis_url, queue_name
+    def __init__(self, start: Callable[..., Proc], tmp_path: Path, redis_url: str, queue_name: str) -> None:
+        self.start_worker, self.redis_url, self.queue_name = start, redis_url, queue_name
         self.log = ExecutionLog(tmp_path / "exec.log")
 
     def start(self, **settings: Any) -> Proc:
-        settings.setdefault("JOB_HANDLER", HANDLER)
-        settings.setdefault("QUEUE_NAME", self.queue_name)
-        worker = Proc.start(
-            "worker",
-            self.tmp_path,
-            name=f"worker-{len(self.procs)}",
-            REDIS_URL=self.redis_url,
-            EXEC_LOG=self.log.path,
-            **settings,
-        )
-        self.procs.append(worker)
-        return worker
+        return self.start_worker(self.queue_name, **settings)
 
     def cli(self, *argv: str) -> tuple[int, str]:
         return cli(self.redis_url, self.queue_name, *argv)
 
 
 @pytest.fixture
-def workers(procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str) -> Workers:
-    return Workers(procs, tmp_path, redis_url, queue_name)
+def workers(start_worker: Callable[..., Proc], tmp_path: Path, redis_url: str, queue_name: str) -> Workers:
+    return Workers(start_worker, tmp_path, redis_url, queue_name)
 
 
 def cli(redis_url: str, queue_name: str, *argv: str) -> tuple[int, str]:
@@ -84,7 +68,7 @@ def cli(redis_url: str, queue_name: str, *argv: str) -> tuple[int, str]:
     return cli_main(["--redis-url", redis_url, "--queue", queue_name, *argv], out=out), out.getvalue()
 
 
-# -- results --------------------------------------------------------------------------------------
+# -- results
 
 
 def test_a_producer_gets_the_results_of_a_thousand_jobs_without_polling(workers: Workers, counted: Queue) -> None:
@@ -95,8 +79,7 @@ def test_a_producer_gets_the_results_of_a_thousand_jobs_without_polling(workers:
     values = counted.results(ids, timeout=120)
     assert [values[job_id]["id"] for job_id in ids] == ids  # every value, each once, for its own job
     assert workers.log.starts() == dict.fromkeys(ids, 1)
-    # One subscription and one look at all of them, then one look per batch of acks published:
-    # round trips bounded by the acks, not by the time waited.
+    # Subscribe, look once, then one look per batch of acks published: bounded by acks, not time waited.
     assert CountingConnection.sent - sent_before <= 2 + 1000 // 10, CountingConnection.sent - sent_before
 
 
@@ -154,7 +137,7 @@ def test_results_of_bytes_and_from_async_code_and_other_kinds_of_queue(workers: 
     assert plain.result("bytes") == b"\x00\xffraw"
 
 
-# -- cancel ---------------------------------------------------------------------------------------
+# -- cancel
 
 
 @pytest.mark.parametrize("handler", ["tests.support.jobs:handle", "tests.support.jobs:handle_async"])
@@ -215,7 +198,7 @@ def test_cancelling_an_ended_or_unknown_job_says_so_and_changes_nothing(
     assert queue.inspect("a") is not None and queue.inspect("a").state == "done"  # type: ignore[union-attr]
 
 
-# -- history ------------------------------------------------------------------------------------
+# -- history
 
 
 def test_a_job_whose_worker_was_killed_says_lease_lost_with_that_workers_pid(workers: Workers, queue: Queue) -> None:
@@ -276,7 +259,7 @@ def test_requeued_dead_letters_and_hand_backs_are_in_the_history(queue: Queue) -
     assert queue.history("a")[1].worker.endswith(f":{os.getpid()}")
 
 
-# -- progress -------------------------------------------------------------------------------------
+# -- progress
 
 
 def test_a_running_handler_reports_its_progress(workers: Workers, queue: Queue) -> None:
@@ -291,7 +274,7 @@ def test_a_running_handler_reports_its_progress(workers: Workers, queue: Queue) 
     assert queue.cancel("progress-1") == "in_progress"
 
 
-# -- the command line ---------------------------------------------------------------------------
+# -- the command line
 
 
 def test_setqueue_result_waits_and_says_how_it_ended(
