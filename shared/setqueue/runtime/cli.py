@@ -1,31 +1,6 @@
 """`setqueue` (or `python -m setqueue`): look at and repair a queue from the command line.
 
-    setqueue [--redis-url URL] [--queue NAME] COMMAND ...
-
-    push [ID ...]            enqueue ids (from stdin, one per line, when none are given or ID is -)
-         [--delay 90s|15m|2h|3d | --at 2026-12-01T09:00:00Z]   due later: kept in scheduled until then
-         ID --payload TEXT   enqueue one id with its payload
-         [--jsonl]           stdin lines are "id<TAB>payload" (or just "id"), or with --jsonl
-                             JSON objects {"id": ..., "payload": ...}
-    stats [--json] [--watch [SECONDS]]
-    inspect ID               everything the queue knows about one id, as JSON
-    requeue-failed [ID ...]  move dead-lettered jobs back to todos (all of them when no id is given),
-                             their attempt count reset: each gets MAX_ATTEMPTS claims again
-    delete ID                remove a job whatever its state
-    cancel ID [ID ...]       cancel jobs: a waiting one never starts, a running one is stopped
-    result ID [--wait 30s]   what a job's handler returned (JSON), waiting for it to end
-    schedules [--json]       the periodic jobs in force: name, cron, last slot handled, next run
-    schedules add NAME CRON  register a periodic job (every cleaner creates its runs)
-    schedules remove NAME    stop one
-    pause | resume           stop the queue's jobs from starting (running ones finish) | start again
-    limit [--rate 100/s|off] [--burst N] [--group-concurrency N|off] [--group-rate 5/s|off]
-          [--group-burst N] [--group NAME] [--json]
-                             change flow control (live, for every worker); no option: show it
-    groups [--json] [--most N]  the job groups with jobs waiting or in progress
-    doctor                   what the queue needs from Redis, one line a check (eviction, memory, ...)
-    acl-rule [USER]          the ACL SETUSER command of a least-privilege setqueue user
-
---redis-url and --queue default to $REDIS_URL and $QUEUE_NAME. Exit codes: 0 ok, 1 not found (or
+Commands and options: ``setqueue --help`` and docs/reference.md. Exit codes: 0 ok, 1 not found (or
 doctor found a problem), 2 usage or bad setting, 3 Redis unreachable (or refused the command), 4 the
 job failed or was cancelled (result), 124 the job had not ended within --wait (result).
 """
@@ -88,11 +63,16 @@ def one_line(text: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A usage error is one line, as every other error of the command is (not argparse's usage
-    block): what is wrong, and where to read more. Subcommands' parsers are of this class too."""
+    """A usage error is one line, as every other error of the command is, not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def _command(sub: Any, name: str, about: str, more: str = "") -> argparse.ArgumentParser:
+    """A subcommand whose description is its help, capitalised, then ``more``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=about, description=about[0].upper() + about[1:] + more)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,155 +82,99 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 not found, 2 usage or bad setting, 3 Redis unreachable.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL", default("REDIS_URL")),
-        help=f"Redis URL (default: $REDIS_URL or {default('REDIS_URL')})",
-    )
-    parser.add_argument(
-        "--queue",
-        default=os.environ.get("QUEUE_NAME", default("QUEUE_NAME")),
-        help=f"queue name (default: $QUEUE_NAME or {default('QUEUE_NAME')!r})",
-    )
-    parser.add_argument(
-        "--shards",
-        default=os.environ.get("QUEUE_SHARDS", default("QUEUE_SHARDS")),
-        metavar="N",
-        help="shards of the queue, as the services' QUEUE_SHARDS (default: $QUEUE_SHARDS or 1)",
-    )
-    parser.add_argument(
-        "--wait-replicas",
-        default=os.environ.get("WAIT_REPLICAS", default("WAIT_REPLICAS")),
-        metavar="N",
-        help="replicas that must confirm each write, as the services' WAIT_REPLICAS (default: $WAIT_REPLICAS "
-        "or 0; waits up to $WAIT_TIMEOUT_SECONDS); a write not confirmed in time is exit code 3",
-    )
+    for option, name, metavar, about in (
+        ("--redis-url", "REDIS_URL", None, "Redis URL"),
+        ("--queue", "QUEUE_NAME", None, "queue name"),
+        ("--shards", "QUEUE_SHARDS", "N", "shards of the queue"),
+        ("--wait-replicas", "WAIT_REPLICAS", "N", "replicas that must confirm each write (else exit code 3)"),
+    ):
+        parser.add_argument(
+            option,
+            default=os.environ.get(name, default(name)),
+            metavar=metavar,
+            help=f"{about} (default: ${name} or {SETTING_BY_NAME[name].default})",
+        )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    push = sub.add_parser(
+    push = _command(
+        sub,
         "push",
-        help="enqueue job ids, with payloads if given; prints how many were new",
-        description="Enqueue job ids. Without ID (or with -) they are read from stdin, one per line: "
-        "'id' or 'id<TAB>payload' (the payload is the rest of the line), or with --jsonl one JSON object "
-        'per line, {"id": "...", "payload": ...} (a payload that is not a string is stored as its JSON '
-        "text). A bad line is reported with its number and nothing is written.",
+        "enqueue job ids, with payloads if given; prints how many were new",
+        ". Without ID (or with -), stdin lines 'id' or 'id<TAB>payload', or with --jsonl "
+        '{"id": ..., "payload": ...}. A bad line is reported with its number and nothing is written.',
     )
-    push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads them from stdin")
-    push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given (may be JSON text)")
-    push.add_argument("--jsonl", action="store_true", help='stdin holds JSON lines: {"id": ..., "payload": ...}')
+    push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads stdin")
+    push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given")
+    push.add_argument("--jsonl", action="store_true", help="stdin holds JSON lines")
     push.add_argument(
-        "--priority",
-        type=int,
-        default=0,
-        metavar="N",
-        help=f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher runs first (default 0); first in, first out within one",
+        "--priority", type=int, default=0, metavar="N", help=f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher first"
     )
     when = push.add_mutually_exclusive_group()
-    when.add_argument("--delay", metavar="DURATION", help="due after this long: 90s, 15m, 2h, 3d (or seconds)")
-    when.add_argument("--at", metavar="TIME", help="due at this time, ISO 8601 with a zone: 2026-12-01T09:00:00Z")
-    push.add_argument(
-        "--max-attempts", type=int, metavar="N", help="the jobs' own claims before they are dead-lettered (1 to 1000)"
-    )
-    push.add_argument(
-        "--timeout", metavar="DURATION", help="the jobs' own time limit (90s, 15m; 0 = none) over JOB_TIMEOUT_SECONDS"
-    )
-    push.add_argument("--group", metavar="NAME", help="the jobs' group (a tenant, a customer): groups take turns")
+    when.add_argument("--delay", metavar="DURATION", help="due after 90s, 15m, 2h, 3d (or seconds)")
+    when.add_argument("--at", metavar="TIME", help="due at an ISO 8601 time with a zone")
+    push.add_argument("--max-attempts", type=int, metavar="N", help="the jobs' own claims (1 to 1000)")
+    push.add_argument("--timeout", metavar="DURATION", help="the jobs' own time limit (0 = none)")
+    push.add_argument("--group", metavar="NAME", help="the jobs' group: groups take turns")
 
-    stats = sub.add_parser("stats", help="sizes of todos, in_progress, done, failed and the oldest pending age")
+    stats = sub.add_parser("stats", help="sizes of each state and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.add_argument(
-        "--watch",
-        nargs="?",
-        type=float,
-        const=2.0,
-        default=None,
-        metavar="SECONDS",
-        help="refresh every SECONDS (default 2) until Ctrl-C",
+        "--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS", help="refresh every SECONDS (2)"
     )
 
-    inspect = sub.add_parser("inspect", help="everything the queue knows about one id (JSON)")
-    inspect.add_argument("id", metavar="ID")
-
-    requeue_help = "move dead-lettered jobs back to todos, their attempt count reset (MAX_ATTEMPTS claims again)"
-    requeue = sub.add_parser(
-        "requeue-failed", help=requeue_help, description=requeue_help[0].upper() + requeue_help[1:]
-    )
-    requeue.add_argument("ids", nargs="*", metavar="ID", help="ids to requeue (default: every failed job)")
-
-    delete = sub.add_parser("delete", help="remove a job whatever its state")
-    delete.add_argument("id", metavar="ID")
-
-    cancel_help = "cancel jobs: a waiting one never starts, a running one is stopped; never retried"
-    cancel = sub.add_parser("cancel", help=cancel_help, description=cancel_help[0].upper() + cancel_help[1:])
+    sub.add_parser("inspect", help="everything the queue knows about one id (JSON)").add_argument("id", metavar="ID")
+    requeue = _command(sub, "requeue-failed", "move dead-lettered jobs back to todos, their attempt count reset")
+    requeue.add_argument("ids", nargs="*", metavar="ID", help="default: every failed job")
+    sub.add_parser("delete", help="remove a job whatever its state").add_argument("id", metavar="ID")
+    cancel = _command(sub, "cancel", "cancel jobs: a waiting one never starts, a running one is stopped")
     cancel.add_argument("ids", nargs="+", metavar="ID")
-
-    result_help = "what a job's handler returned (JSON; bytes as they are), waiting for the job to end"
-    result = sub.add_parser(
+    result = _command(
+        sub,
         "result",
-        help=result_help,
-        description=result_help[0].upper() + result_help[1:] + ". Exit code 4 when it failed or was cancelled "
-        "(its error on stderr), 124 when it had not ended within --wait.",
+        "what a job's handler returned (JSON), once it ended",
+        ". Exit code 4: failed or cancelled; 124: not ended.",
     )
     result.add_argument("id", metavar="ID")
-    result.add_argument("--wait", metavar="DURATION", help="wait this long at most: 30s, 15m (default: do not wait)")
+    result.add_argument("--wait", metavar="DURATION", help="wait this long at most (default: do not wait)")
 
-    schedules_help = "the periodic jobs in force: name, cron, the last slot handled and the next run (UTC)"
-    schedules = sub.add_parser(
-        "schedules",
-        help=schedules_help,
-        description=schedules_help[0].upper() + schedules_help[1:] + ". They live in Redis with the queue: "
-        "a cleaner registers its $SCHEDULES when it starts; add and remove change them for every cleaner.",
+    schedules = _command(
+        sub, "schedules", "the periodic jobs in force (UTC)", ". add and remove change them for every cleaner."
     )
-    schedules.add_argument("--json", action="store_true", help="print one JSON object per schedule")
+    schedules.add_argument("--json", action="store_true", help="one JSON object per schedule")
     change = schedules.add_subparsers(dest="change", metavar="add|remove")
-    add = change.add_parser("add", help="register a periodic job, or change its cron expression")
+    add = change.add_parser("add", help="register or change a periodic job")
     add.add_argument("name", metavar="NAME")
-    add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...: quote it")
-    remove = change.add_parser("remove", help="stop a periodic job")
-    remove.add_argument("name", metavar="NAME")
+    add.add_argument("cron", metavar="CRON", help="5-field cron (UTC) or @hourly, @daily, ...")
+    change.add_parser("remove", help="stop a periodic job").add_argument("name", metavar="NAME")
 
-    sub.add_parser("pause", help="stop the queue's jobs from starting: running ones finish, enqueue goes on")
+    sub.add_parser("pause", help="stop the queue's jobs from starting (running ones finish)")
     sub.add_parser("resume", help="let a paused queue's jobs start again")
-    limit_help = "show or change flow control: the queue's rate, its groups' concurrency and rate"
-    limit = sub.add_parser(
+    limit = _command(
+        sub,
         "limit",
-        help=limit_help,
-        description=limit_help[0].upper() + limit_help[1:] + ". Limits live in Redis with the queue: every "
-        "worker applies a change on its next claim, no restart. A rate is COUNT/PERIOD: 100/s, 6000/min, 5/10s; "
-        "off removes it. Options not given keep their value. Without an option, shows the limits in force.",
+        "show or change flow control, live for every worker",
+        ". A rate is COUNT/PERIOD (100/s, 6000/min, 5/10s) or off. Options not given keep their value.",
     )
-    limit.add_argument("--rate", metavar="RATE", help="most job starts of the queue across all workers, or off")
-    limit.add_argument("--burst", type=int, metavar="N", help="starts at once after a quiet spell (default: count/10)")
-    limit.add_argument("--group-concurrency", metavar="N", help="most jobs of one group in progress at once, or off")
+    limit.add_argument("--rate", metavar="RATE", help="most job starts of the queue, or off")
+    limit.add_argument("--burst", type=int, metavar="N", help="starts at once (default: count/10)")
+    limit.add_argument("--group-concurrency", metavar="N", help="most jobs of one group at once, or off")
     limit.add_argument("--group-rate", metavar="RATE", help="most job starts of one group, or off")
-    limit.add_argument("--group-burst", type=int, metavar="N", help="a group's starts at once (default: count/10)")
-    limit.add_argument(
-        "--group",
-        metavar="NAME",
-        help="change that group's own limits (else every group's default); --group NAME --clear drops them",
-    )
+    limit.add_argument("--group-burst", type=int, metavar="N", help="a group's starts at once")
+    limit.add_argument("--group", metavar="NAME", help="change that group's own limits")
     limit.add_argument("--clear", action="store_true", help="with --group: back to the default limits")
-    limit.add_argument("--json", action="store_true", help="print the limits as one JSON object")
+    limit.add_argument("--json", action="store_true", help="one JSON object")
 
-    groups = sub.add_parser("groups", help="the job groups with jobs waiting or in progress, with their counts")
-    groups.add_argument("--json", action="store_true", help="print one JSON object per group")
-    groups.add_argument("--most", type=int, default=50, metavar="N", help="list at most N groups (default 50)")
+    groups = sub.add_parser("groups", help="the job groups with jobs waiting or in progress")
+    groups.add_argument("--json", action="store_true", help="one JSON object per group")
+    groups.add_argument("--most", type=int, default=50, metavar="N", help="at most N groups (50)")
 
-    doctor_help = "check what the queue needs from Redis, one line each: version, eviction, memory, persistence"
-    sub.add_parser(
-        "doctor",
-        help=doctor_help,
-        description=doctor_help[0].upper() + doctor_help[1:] + ", scripts, cleaner. Each line is ok, WARN "
-        "(works; look at it) or FAIL (jobs can be lost or refused); exit code 1 when a check failed.",
-    )
-    acl_help = "print the ACL SETUSER command of a least-privilege setqueue user (keys setqueue:*, its commands)"
-    acl = sub.add_parser("acl-rule", help=acl_help, description=acl_help[0].upper() + acl_help[1:] + ".")
-    acl.add_argument("user", nargs="?", default="setqueue", metavar="USER", help="the user's name (default setqueue)")
+    _command(sub, "doctor", "check what the queue needs from Redis", ". Exit code 1 when a check failed.")
+    acl = _command(sub, "acl-rule", "print the ACL SETUSER command of a least-privilege setqueue user")
+    acl.add_argument("user", nargs="?", default="setqueue", metavar="USER")
     return parser
 
 
 def _read_jobs(stream: TextIO, jsonl: bool) -> list[tuple[str, str | None]]:
-    """(id, payload or None) from stdin lines; a bad line is a usage error naming its number."""
     jobs: list[tuple[str, str | None]] = []
     for number, line in enumerate(stream, 1):
         text = line.rstrip("\r\n")
@@ -266,7 +190,7 @@ def _read_jobs(stream: TextIO, jsonl: bool) -> list[tuple[str, str | None]]:
 
 
 def _parse_line(text: str) -> tuple[str, str | None]:
-    """'id' or 'id<TAB>payload' (the payload is the rest of the line, tabs included)."""
+    """'id' or 'id<TAB>payload' (the rest of the line, tabs included)."""
     job_id, tab, payload = text.partition("\t")
     return job_id.strip(), payload if tab else None
 
@@ -291,7 +215,6 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str, option: str = "--delay") -> float:
-    """``90s``, ``15m``, ``2h``, ``3d`` or plain seconds; a usage error naming ``option`` otherwise."""
     raw = text.strip().lower()
     unit = DURATION_UNITS.get(raw[-1:])
     number = raw[:-1] if unit is not None else raw
@@ -305,7 +228,6 @@ def parse_duration(text: str, option: str = "--delay") -> float:
 
 
 def parse_time(text: str) -> float:
-    """An ISO 8601 time with a zone (``2026-12-01T09:00:00Z``) as Unix seconds; a usage error otherwise."""
     try:
         parsed = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError:
@@ -316,7 +238,7 @@ def parse_time(text: str) -> float:
 
 
 def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int, int]:
-    """Enqueue what push was given; (new, submitted)."""
+    """(new, submitted)."""
     from_stdin = not args.ids or args.ids == ["-"]
     if args.jsonl and not from_stdin:
         raise CliError("--jsonl reads stdin: give no ID (or -)", EXIT_USAGE)
@@ -339,10 +261,10 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
     except ValueError as exc:
         raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
     with _bad_ids_are_usage_errors():
-        # All checked before anything is written: the ids, and each payload's size.
+        # All checked before anything is written.
         job_items(dict(jobs), queue.shards[0].payload_max_bytes)
         added = 0
-        # In the order given: each run of lines with (or without) a payload is one enqueue call.
+        # In order: each run of lines with (or without) a payload is one enqueue call.
         for with_payload, run in itertools.groupby(jobs, key=lambda job: job[1] is not None):
             batch = list(run)
             ids: dict[str, str] | list[str] = (
@@ -374,9 +296,7 @@ OUT_OF_MEMORY = (
 
 @contextlib.contextmanager
 def _bad_ids_are_usage_errors() -> Iterator[None]:
-    """A malformed job id (a TypeError or ValueError from the queue) becomes a usage error; an
-    OptionError, a ValueError too, passes on: the URL, as only the first command could tell (a
-    Redis Cluster node with a db)."""
+    """A malformed job id becomes a usage error; an OptionError (a bad URL only Redis could tell) passes on."""
     try:
         yield
     except OptionError:
@@ -386,7 +306,7 @@ def _bad_ids_are_usage_errors() -> Iterator[None]:
 
 
 def _with_utc_times(info: dict[str, Any]) -> dict[str, Any]:
-    """A job's fields with each time (``*_at``, Unix seconds) followed by the same as ISO 8601 UTC."""
+    """A job's fields, each ``*_at`` (Unix seconds) followed by the same in ISO 8601 UTC."""
     shown: dict[str, Any] = {}
     for name, value in info.items():
         shown[name] = value
@@ -397,8 +317,7 @@ def _with_utc_times(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_stats(queue: JobQueue, as_json: bool, out: TextIO) -> None:
-    """The queue's stats, named: one JSON object (``"queue"`` its name), or a block of text per
-    queue it serves (a group: each of its queues)."""
+    """One JSON object, or a block of text per queue served."""
     stats = queue.stats()
     if as_json:
         print(json.dumps({"queue": queue.name, **stats}), file=out, flush=True)
@@ -502,7 +421,6 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
 
 
 def _warn_if_evicting(queue: JobQueue, url: str) -> None:
-    """One line on stderr when Redis may evict the queue's keys (or nobody may tell)."""
     try:
         warning = read_memory(queue.redis).eviction_warning(redact_url(url))
     except (redis.ConnectionError, redis.TimeoutError):
@@ -512,8 +430,7 @@ def _warn_if_evicting(queue: JobQueue, url: str) -> None:
 
 
 def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
-    """Cancel each id; one line each. Exit 1 when any was not found (the others are cancelled),
-    named on one line of stderr, as every error of the command is."""
+    """Exit 1 when any was not found (the others are cancelled), named on one line of stderr."""
     with _bad_ids_are_usage_errors():
         for job_id in ids:  # all checked before anything is written
             validate_job_id(job_id)
@@ -537,7 +454,6 @@ def _cancel(ids: list[str], queue: JobQueue, out: TextIO) -> int:
 
 
 def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
-    """Print what the job's handler returned, once it ended (within --wait)."""
     wait = 0.0 if args.wait is None else parse_duration(args.wait, "--wait")
     try:
         with _bad_ids_are_usage_errors():
@@ -563,13 +479,11 @@ def _result(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
 
 
 def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
-    """``schedules add|remove``, or each schedule in force with the latest slot the cleaners handled
-    (its run created, or only recorded when the schedule was first seen) and its next slot after
-    now by the Redis clock."""
+    """``schedules add|remove``, or each schedule with its last slot handled and its next (Redis clock)."""
     if len(queue.shards) != 1:
         raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     home = queue.shards[0]
-    # Here, not at the top: croniter takes a fifth of a second to import; the other commands skip it.
+    # Here: croniter takes a fifth of a second to import.
     from setqueue.runtime.periodic import add_schedule, iso, redis_now, registered, remove_schedule  # noqa: PLC0415
 
     if args.change == "add":
@@ -627,7 +541,7 @@ _HEADER: dict[str, str | None] = {
 }
 
 
-# How an error names a setting the CLI takes as an option (or only from the environment).
+# How an error names a setting the CLI reads.
 _FLAGS = {
     "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
     "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
@@ -640,14 +554,13 @@ _FLAGS = {
 
 
 def _usage_error(exc: SettingError) -> CliError:
-    """A bad setting, named as the CLI's option for it."""
     return CliError(
         str(exc).replace(f"setting {exc.name}", _FLAGS.get(exc.name, "--redis-url / REDIS_URL")), EXIT_USAGE
     )
 
 
 def _redis_problem(exc: redis.RedisError, url: str) -> str:
-    """What went wrong with Redis, in one line for the user (every one of these is exit code 3)."""
+    """One line for the user (exit code 3)."""
     where = redact_url(url)
     if isinstance(exc, PasswordRequired):
         return f"Redis at {where} requires a password: set it in --redis-url or REDIS_URL"
@@ -706,7 +619,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             **tls,
         )
         try:
-            # What only Redis can tell: a cluster node with db 3, a queue of another number of shards.
+            # What only Redis can tell: a cluster node with db 3, another number of shards.
             queue.ping()
             return run(args, queue, stdin, out)
         except OptionError as exc:
