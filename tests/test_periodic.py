@@ -1,9 +1,6 @@
-"""Periodic jobs (SCHEDULES): the slot rule as a pure function, and the cleaners against a real
-redis-server: each run created exactly once however many cleaners run at the same moment, one
-catch-up run after a pause, never an old slot again; and `setqueue schedules`.
-
-The cleaner's periodic step takes ``now`` as a parameter (the cleaner itself reads the Redis
-clock), so slots a minute apart are stepped through without waiting for them."""
+"""Periodic jobs (SCHEDULES): the slot rule, cleaners creating each run once however many run at once
+(one catch-up after a pause, never an old slot again), and `setqueue schedules`. The periodic step
+takes ``now`` as a parameter, so slots a minute apart are stepped through without waiting."""
 
 from __future__ import annotations
 
@@ -37,7 +34,7 @@ def utc(text: str) -> float:
     return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
 
 
-# -- the slot rule, pure -------------------------------------------------------------------------
+# -- the slot rule, pure
 
 
 @pytest.mark.parametrize(
@@ -105,7 +102,7 @@ def test_the_metric_has_a_label_for_every_schedule_from_the_start() -> None:
         assert metrics.registry.get_sample_value(RUNS, {"schedule": name}) == 0
 
 
-# -- cleaners against real Redis -----------------------------------------------------------------
+# -- cleaners against real Redis
 
 Cleaners = Callable[..., list[CleanerService]]
 
@@ -126,7 +123,6 @@ def cleaners(redis_url: str, queue_name: str) -> Iterator[Cleaners]:
 
 
 def all_at_once(services: list[CleanerService], now: float) -> list[str]:
-    """Every cleaner runs its periodic step at the same moment (released by one barrier)."""
     barrier = threading.Barrier(len(services))
     created: list[list[str]] = [[] for _ in services]
     errors: list[BaseException] = []
@@ -160,7 +156,7 @@ def queued(queue: Queue) -> list[str]:
 def test_three_cleaners_at_the_same_moment_create_each_run_exactly_once(cleaners: Cleaners, queue: Queue) -> None:
     three = cleaners(3, "tick=* * * * *;five=*/5 * * * *")
     start = utc("2026-11-23T16:00:30")
-    # First sight: the slot is recorded, nothing runs (a new schedule starts with its next slot).
+    # First sight records the slot; a new schedule starts with its next slot.
     assert all_at_once(three, start) == []
     assert queued(queue) == []
     created: list[str] = []
@@ -180,7 +176,7 @@ def test_after_a_pause_longer_than_three_slots_one_catch_up_run(cleaners: Cleane
     three = cleaners(3, "tick=* * * * *")
     assert all_at_once(three, utc("2026-11-23T16:00:30")) == []
     assert all_at_once(three, utc("2026-11-23T16:01:30")) == ["tick@2026-11-23T16:01:00Z"]
-    # The cleaners were down from 16:01:30 to 16:06:10: five slots missed, one run for the latest.
+    # Down from 16:01:30 to 16:06:10: five slots missed, one run for the latest.
     assert all_at_once(three, utc("2026-11-23T16:06:10")) == ["tick@2026-11-23T16:06:00Z"]
     assert all_at_once(three, utc("2026-11-23T16:06:50")) == []
     assert queued(queue) == ["tick@2026-11-23T16:01:00Z", "tick@2026-11-23T16:06:00Z"]
@@ -225,23 +221,12 @@ SWEEPS = "setqueue_sweep_duration_seconds_count"  # one a round of the cleaner's
 def test_three_cleaner_processes_started_together_create_the_catch_up_run_once(
     redis_url: str, queue_name: str, queue: Queue, tmp_path: Path
 ) -> None:
-    """Real `python -m cleaner` processes on the real clock: a schedule last run ten minutes ago
-    gets one catch-up run, created by one of them (a minute boundary during the test may add the
-    next slot's run: then that one too is created once)."""
+    """On the real clock, a schedule last run ten minutes ago gets one catch-up run (a minute boundary
+    during the test may add the next slot's, created once too)."""
     old = latest_slot("* * * * *", redis_now(queue.redis)) - 600
     queue.redis.hset(queue.keys.periodic, "tick", round(old * 1000))
-    procs = [
-        Proc.start(
-            "cleaner",
-            tmp_path,
-            name=f"cleaner{i}",
-            REDIS_URL=redis_url,
-            QUEUE_NAME=queue_name,
-            SCHEDULES="tick=* * * * *",
-            SWEEP_INTERVAL=0.1,
-        )
-        for i in range(3)
-    ]
+    env = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "SCHEDULES": "tick=* * * * *", "SWEEP_INTERVAL": 0.1}
+    procs = [Proc.start("cleaner", tmp_path, name=f"cleaner{i}", **env) for i in range(3)]
     try:
         for proc in procs:
             proc.wait_ready()
@@ -260,7 +245,7 @@ def test_three_cleaner_processes_started_together_create_the_catch_up_run_once(
             proc.stop()
 
 
-# -- setqueue schedules --------------------------------------------------------------------------
+# -- setqueue schedules
 
 
 def schedules_cli(redis_url: str, queue_name: str, *args: str) -> tuple[int, str]:
@@ -272,8 +257,7 @@ def schedules_cli(redis_url: str, queue_name: str, *args: str) -> tuple[int, str
 def test_cli_lists_names_expressions_and_next_runs(
     redis_url: str, queue_name: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The schedules in force live in Redis: the command line lists them with no SCHEDULES of its
-    own (a cleaner elsewhere registered them; here the command's own add)."""
+    """The schedules live in Redis: the CLI lists them without SCHEDULES of its own."""
     monkeypatch.delenv("SCHEDULES", raising=False)
     assert schedules_cli(redis_url, queue_name, "add", "report", "0 * * * *")[0] == 0
     assert schedules_cli(redis_url, queue_name, "add", "newyear", "0 0 1 1 *")[0] == 0
