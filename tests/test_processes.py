@@ -1,8 +1,5 @@
-"""PROCESSES=N: one worker command, N worker processes under a supervisor (worker/supervisor.py).
-
-Real redis-server, real processes; runs are counted from the handler's side (tests.support.jobs
-writes `start|end <id> <pid> <time>` lines), and every wait polls for a state.
-"""
+"""PROCESSES=N: N worker processes under a supervisor (worker/supervisor.py); runs counted from the
+handler's side (tests.support.jobs logs `start|end <id> <pid> <time>`)."""
 
 from __future__ import annotations
 
@@ -38,7 +35,6 @@ PROCESSES = "setqueue_worker_processes"
 def start_workers(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, **settings: Any
 ) -> tuple[Proc, ExecutionLog]:
-    """`python -m worker` with PROCESSES=2 (unless told), the test handler and its execution log."""
     log = ExecutionLog(tmp_path / "executions.log")
     settings.setdefault("PROCESSES", 2)
     settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
@@ -51,7 +47,7 @@ def start_workers(
 
 
 def child_pids(supervisor: Proc, count: int = 2) -> list[int]:
-    """The pids of the supervisor's children, once /healthz says every one of them is up and healthy."""
+    """The children's pids, once /healthz says every one is up and healthy."""
 
     def healthy() -> list[int] | None:
         health = supervisor.healthz()
@@ -67,19 +63,17 @@ def child_pids(supervisor: Proc, count: int = 2) -> list[int]:
 
 
 def child_ports(supervisor: Proc) -> dict[int, int]:
-    """Each child's private metrics port (child index -> port), from its start line in the log."""
+    """child index -> its private metrics port, from its start line."""
     pattern = r"setqueue-worker\[(\d+)\] setqueue\.worker: setqueue-worker starting: .* metrics=127\.0\.0\.1:(\d+)"
     return {int(index): int(port) for index, port in re.findall(pattern, supervisor.log())}
 
 
 def child_metrics(port: int) -> dict[str, float]:
-    """What one child serves on its private port."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return parse_metrics(response.read().decode())
 
 
 def running_by_pid(log: ExecutionLog) -> dict[int, set[str]]:
-    """The jobs each pid started and has not ended."""
     running: dict[int, set[str]] = {}
     for event, job_id, pid, _ in log.events():
         if event == "start":
@@ -89,7 +83,7 @@ def running_by_pid(log: ExecutionLog) -> dict[int, set[str]]:
     return {pid: jobs for pid, jobs in running.items() if jobs}
 
 
-# -- the setting ---------------------------------------------------------------------------------
+# -- the setting
 
 
 def test_processes_takes_a_number_or_auto() -> None:
@@ -102,7 +96,7 @@ def test_processes_takes_a_number_or_auto() -> None:
             setting.parse(bad)
 
 
-# -- the supervisor --------------------------------------------------------------------------------
+# -- the supervisor
 
 
 @pytest.mark.slow
@@ -112,7 +106,7 @@ def test_two_processes_run_every_job_once_and_metrics_sum_them(
     q = make_queue()
     supervisor, log = start_workers(procs, tmp_path, redis_url, queue_name, CONCURRENCY=2, CLAIM_BATCH=2)
     pids = child_pids(supervisor)
-    # 200 jobs of 20 ms on 2 x 2 slots: a second or more of work, which both processes share.
+    # 200 jobs of 20 ms on 2 x 2 slots: a second or more of work for both processes.
     ids = [f"sleep-0.02-{n}" for n in range(200)]
     q.enqueue(ids)
     wait_until(lambda: q.stats()["done"] == len(ids), 60, "every job done")
@@ -121,7 +115,7 @@ def test_two_processes_run_every_job_once_and_metrics_sum_them(
     ran_in = Counter(pid for event, _, pid, _ in log.events() if event == "end")
     assert set(ran_in) == set(pids) and len(ran_in) == 2, ran_in  # in both, neither the supervisor
 
-    # The supervisor's /metrics sums its children's, each of which counts what it ran.
+    # The supervisor's /metrics sums its children's.
     wait_until(lambda: supervisor.metric(SUCCESS) == len(ids), 15, "the supervisor's sum to reach every job")
     ports = child_ports(supervisor)
     assert sorted(ports) == [0, 1]
@@ -133,7 +127,6 @@ def test_two_processes_run_every_job_once_and_metrics_sum_them(
     assert m["setqueue_worker_slots"] == 4  # 2 processes x CONCURRENCY 2
     assert m["setqueue_redis_up"] == 1  # the least of the children's, not their sum
     assert m[PROCESSES] == 2 and m[RESTARTS] == 0
-    # Each child's log lines carry its index.
     assert "setqueue-worker[0] " in supervisor.log() and "setqueue-worker[1] " in supervisor.log()
 
     supervisor.signal(signal.SIGTERM)
@@ -156,7 +149,6 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
     ids = [f"sleep-0.5-{n}" for n in range(40)]
     q.enqueue(ids)
 
-    # The victim: a process in the middle of a job.
     busy = wait_until(lambda: running_by_pid(log), 30, "a job running")
     victim = next(iter(busy))
     assert victim in pids
@@ -172,8 +164,7 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
     stats = q.stats()
     assert stats["in_progress"] == 0 and stats["failed"] == 0 and stats["todos"] == 0
 
-    # Who ran what: every job at least once; twice only a job the victim had started and not
-    # seen acked (it was killed running it, or between its end and the ack).
+    # Every job ran at least once; twice only one the victim started and did not ack.
     starts = log.starts()
     assert set(starts) == set(ids) and max(starts.values()) <= 2, starts
     started_by_victim = {job_id for event, job_id, pid, _ in log.events() if pid == victim and event == "start"}
@@ -182,14 +173,14 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
     assert started_by_victim - ended_by_victim <= twice <= started_by_victim
     assert twice, "the victim was killed in the middle of a job"
 
-    # Why: the history of each job the cleaner took back says "lease lost", held by the victim.
+    # Each job the cleaner took back has a "lease lost" entry naming the victim.
     lost = {job_id: [h for h in q.history(job_id) if h.kind == "lease lost"] for job_id in ids}
     lost = {job_id: entries for job_id, entries in lost.items() if entries}
     assert twice <= set(lost)
     assert all(e.worker.endswith(f":{victim}") for entries in lost.values() for e in entries), lost
     assert not (set(lost) - twice) & started_by_victim  # the rest it had claimed, not started
     assert cleaner.metric("setqueue_cleaner_requeued_total") == len(lost)
-    # Every ack is counted but the victim's after the supervisor last read its counters.
+    # Every ack counts but the victim's after the supervisor last read them.
     least = len(ids) - len(ended_by_victim)
     wait_until(lambda: supervisor.metric(SUCCESS) >= least, 10, "the acks counted")
     assert before <= supervisor.metric(SUCCESS) <= len(ids)
@@ -214,7 +205,7 @@ def test_sigterm_drains_every_process_and_exits_0(
 
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(45) == 0, supervisor.log()
-    # The jobs in progress finished and were acked; the rest went back to todos; nothing is held.
+    # The running jobs finished and were acked; the rest went back to todos.
     stats = q.stats()
     assert stats["in_progress"] == 0, stats
     started = log.starts()
@@ -228,7 +219,7 @@ def test_sigterm_drains_every_process_and_exits_0(
     assert "Traceback" not in text
 
 
-# -- when it cannot keep them running ----------------------------------------------------------
+# -- when it cannot keep them running
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +237,7 @@ def locked_url(server: RedisServer, password: str) -> str:
 def test_redis_refusing_the_password_is_one_line_and_exit_3(
     procs: list[Proc], tmp_path: Path, locked_redis: RedisServer, queue_name: str
 ) -> None:
-    # Checked once by the supervisor before any child starts: one line, as a lone worker says it.
+    # The supervisor checks once before any child starts: one line, as a lone worker says it.
     supervisor, _ = start_workers(procs, tmp_path, locked_url(locked_redis, "wrong"), queue_name)
     assert supervisor.wait(30) == 3, supervisor.log()
     lines = supervisor.log().strip().splitlines()
@@ -263,7 +254,7 @@ def test_a_process_refused_by_redis_at_start_stops_the_supervisor_with_3(
         supervisor, _ = start_workers(procs, tmp_path, locked_url(server, "right"), queue_name)
         pids = child_pids(supervisor)
         # The password changes under the running workers (their connections stay logged in); a
-        # process that starts now is refused, and would be again: no restart loop.
+        # process starting now is refused, and would be again: no restart loop.
         admin = redis.Redis(port=server.port, password="right")
         admin.config_set("requirepass", "changed")
         admin.close()
@@ -300,7 +291,7 @@ def test_processes_that_keep_crashing_make_it_give_up_with_1(
     assert "setqueue-worker stopped (exit code 1)" in text
 
 
-# -- the sums, in-process --------------------------------------------------------------------------
+# -- the sums, in-process
 
 
 def test_combine_sums_counts_and_takes_the_least_redis_up() -> None:
@@ -326,8 +317,8 @@ def test_combine_sums_counts_and_takes_the_least_redis_up() -> None:
 
 
 def test_the_compose_stacks_scale_workers_by_replicas() -> None:
-    # One process per container: compose restarts it and Prometheus scrapes each replica. (Read as
-    # text: the cluster file's !override tags are compose's, not YAML's.)
+    # One process per container: compose restarts it, Prometheus scrapes each replica. Read as text:
+    # the cluster file's !override tags are compose's, not YAML's.
     for name in ("docker-compose.yml", "docker-compose.cluster.yml"):
         values = re.findall(r"^\s*PROCESSES:\s*(.*?)\s*$", (REPO_ROOT / name).read_text(), re.M)
         assert all(value.strip("\"'") == "1" for value in values), (name, values)
