@@ -1,10 +1,5 @@
-"""Connecting to Redis: one URL that may name one Redis or any node of a Redis Cluster, the
-errors that mean Redis is not there right now, and the idle worker's wait for a wake-up token.
-
-Every key of a queue shares one Redis Cluster hash tag, so a queue lives in one slot and runs on a
-Redis Cluster as it does on one Redis: ``connect`` finds out on the first command which of the two
-the URL names.
-"""
+"""Connecting to Redis (one Redis or any Redis Cluster node, found out on the first command; a
+queue's keys share one hash tag, so it lives in one slot), transient errors, and the idle wait."""
 
 from __future__ import annotations
 
@@ -29,9 +24,8 @@ from redis.retry import Retry
 
 
 class OptionError(ValueError):
-    """An option of a queue that does not fit what Redis holds or what the URL reaches (a queue
-    opened with another number of shards, a Redis Cluster node asked for database 3). ``option``
-    names the parameter (``url``, ``shards``); ``str()`` is one line."""
+    """A queue option that does not fit what Redis holds or the URL reaches; ``option`` names the
+    parameter (``url``, ``shards``); ``str()`` is one line."""
 
     def __init__(self, option: str, problem: str) -> None:
         super().__init__(f"{option}: {problem}")
@@ -39,20 +33,17 @@ class OptionError(ValueError):
         self.problem = problem
 
 
-# What a Queue runs on: one Redis, or a Redis Cluster (a queue's keys are all in one slot).
 Client: TypeAlias = redis.Redis | RedisCluster
 
-# Errors that mean "Redis is not there right now": wait and make the same call again (every script
-# is safe to resend).
+# "Redis is not there right now": wait and resend (every script is safe to resend).
 TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
-    rexc.ConnectionError,  # includes BusyLoadingError (still loading the AOF/RDB), auth errors and
-    # ClusterUnavailable (no cluster node reachable, or a slot not served for now)
+    rexc.ConnectionError,  # includes BusyLoadingError, auth errors, ClusterUnavailable
     rexc.TimeoutError,  # includes setqueue.NotReplicated (WAIT_REPLICAS not confirmed in time)
     rexc.ReadOnlyError,  # talking to a replica during a failover
     rexc.TryAgainError,  # a cluster slot being migrated
-    rexc.ClusterError,  # a cluster failing over: ClusterDownError, MasterDownError, redirections without end
-    rexc.AskError,  # includes MovedError: a redirection the cluster client could not follow in its own tries
-    rexc.OutOfMemoryError,  # maxmemory reached with noeviction: writes are refused until space frees up
+    rexc.ClusterError,  # failing over: ClusterDownError, MasterDownError, endless redirections
+    rexc.AskError,  # includes MovedError the cluster client could not follow
+    rexc.OutOfMemoryError,  # maxmemory with noeviction: writes refused until space frees up
 )
 
 
@@ -72,15 +63,13 @@ def redact_url(url: str) -> str:
 
 
 class ClusterUnavailable(redis.ConnectionError):
-    """No node of the Redis Cluster could tell where a slot lives (all unreachable, or the slot
-    not served during a failover): as transient as a refused connection, and reported as one."""
+    """No cluster node could say where a slot lives (unreachable, or failing over): transient."""
 
 
 @contextlib.contextmanager
 def _cluster_reachability() -> Iterator[None]:
-    """redis-py reports a cluster it cannot map (while refreshing its slot table) with exceptions
-    that are not RedisErrors; turn them into the ConnectionError every caller already waits out.
-    Its other RedisClusterExceptions (a cross-slot transaction, ...) are bugs and pass through."""
+    """Turn redis-py's non-RedisError reports of an unmappable cluster into ClusterUnavailable; other
+    RedisClusterExceptions (cross-slot, ...) are bugs and pass through."""
     try:
         yield
     except SlotNotCoveredError as exc:
@@ -92,9 +81,8 @@ def _cluster_reachability() -> Iterator[None]:
 
 
 class _ClusterPipeline:
-    """A RedisCluster pipeline (transaction=True: MULTI/EXEC on the node of its one slot) whose
-    ``execute`` reports an unreachable cluster as a ConnectionError; everything else is the
-    pipeline's own (commands queue on it, as redis-py's Pipeline does)."""
+    """A RedisCluster pipeline (MULTI/EXEC on its one slot's node) whose ``execute`` raises
+    ClusterUnavailable for an unreachable cluster."""
 
     def __init__(self, pipe: ClusterPipeline) -> None:
         self._pipe = pipe
@@ -120,18 +108,12 @@ class _ClusterPipeline:
 
 
 class ClusterAwareRedis(redis.Redis):
-    """A ``redis.Redis`` for a URL that may name one Redis or any node of a Redis Cluster.
+    """A ``redis.Redis`` for a URL naming one Redis or any node of a Redis Cluster.
 
-    Nothing connects until the first command, which first asks the node (``HELLO``, which every
-    user may send, on a connection of its own to db 0) whether it runs in cluster mode. If not,
-    this is the plain client it looks like. If so, every command from then on goes through a
-    redis-py ``RedisCluster`` made from the same URL and options: it learns the other nodes from
-    this one, sends each command to the master of its key's slot, follows MOVED and ASK, and
-    finds the new master after a failover. A queue's keys share one hash tag, so its scripts,
-    BLPOP on its wake-up list and its MULTI/EXEC pipelines each go to one node.
-
-    A cluster has only database 0 and is reached over TCP: a URL asking otherwise raises
-    ``OptionError`` for the url (on every call, from the first on), before anything is sent."""
+    The first command first asks the node (``HELLO``, on its own db-0 connection) whether it is in
+    cluster mode. If so, every command goes through a ``RedisCluster`` made from the same URL and
+    options (slot routing, MOVED/ASK, failovers); a queue's one hash tag keeps its scripts, BLPOP and
+    MULTI/EXEC on one node. A cluster URL must use TCP and db 0, else every call raises ``OptionError``."""
 
     def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
         super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))
@@ -145,11 +127,11 @@ class ClusterAwareRedis(redis.Redis):
 
     @classmethod
     def around(cls, cluster: RedisCluster) -> ClusterAwareRedis:
-        """A client whose every command goes through ``cluster`` (a RedisCluster made by hand)."""
+        """A client sending everything through ``cluster``."""
         return cls("redis://", cluster=cluster)
 
     def cluster_client(self) -> RedisCluster | None:
-        """The cluster client when the URL names a cluster node, else None (connects to decide)."""
+        """The cluster client if the URL names a cluster node, else None (connects to decide)."""
         if not self._decided:
             with self._deciding:
                 if not self._decided:
@@ -187,8 +169,7 @@ class ClusterAwareRedis(redis.Redis):
                 "url", f"{where} is a Redis Cluster node: a cluster has only database 0 (end the URL in /0)"
             )
         with _cluster_reachability():
-            # Not every slot need be served: a queue needs only its own, and a slot without a
-            # master (during a failover) is an error of the commands on it, which are retried.
+            # A queue needs only its slot; one without a master (failover) fails its commands, which are retried.
             return RedisCluster.from_url(self._url, require_full_coverage=False, **self._options)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -209,7 +190,7 @@ class ClusterAwareRedis(redis.Redis):
         cluster = self.cluster_client()
         if cluster is None:
             return super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
-        # Not a redis.client.Pipeline, but it queues the same commands and executes them alike.
+        # Not a redis.client.Pipeline, but it queues and executes alike.
         return cast(Pipeline, _ClusterPipeline(cluster.pipeline(transaction=transaction)))  # type: ignore[no-untyped-call]
 
     def get_encoder(self) -> Any:
@@ -222,19 +203,17 @@ class ClusterAwareRedis(redis.Redis):
 
 
 class PasswordRequired(rexc.AuthenticationError):
-    """Redis requires a password (or a user and a password) and the URL gives none."""
+    """Redis requires a password and the URL gives none."""
 
 
 def _asks_for_a_password(error: rexc.AuthenticationError) -> bool:
-    """Redis's words for "authenticate first" (NOAUTH, or HELLO before AUTH), as against a wrong
-    password ("invalid username-password pair")."""
+    """ "Authenticate first" (NOAUTH, HELLO before AUTH), as against a wrong password."""
     text = str(error)
     return "NOAUTH" in text or "Authentication required" in text or "must be called with the client already" in text
 
 
 class _Retry(Retry):
-    """redis-py's Retry, except that a refused password is final: resending it only makes the user
-    wait (an AuthenticationError is a ConnectionError, which Retry resends)."""
+    """redis-py's Retry, but a refused password or failed TLS handshake is final."""
 
     def call_with_retry(
         self,
@@ -252,16 +231,13 @@ class _Retry(Retry):
 
 
 class TlsFiles(TypedDict, total=False):
-    """The TLS files of a rediss:// connection, as ``connect`` and ``open_queue`` take them."""
-
     tls_ca_file: str | None
     tls_cert_file: str | None
     tls_key_file: str | None
 
 
 def tls_failure(error: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind a connection error (a certificate that does not verify, a server that
-    does not speak TLS), if that is what it is: no resend makes it succeed."""
+    """The TLS error behind a connection error, if any: no resend makes it succeed."""
     seen: BaseException | None = error
     for _ in range(5):
         if seen is None:
@@ -275,11 +251,9 @@ def tls_failure(error: BaseException) -> ssl.SSLError | None:
 def tls_options(
     url: str, tls_ca_file: str | None = None, tls_cert_file: str | None = None, tls_key_file: str | None = None
 ) -> dict[str, Any]:
-    """redis-py's keyword arguments for a rediss:// URL: the server's certificate is verified (its
-    chain against ``tls_ca_file``, the system's CAs when None, and its host name), and
-    ``tls_cert_file`` / ``tls_key_file`` are a client certificate for a Redis that asks for one.
-    OptionError (naming the parameter) when one is given for a URL that is not rediss://, or a key
-    without its certificate."""
+    """redis-py's keyword arguments for a rediss:// URL: the server's certificate and host name are
+    verified (against ``tls_ca_file``, else the system CAs); ``tls_cert_file``/``tls_key_file``: a
+    client certificate. OptionError for a tls file on a non-rediss URL, or a key without certificate."""
     given = {"tls_ca_file": tls_ca_file, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file}
     if not url.startswith("rediss:"):
         for name, value in given.items():
@@ -297,9 +271,8 @@ def tls_options(
     return options
 
 
-# No CLIENT SETINFO on connect: a least-privilege user is not granted it (Redis 7.0 does not know it,
-# so an ACL rule that names it is refused there), and each refusal would fill the ACL LOG. redis-py
-# 8 turns it off with driver_info=None; before, with lib_name and lib_version None.
+# No CLIENT SETINFO on connect: a least-privilege user is not granted it (Redis 7.0 refuses an ACL
+# rule naming it), and each refusal fills the ACL LOG. redis-py 8: driver_info=None; before: lib_*.
 NO_CLIENT_SETINFO: dict[str, Any] = (
     {"driver_info": None}
     if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
@@ -317,17 +290,13 @@ def connect(
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
 ) -> ClusterAwareRedis:
-    """The client ``Queue.from_url`` uses for ``url`` (redis:// rediss:// unix://), one Redis or a
-    Redis Cluster node (see ``ClusterAwareRedis``; nothing connects before the first command).
+    """The client ``Queue.from_url`` uses (see ``ClusterAwareRedis``; nothing connects before the first command).
 
-    It resends a command after a connection error or timeout (``retries`` times, with backoff;
-    every script is safe to resend), and its socket timeouts stop a call from hanging forever on
-    a dead connection; a cluster client gets the same, plus following redirections and failovers.
-    A rediss:// URL verifies the server's certificate: see ``tls_options`` for the ``tls_*`` files.
-    A failed TLS handshake is not resent.
-    """
+    It resends after a connection error or timeout (``retries`` times, with backoff; scripts are safe
+    to resend), and socket timeouts stop a call hanging on a dead connection. rediss:// verifies the
+    server (``tls_options``); a failed TLS handshake is not resent."""
     tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
-    # TCP keepalive is a TCP socket's option: a unix:// connection refuses the argument.
+    # unix:// refuses the TCP keepalive argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
     backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
     return ClusterAwareRedis(
@@ -344,11 +313,9 @@ def connect(
 
 
 class SnapshotReads:
-    """Reads queued like a pipeline's (``reads.zscore(key, id)``, ...) and sent by ``execute()`` in
-    one MULTI, so that they see one instant. A Redis out of memory (maxmemory reached) refuses every
-    command queued in a MULTI, reads too: the same reads then go in a plain pipeline, one round trip
-    without the snapshot (a transition between two of them may show a job in two states or none).
-    For reads only: a MULTI of writes must never be split."""
+    """Reads queued like a pipeline's, sent by ``execute()`` in one MULTI (one instant). Out of memory,
+    Redis refuses a MULTI's reads too: they go in a plain pipeline then, without the snapshot. Reads
+    only: a MULTI of writes must never be split."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
@@ -374,8 +341,7 @@ class SnapshotReads:
 
 
 def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
-    """An idle worker's wait: ``block(seconds)`` (which waits for a wake-up), for at most ``timeout``
-    seconds and never past ``due_in``, when the next scheduled job is due (True at once if it is)."""
+    """``block(seconds)`` for at most ``timeout``, never past ``due_in`` (True at once if due)."""
     if due_in is not None:
         timeout = min(timeout, due_in)
         if timeout <= 0:
@@ -384,25 +350,18 @@ def until_due(due_in: float | None, timeout: float, block: Callable[[float], boo
 
 
 def take_wake_token(client: redis.Redis, keys: Sequence[str], timeout: float) -> bool:
-    """Block until one of the wake lists ``keys`` has a token, taking it (True), or ``timeout``
-    passes (False): one BLPOP, so on a Redis Cluster the keys must share a slot."""
-    # BLPOP's timeout has a resolution of 1 ms from Redis 6 on.
+    """One BLPOP on the wake lists (one slot on a Cluster): True if a token was taken, False on timeout."""
     return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
 
 
-# On a Redis Cluster, the longest one BLPOP of a ClusterWaiter blocks: a BLPOP cannot be called off,
-# so this bounds how long one outlives the wait it was sent for.
+# On a Cluster, the longest one BLPOP of a ClusterWaiter blocks (a BLPOP cannot be called off).
 CLUSTER_WAKE_SLICE_SECONDS = 0.25
 
 
 class ClusterWaiter:
-    """Waits on wake lists that live in different slots of a Redis Cluster, where one BLPOP takes
-    keys of one slot only: one BLPOP per list at once, each in a thread of its own, and the first
-    token wakes the wait.
-
-    A BLPOP cannot be called off, so each blocks for at most CLUSTER_WAKE_SLICE_SECONDS and the
-    wait sends the next one. One still blocked when a wait returns is kept, not sent again: the
-    token it may take then is what the next wait sees first, so no token is taken for nothing."""
+    """Waits on wake lists in different Cluster slots: one BLPOP per list, each in its own thread; the
+    first token wakes the wait. Each BLPOP blocks at most CLUSTER_WAKE_SLICE_SECONDS; one still
+    blocked when a wait returns is kept, so the token it takes is seen by the next wait, not lost."""
 
     def __init__(self, client: Any, keys: Sequence[str]) -> None:
         self._client = client
@@ -411,7 +370,7 @@ class ClusterWaiter:
         self._blocked: dict[str, Future[Any]] = {}
 
     def wait(self, timeout: float) -> bool:
-        """True when a token was taken from any list, False when ``timeout`` passed first."""
+        """True when a token was taken, False when ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -442,12 +401,10 @@ def on_a_cluster(client: Any) -> bool:
 
 
 class EndedListener:
-    """One subscription to a queue's ended channel, shared by every ``result()`` call on that
-    queue: a daemon thread hears the ids published as they end and wakes whoever waits on them.
-    A waiter registers before it looks (``watch``), so no end can slip between its look and its
-    wait. When the subscription drops, everyone waiting is woken to look again (an end published
-    meanwhile would otherwise be missed). A Redis user that may not subscribe (NOPERM) is no
-    outage: the listener stops, and ``watch`` and ``check`` raise the refusal to every waiter."""
+    """One subscription to a queue's ended channel shared by its ``result()`` calls: a daemon thread
+    wakes waiters as their ids end. A waiter registers (``watch``) before it looks, so no end slips
+    between look and wait; a dropped subscription wakes everyone to look again. NOPERM is no outage:
+    the listener stops and ``watch``/``check`` raise it to every waiter."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
         self._client = client
@@ -460,8 +417,7 @@ class EndedListener:
         self._refused: rexc.NoPermissionError | None = None
 
     def watch(self, job_ids: Sequence[str]) -> threading.Event:
-        """An event set when any of ``job_ids`` is published as ended (or the subscription
-        dropped): look again then. Subscribes first, if not yet."""
+        """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
         event = threading.Event()
         with self._lock:
             for job_id in job_ids:
@@ -475,7 +431,7 @@ class EndedListener:
         return event
 
     def check(self) -> None:
-        """Raise NoPermissionError if Redis refused this user the subscription."""
+        """Raise NoPermissionError if Redis refused the subscription."""
         if self._refused is not None:
             raise rexc.NoPermissionError(str(self._refused))
 

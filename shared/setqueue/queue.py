@@ -1,13 +1,9 @@
-"""The set-model work queue: todos -> in_progress -> done, plus failed (the dead-letter set) and
-scheduled (jobs due later).
+"""The set-model work queue: todos -> in_progress -> done, plus failed (dead letters) and scheduled.
 
-Every transition that touches more than one key is one Lua script (see ``lua/``), so no crash
-and no concurrent cleaner can observe a half-done step. Mutating scripts take a fresh request
-id and keep their result under ``setqueue:{Q}:req:<id>`` for ``request_ttl_seconds``: redis-py
-resends a command after a connection error, and a resent claim, ack or fail then returns the
-first result instead of applying twice. How each script is called (its KEYS, ARGV and reply) is
-``setqueue.scripts``'s business; this module batches the calls and shapes their results.
-"""
+Every multi-key transition is one Lua script (``lua/``), so no crash or concurrent cleaner sees a
+half-done step. Mutating scripts keep their result under a request id for ``request_ttl_seconds``,
+so a call redis-py resends returns the first result instead of applying twice. ``setqueue.scripts``
+knows how each script is called; this module batches the calls and shapes their results."""
 
 from __future__ import annotations
 
@@ -69,16 +65,14 @@ from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
 
-# How long the sweep stamp (setqueue:{Q}:swept) lasts; sweep.lua sets it with this TTL.
+# The sweep stamp's TTL (sweep.lua sets it).
 SWEPT_STAMP_MS = 86_400_000
 
 
-# What renew.lua answers for each lease.
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
 
 
 def _part(request_id: str | None, number: int) -> str | None:
-    """The request id of part ``number`` of a call that is split into several script calls."""
     return None if request_id is None else f"{request_id}-{number}"
 
 
@@ -88,8 +82,7 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
 
 
 def job_items(ids: Iterable[str] | Mapping[str, Any], payload_max_bytes: int) -> list[tuple[str, str | None]]:
-    """(id, payload text or None) of what ``enqueue`` was given, every id and payload checked: a
-    lone str (or bytes) is refused, never iterated into one-letter ids."""
+    """(id, payload text or None) of what ``enqueue`` was given, all checked; a lone str is refused."""
     if isinstance(ids, str | bytes | bytearray):
         raise TypeError(
             f"ids must be a collection of job ids or a mapping id -> payload, not a {type(ids).__name__}: "
@@ -101,7 +94,7 @@ def job_items(ids: Iterable[str] | Mapping[str, Any], payload_max_bytes: int) ->
 
 
 def _payload_text(job_id: str, payload: Any, most: int) -> str:
-    """A payload as stored: a str as it is, bytes as their UTF-8 text, anything else as JSON."""
+    """A payload as stored: str as is, bytes as UTF-8 text, anything else as JSON."""
     if isinstance(payload, bytes | bytearray):
         try:
             text = payload.decode("utf-8")
@@ -123,7 +116,6 @@ def _payload_text(job_id: str, payload: Any, most: int) -> str:
 
 
 def _history(stored: Any) -> tuple[HistoryEntry, ...]:
-    """The history field as entries: lines "<ms>\t<kind>\t<worker>\t<detail>" (lua/includes/history.lua)."""
     entries: list[HistoryEntry] = []
     for line in ("" if stored is None else _text(stored)).splitlines():
         at, kind, worker, detail = [*line.split("\t", 3), "", "", ""][:4]
@@ -132,7 +124,6 @@ def _history(stored: Any) -> tuple[HistoryEntry, ...]:
 
 
 def _progress(stored: Any) -> Progress | None:
-    """The progress field, "<fraction>|<ms>|<message>" (lua/progress.lua), or None."""
     if stored is None:
         return None
     fraction, at, message = [*_text(stored).split("|", 2), "", ""][:3]
@@ -140,13 +131,11 @@ def _progress(stored: Any) -> Progress | None:
 
 
 def _rate(rate: Rate | str | None, burst: int | None) -> str:
-    """A rate as the flow hash keeps it ("" for none)."""
     given = Rate.given(rate, burst)
     return "" if given is None else given.spec()
 
 
 def _check_seconds(name: str, value: float) -> float:
-    """A time in seconds: finite and not negative, or a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
     return float(value)
@@ -155,8 +144,7 @@ def _check_seconds(name: str, value: float) -> float:
 class Queue:
     """One named queue in one Redis (or one Redis Cluster slot).
 
-    ``client``: a ``redis.Redis`` (used as it is), or a ``RedisCluster`` (wrapped so that the
-    queue and the code handed ``queue.redis`` see a ``redis.Redis`` either way)."""
+    ``client``: a ``redis.Redis``, or a ``RedisCluster`` (wrapped: ``queue.redis`` is a ``redis.Redis`` either way)."""
 
     # The defaults are declared here once: the services' settings take theirs from this signature.
     def __init__(
@@ -208,12 +196,11 @@ class Queue:
         self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
         self.next_due: float | None = None  # after a claim short of jobs: when more could be claimed
         self._next_due_seen = 0.0  # monotonic time of that claim
-        # Flow control as the last claim found it: whether the queue has a rate or group limits
-        # (a worker then claims only for free slots), and who to tell what a limit held back.
+        # As the last claim found it: a rate or group limits (claim only for free slots).
         self.flow_limited = False
         self.on_held: Callable[[str, str], None] | None = None  # (queue name, "paused"|"rate"|"group")
         self._lease_ms = max(1, round(lease_seconds * 1000))
-        self.request_ttl_seconds = float(request_ttl_seconds)  # how long a call's result is kept for a resend
+        self.request_ttl_seconds = float(request_ttl_seconds)  # a call's result is kept this long for a resend
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
         self.result_ttl_seconds = _check_seconds("result_ttl_seconds", result_ttl_seconds)
@@ -222,33 +209,26 @@ class Queue:
         self.result_max_bytes = result_max_bytes
         self.wait_replicas = wait_replicas
         self.wait_timeout_seconds = float(wait_timeout_seconds)
-        # With wait_replicas, every write is confirmed by that many replicas (setqueue.replication).
         wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
         self._scripts = QueueScripts(self.redis, self.keys, wait)
         self._sweep_cursor = 0
-        self._ended: EndedListener | None = None  # the subscription result() waits on, once one did
+        self._ended: EndedListener | None = None  # the subscription result() waits on
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
-        """One plain queue on a new client for ``url`` (redis:// rediss:// unix://): one Redis, or
-        any node of a Redis Cluster, found out on the first command (see ``setqueue.client.connect``).
-        The client resends a command after a connection error or timeout (a few times, with
-        backoff): every script is safe to resend. ``options`` go to the constructor. For a sharded
-        queue or several queues as one, use ``setqueue.open_queue``.
-        """
+        """A plain queue on a new client for ``url`` (redis, rediss, unix; one Redis or any Cluster node;
+        see ``setqueue.client.connect``). For a sharded or composite queue use ``setqueue.open_queue``."""
         return cls(connect(url), name, **options)
 
     @property
     def queues(self) -> Sequence[Queue]:
-        """The named queues this one serves: itself."""
         return (self,)
 
     @property
     def shards(self) -> Sequence[Queue]:
-        """The plain queues that hold its jobs: itself."""
         return (self,)
 
-    # -- producers ---------------------------------------------------------------------------
+    # -- producers
 
     def enqueue(
         self,
@@ -261,21 +241,14 @@ class Queue:
         timeout: float | None = None,
         group: str | None = None,
     ) -> int:
-        """Add job ids (or a mapping id -> payload) at the back of todos' line, in the order given;
-        returns how many were new.
+        """Add job ids (or a mapping id -> payload) at the back of the line, in order; returns how many were new.
 
-        A payload is a str (kept as it is), bytes holding UTF-8 text, or any JSON-serialisable
-        value (kept as its JSON text: ``lease.json()`` reads it back); at most
-        ``payload_max_bytes`` each. ``priority`` (-10 to 10, default 0): a job is never claimed
-        while a job of a higher priority waits in todos; within a priority, first in, first out.
-        ``delay`` (seconds from now, Redis clock) or ``at`` (a Unix time in seconds) makes them due
-        later: they wait in scheduled until then and join the line when due. Not both; a time in
-        the past means now. ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own:
-        they win over the workers' MAX_ATTEMPTS and JOB_TIMEOUT_SECONDS. An id already in todos,
-        in_progress, done, failed or scheduled is not added again. ``group`` (e.g. a tenant): the
-        jobs wait in that group's line, and groups take turns (see ``set_group_limits``). Everything
-        is checked before anything is sent.
-        """
+        A payload is a str, UTF-8 bytes or any JSON-serialisable value, at most ``payload_max_bytes``.
+        ``priority`` (-10..10): never claimed while a higher one waits; FIFO within one. ``delay``
+        (seconds, Redis clock) or ``at`` (Unix seconds), not both, makes them wait in scheduled; the past
+        means now. ``max_attempts`` and ``timeout`` (0 = none) override the workers'. An id the queue
+        knows in any state is not added again. ``group``: the jobs wait in that group's line and groups
+        take turns (``set_group_limits``). Everything is checked before anything is sent."""
         validate_priority(priority)
         if group is not None:
             validate_group(group)
@@ -301,17 +274,13 @@ class Queue:
             )
         return added
 
-    # -- workers -----------------------------------------------------------------------------
+    # -- workers
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
-        """Claim up to ``count`` jobs from the front of todos in one script call (highest priority
-        first, then first in, first out), returned in that order: each moves to in_progress, and one
-        lease (a lock with a TTL) covers them all until each is acked, failed or released. Scheduled
-        jobs that are due join the line first.
-
-        ``request_id`` (see ``new_request_id``): give the same one to retry a call whose reply was
-        lost (after redis-py's own resends gave up) and get the same leases, not a second claim.
-        """
+        """Claim up to ``count`` jobs from the front of the line in one script call (priority, then FIFO),
+        in that order; one lease covers them until each is acked, failed or released. Due scheduled jobs
+        join the line first. The same ``request_id`` retries a call whose reply was lost and returns the
+        same leases."""
         if count < 1:
             raise ValueError("count must be at least 1")
         leases, header = self._scripts.claim(
@@ -323,8 +292,7 @@ class Queue:
             wake_cap=self.wake_cap,
             token=request_id,
         )
-        # Seconds until more could be claimed (a scheduled job due, a group's or the queue's rate
-        # allowing more), as of now: wait_for_work wakes up for it.
+        # Seconds until more could be claimed, for wait_for_work.
         self.next_due = None if header.next_at is None else max(0.0, header.next_at - header.now)
         self._next_due_seen = time.monotonic()
         self.flow_limited = header.limited
@@ -361,50 +329,44 @@ class Queue:
         )
 
     def due_in(self) -> float | None:
-        """Seconds from now until the next scheduled job is due, as the last empty claim saw it
-        (None: none was scheduled then)."""
+        """Seconds until more could be claimed, as the last short claim saw it (None: not known)."""
         if self.next_due is None:
             return None
         return self.next_due - (time.monotonic() - self._next_due_seen)
 
     def wake_keys(self) -> list[str]:
-        """The lists an idle worker of this queue blocks on (one; a sharded queue has one a shard)."""
+        """The lists an idle worker blocks on (one per shard)."""
         return [self.keys.wake]
 
     def wait_for_work(self, timeout: float) -> bool:
-        """Block until an enqueue (or a requeue) wakes us, ``timeout`` seconds pass, or the next
-        scheduled job (as the last empty claim saw it) is due."""
+        """Block until woken by an enqueue or requeue, ``timeout`` passes, or ``due_in`` comes."""
         return until_due(self.due_in(), timeout, lambda seconds: take_wake_token(self.redis, self.wake_keys(), seconds))
 
     def renew(self, lease: Lease) -> bool:
-        """Extend the lease if the lock still holds its token; never re-creates a lost lock."""
+        """Extend the lease while its claim still owns the job; a lost lock is never re-created."""
         return self.renew_many([lease])[0]
 
     def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        """One PEXPIRE per claim extends all of its jobs that are still ours."""
         return [outcome is RenewOutcome.RENEWED for outcome in self.renew_outcomes(leases)]
 
     def renew_outcomes(self, leases: Sequence[Lease]) -> list[RenewOutcome]:
-        """As ``renew_many``, saying of a lease not renewed whether it is lost or its job cancelled."""
+        """As ``renew_many``, telling a lost lease from a cancelled job."""
         outcomes: list[RenewOutcome] = []
         for chunk in _chunks(leases):
             outcomes += [_RENEWALS[r] for r in self._scripts.renew(chunk, lease_ms=self._lease_ms)]
         return outcomes
 
     def ack(self, lease: Lease, result: Any = None) -> bool:
-        """Move the job to done, keeping ``result`` (see ``ack_many``). False when the lease is
-        stale: then nothing changed."""
+        """Move the job to done keeping ``result`` (see ``ack_many``); False (nothing changed) if stale."""
         return self.ack_many([lease], results=[result])[0].acked
 
     def ack_many(
         self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
     ) -> list[AckResult]:
-        """Ack a batch in one script call (per MAX_IDS_PER_CALL). ``results``: what each lease's
-        handler returned (None: nothing); each is kept for ``result_ttl_seconds`` (0: none is), for
-        ``result()``: bytes, or any JSON-serialisable value, at most ``result_max_bytes`` (checked
-        before anything is sent). ``request_id``: the same one retries a call whose reply was lost,
-        and reports what that call did (acked, not stale). When Redis is full (out of memory) the
-        jobs are acked all the same, without their results: ``result()`` says those are gone."""
+        """Ack a batch, one script call per MAX_IDS_PER_CALL. ``results`` (None: nothing) are kept
+        ``result_ttl_seconds`` for ``result()``: bytes or JSON-serialisable, at most ``result_max_bytes``,
+        checked before sending. The same ``request_id`` retries a call whose reply was lost. When Redis is
+        out of memory the jobs are acked without their results, and ``result()`` says those are gone."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -446,21 +408,15 @@ class Queue:
         delay: float | None = None,
         request_id: str | None = None,
     ) -> FailOutcome:
-        """Give up on this attempt. While attempts remain the job is retried (``RETRIED``): after
-        ``delay`` seconds when given, else after the backoff delay of its attempt (see
-        ``backoff_delay``), in scheduled until then, or at once in todos when that delay is 0.
-        Once attempts are used up it goes into failed (``DEAD``).
-
-        ``retry=False`` dead-letters at once (an error that no retry can fix). Failing a stale
-        lease, or the same lease twice, changes nothing and returns ``FailOutcome.STALE``.
-        ``request_id`` as for ``ack_many``.
-        """
+        """Give up on this attempt. While attempts remain the job is retried (``RETRIED``) after ``delay``
+        or ``backoff_delay``, waiting in scheduled (todos at once for 0); then it is dead-lettered
+        (``DEAD``). ``retry=False`` dead-letters at once. A stale or already failed lease changes nothing:
+        ``STALE``. ``request_id`` as for ``ack_many``."""
         seconds = self.backoff_delay(lease.attempt) if delay is None else _check_seconds("delay", delay)
         return self._end_attempts([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))], request_id)[0]
 
     def backoff_delay(self, attempt: int) -> float:
-        """The wait before retrying after failed attempt ``attempt`` (1 = the first): drawn uniformly
-        from [d/2, d], d = min(max, base * 2^(attempt-1)); 0 when the base is 0."""
+        """Uniform in [d/2, d], d = min(max, base * 2^(attempt-1)); 0 when the base is 0."""
         if self.retry_backoff_seconds <= 0:
             return 0.0
         exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already
@@ -468,13 +424,11 @@ class Queue:
         return random.uniform(d / 2, d)
 
     def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> list[FailOutcome]:
-        """Hand jobs back to todos unprocessed, in their old place, without using up an attempt
-        (graceful shutdown, or a job that waited too long for a slot). ``request_id`` as for ``ack_many``."""
+        """Hand jobs back unprocessed to their old place, no attempt used. ``request_id`` as for ``ack_many``."""
         return self._end_attempts([(lease, "release", "", 0) for lease in leases], request_id)
 
     def _end_attempts(self, items: Sequence[tuple[Lease, str, str, int]], request_id: str | None) -> list[FailOutcome]:
-        """fail.lua for each (lease, mode, reason, delay ms): mode "retry" or "dead" ends a failed
-        attempt, "release" one that never ran (it gives the attempt back)."""
+        """fail.lua for each (lease, mode, reason, delay ms)."""
         outcomes: list[FailOutcome] = []
         for number, chunk in enumerate(_chunks(items)):
             replied = self._scripts.fail(
@@ -487,14 +441,12 @@ class Queue:
             outcomes += [FailOutcome(o) for o in replied]
         return outcomes
 
-    # -- the cleaner -------------------------------------------------------------------------
+    # -- the cleaner
 
     def sweep(self, limit: int = 1000) -> SweepResult:
-        """Requeue (or dead-letter) up to ``limit`` examined in_progress ids whose lock is gone.
+        """Requeue (or dead-letter) in_progress ids whose lock is gone, examining up to ``limit``.
 
-        ZSCANs in_progress in pages and resumes where the last call stopped, so a large
-        in_progress set is covered over several calls. Also applies the age retention of done.
-        """
+        Resumes the ZSCAN where the last call stopped; also applies done's age retention."""
         k = self.keys
         requeued: list[str] = []
         dead: list[str] = []
@@ -506,7 +458,7 @@ class Queue:
             self._sweep_cursor, page = self.redis.zscan(k.in_progress, self._sweep_cursor, count=page_size)  # type: ignore[misc]
             candidates = [_text(member) for member, _rank in page]  # type: ignore[arg-type]
             if candidates or trim_pending:
-                # Who owned each candidate as we read it: the script checks that this still holds.
+                # Owners as read: the script checks they still hold.
                 owners = (
                     [None if o is None else _text(o) for o in self.redis.hmget(k.owners, candidates)]
                     if candidates
@@ -529,16 +481,15 @@ class Queue:
             if self._sweep_cursor == 0 or examined >= limit:
                 return SweepResult(requeued, dead, trimmed)
 
-    # -- operators ---------------------------------------------------------------------------
+    # -- operators
 
     def stats(self) -> dict[str, Any]:
-        """Sizes of the six states, todos per priority ({priority: jobs}, those with any) and the
-        age of the oldest job not yet finished, in one snapshot."""
+        """Sizes of the six states, todos per priority and the oldest unfinished job's age, in one snapshot."""
         sizes, age_ms, by_priority = self._scripts.stats()
         return {**sizes, "oldest_pending_age_seconds": age_ms / 1000, "todos_by_priority": by_priority}
 
     def inspect(self, job_id: str) -> JobInfo | None:
-        """Everything the queue knows about one id, or None if it knows nothing."""
+        """Everything the queue knows about one id, or None."""
         validate_job_id(job_id)
         k = self.keys
         pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
@@ -574,8 +525,7 @@ class Queue:
             priority = int(kept_priority) if kept_priority is not None else 0
         finished_at: float | None = None
         if state in ("done", "failed", "cancelled"):
-            # What is kept of an ended job, in one field: "<enqueued ms>:<finished ms>:<attempts>[:1]"
-            # (":1": it returned a result). A job without it is shown as unknown (None), never as 0.
+            # "<enqueued ms>:<finished ms>:<attempts>[:1]" (":1": returned a result); missing: None, never 0.
             fields = _text(finished).split(":") if finished else []
             enqueued_ms, finished_ms, attempts = [*fields, "", "", ""][:3]
             enqueued = int(enqueued_ms) if enqueued_ms else None
@@ -613,16 +563,12 @@ class Queue:
         )
 
     def history(self, job_id: str) -> list[HistoryEntry]:
-        """The job's transitions off the happy path, oldest first (the last ten): lease lost and
-        swept, failed, retried, timed out, handed back, cancelled, requeued, each with its time and
-        worker. Empty for a job that never left the happy path (or that the queue does not know)."""
+        """The job's off-happy-path transitions, oldest first (the last ten); empty if none or unknown."""
         return list(_history(self.redis.hget(self.keys.history, validate_job_id(job_id))))
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
-        """Keep what ``lease``'s handler says of its progress (``Lease.progress`` calls this); False
-        when the lease no longer owns the job. When Redis is full the report is dropped, not raised
-        into the handler (progress.lua is refused whole then: a report only adds to memory); the
-        answer still says whether the lease owns the job, read without writing."""
+        """Keep the handler's progress report; False when the lease no longer owns the job. When Redis is
+        full the report is dropped, not raised (the answer is still read)."""
         try:
             return self._scripts.progress(lease, fraction, message)
         except redis.OutOfMemoryError:
@@ -630,34 +576,28 @@ class Queue:
             return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
-        """Cancel a job: one waiting (todos, scheduled) never starts; one running goes to cancelled
-        at once and its worker is told to stop it (its late ack or fail is stale); either way it is
-        never retried. Returns the state it was in ("todos", "scheduled", "in_progress"), the state
-        it ended in for a job that had ended ("done", "failed", "cancelled": nothing changed), or
-        None for an id the queue does not know. Safe to call again."""
+        """Cancel a job: a waiting one never starts, a running one is cancelled at once and its worker told
+        to stop (its late ack or fail is stale); never retried. Returns the state it was in, the ended
+        state for an ended job (unchanged), or None if unknown. Idempotent."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
 
-    # -- results --------------------------------------------------------------------------
+    # -- results
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """What the handler of ``job_id`` returned, waiting until the job ends (at most ``timeout``
-        seconds: TimeoutError; None: as long as it takes). Without polling: it subscribes to the
-        queue's ended channel, looks once, and looks again only when the job is published as
-        ended. Raises JobFailed for a job dead-lettered or cancelled, ResultGone for a done job
-        whose result is not kept any more, UnknownJob for an id the queue does not know. A done
-        job whose handler returned None gives None."""
+        """What ``job_id``'s handler returned, waiting until it ends (``timeout`` seconds: TimeoutError;
+        None: forever), without polling (the ended channel). Raises JobFailed for a dead-lettered or
+        cancelled job, ResultGone for a result no longer kept, UnknownJob for an unknown id."""
         return self.results([job_id], timeout)[job_id]
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code: the wait runs in a thread, the event loop goes on."""
+        """``result`` in a thread, for asyncio."""
         return await asyncio.to_thread(self.result, job_id, timeout)
 
     def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
-        """``result`` of several jobs at once: id -> what its handler returned. Raises (as
-        ``result``) for the first that failed, is gone or unknown. Every call on this queue shares
-        one subscription (``setqueue.client.EndedListener``), opened by the first."""
+        """``result`` of several jobs: id -> value; raises as ``result`` for the first that does. Calls
+        share one subscription."""
         wanted = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
         if timeout is not None:
             _check_seconds("timeout", timeout)
@@ -681,8 +621,7 @@ class Queue:
         return {job_id: ended[job_id] for job_id in wanted}
 
     def _look(self, job_ids: Sequence[str], ended: dict[str, Any]) -> list[str]:
-        """Look at these jobs once (one round trip): put the value of each that ended into
-        ``ended`` (raising for the first that failed, is gone or unknown); return the others."""
+        """One round trip: each ended job's value into ``ended`` (raising as ``result``); returns the rest."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
@@ -717,7 +656,7 @@ class Queue:
         return waiting
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
-        """Move dead-lettered jobs (all of them, up to ``limit``, or the ids given) back to todos."""
+        """Move dead-lettered jobs (the ids given, or all up to ``limit``) back to todos; returns how many."""
         k = self.keys
         if ids is None:
             wanted: list[str] = []
@@ -733,27 +672,25 @@ class Queue:
         return moved
 
     def delete(self, job_id: str) -> str | None:
-        """Remove a job from the queue whatever its state; returns that state, or None if unknown."""
+        """Remove a job whatever its state; returns that state, or None if unknown."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
 
-    # -- flow control -------------------------------------------------------------------------
+    # -- flow control
 
     def pause(self) -> bool:
-        """Stop the queue's jobs from starting: once this returns, no claim takes one (the check is
-        in the claim script). Running jobs finish; enqueue, scheduled jobs coming due and the
-        cleaner go on. Whether it was running."""
+        """Stop jobs from starting: once this returns no claim takes one. Running jobs, enqueues, due
+        jobs and the cleaner go on. Whether it was running."""
         return self._scripts.set_limits("pause", "", wake_cap=self.wake_cap)
 
     def resume(self) -> bool:
-        """Let the queue's jobs start again, waking its idle workers. Whether it was paused."""
+        """Let jobs start again, waking idle workers. Whether it was paused."""
         return self._scripts.set_limits("resume", "", wake_cap=self.wake_cap)
 
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
-        """At most ``rate`` job starts across all workers (``Rate``, or text such as ``"100/s"``,
-        ``"6000/min"``; None: no limit), and ``burst`` at once after a quiet spell (default: a
-        tenth of the count). In force from every worker's next claim."""
+        """At most ``rate`` starts across all workers (``Rate`` or text like ``"100/s"``; None: no limit),
+        ``burst`` at once (default: a tenth of the count); in force from the next claim."""
         self._scripts.set_limits("rate", _rate(rate, burst), wake_cap=self.wake_cap)
 
     def set_group_limits(
@@ -764,9 +701,8 @@ class Queue:
         rate: Rate | str | None = None,
         burst: int | None = None,
     ) -> None:
-        """The limits of job group ``group`` (None: every group's default): at most
-        ``concurrency`` of its jobs in progress at once and ``rate`` starts (None: no limit). A
-        group's own limits replace the default wholly; with both None it has the default again."""
+        """Limits of ``group`` (None: every group's default): ``concurrency`` in progress and ``rate`` of
+        starts (None: no limit). Own limits replace the default wholly; both None restores it."""
         if group is not None:
             validate_group(group)
         limits = GroupLimits(
@@ -781,7 +717,6 @@ class Queue:
         self._scripts.set_limits("group_rate", limits.rate.spec() if limits.rate else "", wake_cap=self.wake_cap)
 
     def limits(self) -> Limits:
-        """What flow control holds for this queue."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=True)
         pipe.hmget(k.flow, ["paused", "rate", "group_concurrency", "group_rate"])
@@ -798,8 +733,7 @@ class Queue:
         )
 
     def groups(self, most: int = 100) -> list[GroupInfo]:
-        """The job groups with jobs waiting or in progress (at most ``most``, those taking turns
-        first), each with its counts, where it stands and its limits in force."""
+        """Groups with jobs waiting or in progress (at most ``most``, turn-takers first) with counts, state, limits."""
         if most < 1:
             raise ValueError("most must be at least 1")
         _total, rows = self._scripts.list_groups(min(most, 10_000))
@@ -810,29 +744,23 @@ class Queue:
         ]
 
     def seconds_since_sweep(self) -> float | None:
-        """How long ago (Redis clock) anyone swept this queue; None if nobody did for a day or ever.
-        The stamp lasts a day from each sweep (sweep.lua), so its age is a day less its TTL: one
-        keyed command, on the node of the queue's slot."""
+        """How long ago anyone swept this queue (Redis clock; None: not within a day): a day less the stamp's TTL."""
         ttl_ms = self.redis.pttl(self.keys.swept)
         return None if ttl_ms < 0 else (SWEPT_STAMP_MS - ttl_ms) / 1000  # type: ignore[operator]
 
     def ping(self, *, record: bool = False) -> bool:
-        """Redis answers, and this queue was not opened sharded (``setqueue:{Q}:shards``): opened
-        as one queue, a sharded queue's jobs would be out of reach (OptionError for shards).
-        ``record`` is for the sharded queue's sake (a plain queue records nothing)."""
+        """Redis answers and the queue was not opened sharded (else OptionError). ``record``: for sharded queues."""
         answered = bool(self.redis.ping())
         sharded = self.redis.get(self.keys.shards)
         if sharded is not None and int(sharded) != 1:
             raise OptionError("shards", f"queue {self.name} has {int(sharded)} shards, not 1: open it with that many")
         return answered
 
-    # -- periodic jobs -----------------------------------------------------------------------
+    # -- periodic jobs
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]:
-        """For each (schedule name, latest slot in ms, run id, payload or None), enqueue the run
-        unless a run of that slot or a later one was created already (by anyone), in one script
-        call per 500. Returns the names whose run was created, and those seen for the first time
-        (their slot recorded, no run: a schedule's first run is its next slot)."""
+        """For each (name, latest slot ms, run id, payload), enqueue the run unless one of that slot or later
+        exists; returns the names created and those seen first (slot recorded, no run)."""
         created: list[str] = []
         first_seen: list[str] = []
         for chunk in _chunks(runs):
@@ -842,7 +770,7 @@ class Queue:
         return created, first_seen
 
     def periodic_slots(self) -> dict[str, float]:
-        """Schedule name -> the latest slot (Unix seconds) whose run was created (or recorded)."""
+        """Schedule name -> its latest slot (Unix seconds)."""
         slots = self.redis.hgetall(self.keys.periodic)
         return {_text(name): int(ms) / 1000 for name, ms in slots.items()}  # type: ignore[union-attr]
 

@@ -1,28 +1,14 @@
 """The Lua scripts of ``lua/`` and their Python side: the one place that knows how each is called.
 
-The contract between a script and Python is its header. A comment block documents every key, every
-arg and the reply; right below it, locals name each entry of KEYS and ARGV::
-
-    local request, todos, in_progress = KEYS[1], KEYS[2], KEYS[3]
-    local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..] lock key of each claim
-    local record_ttl, max_attempts = ARGV[1], tonumber(ARGV[2])
-
-A variable-length list (the lock keys of the claims, the tokens, the leases) starts at a named constant
-like ``FIRST_LOCK``, and the body reads it in a loop from there: no body line indexes KEYS or ARGV
-with a number or with arithmetic. The names of KEYS are the key layout's: each is a key of
-``QueueKeys`` of that name, except the two a call names itself, ``request`` (this call's request
-record) and ``lock`` (one claim's lock); so the Python side builds every KEYS list from the header
-and the layout, and a header naming a key the layout does not have fails the import of this module.
-
-Helpers several scripts share live in ``lua/includes/<name>.lua`` and are pulled in by a
-``-- @include "<name>"`` line (after BullMQ's ``src/commands/includes``): each
-include is inlined once per script, an include may include others, and a missing or circular one
-fails the import of this module.
-
-:class:`Script` runs one script on one client and checks the number of KEYS and ARGV of every call
-against its header. :class:`QueueScripts` holds one wrapper per script: it builds the script's ARGV
-and decodes its reply, whose format the script's header states.
-"""
+A script's header is its contract: comments document every key, arg and the reply, then locals
+name each KEYS and ARGV entry in order (``local request, todos = KEYS[1], KEYS[2]``). A
+variable-length list starts at a named constant (``local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..]``)
+read in a loop: no body line indexes KEYS or ARGV by number or arithmetic. KEYS names are
+``QueueKeys`` properties, except the per-call ``request`` and ``lock``, so KEYS lists are built
+from header and layout; an unknown name fails the import. ``-- @include "<name>"`` inlines
+``lua/includes/<name>.lua`` once per script (after BullMQ); a missing or circular include fails the
+import. :class:`Script` checks each call's KEYS/ARGV counts; :class:`QueueScripts` builds ARGV and
+decodes replies."""
 
 from __future__ import annotations
 
@@ -57,25 +43,23 @@ NAMES = (
     "list_groups",
 )
 
-# The scripts that write nothing: the only ones a ReplicaWait leaves alone.
+# The scripts that write nothing, which a ReplicaWait leaves alone.
 READ_ONLY = frozenset({"stats", "list_groups"})
 
 
 class ScriptContractError(RuntimeError):
-    """A script whose includes or header do not hold together, or a call that does not match its header."""
+    """Includes or a header that do not hold together, or a call that does not match its header."""
 
 
-# -- loading ----------------------------------------------------------------------------------
+# -- loading
 
 _INCLUDE_LINE = re.compile(r"\s*-{2,3}\s*@include\b.*")
 _INCLUDE = re.compile(r'\s*-{2,3}\s*@include\s+"([\w-]+)"\s*')
 
 
 def resolve_includes(source: str, read_include: Callable[[str], str], origin: str) -> str:
-    """``source`` with each ``-- @include "<name>"`` line replaced by the text ``read_include(name)``
-    (itself resolved), once per script: a second include of the same name adds nothing. Raises
-    :class:`ScriptContractError` on a malformed include line, a missing include (``read_include``
-    raises FileNotFoundError) or a circular one."""
+    """``source`` with each include line replaced by that include (resolved), once per script. Raises
+    :class:`ScriptContractError` on a malformed, missing or circular include."""
     seen: set[str] = set()
 
     def expand(text: str, stack: tuple[str, ...]) -> list[str]:
@@ -112,18 +96,16 @@ def _read_packaged(path: str) -> str:
 
 
 def load(name: str, read: Callable[[str], str] = _read_packaged) -> str:
-    """The source of ``lua/<name>.lua`` with its includes resolved. ``read`` reads a path under ``lua/``."""
+    """``lua/<name>.lua`` with its includes resolved; ``read`` reads a path under ``lua/``."""
     return resolve_includes(read(f"{name}.lua"), lambda include: read(f"includes/{include}.lua"), f"{name}.lua")
 
 
 @dataclass(frozen=True, slots=True)
 class Contract:
-    """What a script's header says about how it is called."""
-
     keys: tuple[str, ...]  # the names of KEYS[1], KEYS[2], ...
     args: tuple[str, ...]  # the names of ARGV[1], ARGV[2], ...
-    key_tail: str | None  # the constant that starts a variable-length list in KEYS (at len(keys) + 1)
-    arg_tail: str | None  # likewise in ARGV
+    key_tail: str | None  # the constant starting a variable-length list in KEYS (at len(keys) + 1)
+    arg_tail: str | None
 
 
 _TAIL = re.compile(r"local\s+([A-Z][A-Z0-9_]*)\s*=\s*(\d+)\s*--\s*(KEYS|ARGV)\[\1\.\.\].*")
@@ -134,11 +116,9 @@ _ARITHMETIC = re.compile(r"[-+*/%]")
 
 
 def parse_contract(name: str, source: str) -> Contract:
-    """The names a script's header gives KEYS and ARGV. The header is the first lines of the script:
-    comments, then ``local <names> = KEYS[i], ...`` (or ``ARGV[i]``, ``tonumber(ARGV[i])``) and the
-    constants that start a variable-length list. Each table's entries must be named in order from 1,
-    a tail constant must follow the last named entry, and after the header no line may index KEYS or
-    ARGV with a number, nor anywhere with arithmetic."""
+    """The names a script's header gives KEYS and ARGV (see the module docstring): entries named in
+    order from 1, a tail constant right after the last; raises ScriptContractError otherwise, or when
+    a body line indexes KEYS/ARGV by number or anywhere by arithmetic."""
     named: dict[str, list[tuple[int, str]]] = {"KEYS": [], "ARGV": []}
     tails: dict[str, tuple[str, int]] = {}
     lines = source.splitlines()
@@ -190,20 +170,19 @@ def parse_contract(name: str, source: str) -> Contract:
     )
 
 
-# The KEYS a call names itself: its request record (setqueue:{Q}:req:<request id>) and the lock of
-# one claim (setqueue:{Q}:lock:<token>). Every other name in a header's KEYS is a key of the layout.
+# The KEYS a call names itself (its request record, one claim's lock); the rest are layout keys.
 PER_CALL_KEYS = ("request", "lock")
 
 
 def layout_key_names() -> frozenset[str]:
-    """The keys of a queue's layout: the properties of ``QueueKeys`` that name one key."""
+    """The ``QueueKeys`` properties that name one key."""
     return frozenset(
         name for name, value in vars(QueueKeys).items() if isinstance(value, property) and name != "prefix"
     )
 
 
 def check_layout(name: str, contract: Contract, layout: frozenset[str]) -> None:
-    """Every KEYS entry a header names is a key of the layout or one a call names itself."""
+    """Every KEYS name is a layout key or a per-call one."""
     unknown = [key for key in contract.keys if key not in layout and key not in PER_CALL_KEYS]
     if unknown:
         raise ScriptContractError(
@@ -217,19 +196,15 @@ for _name, _contract in CONTRACTS.items():
     check_layout(_name, _contract, layout_key_names())
 
 
-# ack.lua with the first line "#!lua": refused whole when Redis is full. An ack that keeps results
-# is sent as this first, and when Redis refuses it, as ack.lua (allow-oom) without the results. A
-# finished job is never held up for lack of memory, and a full Redis does not grow by what
-# handlers returned.
+# ack.lua without allow-oom: an ack keeping results is sent as this first (see ack.lua).
 ACK_KEEPING_RESULTS = "#!lua\n" + SOURCES["ack"].partition("\n")[2]
 
 
-# -- calling ----------------------------------------------------------------------------------
+# -- calling
 
 
 def new_request_id() -> str:
-    """A fresh id for one call of claim, ack_many, fail or release: passing the same id again
-    retries that call (after a lost reply) instead of making a second one."""
+    """A fresh id for one claim, ack_many, fail or release: passing it again retries that call."""
     return os.urandom(12).hex()
 
 
@@ -237,7 +212,7 @@ _identity: tuple[int, str] = (0, "")
 
 
 def identity() -> str:
-    """This process as the history names it: ``host:pid`` (found again after a fork)."""
+    """``host:pid`` of this process (recomputed after a fork)."""
     global _identity
     pid = os.getpid()
     if _identity[0] != pid:
@@ -246,8 +221,7 @@ def identity() -> str:
 
 
 def new_token() -> str:
-    """A fresh claim token: random, ending in ``@host:pid``, so that whatever becomes of the claim
-    (a lease lost, a job failed or cancelled) can say which worker held it."""
+    """A fresh claim token ending in ``@host:pid``, so history can name the worker that held a claim."""
     return f"{new_request_id()}@{identity()}"
 
 
@@ -256,8 +230,7 @@ def text(value: str | bytes) -> str:
 
 
 class Script:
-    """One script of ``lua/`` on one client (EVALSHA, loading it on NOSCRIPT). With ``wait`` (see
-    ``setqueue.replication``), every call of a script that writes is confirmed by replicas."""
+    """One script on one client (EVALSHA, loaded on NOSCRIPT); with ``wait``, writes are confirmed by replicas."""
 
     def __init__(
         self, name: str, client: redis.Redis, wait: ReplicaWait | None = None, *, source: str | None = None
@@ -274,8 +247,7 @@ class Script:
         self._evalsha = client.register_script(self.source)
 
     def call(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
-        """Run the script. Raises ScriptContractError, before sending anything, when the number of
-        KEYS or ARGV does not match the header."""
+        """Run the script; raises ScriptContractError before sending when KEYS/ARGV counts do not match."""
         if len(keys) != self._keys and not (self._more_keys and len(keys) > self._keys):
             self._mismatch("KEYS", len(keys))
         if len(args) != self._args and not (self._more_args and len(args) > self._args):
@@ -292,7 +264,7 @@ class Script:
 
 
 class Held(Protocol):
-    """A lease as the scripts see it (Lease has these)."""
+    """A lease as the scripts see it."""
 
     @property
     def id(self) -> str: ...
@@ -309,9 +281,8 @@ L = TypeVar("L")
 
 @dataclass(frozen=True, slots=True)
 class ClaimHeader:
-    """What a claim says besides its jobs: the Redis clock (seconds); when something could next be
-    claimed if it got fewer than asked (None: not known, wait to be woken); what flow control held
-    back (None, "paused", "rate" or "group"); whether the queue has a rate or group limits."""
+    """A claim's reply besides its jobs: Redis clock (s), when more could be claimed (None: wait to be
+    woken), what flow control held back, whether the queue has a rate or group limits."""
 
     now: float
     next_at: float | None
@@ -320,9 +291,8 @@ class ClaimHeader:
 
 
 def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
-    """The list of claims that ack, fail, renew and sweep take (see lua/includes/claims.lua): each
-    distinct token -> its claim number (1, 2, ...), the claims' lock keys in that order (the tail of
-    KEYS), and ``T, token, ...`` (the start of ARGV's tail)."""
+    """The claims list (lua/includes/claims.lua): token -> claim number, the lock keys in that order,
+    and ``T, token, ...``."""
     numbers: dict[str, int] = {}
     for token in tokens:
         numbers.setdefault(token, len(numbers) + 1)
@@ -330,16 +300,14 @@ def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], lis
 
 
 class QueueScripts:
-    """The scripts of one queue on one client: one wrapper each, which builds its ARGV (in the order
-    of the script's header) and decodes its reply (the format the header's "Returns" line states).
-    KEYS come from the header and the layout (``_keys``). Each wrapper is one script call; batching
-    is the caller's."""
+    """One wrapper per script of one queue: builds ARGV in header order and decodes the reply (the
+    header's "Returns"). KEYS come from header and layout. One script call each; batching is the caller's."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
         self.by_name = {name: Script(name, client, wait) for name in NAMES}
         self._ack_keeping_results = Script("ack", client, wait, source=ACK_KEEPING_RESULTS)
-        # Per script, its KEYS with the layout's keys filled in once, and where the per-call ones go.
+        # Per script: its KEYS with the layout's filled in, and where the per-call ones go.
         self._templates: dict[str, tuple[list[str], dict[str, int]]] = {}
         for name, contract in CONTRACTS.items():
             per_call = {key: index for index, key in enumerate(contract.keys) if key in PER_CALL_KEYS}
@@ -347,8 +315,7 @@ class QueueScripts:
             self._templates[name] = (template, per_call)
 
     def _keys(self, name: str, tail: Sequence[str] = (), **per_call: str) -> list[str]:
-        """The KEYS of one call of script ``name``, in its header's order: the layout's keys, the
-        per-call ones given here (``request=``, ``lock=``), then ``tail`` (a variable-length list)."""
+        """KEYS of one call in header order: layout keys, the per-call ones given, then ``tail``."""
         template, slots = self._templates[name]
         if per_call.keys() != slots.keys():
             raise ScriptContractError(f"{name}.lua takes the per-call keys {sorted(slots)}, given {sorted(per_call)}")
@@ -374,10 +341,7 @@ class QueueScripts:
         job_options: str = "",
         group: str = "",
     ) -> int:
-        """enqueue.lua: how many of the (id, payload) jobs were new (payloads sent if with_payloads);
-        due ``delay_ms`` from now by the Redis clock, or at Unix time ``at_ms``; all of ``priority``,
-        with the options ``job_options`` (``setqueue.jobs.job_options``; "" for none) and in
-        ``group`` ("" for none)."""
+        """enqueue.lua: how many of the (id, payload) jobs were new."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -407,13 +371,10 @@ class QueueScripts:
         wake_cap: int,
         token: str | None = None,
     ) -> tuple[list[L], ClaimHeader]:
-        """claim.lua: up to ``most`` jobs under one fresh token, each made into ``make(id, token,
-        attempt, payload, enqueued_at, claimed_at, priority, queue name, its own options as stored
-        or None)``, in line order; and the reply's header (the Redis clock now, when something could
-        next be claimed, what flow control held back)."""
+        """claim.lua: up to ``most`` jobs, each as ``make(id, token, attempt, payload, enqueued_at,
+        claimed_at, priority, queue, own options)``, in line order, and the reply's header."""
         k = self.k
-        # A token ends in "@host:pid": a caller's request id gets it too (the same id, the same
-        # token: a resend is still recognised).
+        # A caller's request id gets "@host:pid" too: the same id, the same token, so a resend is recognised.
         token = new_token() if token is None else token if "@" in token else f"{token}@{identity()}"
         keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
         reply = self.by_name["claim"].call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
@@ -438,8 +399,7 @@ class QueueScripts:
         return leases, header
 
     def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[int]:
-        """renew.lua: for each lease, 1 if it was extended, 0 if it is lost, 2 if it is lost because
-        its job was cancelled."""
+        """renew.lua: per lease 1 extended, 0 lost, 2 lost to a cancel."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         args: list[Any] = [lease_ms, *listed]
         for lease in leases:
@@ -457,9 +417,8 @@ class QueueScripts:
         wake_cap: int,
         request_id: str | None = None,
     ) -> tuple[float, list[bool], bool]:
-        """ack.lua: the Redis clock (seconds), for each lease whether it was acked (False: stale),
-        and whether the results were dropped because Redis is full (the jobs are done all the same).
-        ``results``: what each lease's handler returned, encoded (None: nothing to keep)."""
+        """ack.lua: the Redis clock (s), per lease whether acked, and whether results were dropped because
+        Redis is full. ``results``: encoded, None for nothing to keep."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, wake_cap, "0", *listed]
@@ -489,9 +448,7 @@ class QueueScripts:
         wake_cap: int,
         request_id: str | None = None,
     ) -> list[str]:
-        """fail.lua: for each (lease, mode, reason, retry delay in ms), mode "retry", "dead" or
-        "release", the outcome: "retried" (to todos, or to scheduled with a delay), "dead",
-        "released" or "stale"."""
+        """fail.lua: per (lease, mode, reason, delay ms) its outcome: retried, dead, released or stale."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
@@ -510,10 +467,8 @@ class QueueScripts:
         done_max_age_ms: int,
         trim_limit: int,
     ) -> tuple[list[str], list[str], int, int]:
-        """sweep.lua: of the in_progress ``candidates``, each with the token that owned it as the caller
-        read owners (None: no owner), the ids requeued and dead-lettered; the number of ids dropped
-        from done (at most ``trim_limit``, older than ``done_max_age_ms``; 0 = no trimming); and the
-        number of due ids promoted from scheduled into todos (at most ``trim_limit``)."""
+        """sweep.lua: requeued and dead-lettered ids of ``candidates`` (with owners as read; None: none),
+        ids trimmed from done, ids promoted from scheduled."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
         args: list[Any] = [
@@ -532,25 +487,21 @@ class QueueScripts:
         return list(requeued), list(dead), int(trimmed), int(promoted)
 
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
-        """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
+        """requeue_failed.lua: how many of ``ids`` moved back to todos."""
         keys = self._keys("requeue_failed", request=self._request(None))
         args = [request_ttl_ms, wake_cap, identity(), *ids]
         moved: int = json.loads(self.by_name["requeue_failed"].call(keys, args))[0]
         return moved
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        """delete.lua: the state ``job_id`` was in, or None if the queue did not know it. ``token``
-        names the claim that owned it as the caller read owners (None: no owner)."""
+        """delete.lua: the state ``job_id`` was in, or None. ``token``: its owner as read (None: none)."""
         keys = self._keys("delete", request=self._request(None), lock=self.k.lock(token or "-"))
         args = [request_ttl_ms, job_id, token or "", wake_cap]
         state: str | None = json.loads(self.by_name["delete"].call(keys, args))[0]
         return state or None
 
     def stats(self) -> tuple[dict[str, int], int, dict[int, int]]:
-        """stats.lua: the size of each state (todos, in_progress, done, failed, scheduled,
-        cancelled), the results kept and flow control's figures (paused 0 or 1, jobs waiting with a
-        group, groups with jobs waiting, of which resting and full, groups with jobs in progress),
-        the age (ms) of the oldest pending job, and the jobs in todos per priority (those with any)."""
+        """stats.lua: state sizes, results kept, flow control; oldest pending age (ms); todos per priority."""
         reply = self.by_name["stats"].call(self._keys("stats"))
         todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
         paused, grouped, groups_waiting, groups_resting, groups_full, groups_running, *by_priority = rest
@@ -572,23 +523,18 @@ class QueueScripts:
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        """cancel.lua: the state ``job_id`` was in (cancelled now if it was waiting or running; left
-        alone if it had ended), or None if the queue did not know it. ``token`` names the claim that
-        owned it as the caller read owners (None: no owner)."""
+        """cancel.lua: the state ``job_id`` was in, or None. ``token``: its owner as read (None: none)."""
         keys = self._keys("cancel", request=self._request(None), lock=self.k.lock(token or "-"))
         args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel, wake_cap]
         state: str | None = json.loads(self.by_name["cancel"].call(keys, args))[0]
         return state or None
 
     def set_limits(self, what: str, value: str, *, wake_cap: int) -> bool:
-        """set_limits.lua: pause ("pause"), resume ("resume"), or set what flow control holds
-        ("rate", "group_concurrency", "group_rate", "group:<name>") to ``value`` ("" removes it).
-        Whether anything changed."""
+        """set_limits.lua: pause, resume or set ``what`` to ``value`` ("" removes); whether anything changed."""
         return bool(self.by_name["set_limits"].call(self._keys("set_limits"), [wake_cap, what, value]))
 
     def list_groups(self, most: int) -> tuple[int, list[tuple[str, int, int, str]]]:
-        """list_groups.lua: how many groups have jobs waiting or in progress, and up to ``most`` of
-        them: (name, waiting, running, state)."""
+        """list_groups.lua: the group count, and up to ``most`` (name, waiting, running, state)."""
         reply = self.by_name["list_groups"].call(self._keys("list_groups"), [most])
         rows = [
             (text(name), int(waiting), int(running), text(state))
@@ -597,16 +543,14 @@ class QueueScripts:
         return int(reply[0]), rows
 
     def progress(self, lease: Held, fraction: float, message: str) -> bool:
-        """progress.lua: keep a running job's progress; False when its claim no longer owns it."""
+        """progress.lua: False when the claim no longer owns the job."""
         keys = self._keys("progress")
         return bool(self.by_name["progress"].call(keys, [lease.id, lease.token, repr(fraction), message]))
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
     ) -> tuple[list[str], list[str]]:
-        """periodic.lua: for each (schedule name, latest slot in ms, run id, payload or None), create the
-        run unless a run of that slot or a later one was created already. Returns the names whose run
-        was created, and the names seen for the first time (their slot recorded, no run created)."""
+        """periodic.lua: names whose run was created, and names seen for the first time."""
         keys = self._keys("periodic", request=self._request(None))
         args: list[Any] = [request_ttl_ms, wake_cap]
         for name, slot_ms, run_id, payload in runs:
