@@ -1,26 +1,12 @@
 """The chaos run (``scripts/chaos --minutes N``): the reference stack under random faults, judged by
 its own audit.
 
-It starts redis, creator, worker and cleaner under their own compose project with AUDIT on and no
-retention of done (so that an id in no state is lost, never trimmed), the creator making
-``--rate`` jobs a second for N minutes. Meanwhile, every few seconds, it injects one fault, drawn
-from FAULTS in shuffled rounds (the first round always completes, so even a short run has every
-kind): SIGKILL random workers (started again), SIGSTOP a worker past its lease then SIGCONT,
-SIGKILL the cleaner (started again), restart Redis with SIGTERM and with SIGKILL, scale the
-workers. After each fault it reads the cleaner's continuous audit (its setqueue_audit_* gauges).
-Then it brings everything back, waits for the queue to drain, takes a final audit
-(``python -m setqueue.runtime.audit`` in the cleaner's container) and writes the verdict: the raw
-record to ``out/chaos/<date>.json`` and ``.md`` (an ignored folder), and the current summary to
-``docs/chaos.md`` (``--summary``). Exit code 1 if any id was lost, in two states or run successfully
-twice without a lost lease to explain it. The stack is always torn down.
-
-Redis runs with AOF, ``appendfsync everysec``: a SIGKILLed Redis keeps what it wrote to its file
-(the kernel holds it), but a write Redis postponed because an fsync was slow is lost, and so are
-its acknowledged enqueues, claims and records. Right before each SIGKILL the driver INCRs a probe
-key; if the restarted Redis lacks that write, acknowledged writes were lost, and the verdict says so
-next to the ids it could have cost. Nothing is hidden: such ids still count as lost.
-
-Plain Python (no pytest): ``tests/compose/test_chaos.py`` runs a short one through ``run()``.
+AUDIT on and no retention of done (an id in no state is lost, never trimmed); one fault (FAULTS, in
+shuffled rounds; the first round always completes) every few seconds, the cleaner's audit gauges read
+after each; then restore, drain, a final audit, and the verdict to out/chaos/ and ``--summary``.
+With ``appendfsync everysec`` a SIGKILLed Redis loses the writes it postponed for a slow fsync, so a
+probe INCRed right before each SIGKILL tells whether acknowledged writes were lost; such ids still
+count as lost. Plain Python (no pytest): ``tests/compose/test_chaos.py`` runs a short one.
 """
 
 from __future__ import annotations
@@ -45,7 +31,7 @@ from setqueue.runtime.audit import AuditReport
 from tests.compose.observability import REPO
 from tests.compose.stack import Stack, WaitTimeout, image_overrides, running_stack
 
-SERVICES = ["redis", "creator", "worker", "cleaner"]  # Prometheus is not needed to judge the run
+SERVICES = ["redis", "creator", "worker", "cleaner"]
 FAULTS = {
     "worker_sigkill": "worker SIGKILL (1 to all of them), started again",
     "worker_sigstop": "worker SIGSTOP past its lease, then SIGCONT",
@@ -54,14 +40,12 @@ FAULTS = {
     "redis_sigkill": "Redis SIGKILL, started again",
     "workers_scaled": "workers scaled up or down",
 }
-PROBE_KEY = "chaos:probe"  # the driver's own key: the last write before each Redis SIGKILL
+PROBE_KEY = "chaos:probe"
 POSTPONED_AOF_WRITE = "Asynchronous AOF fsync is taking too long"  # Redis logs this when it does
-# Fetches the cleaner's /metrics from inside its container (its port is not published).
+# The cleaner's /metrics, from inside its container (the port is not published).
 FETCH_METRICS = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/metrics').read().decode())"
 AUDIT_GAUGES = ("lost", "in_two_states", "unexplained_duplicates")
 
-
-# The end of every summary: what the verdict rests on.
 HOW_THE_AUDIT_KNOWS = """## How the audit knows
 
 With `AUDIT=true` (`shared/setqueue/runtime/audit.py`), right after each enqueue the creator records
@@ -84,8 +68,6 @@ to explain it.
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run: how long, how hard, with which seed."""
-
     minutes: float
     create_rate: float = 25.0
     workers: int = 3  # at the start and the end; scaling faults pick 1..max_workers
@@ -101,7 +83,6 @@ class Plan:
         return round(self.create_rate * self.minutes * 60)
 
     def settings(self) -> dict[str, str]:
-        """The stack's Compose variables."""
         return {
             "AUDIT": "true",
             "AUDIT_INTERVAL": "5",
@@ -110,14 +91,14 @@ class Plan:
             "CREATE_RATE": f"{self.create_rate:g}",
             "CREATE_TOTAL": str(self.jobs),
             "CREATE_BATCH": "10",
-            "CREATE_GROUPS": "20",  # the jobs in 20 groups taking turns: groups lose nothing either
+            "CREATE_GROUPS": "20",  # groups lose nothing either
             "CREATE_ID_PREFIX": self.id_prefix,
             "CONCURRENCY": "4",
             "CLAIM_BATCH": "5",  # a killed or stopped worker holds jobs
             "WORK_SECONDS": "0.05",
             "WORK_JITTER": "0.5",
-            "FAIL_RATE": "0.05",  # failed attempts are retried...
-            "MAX_ATTEMPTS": "3",  # ...and a few jobs use them all up: failed is a state, not a loss
+            "FAIL_RATE": "0.05",
+            "MAX_ATTEMPTS": "3",  # a few jobs use them all up: failed is a state, not a loss
             "LEASE_SECONDS": f"{self.lease_seconds:g}",
             "SWEEP_INTERVAL": "1",
             "LOG_LEVEL": "INFO",
@@ -126,15 +107,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class RedisKill:
-    """One SIGKILL of Redis: how far the creator had got, and whether the last write survived."""
-
     second: float  # into the run
-    created_before: int  # the creator's record just before the kill
-    probe_kept: bool  # the write acknowledged right before the kill is there after the restart
+    created_before: int  # the creator's audit record just before the kill
+    probe_kept: bool
 
     def covers(self, number: int, rate: float) -> bool:
-        """Whether id number ``number`` was created in the seconds before this kill (writes Redis
-        may have postponed: up to 2 s, plus a second of reading and killing)."""
+        """Id ``number`` was created within what Redis may have postponed (2 s) plus a second."""
         return self.created_before - 3 * rate <= number <= self.created_before + 3 * rate
 
 
@@ -147,8 +125,8 @@ class Verdict:
     redis_kills: list[RedisKill]
     drained: bool
     final: AuditReport
-    cleaner_samples: int  # reads of the cleaner's continuous audit during the run
-    cleaner_worst: dict[str, float]  # the worst of each finding it showed
+    cleaner_samples: int
+    cleaner_worst: dict[str, float]
     postponed_aof_writes: int
     timeline: list[str]
 
@@ -158,13 +136,8 @@ class Verdict:
 
     @property
     def lost_in_redis_windows(self) -> list[str]:
-        """Lost ids created just before a Redis SIGKILL that lost acknowledged writes."""
-        found = []
-        for job_id in self.final.lost_ids:
-            number = int(job_id.rpartition("-")[2])
-            if any(kill.covers(number, self.plan.create_rate) for kill in self.writes_lost_by_redis):
-                found.append(job_id)
-        return found
+        rate, kills = self.plan.create_rate, self.writes_lost_by_redis
+        return [i for i in self.final.lost_ids if any(k.covers(int(i.rpartition("-")[2]), rate) for k in kills)]
 
     @property
     def problems(self) -> list[str]:
@@ -271,8 +244,6 @@ class Verdict:
 
 
 class Chaos:
-    """Injects faults into one running stack and keeps track of what it did."""
-
     def __init__(self, stack: Stack, plan: Plan, say: Callable[[str], None]) -> None:
         self.stack = stack
         self.plan = plan
@@ -292,11 +263,7 @@ class Chaos:
         self.timeline.append(line)
         self.say(line)
 
-    # -- the run -------------------------------------------------------------------------------
-
     def inject_for(self, seconds: float) -> None:
-        """A fault every gap_seconds until ``seconds`` have passed, kinds in shuffled rounds; the
-        first round always completes."""
         end = self.started + seconds
         round_left: list[str] = []
         rounds = 0
@@ -312,9 +279,7 @@ class Chaos:
             self.read_cleaner_audit()
 
     def restore(self) -> None:
-        """Everything up again (faults leave nothing down, but an interrupted one might have)."""
-        compose = self.stack.docker.compose
-        compose.start(services=["redis", "cleaner"])
+        self.stack.docker.compose.start(services=["redis", "cleaner"])
         self.wait_for_redis()
         self.scale(self.plan.workers)
         for container in self.stack.containers("worker"):
@@ -322,8 +287,6 @@ class Chaos:
         self.note(f"restored: redis and cleaner up, {self.plan.workers} workers")
 
     def drain(self, timeout: float) -> bool:
-        """Wait for the creator to finish and the queue to empty; False at the deadline."""
-
         def state() -> tuple[bool, dict[str, int]]:
             (creator,) = self.stack.docker.compose.ps(services=["creator"], all=True)
             return bool(creator.state.running), self.stack.counts()
@@ -341,10 +304,9 @@ class Chaos:
         return True
 
     def final_audit(self) -> AuditReport:
-        """One audit of every created id, by the library's auditor in the cleaner's container."""
         try:
             out = self.stack.docker.compose.execute("cleaner", ["python", "-m", "setqueue.runtime.audit"], tty=False)
-        except DockerException as exc:  # exit code 1: the audit found something; its report is on stdout
+        except DockerException as exc:  # exit 1: the audit found something, reported on stdout
             if exc.return_code != 1 or not exc.stdout:
                 raise
             out = exc.stdout
@@ -357,22 +319,13 @@ class Chaos:
         return report
 
     def verdict(self, started: str, drained: bool, final: AuditReport) -> Verdict:
-        redis_log = self.stack.docker.compose.logs(services=["redis"]) or ""
+        postponed = (self.stack.docker.compose.logs(services=["redis"]) or "").count(POSTPONED_AOF_WRITE)
         return Verdict(
-            plan=self.plan,
-            started=started,
-            faults=self.faults,
-            workers_killed=self.workers_killed,
-            redis_kills=self.redis_kills,
-            drained=drained,
-            final=final,
-            cleaner_samples=self.cleaner_samples,
-            cleaner_worst=self.cleaner_worst,
-            postponed_aof_writes=redis_log.count(POSTPONED_AOF_WRITE),
-            timeline=self.timeline,
-        )
+            self.plan, started, self.faults, self.workers_killed, self.redis_kills, drained, final,
+            self.cleaner_samples, self.cleaner_worst, postponed, self.timeline,
+        )  # fmt: skip
 
-    # -- the faults ------------------------------------------------------------------------------
+    # -- the faults
 
     def worker_sigkill(self) -> None:
         running = self.stack.containers("worker")
@@ -417,7 +370,7 @@ class Chaos:
         probe = int(self.stack.redis("INCR", PROBE_KEY))  # acknowledged: the last write before the kill
         started = time.monotonic()
         self.stack.docker.kill(redis, signal="SIGKILL")
-        # Docker may restart it by its restart policy before we look: gone, or a new start, will do.
+        # Its restart policy may restart it before we look: gone, or a new start, will do.
         self.stack.wait(lambda: _state(redis), lambda s: not s[0] or s[1] != first_start, "Redis to die")
         self.stack.docker.compose.start(services=["redis"])
         self.wait_for_redis()
@@ -434,26 +387,21 @@ class Chaos:
         self.scale(self.workers)
         self.note(f"workers scaled {before} -> {self.workers}")
 
-    # -- helpers -------------------------------------------------------------------------------
-
     def scale(self, workers: int) -> None:
-        """Start (or stop) workers until ``workers`` run; killed ones are started again."""
         self.stack.docker.compose.up(
             services=["worker"], scales={"worker": workers}, detach=True, dependencies=False, quiet=True
         )
 
     def signal_processes(self, container: Any, signal_name: str) -> None:
-        """Send a signal to every process of the container but its init (PID 1, which would not pass
-        SIGSTOP on): kill(-1) from a process started in it."""
+        """kill(-1) from inside: every process but PID 1 (an init would not pass SIGSTOP on)."""
         code = f"import os, signal; os.kill(-1, signal.{signal_name})"
         with contextlib.suppress(DockerException):  # the container went away meanwhile
             self.stack.docker.execute(container, ["python", "-c", code])
 
     def wait_for_redis(self) -> None:
-        self.stack.wait(lambda: self.stack.redis("PING"), lambda pong: pong == "PONG", "Redis to answer", timeout=120)
+        self.stack.wait_for_redis(timeout=120)
 
     def read_cleaner_audit(self) -> dict[str, float]:
-        """The cleaner's continuous audit as it exports it now (nothing while it restarts)."""
         try:
             text = self.stack.docker.compose.execute("cleaner", ["python", "-c", FETCH_METRICS], tty=False) or ""
         except DockerException:
@@ -470,7 +418,6 @@ class Chaos:
         return values
 
     def wait_for_cleaner_audit(self, since: float, timeout: float = 60) -> None:
-        """Until the cleaner has published an audit that finished after ``since`` (Unix time)."""
         self.stack.wait(
             lambda: self.read_cleaner_audit().get("last_timestamp_seconds", 0.0),
             lambda finished: finished >= since,
@@ -489,14 +436,13 @@ def _state(container: Any) -> tuple[bool, Any]:
 
 
 def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], None] = print) -> Verdict:
-    """Start the stack, inject faults for ``plan.minutes``, drain, audit; always tear down."""
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     docker = docker if docker is not None else DockerClient()
     settings = {**image_overrides(), **plan.settings()}
     say(f"chaos: {plan.minutes:g} min, {plan.jobs} jobs, seed {plan.seed}; starting the stack")
     with running_stack(docker, settings, plan.queue_name, services=SERVICES, project_prefix="setqueue-chaos") as stack:
         chaos = Chaos(stack, plan, say)
-        chaos.scale(plan.workers)  # compose starts one
+        chaos.scale(plan.workers)
         chaos.inject_for(plan.minutes * 60)
         chaos.restore()
         drained = chaos.drain(timeout=max(300.0, plan.minutes * 60))
@@ -505,7 +451,6 @@ def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], Non
 
 
 def write_results(verdict: Verdict, directory: Path) -> Path:
-    """``<directory>/<date>.md`` and ``.json``; returns the Markdown file's path."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = verdict.started.replace(" UTC", "").replace(" ", "-").replace(":", "")
     (directory / f"{stem}.json").write_text(json.dumps(verdict.as_dict(), indent=2) + "\n", encoding="utf-8")

@@ -1,8 +1,4 @@
-"""Fixtures of the compose tests: a Docker client (the stack itself is ``tests.compose.stack``).
-
-Run them with ``scripts/test -m compose`` (or ``.venv/bin/python -m pytest -m compose tests/compose``).
-Without Docker they skip, except under CI=true where they fail.
-"""
+"""The compose tests' Docker client: ``scripts/test -m compose``. Without Docker they skip (fail under CI)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def docker() -> DockerClient:
-    """A Docker client whose engine answers, with Compose v2; else skip (fail under CI)."""
     client = DockerClient()
     try:
         client.info()

@@ -1,6 +1,4 @@
-"""The monitoring files of the reference deployment, read as data: the Grafana dashboard, the
-Prometheus alert rules and their PromQL. Plain file access, no Docker, so the static tests
-(tests/test_dashboard.py, tests/test_alert_rules.py) and the live ones share it."""
+"""The dashboard, alert rules and their PromQL read as data (no Docker): for the static and live tests."""
 
 from __future__ import annotations
 
@@ -21,13 +19,12 @@ PROMETHEUS_CONFIG = GRAFANA / "prometheus.yml"
 DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
 DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "setqueue.yml"
 COMPOSE_FILE = REPO / "docker-compose.yml"
-CLUSTER_COMPOSE_FILE = REPO / "docker-compose.cluster.yml"  # the demo on a Redis Cluster
+CLUSTER_COMPOSE_FILE = REPO / "docker-compose.cluster.yml"
 
 DATASOURCE_UID = "setqueue-prometheus"
 DASHBOARD_UID = "setqueue-overview"
 
-# What Grafana substitutes before a query reaches Prometheus; values as for a 15-minute range
-# scraped every 5 s ($__rate_interval is at least four scrape intervals).
+# What Grafana substitutes, as for a 15-minute range scraped every 5 s ($__rate_interval >= 4 scrapes).
 GRAFANA_VARIABLES = {
     "$__rate_interval": "1m",
     "${__rate_interval}": "1m",
@@ -58,7 +55,6 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def data_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    """Panels that show data (rows only group them)."""
     return [p for p in panels(dashboard) if p.get("type") != "row"]
 
 
@@ -90,20 +86,18 @@ _RANGE = re.compile(r"\[[^\]]*\]")
 
 
 def is_filter(expr: str) -> bool:
-    """True when the expression may legitimately return nothing: it compares (a condition that
-    filters series out) or asks whether something is absent."""
+    """It may rightly return nothing: it compares (filters series out) or asks for absent()."""
     bare = _MATCHERS.sub("", _STRING.sub('""', expr))
     return bool(_COMPARISON.search(bare)) or "absent(" in bare
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names an expression selects (setqueue_* and up)."""
     bare = _RANGE.sub("", _MATCHERS.sub("", _STRING.sub('""', expr)))
     return set(_METRIC.findall(bare))
 
 
 def fixed_range_windows(expr: str) -> list[str]:
-    """Range selectors of rate()/increase()/irate() that use a fixed window instead of a variable."""
+    """rate()/increase()/irate() ranges with a fixed window, not a variable."""
     found = []
     for match in re.finditer(r"\b(rate|irate|increase)\s*\((.*?)\[([^\]]+)\]", expr):
         window = match.group(3).strip()

@@ -1,12 +1,7 @@
-"""A compose project of the reference deployment, driven with python-on-whales: built and started
-under a unique project name, looked into (Redis, Prometheus, containers), always torn down.
-
-Plain Python, no pytest: the compose tests (through ``conftest.py``) and the chaos driver
-(``scripts/chaos``, ``tests/compose/chaos.py``) both use it. On a machine without registry access
-set PYTHON_IMAGE, REDIS_IMAGE and PROMETHEUS_IMAGE to local images (see
-../shared/offline-docker/README.md); they are passed through to Compose. COMPOSE_TEST_LOGS=<file>
-keeps the stack's logs there before it is torn down.
-"""
+"""A compose project of the reference deployment (python-on-whales) under a unique name, looked into,
+always torn down. Plain Python: the compose tests and scripts/chaos use it. Offline, set PYTHON_IMAGE,
+REDIS_IMAGE and PROMETHEUS_IMAGE to local images (../shared/offline-docker/README.md);
+COMPOSE_TEST_LOGS=<file> keeps the stack's logs."""
 
 from __future__ import annotations
 
@@ -31,15 +26,13 @@ from tests.support import free_port
 
 T = TypeVar("T")
 
-# The stack the tests start; grafana has no image on offline machines and is checked statically.
-SERVICES = ["redis", "creator", "worker", "cleaner", "prometheus"]
-# The demo settings of a stack test in which every job must end in done, whatever befalls it.
+SERVICES = ["redis", "creator", "worker", "cleaner", "prometheus"]  # grafana: no image offline
 EVERY_JOB_ENDS_IN_DONE = {
     "CREATE_BATCH": "10",
-    "CLAIM_BATCH": "5",  # a worker holds up to 5 jobs, so a killed one takes jobs with it
+    "CLAIM_BATCH": "5",  # a killed worker takes jobs with it
     "WORK_JITTER": "0.5",
-    "FAIL_RATE": "0.05",  # failures are retried...
-    "MAX_ATTEMPTS": "25",  # ...and never run out of attempts, so every job must end in done
+    "FAIL_RATE": "0.05",
+    "MAX_ATTEMPTS": "25",  # failures never run out of attempts: every job must end in done
     "LEASE_SECONDS": "3",
     "SWEEP_INTERVAL": "1",
 }
@@ -55,7 +48,7 @@ STATE_KEYS = {
 
 
 class WaitTimeout(AssertionError):
-    """A wait ran past its deadline (an AssertionError, so that a test using it simply fails)."""
+    """A wait past its deadline: an AssertionError, so a test simply fails."""
 
 
 def wait_for(
@@ -67,8 +60,7 @@ def wait_for(
     interval: float = 1.0,
     diagnostics: Callable[[], str] | None = None,
 ) -> T:
-    """Poll ``probe()`` until ``ok(result)``; raise WaitTimeout with the last result (and
-    diagnostics) at the deadline. Deadlines bound waiting for behaviour; they never assert speed."""
+    """Poll ``probe()`` until ``ok(result)``, else WaitTimeout with the last result and diagnostics."""
     deadline = time.monotonic() + timeout
     last: Any = None
     error: Exception | None = None
@@ -78,7 +70,7 @@ def wait_for(
             error = None
             if ok(last):
                 return last  # type: ignore[no-any-return]
-        except Exception as exc:  # a probe may fail while a service restarts; retry until the deadline
+        except Exception as exc:  # a probe may fail while a service restarts
             error = exc
         if time.monotonic() >= deadline:
             detail = f"last result: {last!r}" + (f"; last error: {error!r}" if error else "")
@@ -89,8 +81,6 @@ def wait_for(
 
 @dataclass
 class Stack:
-    """A running compose project and ways to look into it."""
-
     docker: DockerClient
     project: str
     settings: dict[str, str]
@@ -98,8 +88,6 @@ class Stack:
     queue_name: str
     redis_service: str = "redis"  # the service redis() runs redis-cli in
     notes: list[str] = field(default_factory=list)
-
-    # -- Prometheus -------------------------------------------------------------------------
 
     def prom_api(self, path: str, **params: str) -> dict[str, Any]:
         url = f"{self.prometheus_url}{path}"
@@ -112,7 +100,6 @@ class Stack:
         return body
 
     def query(self, expr: str) -> dict[str, Any]:
-        """The raw /api/v1/query answer (status, data, error)."""
         return self.prom_api("/api/v1/query", query=expr)
 
     def values(self, expr: str) -> list[float]:
@@ -121,40 +108,56 @@ class Stack:
         return [float(sample["value"][1]) for sample in answer["data"]["result"]]
 
     def by_label(self, expr: str, label: str) -> dict[str, float]:
-        """An instant query's values by the value of ``label``."""
         answer = self.query(expr)
         assert answer["status"] == "success", f"{expr}: {answer.get('error')}"
         return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in answer["data"]["result"]}
 
     def scalar(self, expr: str) -> float | None:
-        """The single value of an instant query, or None when it returns nothing."""
         found = self.values(expr)
         assert len(found) <= 1, f"{expr} returned {len(found)} series"
         return found[0] if found else None
 
-    # -- Redis ------------------------------------------------------------------------------
+    def wait_scraped(self, **up: int) -> None:
+        """Prometheus scrapes ``up`` healthy targets of each service."""
+        self.wait(
+            lambda: self.by_label('count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
+            lambda found: found == up,
+            "healthy scrape targets " + str(up),
+        )
+
+    def wait_redis_up(self) -> None:
+        self.wait(lambda: self.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
 
     def key(self, state: str) -> str:
         return f"setqueue:{{{self.queue_name}}}:{state}"
 
     def redis(self, *args: str, service: str | None = None) -> str:
-        """A redis-cli command in the redis container, or ``service``'s (REDISCLI_AUTH there
-        carries the password)."""
+        """redis-cli in the redis container or ``service`` (its REDISCLI_AUTH has the password)."""
         where = service or self.redis_service
         out = self.docker.compose.execute(where, ["redis-cli", "--no-auth-warning", *args], tty=False)
         return (out or "").strip()
 
+    def wait_for_redis(self, timeout: float = 90.0) -> None:
+        self.wait(lambda: self.redis("PING"), lambda pong: pong == "PONG", "Redis to answer", timeout)
+
     def counts(self) -> dict[str, int]:
-        """The size of each of the six states, straight from Redis (one redis-cli call)."""
         script = "return {" + ", ".join(f"redis.call('{c}', KEYS[{i}])" for i, c in enumerate(STATE_KEYS.values(), 1))
         keys = [self.key(state) for state in STATE_KEYS]
         out = self.redis("EVAL", script + "}", str(len(keys)), *keys)
         return dict(zip(STATE_KEYS, (int(n) for n in out.split()), strict=True))
 
-    # -- containers -------------------------------------------------------------------------
-
     def containers(self, service: str) -> list[Any]:
         return [c for c in self.docker.compose.ps(services=[service]) if c.state.running]
+
+    def creator_running(self) -> bool:
+        return bool(self.containers("creator"))
+
+    def assert_creator_ended_once(self) -> None:
+        """The creator stopped by itself after CREATE_TOTAL and was not restarted into a second run."""
+        (creator,) = self.docker.compose.ps(services=["creator"], all=True)
+        assert not creator.state.running
+        assert creator.state.exit_code == 0
+        assert creator.restart_count == 0
 
     def scale_workers(self, n: int) -> None:
         self.docker.compose.up(services=["worker"], scales={"worker": n}, detach=True, wait=True, quiet=True)
@@ -192,7 +195,6 @@ class Stack:
 
 @contextlib.contextmanager
 def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` in os.environ for the duration, then the environment as it was."""
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
@@ -216,8 +218,7 @@ def running_stack(
     compose_file: Path = COMPOSE_FILE,
     redis_service: str = "redis",
 ) -> Iterator[Stack]:
-    """Build and start ``services`` of ``compose_file`` with ``settings`` as Compose variables;
-    always tear down."""
+    """Build and start ``services`` with ``settings`` as Compose variables; always tear down."""
     project = f"{project_prefix}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     port = free_port()
     env = {"QUEUE_NAME": queue_name, "PROMETHEUS_PORT": str(port), **settings}
@@ -227,23 +228,22 @@ def running_stack(
         compose_project_directory=REPO,
     )
     stack = Stack(client, project, env, f"http://127.0.0.1:{port}", queue_name, redis_service)
-    # Compose reads variables from the process environment (which beats any .env file); set ours
-    # for the life of the stack so every compose call (up, scale, restart) sees the same values.
+    # Compose reads the process environment (which beats any .env file): ours for the stack's life,
+    # so every compose call (up, scale, restart) sees the same values.
     with environment(env):
         try:
             client.compose.up(services=list(services), build=True, detach=True, wait=True, wait_timeout=240, quiet=True)
             yield stack
         finally:
-            logs_to = os.environ.get("COMPOSE_TEST_LOGS")  # a file to keep the stack's logs in
+            logs_to = os.environ.get("COMPOSE_TEST_LOGS")
             if logs_to:
                 with contextlib.suppress(DockerException, OSError), open(logs_to, "w", encoding="utf-8") as f:
                     f.write(client.compose.logs(timestamps=True) or "")
             try:
                 client.compose.down(volumes=True, remove_orphans=True, remove_images="local", timeout=10, quiet=True)
-            except DockerException as exc:  # report, but do not hide the test's own failure
+            except DockerException as exc:  # do not hide the test's own failure
                 print(f"compose down of {project} failed: {exc}")
 
 
 def image_overrides() -> dict[str, str]:
-    """PYTHON_IMAGE / REDIS_IMAGE / PROMETHEUS_IMAGE as set in the environment (offline stand-ins)."""
     return {name: os.environ[name] for name in IMAGE_VARIABLES if os.environ.get(name)}

@@ -1,6 +1,4 @@
-"""A short chaos run (tests/compose/chaos.py, the engine of scripts/chaos): about 75 seconds of
-every kind of fault against the compose stack, then the audit must find nothing lost, nothing in
-two states and every duplicate explained by a lost lease."""
+"""A 75-second chaos run (tests/compose/chaos.py) with every kind of fault: its audit must pass."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ pytestmark = pytest.mark.compose
 def test_a_short_chaos_run_loses_nothing(docker: DockerClient) -> None:
     plan = Plan(minutes=1.25, gap_seconds=(2.0, 5.0))
     verdict = run(plan, docker)
-    print(verdict.markdown())  # shown when the test fails (and with -s)
-
+    print(verdict.markdown())  # shown when the test fails
     assert set(verdict.faults) == set(FAULTS), "every kind of fault, at least once"
     final = verdict.final
     assert verdict.drained

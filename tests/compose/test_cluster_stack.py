@@ -1,12 +1,6 @@
-"""docker-compose.cluster.yml end to end: six Redis nodes made into a cluster by the init service,
-the creator, worker(s) and cleaner on one queue of six shards (QUEUE_SHARDS=6, REDIS_URL naming
-one node), Prometheus scraping them. Checked from the nodes (redis-cli), the setqueue CLI and
-Prometheus.
-
-The tests share one stack and run in file order: the creator makes CREATE_TOTAL jobs while they
-look at the live stack; at the end every job must be in done. Deadlines bound the waits; nothing
-asserts how fast anything is.
-"""
+"""docker-compose.cluster.yml end to end: six nodes made a cluster by the init service, the services
+on one queue of six shards through one node's URL. As in test_stack.py, the tests share one stack in
+file order, and at the end every job must be in done."""
 
 from __future__ import annotations
 
@@ -28,12 +22,12 @@ NODES = [f"redis-{n}" for n in range(1, 7)]
 INIT = "redis-cluster-init"
 INIT_DONE = "cluster ok on every node"  # what the init prints last
 SHARDS = 6  # QUEUE_SHARDS in docker-compose.cluster.yml
-QUEUE = "cluster-test"  # its shards' hash tags {cluster-test~0..5} fall in every third of the slots
+QUEUE = "cluster-test"  # its shards' hash tags fall in every third of the slots
 CREATE_TOTAL = 1500
 WORKERS = 3
 SETTINGS = {
     **EVERY_JOB_ENDS_IN_DONE,
-    "CREATE_RATE": "30",  # 1500 jobs take the creator about 50 s
+    "CREATE_RATE": "30",  # about 50 s
     "CREATE_TOTAL": str(CREATE_TOTAL),
     "WORK_SECONDS": "0.05",
 }
@@ -55,8 +49,6 @@ def stack(docker: DockerClient) -> Iterator[Stack]:
 
 @dataclass(frozen=True)
 class Node:
-    """One line of CLUSTER NODES."""
-
     id: str
     hostname: str
     flags: set[str]
@@ -75,21 +67,15 @@ def cluster_nodes(stack: Stack) -> list[Node]:
 
 
 def stats(stack: Stack) -> dict[str, Any]:
-    """`setqueue stats --json` in the cleaner (its REDIS_URL, QUEUE_NAME and QUEUE_SHARDS): the
-    sums, and each shard's own under "shards"."""
+    """`setqueue stats --json` in the cleaner: the sums, and each shard's under "shards"."""
     out = stack.docker.compose.execute("cleaner", ["setqueue", "stats", "--json"], tty=False)
     result: dict[str, Any] = json.loads(out or "{}")
     return result
 
 
 def shard_tags_on(stack: Stack, service: str) -> set[str]:
-    """The hash tags ({QUEUE~i}) of the queue's keys that the node of ``service`` holds."""
     out = stack.redis("--scan", "--pattern", f"setqueue:{{{QUEUE}~*", service=service)
     return {key[key.index("{") : key.index("}") + 1] for key in out.split()}
-
-
-def creator_running(stack: Stack) -> bool:
-    return bool(stack.containers("creator"))
 
 
 def test_the_cluster_has_three_masters_each_with_a_replica(stack: Stack) -> None:
@@ -109,12 +95,8 @@ def test_the_cluster_has_three_masters_each_with_a_replica(stack: Stack) -> None
 
 
 def test_every_service_is_healthy_and_scraped(stack: Stack) -> None:
-    stack.wait(
-        lambda: stack.by_label('count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
-        lambda up: up == {"creator": 1, "worker": 1, "cleaner": 1},
-        "one healthy scrape target per service",
-    )
-    stack.wait(lambda: stack.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
+    stack.wait_scraped(creator=1, worker=1, cleaner=1)
+    stack.wait_redis_up()
 
 
 def test_jobs_flow_to_done_on_every_shard(stack: Stack) -> None:
@@ -134,7 +116,7 @@ def test_every_master_holds_a_share_of_the_shards(stack: Stack) -> None:
     assert all(held.values()), f"a master holds none of the shards: {held}"
     assert set().union(*held.values()) == everything
     assert sum(len(tags) for tags in held.values()) == SHARDS, f"a shard on two masters: {held}"
-    # Each replica holds its master's shards (replication; it may lag a moment behind).
+    # Each replica holds its master's shards (it may lag a moment behind).
     for replica in (n for n in nodes if "slave" in n.flags):
         master = by_id[replica.master_id].hostname
         stack.wait(
@@ -145,22 +127,17 @@ def test_every_master_holds_a_share_of_the_shards(stack: Stack) -> None:
 
 
 def test_scaled_workers_are_scraped_and_share_the_work(stack: Stack) -> None:
-    assert creator_running(stack), "the creator already finished: raise CREATE_TOTAL so it outlives this test"
+    assert stack.creator_running(), "the creator already finished: raise CREATE_TOTAL so it outlives this test"
     stack.scale_workers(WORKERS)
     assert len(stack.containers("worker")) == WORKERS
     stack.wait_for_workers_scraped_and_working(WORKERS)
-    stack.wait(
-        lambda: stack.by_label('count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
-        lambda up: up == {"creator": 1, "worker": WORKERS, "cleaner": 1},
-        "Prometheus to scrape every replica of every service",
-    )
+    stack.wait_scraped(creator=1, worker=WORKERS, cleaner=1)
 
 
 def test_the_cluster_survives_every_node_restarting(stack: Stack) -> None:
-    """All six nodes stopped and brought up again (what a host reboot does): Docker may give them
-    other addresses (here it gave most of them new ones), which their nodes.conf does not know.
-    The init service, run again by `up`, leaves the cluster as formed (same node ids, no new
-    create) and tells each node where the others are now; the services reconnect on their own."""
+    """All six nodes stopped and up again (a host reboot): Docker may give them addresses their
+    nodes.conf does not know. The init, run again by `up`, keeps the cluster as formed (same node ids)
+    and tells each node where the others are; the services reconnect on their own."""
     before = cluster_nodes(stack)
     done = stats(stack)["done"]
 
@@ -168,7 +145,7 @@ def test_the_cluster_survives_every_node_restarting(stack: Stack) -> None:
         (init,) = stack.docker.compose.ps(services=[INIT], all=True)
         return stack.docker.compose.logs(services=[INIT]) or "", bool(init.state.running), init.state.exit_code
 
-    # Every `up` runs the init again (so did the scaling above): count its runs.
+    # Every `up` runs the init again (the scaling above too): count its runs.
     runs = init_runs()[0].count(INIT_DONE)
     stack.docker.compose.stop(NODES)
     # As `up` does: the nodes until healthy, then the init. (Not --wait: it calls an exited one-shot a failure.)
@@ -184,7 +161,7 @@ def test_the_cluster_survives_every_node_restarting(stack: Stack) -> None:
     assert {n.id for n in after} == {n.id for n in before}
     assert all(n.link == "connected" and "fail" not in n.flags for n in after)
     stack.wait(lambda: stats(stack)["done"], lambda now: now > done, "the services to reconnect and carry on")
-    stack.wait(lambda: stack.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
+    stack.wait_redis_up()
 
 
 def test_every_created_job_ends_in_done(stack: Stack) -> None:
@@ -197,11 +174,6 @@ def test_every_created_job_ends_in_done(stack: Stack) -> None:
     assert (final["done"], final["failed"]) == (CREATE_TOTAL, 0)
     assert sum(shard["done"] for shard in final["shards"]) == CREATE_TOTAL
     assert all(shard["done"] > 0 for shard in final["shards"])
-
-    # The creator stopped by itself after CREATE_TOTAL and was not restarted into a second run.
-    (creator,) = stack.docker.compose.ps(services=["creator"], all=True)
-    assert not creator.state.running
-    assert creator.state.exit_code == 0
-    assert creator.restart_count == 0
+    stack.assert_creator_ended_once()
     # FAIL_RATE made some attempts fail; they were retried, on whichever shard, not lost.
     assert (stack.scalar("sum(setqueue_jobs_retried_total)") or 0) > 0

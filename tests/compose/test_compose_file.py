@@ -1,6 +1,5 @@
-"""docker-compose.yml and docker-compose.cluster.yml as Compose resolves them with no .env file and
-no variables set: the defaults a user gets from `docker compose [-f ...] up --build`. Needs the
-docker CLI with Compose v2, no engine."""
+"""Both compose files as Compose resolves them with no .env file and no variables: a user's defaults.
+Needs the docker CLI with Compose v2, no engine."""
 
 from __future__ import annotations
 
@@ -53,7 +52,6 @@ def cluster_config(docker: DockerClient) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=[COMPOSE_FILE, CLUSTER_COMPOSE_FILE], ids=lambda p: p.name)
 def any_config(request: pytest.FixtureRequest, docker: DockerClient) -> dict[str, Any]:
-    """Each compose file in turn, for the conventions they share."""
     return resolve(request.param)
 
 
@@ -84,8 +82,8 @@ def test_defaults_work_without_an_env_file(config: dict[str, Any]) -> None:
 
 
 def test_the_services_log_in_as_the_acl_user_of_setqueue_acl_rule(config: dict[str, Any]) -> None:
-    """redis-server's --user line is the rule the code declares (setqueue.runtime.acl), word for
-    word; the admin password stays the operator's (requirepass, redis-cli in the container)."""
+    """redis-server's --user line is setqueue.runtime.acl's rule word for word; requirepass stays the
+    operator's."""
     command = config["services"]["redis"]["command"]
     user = command[command.index("--user") + 1 :]  # one argument a word, to the end
     assert user == ["setqueue", *rule("setqueue-services-change-me")]
@@ -116,7 +114,7 @@ def test_creator_is_not_restarted_after_finishing(any_config: dict[str, Any]) ->
     assert {name: services[name]["restart"] for name in long_running} == dict.fromkeys(long_running, "unless-stopped")
 
 
-# -- docker-compose.cluster.yml ---------------------------------------------------------------------
+# -- docker-compose.cluster.yml
 
 
 def test_cluster_stack_runs_beside_the_main_one(config: dict[str, Any], cluster_config: dict[str, Any]) -> None:

@@ -1,5 +1,4 @@
-"""The console in the compose stack: its container is healthy, published on 127.0.0.1 only, finds the
-stack's queue, and lists the stack's workers (each by its container's host name) on its workers page."""
+"""The console in the compose stack finds its queue and lists its workers by container host name."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""promtool, from the Prometheus image the stack runs, checks the config, the rules and runs the
-rules' unit tests (grafana/alerts.test.yml). Needs Docker, not the stack."""
+"""promtool (the stack's Prometheus image) checks the config and rules and runs alerts.test.yml."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The reference deployment end to end: one compose stack (redis, creator, worker, cleaner,
-prometheus) built from this checkout, driven through scaling, SIGKILLed workers and a Redis
-restart, and checked from Redis, from the setqueue CLI and from Prometheus.
-
-The tests share one stack and run in file order, as a story: the creator makes CREATE_TOTAL jobs
-(about a minute at CREATE_RATE) while the tests look at the live stack; at the end every job
-must be in done. Waiting is bounded by deadlines; no test asserts how fast anything is.
-"""
+"""The reference deployment end to end, built from this checkout: scaled, workers SIGKILLed, Redis
+restarted, checked from Redis, the CLI and Prometheus. The tests share one stack and run in file
+order: the creator makes CREATE_TOTAL jobs while they look; at the end every job must be in done."""
 
 from __future__ import annotations
 
@@ -32,14 +27,15 @@ CREATE_TOTAL = 3000
 WORKERS = 4
 SETTINGS = {
     **EVERY_JOB_ENDS_IN_DONE,
-    "CREATE_RATE": "50",  # 3000 jobs take the creator about a minute
+    "CREATE_RATE": "50",  # about a minute
     "CREATE_TOTAL": str(CREATE_TOTAL),
     "WORK_SECONDS": "0.1",
     "LOG_LEVEL": "INFO",
-    "AUDIT": "true",  # the dashboard's "Nothing lost" row needs the cleaner's audit
+    "AUDIT": "true",  # for the dashboard's "Nothing lost" row
     "AUDIT_INTERVAL": "5",
-    "REDIS_SERVICE_PASSWORD": "services-test-password",  # the ACL user the services log in as
+    "REDIS_SERVICE_PASSWORD": "services-test-password",  # the services' ACL user's
 }
+CREATOR_DONE_TOO_SOON = "the creator already finished: raise CREATE_TOTAL so it outlives this test"
 
 
 @pytest.fixture(scope="module")
@@ -48,21 +44,9 @@ def stack(docker: DockerClient) -> Iterator[Stack]:
         yield s
 
 
-def creator_running(stack: Stack) -> bool:
-    return bool(stack.containers("creator"))
-
-
-# -- the stack as deployed ----------------------------------------------------------------------
-
-
 def test_every_service_is_healthy_and_scraped(stack: Stack) -> None:
-    # `compose up --wait` returned, so every container passed its healthcheck; Prometheus must
-    # also find and scrape one target per service through Docker's DNS.
-    stack.wait(
-        lambda: stack.by_label('count by (job) (up{job=~"creator|worker|cleaner"} == 1)', "job"),
-        lambda up: up == {"creator": 1, "worker": 1, "cleaner": 1},
-        "one healthy scrape target per service",
-    )
+    # `up --wait` saw every healthcheck pass; Prometheus must find each service through Docker's DNS.
+    stack.wait_scraped(creator=1, worker=1, cleaner=1)
     assert stack.scalar("min(setqueue_redis_up)") == 1
 
 
@@ -91,7 +75,6 @@ def test_redis_requires_the_password_and_keeps_an_append_only_file(stack: Stack)
 
 
 def _as_service_user(stack: Stack, *command: str) -> str:
-    """redis-cli in the redis container as the services' ACL user."""
     password = SETTINGS["REDIS_SERVICE_PASSWORD"]
     line = " ".join(["REDISCLI_AUTH=", "redis-cli", "--no-auth-warning", "--user", "setqueue", "--pass", password])
     out = stack.docker.compose.execute("redis", ["sh", "-c", f"{line} {' '.join(command)}"], tty=False)
@@ -99,8 +82,7 @@ def _as_service_user(stack: Stack, *command: str) -> str:
 
 
 def test_the_services_log_in_as_the_acl_user_which_may_do_nothing_else(stack: Stack) -> None:
-    """The services' connections are the ACL user setqueue's (setqueue acl-rule); it may not touch a
-    key outside setqueue:* nor read the server's configuration (its passwords)."""
+    """The services log in as ACL user setqueue, which may not touch other keys nor read the config."""
     clients = stack.redis("CLIENT", "LIST")
     users = {
         field.split("=", 1)[1] for line in clients.splitlines() for field in line.split() if field.startswith("user=")
@@ -111,7 +93,7 @@ def test_the_services_log_in_as_the_acl_user_which_may_do_nothing_else(stack: St
     assert "NOPERM" in _as_service_user(stack, "CONFIG", "GET", "requirepass")
     assert "NOPERM" in _as_service_user(stack, "FLUSHALL")
     stack.redis("ACL", "LOG", "RESET")  # those three were ours: from here on, nothing may be refused
-    # Every service read the eviction policy (INFO, which the rule grants): noeviction.
+    # Every service read the eviction policy (INFO, granted).
     stack.wait(
         lambda: stack.by_label("setqueue_redis_noeviction", "job"),
         lambda seen: seen == {"creator": 1.0, "worker": 1.0, "cleaner": 1.0},
@@ -127,11 +109,11 @@ def test_jobs_flow_from_creator_to_done(stack: Stack) -> None:
     assert 0 < created <= CREATE_TOTAL
 
 
-# -- monitoring against the live stack (while the creator still creates) ---------------------
+# -- monitoring, while the creator still creates
 
 
 def test_every_dashboard_query_is_valid_and_returns_data(stack: Stack) -> None:
-    assert creator_running(stack), "the creator already finished: raise CREATE_TOTAL so it outlives this test"
+    assert stack.creator_running(), CREATOR_DONE_TOO_SOON
     queries = [(where, substitute_grafana_variables(expr)) for where, expr in dashboard_queries(load_dashboard())]
     assert queries
 
@@ -152,16 +134,14 @@ def test_every_dashboard_query_is_valid_and_returns_data(stack: Stack) -> None:
                     )
         return found
 
-    # Rates need two scrapes and the histograms a job or two; give the stack a moment.
+    # Rates need two scrapes, the histograms a job or two.
     stack.wait(problems, lambda p: not p, "every dashboard query to return data", timeout=60)
 
 
 def test_queue_wait_p99_tracks_the_oldest_pending_age_under_a_growing_backlog(stack: Stack) -> None:
-    """One worker finishes fewer jobs than the creator makes, so the backlog grows. Claims take the
-    oldest job first, so the jobs claimed now waited about as long as the oldest one still waiting:
-    the dashboard's queue-wait p99 (its own query) stays close to the oldest pending age. With a
-    random draw it would not (some jobs wait far longer than their turn)."""
-    assert creator_running(stack), "the creator already finished: raise CREATE_TOTAL so it outlives this test"
+    """One worker falls behind the creator. Claims take the oldest job first, so the dashboard's
+    queue-wait p99 stays close to the oldest pending age (a random draw would not)."""
+    assert stack.creator_running(), CREATOR_DONE_TOO_SOON
     panel = next(p for p in load_dashboard()["panels"] if p.get("title") == "Queue wait")
     p99 = substitute_grafana_variables(next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "p99"))
     oldest = "max(setqueue_oldest_pending_age_seconds)"
@@ -170,7 +150,7 @@ def test_queue_wait_p99_tracks_the_oldest_pending_age_under_a_growing_backlog(st
     def both() -> tuple[float, float]:
         return stack.scalar(p99) or 0.0, stack.scalar(oldest) or 0.0
 
-    # Within the histogram's resolution (buckets 1.5x apart) and a scrape or two of lag.
+    # Within the buckets' resolution (1.5x apart) and a scrape or two of lag.
     stack.wait(both, lambda pair: 0.6 * pair[1] <= pair[0] <= 1.6 * pair[1], "queue-wait p99 close to the oldest age")
 
 
@@ -207,25 +187,27 @@ def test_every_alert_rule_is_loaded_evaluates_and_parses(stack: Stack) -> None:
     assert not firing, "alerts fire on a healthy stack: " + json.dumps(stack.query('ALERTS{alertstate="firing"}'))
 
 
-# -- operations -----------------------------------------------------------------------------------
+# -- operations
+
+
+def carries_on(stack: Stack, done: int) -> None:
+    stack.wait(stack.counts, lambda c: c["done"] > done, "the services to reconnect and carry on")
+    stack.wait_redis_up()
 
 
 def test_redis_restart_mid_run_loses_nothing(stack: Stack) -> None:
     assert stack.redis("ACL", "LOG") == "", "Redis refused the services' ACL user a command"  # a restart clears it
     before = stack.counts()
     assert before["todos"] + before["in_progress"] > 0, f"no work left to test with ({before}); raise CREATE_TOTAL"
-    # While the creator is (most likely) still creating and the one worker has a backlog.
     stack.docker.compose.restart("redis")
-    stack.wait(lambda: stack.redis("PING"), lambda pong: pong == "PONG", "Redis to answer again")
+    stack.wait_for_redis()
     after = stack.counts()
     assert after["done"] >= before["done"], f"done shrank across the restart: {before} -> {after}"
-    stack.wait(stack.counts, lambda c: c["done"] > after["done"], "the services to reconnect and carry on")
-    stack.wait(lambda: stack.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
+    carries_on(stack, after["done"])
 
 
 def test_redis_outage_is_visible_and_survived(stack: Stack) -> None:
-    # A restart takes Redis away for well under a second; a stopped Redis stays away until the
-    # services notice: setqueue_redis_up drops to 0, then every service recovers on its own.
+    # Unlike a restart (well under a second), a stopped Redis stays away until the services notice.
     stack.docker.compose.stop("redis")
     try:
         stack.wait(
@@ -236,10 +218,8 @@ def test_redis_outage_is_visible_and_survived(stack: Stack) -> None:
         )
     finally:
         stack.docker.compose.start("redis")
-    stack.wait(lambda: stack.redis("PING"), lambda pong: pong == "PONG", "Redis to answer again")
-    before = stack.counts()["done"]
-    stack.wait(stack.counts, lambda c: c["done"] > before, "the services to reconnect and carry on")
-    stack.wait(lambda: stack.scalar("min(setqueue_redis_up)"), lambda v: v == 1, "every service to report Redis up")
+    stack.wait_for_redis()
+    carries_on(stack, stack.counts()["done"])
 
 
 def test_scaling_workers_adds_scrape_targets_that_share_the_work(stack: Stack) -> None:
@@ -258,7 +238,6 @@ def test_sigkilled_workers_lose_no_job(stack: Stack) -> None:
         victim.reload()
         assert not victim.state.running
 
-    # Their leases expire (LEASE_SECONDS) and the cleaner puts their jobs back into todos.
     stack.wait(
         lambda: stack.scalar("sum(setqueue_cleaner_requeued_total)"),
         bool,
@@ -267,10 +246,10 @@ def test_sigkilled_workers_lose_no_job(stack: Stack) -> None:
     )
     before = stack.counts()["done"]
     stack.wait(stack.counts, lambda c: c["done"] > before, "the surviving workers to carry on")
-    stack.scale_workers(WORKERS)  # start the killed ones again for the rest of the run
+    stack.scale_workers(WORKERS)  # the killed ones again, for the rest of the run
 
 
-# -- the end: every job done exactly once ------------------------------------------------------------
+# -- the end: every job done exactly once
 
 
 def test_every_created_job_ends_in_done(stack: Stack) -> None:
@@ -281,12 +260,7 @@ def test_every_created_job_ends_in_done(stack: Stack) -> None:
         timeout=300,
     )
     assert final == {"todos": 0, "in_progress": 0, "done": CREATE_TOTAL, "failed": 0, "scheduled": 0, "cancelled": 0}
-
-    # The creator stopped by itself after CREATE_TOTAL and was not restarted into a second run.
-    (creator,) = stack.docker.compose.ps(services=["creator"], all=True)
-    assert not creator.state.running
-    assert creator.state.exit_code == 0
-    assert creator.restart_count == 0
+    stack.assert_creator_ended_once()
 
 
 def test_cli_stats_and_metrics_agree_with_redis(stack: Stack) -> None:
@@ -294,9 +268,7 @@ def test_cli_stats_and_metrics_agree_with_redis(stack: Stack) -> None:
     cli = json.loads(stack.docker.compose.execute("cleaner", ["setqueue", "stats", "--json"], tty=False) or "{}")
     assert {k: cli.get(k) for k in counts} == counts
 
-    # Prometheus saw the creator count up to at most CREATE_TOTAL. (It exits right after its last
-    # batch, so the increments after its last scrape are never scraped; done == CREATE_TOTAL in
-    # Redis is the exact check.)
+    # At most CREATE_TOTAL: it exits right after its last batch, whose increments may go unscraped.
     created = stack.scalar("sum(last_over_time(setqueue_jobs_created_total[30m]))")
     assert created is not None
     assert 0 < created <= CREATE_TOTAL == counts["done"] + counts["failed"]
@@ -309,14 +281,12 @@ def test_cli_stats_and_metrics_agree_with_redis(stack: Stack) -> None:
         timeout=60,
     )
     assert stack.scalar("max(setqueue_oldest_pending_age_seconds)") == 0
-    # FAIL_RATE made some attempts fail; they were retried, not lost.
     assert (stack.scalar("sum(setqueue_jobs_retried_total)") or 0) > 0
     assert (stack.scalar('sum(setqueue_jobs_completed_total{outcome="success"})') or 0) > 0
 
 
 def test_the_cleaner_audit_knows_every_job_and_finds_none_lost(stack: Stack) -> None:
-    # Through the workers killed, Redis restarted and stopped above: every id the creator made is
-    # in exactly one state, and a job that ran twice had lost its lease.
+    # Through all of the above: every id in exactly one state, and a job that ran twice had lost its lease.
     findings = ("created", "lost", "in_two_states", "unexplained_duplicates")
     stack.wait(
         lambda: {name: stack.scalar(f"max(setqueue_audit_{name})") for name in findings},
@@ -327,6 +297,5 @@ def test_the_cleaner_audit_knows_every_job_and_finds_none_lost(stack: Stack) -> 
 
 
 def test_redis_refused_the_services_nothing(stack: Stack) -> None:
-    """Since Redis last started (its ACL LOG starts empty), no command of a service or of the CLI
-    was refused to the ACL user."""
+    """Since Redis last started (which empties its ACL LOG)."""
     assert stack.redis("ACL", "LOG") == ""

@@ -1,25 +1,9 @@
 """The soak run (``scripts/soak --minutes N``): the three services at a steady rate for a long time,
 with the retention on, to show that nothing in Redis or in the processes grows without bound.
 
-It starts its own redis-server (``noeviction``), a creator at ``--rate`` jobs a second, ``--workers``
-workers running the demo handler (``--fail-rate`` of the runs fail and are retried after a backoff)
-and a cleaner that trims done after ``--retention`` seconds and runs one periodic job a minute.
-Every ``--interval`` seconds it samples:
-
-- Redis: ``used_memory``, its RSS and the number of keys;
-- every **key family** of the queue: the keys of ``setqueue:{Q}:`` with their variable part folded
-  (``req:*``, ``lock:*``, ``audit:run:*``, then one family per fixed key), each as its *size*, the
-  members of its collections (a string counts 1): ``done`` is its ids, ``req:*`` its keys;
-- the RSS of every service process (``/proc/<pid>/status``), and the jobs completed so far.
-
-The verdict is the slope of each series after the warm-up (the retention, the request records'
-TTL and a lease have all come round by then): a least-squares line through the samples, and how
-much it grows over the measured window against the series' mean. A key family is **flat** when that
-growth is under ``FLAT_SHARE`` of its mean (or a few members, ``FLAT_FLOOR``). The raw samples go to
-``out/soak/<time>/samples.jsonl`` with the services' logs (an ignored folder); ``--summary`` writes
-the Markdown summary to ``docs/soak.md`` and, where matplotlib is installed, one plot beside it.
-Exit code 1 if a key family is not flat.
-
+Every ``--interval`` seconds it samples Redis's memory, the size of every key family of the queue
+(variable parts folded: ``req:*``) and each process's RSS; the verdict is each series' least-squares
+slope after the warm-up (docs/soak.md says how it is judged). Raw samples go to out/soak/<time>/.
 Plain Python (no pytest): ``tests/test_soak.py`` runs a short one through ``run()``.
 """
 
@@ -43,8 +27,7 @@ from tests.support.procs import Proc
 from tests.support.redis_server import REPO_ROOT, RedisServer
 
 QUEUE = "soak"
-# Keys of a family named by a variable part: one key per request, per claim, per recorded run.
-VARIABLE = ("req:", "lock:", "audit:run:")
+VARIABLE = ("req:", "lock:", "audit:run:")  # one key per request, per claim, per recorded run
 FLAT_SHARE = 0.10  # a series is flat when it grows by less than this share of its mean ...
 FLAT_FLOOR = 25.0  # ... or by fewer than this many members (a family that holds a handful)
 OUT = REPO_ROOT / "out" / "soak"
@@ -54,8 +37,6 @@ PLOT = REPO_ROOT / "docs" / "soak.png"
 
 @dataclass(frozen=True)
 class Plan:
-    """What one soak run runs: rates, retention and how it samples."""
-
     minutes: float = 60.0
     rate: float = 50.0  # jobs per second the creator makes
     workers: int = 2
@@ -71,9 +52,8 @@ class Plan:
 
     @property
     def warmup(self) -> float:
-        """Seconds after which every key that expires or is trimmed has come round: the retention
-        (plus a sweep), the request records' TTL, a lease, the retry backoff's cap and a minute's
-        periodic run; at most half of the run."""
+        """Until every expiring or trimmed key has come round (retention and a sweep, request TTL,
+        a lease, the backoff's cap, a minute's periodic run); at most half the run."""
         settle = max(self.retention + 10, self.request_ttl, self.lease * 3, 60) * 1.2
         return min(settle, self.minutes * 60 / 2)
 
@@ -95,8 +75,6 @@ class Sample:
 
 @dataclass(frozen=True)
 class Trend:
-    """A series after the warm-up: its mean, its slope (per hour) and its growth over the window."""
-
     name: str
     mean: float
     first: float
@@ -111,8 +89,6 @@ class Trend:
 
 
 def code_version() -> str:
-    """The commit the run's code is (with "+changes" when the work tree differs from it)."""
-
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -138,7 +114,7 @@ class Verdict:
     redis_rss: Trend | None = None
     processes: list[Trend] = field(default_factory=list)
     throughput: float = 0.0  # jobs a second completed after the warm-up
-    code: str = "unknown"  # the commit the run's code is
+    code: str = "unknown"
 
     @property
     def ok(self) -> bool:
@@ -150,7 +126,6 @@ class Verdict:
 
 
 def family_of(key: str, prefix: str) -> str:
-    """The family of one key: its name after the queue's prefix, the variable part folded."""
     if not key.startswith(prefix):
         return "(not the queue's)"
     rest = key[len(prefix) :]
@@ -161,8 +136,7 @@ def family_of(key: str, prefix: str) -> str:
 
 
 def key_families(client: redis.Redis, queue: str = QUEUE) -> tuple[dict[str, int], dict[str, int], int]:
-    """(family -> size, family -> keys, keys in the database), by one SCAN of the queue's keys and
-    one pipelined TYPE and size of each fixed key."""
+    """(family -> size, family -> keys, keys in the database)."""
     prefix = f"setqueue:{{{queue}}}:"
     sizes: dict[str, int] = {}
     keys: dict[str, int] = {}
@@ -193,7 +167,6 @@ def key_families(client: redis.Redis, queue: str = QUEUE) -> tuple[dict[str, int
 
 
 def rss_of(pid: int) -> int:
-    """Resident memory of a process in bytes (0 once it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -204,8 +177,7 @@ def rss_of(pid: int) -> int:
 
 
 def trend(name: str, points: Sequence[tuple[float, float]], floor: float = FLAT_FLOOR) -> Trend:
-    """The least-squares line through ``points`` (seconds, value): flat when its growth over the
-    points' span is under FLAT_SHARE of their mean, or under ``floor``."""
+    """Least squares through (seconds, value): flat when it grows by < FLAT_SHARE of the mean, or < floor."""
     n = len(points)
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
@@ -220,7 +192,6 @@ def trend(name: str, points: Sequence[tuple[float, float]], floor: float = FLAT_
 
 
 def judge(plan: Plan, samples: Sequence[Sample], started_at: str) -> Verdict:
-    """The slopes after the warm-up."""
     after = [s for s in samples if s.at >= plan.warmup]
     if len(after) < 3:
         raise RuntimeError(f"only {len(after)} samples after the warm-up of {plan.warmup:.0f}s: run longer")
@@ -228,7 +199,6 @@ def judge(plan: Plan, samples: Sequence[Sample], started_at: str) -> Verdict:
     families = sorted({name for s in after for name in s.families})
     for name in families:
         verdict.families.append(trend(name, [(s.at, s.families.get(name, 0)) for s in after]))
-    # Memory: flat when it grows by less than a tenth of its mean (or 256 KiB) over the window.
     verdict.memory = trend("used_memory", [(s.at, s.used_memory) for s in after], floor=256 * 1024)
     verdict.redis_rss = trend("redis-server RSS", [(s.at, s.redis_rss) for s in after], floor=1024 * 1024)
     for name in sorted({p for s in after for p in s.rss}):
@@ -239,8 +209,6 @@ def judge(plan: Plan, samples: Sequence[Sample], started_at: str) -> Verdict:
 
 
 class Soak:
-    """The processes of one run, and their samples."""
-
     def __init__(self, plan: Plan, out: Path) -> None:
         self.plan = plan
         self.out = out
@@ -305,7 +273,6 @@ class Soak:
         )
 
     def run(self) -> list[Sample]:
-        """Sample every interval until the run's time is up; a service that exits ends the run."""
         p = self.plan
         started = time.monotonic()
         ends = started + p.minutes * 60
@@ -340,7 +307,6 @@ def _completed(proc: Proc) -> float:
 
 
 def run(plan: Plan, out: Path | None = None) -> Verdict:
-    """One soak run: start, sample, stop, judge. Raw samples and logs under ``out``."""
     started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     out = out or OUT / started_at
     soak = Soak(plan, out)
@@ -360,9 +326,6 @@ def _verdict_dict(verdict: Verdict) -> dict[str, Any]:
     data["ok"] = verdict.ok
     data["growing"] = verdict.growing
     return data
-
-
-# -- the summary -------------------------------------------------------------------------------
 
 
 def _mib(value: float) -> str:
@@ -439,7 +402,6 @@ def markdown(verdict: Verdict, plot: str | None = None) -> str:
 
 
 def draw(samples: Sequence[Sample], verdict: Verdict, path: Path) -> bool:
-    """One figure: used memory and RSS (MiB), and the key families' sizes, over the run."""
     try:
         import matplotlib  # noqa: PLC0415 - optional: the summary has a table without it
 
@@ -473,14 +435,12 @@ def draw(samples: Sequence[Sample], verdict: Verdict, path: Path) -> bool:
     return True
 
 
-# matplotlib's default line colours, and black: the only colours of the figure.
 _COLOURS = ["1f77b4", "ff7f0e", "2ca02c", "d62728", "9467bd", "8c564b", "e377c2", "7f7f7f", "000000"]
 
 
 def small_png(path: Path) -> None:
-    """Rewrite the PNG at ``path`` with a palette of 28 colours (each line colour, and two lighter
-    shades of it for the antialiased edges, and white) instead of 8-bit RGBA: a fifth of the bytes,
-    the same figure to the eye. The repository's tracked files have a size budget."""
+    """Rewrite the PNG with a palette (each line colour of the figure, two lighter shades of it for the
+    antialiased edges, and white): a fifth of the bytes, the same to the eye."""
     from PIL import Image  # noqa: PLC0415 - matplotlib's own dependency
 
     shades = []
