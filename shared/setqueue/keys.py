@@ -1,25 +1,21 @@
-"""The key layout of a queue in Redis: the one place that spells key names.
+"""The key layout of a queue in Redis: the one place that spells and describes key names.
 
-Every key of queue ``Q`` starts with ``setqueue:{Q}:``. The braces are a Redis Cluster hash
-tag, so all keys of one queue live in one slot and every Lua script can run there.
-"""
+Every key of queue ``Q`` starts with ``setqueue:{Q}:``: a Redis Cluster hash tag, so a queue's keys
+share one slot, where every Lua script can run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 MAX_ID_LENGTH = 1024
-# The most ids one script call takes (the largest claim, and the chunk size of every batched call):
-# it bounds one call's run time, and so the latency Redis adds for everyone else.
+# The most ids one script call takes: bounds one call's run time, so the latency Redis adds for others.
 MAX_IDS_PER_CALL = 500
-# Job priorities: higher runs first, 0 is the default. lua/includes/rank.lua holds the same bounds.
+# Higher runs first; lua/includes/rank.lua holds the same bounds.
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
-# The most shards of one queue (setqueue.sharded).
 MAX_SHARDS = 1024
 
 
-# The rank of a job in todos and in_progress (lua/includes/rank.lua): (MAX_PRIORITY - priority) *
-# RANK_BAND + its place in line.
+# A job's rank in todos and in_progress (lua/includes/rank.lua).
 RANK_BAND = 2**48
 STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
 
@@ -66,9 +62,7 @@ def check_utf8(what: str, text: str) -> str:
 
 
 def validate_group(group: str) -> str:
-    """A job group's name (``enqueue(..., group=)``): like an id, 1 to MAX_ID_LENGTH characters of
-    UTF-8 text, and no braces, white space or control characters, so that it shows as one word
-    in ``setqueue groups`` and never touches a key's hash tag."""
+    """A group name: 1 to MAX_ID_LENGTH chars of UTF-8, no braces, white space or control characters."""
     if not isinstance(group, str):
         raise TypeError(f"group must be a str, not {type(group).__name__}")
     if not group or len(group) > MAX_ID_LENGTH:
@@ -111,8 +105,7 @@ class QueueKeys:
 
     @property
     def in_progress(self) -> str:
-        """ZSET id -> rank of ids claimed by a worker: the rank they had in todos, which they keep
-        when they go back without their fault (lease lost, handed back, released)."""
+        """ZSET id -> rank of claimed ids: their todos rank, kept when they go back through no fault of theirs."""
         return self.prefix + "in_progress"
 
     @property
@@ -127,8 +120,7 @@ class QueueKeys:
 
     @property
     def cancelled(self) -> str:
-        """SET of cancelled ids: a job cancelled before it ended, never run again (kept, like
-        done, by the retention)."""
+        """SET of cancelled ids, never run again (kept by done's retention)."""
         return self.prefix + "cancelled"
 
     @property
@@ -138,7 +130,7 @@ class QueueKeys:
 
     @property
     def attempts(self) -> str:
-        """HASH id -> how many times the id has been claimed."""
+        """HASH id -> how many times it was claimed."""
         return self.prefix + "attempts"
 
     @property
@@ -148,20 +140,17 @@ class QueueKeys:
 
     @property
     def results(self) -> str:
-        """HASH id -> what the handler of a job in done returned ("j" + JSON text, or "b" + base64
-        of bytes), kept for the result TTL (result_expiry) and with done's retention."""
+        """HASH id -> what a done job's handler returned ("j" + JSON or "b" + base64), kept the result TTL."""
         return self.prefix + "results"
 
     @property
     def result_expiry(self) -> str:
-        """ZSET id -> when its result expires (ms, Redis clock): sweeps drop expired results."""
+        """ZSET id -> when its result expires (ms); sweeps drop expired ones."""
         return self.prefix + "result_expiry"
 
     @property
     def history(self) -> str:
-        """HASH id -> the job's transitions off the happy path, one line each ("<ms>\t<kind>\t<worker>
-        \t<detail>": lease lost and swept, failed, retried, timed out, handed back, released,
-        cancelled, requeued), the last ten kept, gone with the job."""
+        """HASH id -> the last ten off-happy-path transitions, "<ms>\t<kind>\t<worker>\t<detail>" a line."""
         return self.prefix + "history"
 
     @property
@@ -171,174 +160,150 @@ class QueueKeys:
 
     @property
     def ended_channel(self) -> str:
-        """Pub/Sub channel (no key): the ids that ended ("done\n<id>..." and likewise "failed",
-        "cancelled"), for whoever waits on a result."""
+        """Pub/Sub channel: "done\n<id>..." (likewise "failed", "cancelled"), for result waiters."""
         return self.prefix + "ended"
 
     @property
     def cancel_channel(self) -> str:
-        """Pub/Sub channel (no key): the ids of running jobs just cancelled, for their workers."""
+        """Pub/Sub channel: ids of running jobs just cancelled, for their workers."""
         return self.prefix + "cancel"
 
     @property
     def options(self) -> str:
-        """HASH id -> "<max attempts>|<timeout ms>" of a job enqueued with options of its own (either
-        part empty: the default), from enqueue until it is acked or deleted."""
+        """HASH id -> "<max attempts>|<timeout ms>" (empty part: default) of a job with its own."""
         return self.prefix + "options"
 
     @property
     def errors(self) -> str:
-        """HASH id -> the reason given by the last fail (or lease expiry)."""
+        """HASH id -> the last fail's (or lease expiry's) reason."""
         return self.prefix + "errors"
 
     @property
     def owners(self) -> str:
-        """HASH id -> lease token of the claim that owns an in_progress id: ack and fail check it.
-        Unlike the lock it does not expire, so a worker whose lease ran out can still ack while
-        nobody took over; the claim's lock only carries the TTL that the cleaner and renewals
-        look at."""
+        """HASH id -> token of the claim owning an in_progress id; ack and fail check it. It does not expire,
+        so a worker past its lease can still ack while nobody took over; the lock carries the TTL."""
         return self.prefix + "owners"
 
     @property
     def done_log(self) -> str:
-        """ZSET id -> done time (ms), which the retention of done trims by count and age."""
+        """ZSET id -> done time (ms): done's retention trims by count and age."""
         return self.prefix + "done_log"
 
     @property
     def scheduled(self) -> str:
-        """ZSET id -> due time (ms, Redis clock) of ids that become claimable later (delayed
-        enqueue, retry backoff); claim and the cleaner's sweep move due ones into todos."""
+        """ZSET id -> due time (ms) of delayed jobs and backed-off retries; claim and sweep promote due ones."""
         return self.prefix + "scheduled"
 
     @property
     def finished(self) -> str:
-        """HASH id -> "<enqueued ms>:<finished ms>:<attempts>" (Redis clock; enqueued empty if
-        unknown) of an id in done or failed, kept as long as the id is, so that inspect can tell
-        when a finished job was enqueued and finished and how many claims it took (its entry in
-        attempts goes when it finishes)."""
+        """HASH id -> "<enqueued ms>:<finished ms>:<attempts>[:1]" of an ended id, kept as long as the id
+        (attempts drops its entry then)."""
         return self.prefix + "finished"
 
     @property
     def periodic(self) -> str:
-        """HASH schedule name -> slot time (ms, UTC) of the latest run of that periodic schedule the
-        cleaners created: a run is created only for a later slot, once, however many cleaners run."""
+        """HASH schedule -> slot (ms) of its latest run created: a run only for a later slot, once."""
         return self.prefix + "periodic"
 
     @property
     def schedules(self) -> str:
-        """HASH schedule name -> cron expression: the periodic jobs in force (SCHEDULES registers
-        its own at the cleaner's start; ``setqueue schedules add|remove`` and the API change them),
-        which every cleaner creates the runs of and the command line lists."""
+        """HASH schedule -> cron expression of the periodic jobs in force (SCHEDULES, ``setqueue
+        schedules``, the API)."""
         return self.prefix + "schedules"
 
     @property
     def seq(self) -> str:
-        """STRING counter: the last place in line given out (a job's place orders it within its
-        priority; enqueue, promotion and retries take the next ones)."""
+        """STRING counter: the last place in line given out."""
         return self.prefix + "seq"
 
     @property
     def priorities(self) -> str:
-        """HASH id -> priority of a scheduled or failed job whose priority is not 0 (in todos and
-        in_progress the priority is part of the rank)."""
+        """HASH id -> non-zero priority of a scheduled or failed job (elsewhere it is in the rank)."""
         return self.prefix + "priorities"
 
     @property
     def shards(self) -> str:
-        """STRING: how many shards queue Q was first opened with, written only when more than one
-        (setqueue.sharded); opening it with another number is refused, since ids would change shard."""
+        """STRING: the shard count Q was first opened with, if more than one; another is refused (ids would move)."""
         return self.prefix + "shards"
 
     @property
     def swept(self) -> str:
-        """STRING: when the queue was last swept (ms, Redis clock), by a cleaner or a worker standing
-        in for one: a worker sweeps itself when nobody has for a while."""
+        """STRING: the last sweep (ms), by a cleaner or a worker standing in; TTL a day."""
         return self.prefix + "swept"
 
-    # -- flow control (setqueue.flow; lua/claim.lua enforces it, docs/guide.md#flow-control) ----------
+    # -- flow control (setqueue.flow; lua/claim.lua enforces it, docs/guide.md#flow-control)
 
     @property
     def flow(self) -> str:
-        """HASH of the queue's flow control, read by every claim: ``paused`` ("1" while paused),
-        ``rate`` ("<count> <period ms> <burst>": at most that many starts a period), ``tat`` (the
-        rate's state: its theoretical arrival time in ms, GCRA), ``group_concurrency`` and
-        ``group_rate`` (every group's limits unless it has its own), ``grouped`` ("1" once a job
-        had a group) and ``turn`` (the last turn given in groups_ready)."""
+        """HASH of flow control, read by every claim: ``paused``, ``rate`` ("<count> <period ms> <burst>"),
+        ``tat`` (its GCRA state, ms), ``group_concurrency`` and ``group_rate`` (groups' defaults),
+        ``grouped`` ("1" once a job had a group), ``turn`` (the last turn in groups_ready)."""
         return self.prefix + "flow"
 
     @property
     def grouped(self) -> str:
-        """ZSET id -> rank of waiting jobs that have a group: with todos (the jobs without one), the
-        todos state. Each is also in its group's line (group_lines)."""
+        """ZSET id -> rank of waiting jobs with a group (with todos, the todos state); each also in group_lines."""
         return self.prefix + "grouped"
 
     @property
     def group_lines(self) -> str:
-        """ZSET, every score 0, of "<group>\\0<rank, 14 hex digits>\\0<id>" for each waiting job
-        that has a group: in lexicographic order, each group's jobs lie together in rank order, so
-        a claim reads the front of one group's line with ZRANGE BYLEX and never scans another's."""
+        """ZSET (scores 0) of "<group>\\0<rank, 14 hex>\\0<id>" per waiting grouped job: ZRANGE BYLEX reads
+        one group's front in rank order without scanning others."""
         return self.prefix + "group_lines"
 
     @property
     def group_of(self) -> str:
-        """HASH id -> the group of a job enqueued with one (until it is done, cancelled or deleted)."""
+        """HASH id -> its group, until done, cancelled or deleted."""
         return self.prefix + "group_of"
 
     @property
     def groups_ready(self) -> str:
-        """ZSET group -> turn: the line of groups that have jobs waiting and may start one now;
-        claims serve the front and send a group that took jobs to the back. The member "" is the
-        turn of the jobs without a group, while groups are in use."""
+        """ZSET group -> turn: groups that may start a job now; claims serve the front and send it to the
+        back. Member "": the ungrouped jobs' turn."""
         return self.prefix + "groups_ready"
 
     @property
     def groups_resting(self) -> str:
-        """ZSET group -> when (ms) its rate lets it start another job: groups with jobs waiting that
-        used up their rate; claims move them back to groups_ready when the time comes."""
+        """ZSET group -> when (ms) its rate allows another start."""
         return self.prefix + "groups_resting"
 
     @property
     def groups_full(self) -> str:
-        """SET of groups with jobs waiting that have their concurrency in progress: a job of theirs
-        ending sends them back to groups_ready."""
+        """SET of waiting groups with their concurrency in progress, until a job of theirs ends."""
         return self.prefix + "groups_full"
 
     @property
     def group_running(self) -> str:
-        """HASH group -> its jobs in progress (groups with none have no field)."""
+        """HASH group -> its jobs in progress (none: no field)."""
         return self.prefix + "group_running"
 
     @property
     def group_limits(self) -> str:
-        """HASH group -> "<concurrency>|<count> <period ms> <burst>" (either part empty: the
-        default in flow) for groups given limits of their own."""
+        """HASH group -> its own "<concurrency>|<count> <period ms> <burst>" (empty part: the default)."""
         return self.prefix + "group_limits"
 
     @property
     def group_buckets(self) -> str:
-        """ZSET group -> the theoretical arrival time (ms) of its rate (GCRA): a group whose time is
-        past has its whole burst, the same as no entry, so sweeps drop those."""
+        """ZSET group -> its rate's GCRA time (ms); a past one equals no entry, so sweeps drop those."""
         return self.prefix + "group_buckets"
 
     @property
     def wake(self) -> str:
-        """LIST that enqueue pushes to and idle workers block on (BLPOP) to wake at once."""
+        """LIST idle workers BLPOP; enqueue and others push to wake them."""
         return self.prefix + "wake"
 
-    # -- the registry of live workers (setqueue.registry; the console reads it) ------------------------
+    # -- the registry of live workers (setqueue.registry; the console reads it)
 
     @property
     def workers(self) -> str:
-        """ZSET worker id -> its last heartbeat (ms, the worker's clock) of the workers serving the
-        queue: an index of the ``worker`` keys to read; each heartbeat trims entries an hour old."""
+        """ZSET worker id -> last heartbeat (ms, worker clock): an index of ``worker`` keys; an hour old is trimmed."""
         return self.prefix + "workers"
 
     def worker(self, worker_id: str) -> str:
-        """STRING (JSON) with a TTL of three heartbeats: one live worker (host, pid, queues, slots,
-        jobs held); it expires on its own when the worker stops beating."""
+        """STRING (JSON), TTL three heartbeats: one live worker (host, pid, queues, slots, jobs held)."""
         return f"{self.prefix}worker:{worker_id}"
 
-    # -- auditing (AUDIT=true: chaos runs; see setqueue.runtime.audit) --------------------------------
+    # -- auditing (AUDIT=true: chaos runs; see setqueue.runtime.audit)
 
     @property
     def audit_created(self) -> str:
@@ -357,22 +322,19 @@ class QueueKeys:
 
     @property
     def audit_lease_lost(self) -> str:
-        """HASH id -> times the job went back to the line while a run of it may have gone on: the
-        cleaner found its lease expired, or a worker handed it back still running at the end of its
-        shutdown grace. Each allows one more successful run."""
+        """HASH id -> times it went back to the line while a run may have gone on (swept, or handed back
+        still running at shutdown): each allows one more successful run."""
         return self.prefix + "audit:lease_lost"
 
     def audit_run(self, token: str, job_id: str) -> str:
-        """STRING, short TTL: the run of ``job_id`` under claim ``token`` is recorded (a resent
-        record counts once)."""
+        """STRING, short TTL: this run under ``token`` is recorded (a resend counts once)."""
         return f"{self.prefix}audit:run:{token}:{job_id}"
 
     def lock(self, token: str) -> str:
-        """STRING: the lease of one claim (the call that claimed a batch of ids, named by its
-        token): how many of its jobs are still held, with the lease TTL. Renewing it extends all
-        of them; the cleaner requeues an in_progress id whose claim's lock is gone."""
+        """STRING: one claim's lease: its jobs still held, with the lease TTL. Renewing extends them all;
+        the cleaner requeues in_progress ids whose claim's lock is gone."""
         return f"{self.prefix}lock:{token}"
 
     def request(self, request_id: str) -> str:
-        """STRING holding the result of one script call for a short while (idempotent resends)."""
+        """STRING: one script call's result, briefly (idempotent resends)."""
         return f"{self.prefix}req:{request_id}"
