@@ -60,8 +60,8 @@ def test_every_panel_has_title_description_unit_and_the_fixed_datasource(dashboa
             problems.append(f"{name}: datasource {panel.get('datasource')!r}")
         if not panel.get("targets"):
             problems.append(f"{name}: no query")
-        for target in panel.get("targets", []):
-            if target.get("datasource") != EXPECTED_DATASOURCE:
+        for target in panel.get("targets", []):  # a target without one uses the panel's
+            if target.get("datasource", EXPECTED_DATASOURCE) != EXPECTED_DATASOURCE:
                 problems.append(f"{name} / {target.get('refId')}: datasource {target.get('datasource')!r}")
             if not target.get("expr"):
                 problems.append(f"{name} / {target.get('refId')}: empty expr")
