@@ -1,7 +1,6 @@
-"""Least privilege: the library, every service and the command under a Redis user with exactly the
-setqueue ACL rule (``setqueue acl-rule``: keys ``~setqueue:*``, channels ``&setqueue:*``, the commands
-setqueue runs). Redis's ACL LOG must stay empty: not one command refused, not even one a client
-ignores. A user without a command it needs gets one line naming it and exit code 3."""
+"""Least privilege: the library, services and CLI under a user with exactly ``setqueue acl-rule``.
+The ACL LOG must stay empty (not even a refusal a client ignores); a user without a command it needs
+gets one line naming it and exit code 3."""
 
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ def admin(server: RedisServer) -> Iterator[redis.Redis]:
 
 
 def add_user(admin: redis.Redis, name: str, without: tuple[str, ...] = (), words: list[str] | None = None) -> str:
-    """A user with the setqueue rule (less the commands ``without``); its URL."""
+    """A user with the setqueue rule less ``without``; its URL."""
     given = words if words is not None else [w for w in rule(PASSWORD) if w.lstrip("+") not in without]
     admin.execute_command("ACL", "SETUSER", name, *given)  # type: ignore[no-untyped-call]
     port = admin.connection_pool.connection_kwargs["port"]
@@ -133,7 +132,6 @@ def test_the_whole_library_works_under_the_rule(admin: redis.Redis, user_url: st
 
 
 def test_a_jobs_whole_life_works_under_the_rule(admin: redis.Redis, user_url: str) -> None:
-    """Results (kept, waited on through the ended channel), cancel, history and progress."""
     q = Queue.from_url(user_url, f"acl-{uuid.uuid4().hex[:6]}", retry_backoff_seconds=0)
     q.enqueue(["r", "c", "h"])
     r, c, h = q.claim(3)
@@ -191,8 +189,7 @@ def test_every_service_and_command_works_under_the_rule(
         err = capsys.readouterr().err
         assert code in (0, 1, 4) and "refused" not in err and "may not" not in err, (argv, code, err)
 
-    # A running job cancelled: the worker's cancel listener (SUBSCRIBE) stops it; a kept result
-    # and a progress report from the handler; result waits on the ended channel.
+    # The cancel listener (SUBSCRIBE) stops a running job; a kept result and progress; result waits.
     life, log = f"{name}-life", ExecutionLog(tmp_path / "exec.log")
     handler = "tests.support.jobs:handle"
     life_env = _service_env(user_url, life, AUDIT="false", EXEC_LOG=log.path, JOB_HANDLER=handler, CONCURRENCY=4)
@@ -248,7 +245,7 @@ def test_a_user_without_a_command_it_needs_is_one_line_naming_it_and_exit_3(
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if "may not run" in line]
     assert len(said) == 1 and says in said[0], err
-    assert time.monotonic() - started < 60  # not a retry loop (the run's timeout would say so first)
+    assert time.monotonic() - started < 60  # not a retry loop
     if command == "evalsha":
         code = cli_main(["--redis-url", url, "--queue", name, "push", "a"], out=io.StringIO())
         err = capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""The audit (setqueue.runtime.audit) against a real redis-server: what the creator, the demo handler and the
-cleaner record, and what the auditor makes of it. Each test has its own queue (key prefix)."""
+"""The audit (setqueue.runtime.audit): what the creator, demo handler and cleaner record, and what the
+auditor makes of it."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def auditor(queue: Shard, *, retention: bool = False, chunk: int = 500) -> Audit
 
 
 def created(queue: Queue, recorder: AuditRecorder, prefix: str, count: int) -> list[str]:
-    """Enqueue <prefix>-1..<prefix>-<count> and record them, as the creator does."""
+    """Enqueue <prefix>-1..<count> and record them, as the creator does."""
     ids = [f"{prefix}-{n}" for n in range(1, count + 1)]
     queue.enqueue(ids)
     recorder.created(prefix, count)
@@ -37,7 +37,7 @@ def created(queue: Queue, recorder: AuditRecorder, prefix: str, count: int) -> l
 
 
 def run_and_ack(queue: Queue, recorder: AuditRecorder, count: int) -> list[Lease]:
-    """Claim ``count`` jobs, record a successful run of each and ack them, as a worker would."""
+    """Claim, record a successful run of each, ack: as a worker would."""
     leases = queue.claim(count)
     for lease in leases:
         recorder.run(lease, succeeded=True)
@@ -107,8 +107,7 @@ def test_a_second_success_is_explained_only_by_a_lost_lease(
     first = queue.claim(2)
     for lease in first:
         recorder.run(lease, succeeded=True)
-    # Both jobs go back to todos behind the queue's back (no script: no history line); only a-1's
-    # loss is recorded for the audit.
+    # Both go back to todos behind the queue's back (no history line); only a-1's loss is recorded.
     k = queue.keys
     for lease in first:
         client.hdel(k.owners, lease.id)
@@ -123,7 +122,7 @@ def test_a_second_success_is_explained_only_by_a_lost_lease(
     assert (report.duplicates, report.unexplained_duplicates) == (2, 1)
     assert report.unexplained_ids == ("a-2",)
     assert report.lease_losses == 1
-    # And a-1's loss, recorded for the audit, is missing from its history: the audit says so.
+    # a-1's recorded loss is missing from its history: the audit says so.
     assert (report.unrecorded_reclaims, report.unrecorded_ids, report.history_reclaims) == (1, ("a-1",), 0)
 
 
@@ -198,11 +197,10 @@ def test_a_report_comes_back_from_json(queue: Queue, recorder: AuditRecorder) ->
     assert AuditReport.from_dict(report.as_dict()) == report
 
 
-# -- the services ---------------------------------------------------------------------------------
+# -- the services
 
 
 def service_env(redis_url: str, queue_name: str, **settings: object) -> dict[str, str]:
-    """A service's environment: this test's queue, no metrics server, AUDIT on unless given."""
     defaults = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "METRICS_PORT": 0, "AUDIT": "true"}
     return base_env(**{**defaults, **settings})
 
@@ -221,7 +219,7 @@ def test_the_creator_records_the_ids_it_made(redis_url: str, queue_name: str, cl
 
 @pytest.fixture
 def audited_demo(queue: Queue, recorder: AuditRecorder) -> Iterator[Callable[[float], None]]:
-    """Configures the demo handler to record its runs, with a given FAIL_RATE; restores it after."""
+    """The demo handler recording its runs, at a given FAIL_RATE; restored after."""
     before = demo._settings
     yield lambda fail_rate: demo.configure(0, 0, fail_rate, audit=recorder)
     demo._settings = before
@@ -306,5 +304,4 @@ def test_without_the_audit_setting_nothing_is_recorded_or_exported(
 
 
 def _findings(report: AuditReport) -> dict[str, object]:
-    """A report without its timing."""
     return {k: v for k, v in report.as_dict().items() if k not in ("finished_at", "seconds")}

@@ -22,23 +22,19 @@ DOCS = sorted((REPO_ROOT / "docs").glob("*.md"))
 
 README_MAX_LINES = 350
 
-# Link targets another change is about to add (the benchmark results): a link to one of these may
-# point at nothing until it lands. Remove an entry once its file exists.
-
 # [text](target) and ![alt](target), target up to the first space or closing parenthesis.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
 def _section(text: str, heading: str) -> str:
-    """The body of the ``## heading`` section of a Markdown text."""
     match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
     assert match, f"no '## {heading}' section"
     return match.group(1)
 
 
 def _table_rows(text: str) -> list[list[str]]:
-    """The cells of every Markdown table row in ``text`` (header and separator rows included)."""
+    """The cells of every table row, header and separator included."""
     return [
         [cell.strip() for cell in line.strip().strip("|").split("|")]
         for line in text.splitlines()
@@ -46,7 +42,7 @@ def _table_rows(text: str) -> list[list[str]]:
     ]
 
 
-# -- the reference: settings, metrics, keys, commands ------------------------------------------
+# -- the reference: settings, metrics, keys, commands
 
 
 def test_every_setting_is_in_the_configuration_table_with_its_default() -> None:
@@ -96,7 +92,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
-    """Long options a user types, but for --help and --version (every program has them)."""
+    """Long options but --help and --version."""
     return {
         option
         for action in parser._actions
@@ -126,7 +122,7 @@ def test_the_exit_codes_are_in_the_reference() -> None:
     assert {"`/metrics`", "`/healthz` (or `/health`)"} <= {row[0] for row in services}
 
 
-# -- the README ------------------------------------------------------------------------------
+# -- the README
 
 
 def test_the_two_commands() -> None:
@@ -139,7 +135,7 @@ def test_the_two_commands() -> None:
 def test_the_readme_is_a_front_door() -> None:
     lines = README.count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; detail belongs in docs/"
-    # No lab notebook: dated runs and their history live in docs/ and bench/, not here.
+    # Dated runs belong in docs/ and bench/.
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", FENCE.sub("", README)), "a date in README.md"
 
 
@@ -152,8 +148,7 @@ def test_the_readme_maps_the_card_flow_to_the_scripts() -> None:
 
 
 def test_every_path_the_code_map_names_exists() -> None:
-    """Each row: a folder (first cell), then files and folders inside it or from the repository
-    root (backticked, with a / or an extension)."""
+    """Each row: a folder, then backticked paths (with a / or an extension) in it or from the root."""
     rows = _table_rows(_section(README, "Code map"))[2:]
     assert rows
     for row in rows:
@@ -166,12 +161,11 @@ def test_every_path_the_code_map_names_exists() -> None:
             assert any(path.exists() for path in candidates), f"{folder} {name}"
 
 
-# -- links -----------------------------------------------------------------------------------
+# -- links
 
 
 def _links(path: Path) -> list[tuple[str, str]]:
-    """(target, anchor) of every relative link in a Markdown file; target "" for one to an anchor
-    in the same page (URLs with a scheme, https: or mailto:, are not ours to check)."""
+    """(target, anchor) of every relative link (target "" within the page); URLs with a scheme are skipped."""
     pairs = []
     for link in LINK.findall(FENCE.sub("", path.read_text())):
         if not re.match(r"^[a-z][a-z0-9+.-]*:", link):
@@ -185,8 +179,7 @@ def _relative_links(path: Path) -> list[str]:
 
 
 def _anchors(path: Path) -> set[str]:
-    """The anchors GitHub gives the headings of a Markdown file: lower case, punctuation but - and _
-    dropped, spaces to hyphens."""
+    """GitHub's heading anchors: lower case, punctuation but - and _ dropped, spaces to hyphens."""
     headings = re.findall(r"^#+ (.+)$", FENCE.sub("", path.read_text()), re.M)
     return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
 

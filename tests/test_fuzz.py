@@ -1,10 +1,6 @@
-"""Fuzzing every input path (hypothesis): every setting of every service, and every argument of the
-`setqueue` command. Whatever the value, the answer is a clean one: the service starts (and stops
-on SIGTERM with 0) or exits 2 (a bad setting) or 3 (Redis unreachable or refusing), with at most
-one line on stderr and never a traceback; and an input that is refused writes nothing to Redis.
-
-Two depths: the settings parser in-process for many values per setting (it is what the services
-run first), and the real service processes for a sample of them."""
+"""Fuzzing every setting of every service and every `setqueue` argument (hypothesis): a service starts
+(and exits 0 on SIGTERM) or exits 2 or 3 with one line on stderr, never a traceback; a refused input
+writes nothing. Settings are parsed in-process for many values, real processes run a sample."""
 
 from __future__ import annotations
 
@@ -43,9 +39,8 @@ SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
     "console": ConsoleSettings,
 }
 
-# What a hurried user types, and what breaks parsers: numbers at and past every edge, non-numbers,
-# empty and blank text, other scripts' digits, undecodable bytes (an environment's lone surrogate),
-# very long text, URLs and paths.
+# What a hurried user types and what breaks parsers: edge numbers, blanks, other scripts' digits, lone
+# surrogates (undecodable bytes), long text, URLs and paths.
 EDGES = st.sampled_from(
     [
         "", " ", "0", "-0", "1", "-1", "0.5", "1e3", "1e308", "-1e308", "1e-320", "inf", "-inf", "nan", "NaN",
@@ -70,8 +65,7 @@ def safe(setting: Setting, value: str) -> str:
 
 
 def affordable(setting: Setting, value: str) -> str:
-    """PROCESSES starts that many interpreters: a service run keeps a valid value of more than 2 at
-    2 (what the supervisor does does not depend on N; 256 of them would only load the machine)."""
+    """PROCESSES over 2 runs as 2: the supervisor does the same for any N, 256 would only load the machine."""
     if setting.name != "PROCESSES":
         return value
     try:
@@ -128,7 +122,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
     env = base_env(REDIS_URL=fuzz_redis.url, QUEUE_NAME=queue, METRICS_PORT=0, CREATE_TOTAL=5, CONSOLE_PORT=free_port())
     try:
-        # A lone surrogate other than an undecodable byte's (U+DC80..U+DCFF) has no bytes at all.
+        # A lone surrogate outside U+DC80..U+DCFF (undecodable bytes) has no bytes at all.
         env[setting.name] = value.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
         process = subprocess.Popen(
             [sys.executable, "-m", service],
@@ -140,7 +134,7 @@ def test_a_service_given_any_value_starts_or_exits_2_or_3_with_one_line(
             text=True,
             errors="replace",
         )
-    except ValueError:  # an environment cannot hold this value at all (no bytes, or the OS refuses it)
+    except ValueError:  # an environment cannot hold this value
         return
     try:
         _, stderr = process.communicate(timeout=4)
@@ -192,13 +186,12 @@ def test_any_command_line_is_a_result_or_one_line_and_a_refusal_writes_nothing(
     assert "Traceback" not in err, (argv, err)
     if code != 0:
         assert len(err.strip().splitlines()) == 1, (argv, err)
-    # Refused (1 is an answer: that id is not in the queue). Not a refusal: a write no replica
-    # confirmed (this Redis has none), which the master applied.
+    # 1 is an answer (no such id); an unconfirmed write (no replica here) was applied by the master.
     if code in (2, 3) and "replica(s) confirmed the write" not in err:
         assert queue_keys(client, queue) == [], (argv, err)
 
 
-# Every place a command line takes an id, a name or a value (X), with the rest of the line around it.
+# Every place a command line takes an id, a name or a value (X).
 SLOTS = [
     ["push", "X"],
     ["push", "X", "--payload", "p"],
@@ -221,8 +214,7 @@ SLOTS = [
     ["--wait-replicas", "X", "stats"],
     ["--redis-url", "X", "stats"],
 ]
-# What an argument can be: any bytes (a shell passes them as they are; Python decodes the ones that
-# are not UTF-8 to lone surrogates, os.fsdecode), text of any script, and the edges above.
+# Any bytes (Python decodes non-UTF-8 ones to lone surrogates, os.fsdecode), any text, the edges above.
 ARGUMENTS = st.binary(min_size=1, max_size=24).filter(lambda b: b"\0" not in b).map(os.fsdecode) | VALUES
 
 

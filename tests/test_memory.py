@@ -1,6 +1,5 @@
-"""Redis under memory pressure, on real redis-servers with a maxmemory small enough to fill in
-seconds: what each script does when Redis answers OOM (refused whole, or run because it finishes or
-frees work), a full queue recovering without an operator, and an evicting Redis found and said."""
+"""Redis under memory pressure (a maxmemory that fills in seconds): each script refused whole or run
+when full, a full queue recovering without an operator, and an evicting Redis found and said."""
 
 from __future__ import annotations
 
@@ -25,10 +24,9 @@ from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.waits import wait_until, wait_until_leases_expire
 
-# What each script does when Redis is out of memory: its first line says so (docs/guide.md).
-# they finish, hand back, stop or free work
-RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete", "cancel", "set_limits"}  # and pause
-REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic", "progress"}  # they add work, or only memory
+# Each script's first line says what it does when Redis is out of memory (docs/guide.md).
+RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete", "cancel", "set_limits"}  # finish or free work
+REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic", "progress"}  # add work, or only memory
 READ_ONLY = {"stats", "list_groups"}
 
 
@@ -37,7 +35,6 @@ def used_memory(client: redis.Redis) -> int:
 
 
 def full(client: redis.Redis) -> bool:
-    """Redis refuses the writes that grow it (used memory over maxmemory, with noeviction)."""
     info: dict[str, Any] = client.info("memory")  # type: ignore[assignment]
     limit = int(info["maxmemory"])
     return bool(limit) and int(info["used_memory"]) - int(info["mem_not_counted_for_evict"]) > limit
@@ -45,7 +42,7 @@ def full(client: redis.Redis) -> bool:
 
 @pytest.fixture
 def tight() -> Iterator[RedisServer]:
-    """A redis-server of its own (maxmemory is the whole server's), noeviction."""
+    """A redis-server of its own (maxmemory is server-wide), noeviction."""
     server = RedisServer(args=["--maxmemory-policy", "noeviction"]).start()
     yield server
     server.cleanup()
@@ -56,6 +53,13 @@ def admin(tight: RedisServer) -> Iterator[redis.Redis]:
     client = redis.Redis(port=tight.port, decode_responses=True)
     yield client
     client.close()
+
+
+def ready(procs: list[Proc], role: str, tmp_path: Path, **settings: Any) -> Proc:
+    proc = Proc.start(role, tmp_path, **settings)
+    procs.append(proc)
+    proc.wait_ready()
+    return proc
 
 
 def cli(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -74,7 +78,7 @@ def test_every_script_states_what_it_does_when_redis_is_out_of_memory() -> None:
             assert first == "#!lua", name
         else:
             assert first == "#!lua flags=no-writes", name
-    # An ack that keeps results is first sent as ack.lua refused whole when full (see below).
+    # An ack keeping results is first sent as an ack.lua refused whole when full.
     assert ACK_KEEPING_RESULTS.splitlines()[0] == "#!lua"
     assert ACK_KEEPING_RESULTS.splitlines()[1:] == SOURCES["ack"].splitlines()[1:]
 
@@ -126,9 +130,8 @@ def test_a_full_redis_refuses_what_adds_work_whole_and_runs_what_finishes_or_fre
 def test_a_full_redis_acks_without_results_cancels_and_drops_progress_reports(
     tight: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """While Redis is full a job is done all the same, but what its handler returned is not kept
-    (result() says it is gone); a job can be cancelled, running or waiting; a progress report is
-    dropped, not raised into the handler. With room again, results are kept."""
+    """Full, a job is done without its result (result() says it is gone), cancel works, a progress
+    report is dropped, not raised. With room again, results are kept."""
     q = Queue.from_url(tight.url, "life")
     q.enqueue({"a": "pa", "b": "pb", "c": "pc", "d": "pd", "w": "pw"})
     a, b, c, d = q.claim(4)
@@ -180,9 +183,7 @@ def test_a_full_redis_does_not_stall_the_cleaner(
     env = _env(tight)
     Queue.from_url(tight.url, env["QUEUE_NAME"]).enqueue(["a"])
     admin.config_set("maxmemory", used_memory(admin) // 2)
-    cleaner = Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.1, SCHEDULES="tick=* * * * *", **env)
-    procs.append(cleaner)
-    cleaner.wait_ready()
+    cleaner = ready(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.1, SCHEDULES="tick=* * * * *", **env)
     wait_until(lambda: "periodic runs wait until it has room" in cleaner.log(), 30, "the periodic step skipped")
     swept = cleaner.metric("setqueue_last_sweep_timestamp_seconds")
     wait_until(lambda: cleaner.metric("setqueue_last_sweep_timestamp_seconds") > swept, 30, "another sweep")
@@ -197,10 +198,9 @@ def test_a_full_redis_does_not_stall_the_cleaner(
 def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     tight: RedisServer, admin: redis.Redis, tmp_path: Path, procs: list[Proc], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A backlog runs while Redis fills up with done ids: enqueues are refused cleanly (the CLI
-    exits 3, nothing written; the creator waits), the running jobs all reach done while Redis is
-    still full, and the cleaner's retention frees the memory: the creator and the CLI enqueue again.
-    Counted from the handler's side: every job ran once."""
+    """Redis fills up with done ids under a running backlog: enqueues are refused cleanly (CLI exit 3,
+    the creator waits), the backlog is done while full, the cleaner's retention frees memory and
+    enqueues work again. Counted from the handler's side: every job ran once."""
     name, filler = f"oom-{uuid.uuid4().hex[:6]}", f"fill-{uuid.uuid4().hex[:6]}"
     url = tight.url
     log = ExecutionLog(tmp_path / "exec.log")
@@ -220,7 +220,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     procs.append(worker)
     wait_until(lambda: len(log.starts()) == len(backlog), 30, "the backlog to be running")
 
-    # Fill Redis with done ids of another queue, whose retention the cleaner will apply.
+    # Fill Redis with another queue's done ids, which the cleaner's retention will trim.
     fill = Queue.from_url(url, filler)
     admin.config_set("maxmemory", used_memory(admin) + 3 * 2**20)
     batch = 0
@@ -237,20 +237,19 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     code, _, err = cli("--redis-url", url, "--queue", name, "push", "late-1", "late-2", capsys=capsys)
     assert code == 3 and "out of memory" in err and len(err.strip().splitlines()) == 1, err
     assert open_queue(url, name).inspect("late-1") is None
-    creator = Proc.start("creator", tmp_path, QUEUE_NAME=name, CREATE_ID_PREFIX="made", CREATE_RATE=50, **common)
-    procs.append(creator)
-    creator.wait_ready()
+    creator = ready(procs, "creator", tmp_path, QUEUE_NAME=name, CREATE_ID_PREFIX="made", CREATE_RATE=50, **common)
     wait_until(lambda: creator.metric("setqueue_redis_out_of_memory") == 1, 30, "the creator to be refused")
     assert creator.metric("setqueue_redis_up") == 1  # Redis answers: not an outage
     assert "out of memory" in creator.log()
 
-    gate.touch()  # the backlog finishes while Redis is full: every job is acked all the same
+    gate.touch()  # the backlog finishes while Redis is full: every job is acked
     backlog_queue = open_queue(url, name)
     wait_until(lambda: backlog_queue.stats()["done"] == len(backlog), 30, "the backlog in done")
     assert full(admin)
     assert worker.metric('setqueue_jobs_completed_total{outcome="success"}') == len(backlog)
 
-    cleaner = Proc.start(
+    cleaner = ready(
+        procs,
         "cleaner",
         tmp_path,
         QUEUE_NAME=f"{name},{filler}",
@@ -259,8 +258,6 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
         SCHEDULES="tick=* * * * *",
         **common,
     )
-    procs.append(cleaner)
-    cleaner.wait_ready()
     wait_until(lambda: not full(admin), 60, "the cleaner's retention to free memory")
     wait_until(lambda: 0 <= cleaner.metric("setqueue_redis_memory_used_ratio") < 1, 30, "the gauge to see room")
     wait_until(lambda: creator.metric("setqueue_jobs_created_total") > 0, 60, "the creator to enqueue again")
@@ -315,9 +312,7 @@ def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
         env = _env(server)
         for role in ("worker", "creator", "cleaner"):
             extra: dict[str, Any] = {"CREATE_RATE": 1} if role == "creator" else {}
-            proc = Proc.start(role, tmp_path, **env, **extra)
-            procs.append(proc)
-            proc.wait_ready()
+            proc = ready(procs, role, tmp_path, **env, **extra)
             wait_until(lambda p=proc: p.metric("setqueue_redis_noeviction", -1) == 0, 30, f"{role}'s gauge")  # type: ignore[misc]
             said = [line for line in proc.log().splitlines() if "evicts keys" in line]
             assert len(said) == 1 and "allkeys-lru" in said[0] and "ERROR" in said[0], proc.log()
@@ -327,7 +322,7 @@ def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
         code, out, _ = cli("--redis-url", server.url, "--queue", env["QUEUE_NAME"], "doctor", capsys=capsys)
         assert code == 1 and any(line.startswith("FAIL  eviction:") for line in out.splitlines()), out
 
-        # Who wants it fatal: exit 3, one line, before any work.
+        # Made fatal: exit 3, one line, before any work.
         refused = Proc.start("worker", tmp_path, name="strict", REQUIRE_NOEVICTION="true", **env)
         assert refused.wait(30) == 3
         lines = [line for line in refused.log().splitlines() if line.startswith("setqueue-worker:")]
@@ -342,9 +337,7 @@ def test_on_noeviction_the_gauge_reads_1_and_nothing_is_said(
     tight: RedisServer, tmp_path: Path, procs: list[Proc], capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = _env(tight, REQUIRE_NOEVICTION="true")
-    cleaner = Proc.start("cleaner", tmp_path, **env)
-    procs.append(cleaner)
-    cleaner.wait_ready()
+    cleaner = ready(procs, "cleaner", tmp_path, **env)
     wait_until(lambda: cleaner.metric("setqueue_redis_noeviction", -1) == 1, 30, "the gauge")
     assert cleaner.metric("setqueue_redis_memory_used_ratio", -1) == 0  # no maxmemory
     assert "evicts" not in cleaner.log()
@@ -359,9 +352,7 @@ def test_a_user_who_may_not_read_the_policy_gets_unknown_not_a_crash(
     admin.acl_setuser("svc", enabled=True, passwords=["+pw"], **_rule_without("info"))
     url = tight.url.replace("redis://", "redis://svc:pw@")
     env = {"REDIS_URL": url, "QUEUE_NAME": f"ev-{uuid.uuid4().hex[:6]}"}
-    cleaner = Proc.start("cleaner", tmp_path, **env)
-    procs.append(cleaner)
-    cleaner.wait_ready()
+    cleaner = ready(procs, "cleaner", tmp_path, **env)
     wait_until(lambda: "cannot tell whether Redis" in cleaner.log(), 30, "the warning")
     assert cleaner.metric("setqueue_redis_noeviction", 0) == -1 and cleaner.alive()
     strict = Proc.start("cleaner", tmp_path, name="strict", REQUIRE_NOEVICTION="true", **env)
@@ -370,7 +361,7 @@ def test_a_user_who_may_not_read_the_policy_gets_unknown_not_a_crash(
 
 
 def _rule_without(command: str) -> dict[str, Any]:
-    """acl_setuser's arguments for the setqueue rule less one command."""
+    """acl_setuser's arguments for the setqueue rule less ``command``."""
     words = [w for w in rule("pw")[3:] if w != f"+{command}"]
     return {
         "keys": [w[1:] for w in words if w.startswith("~")],

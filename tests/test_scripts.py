@@ -1,7 +1,5 @@
-"""The Lua <-> Python contract, read statically: each script names its KEYS and ARGV as locals in
-its first lines, its comments document those names, shared helpers come from lua/includes/, and the
-loader resolves includes and checks calls against the headers. (tests/test_cluster.py runs every
-wrapper for real and counts the KEYS it passes.)"""
+"""The Lua <-> Python contract, read statically: headers naming KEYS and ARGV, comments documenting
+them, helpers from lua/includes/, and the loader's checks. (tests/test_cluster.py runs the wrappers.)"""
 
 from __future__ import annotations
 
@@ -42,8 +40,8 @@ def test_the_lua_folder_holds_the_scripts_it_loads() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_script_names_its_keys_and_argv_in_its_first_lines(name: str) -> None:
-    """Resolved as Redis runs it: comments, then only the lines that name KEYS and ARGV; below them
-    no line indexes KEYS or ARGV with a number, and no line anywhere with arithmetic."""
+    """As Redis runs it: comments, then the lines naming KEYS and ARGV; below them no numeric index,
+    and no index arithmetic anywhere."""
     lines = SOURCES[name].splitlines()
     code = [(n, line) for n, line in enumerate(lines, 1) if _code(line).strip() and not line.startswith("#!")]
     header = [
@@ -63,7 +61,7 @@ def test_each_script_names_its_keys_and_argv_in_its_first_lines(name: str) -> No
 
 
 def _named(line: str, table: str) -> list[tuple[str, str]]:
-    """(local, index) for each entry of table that a header line names."""
+    """(local, index) for each ``table`` entry a header line names."""
     match = re.fullmatch(r"local ([\w, ]+) = (.+)", line.strip())
     if match is None or "--" in match[2]:
         return []
@@ -74,8 +72,8 @@ def _named(line: str, table: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_header_comment_documents_the_names(name: str) -> None:
-    """The comment block says "KEYS[i] <name>" for every named entry, and "KEYS[<CONSTANT>..]" for a
-    variable-length list, so that the documentation cannot drift from the locals."""
+    """The comments say "KEYS[i] <name>" for each entry and "KEYS[<CONSTANT>..]" for a list, so they
+    cannot drift from the locals."""
     raw = (LUA_DIR / f"{name}.lua").read_text()
     comments = "\n".join(line for line in raw.splitlines() if line.startswith("--"))
     contract = CONTRACTS[name]
@@ -88,9 +86,8 @@ def test_each_header_comment_documents_the_names(name: str) -> None:
 
 
 def test_shared_helpers_come_from_the_includes() -> None:
-    """Each include is local functions (and UPPER_CASE constants) only and serves at least one
-    script; the commands that the helpers wrap (the clock, the request record's GET, the wake push,
-    the lock countdown) appear in no script's own text."""
+    """Each include holds only local functions and UPPER_CASE constants and serves a script; the
+    commands the helpers wrap appear in no script's own text."""
     includes = {p.stem: p.read_text() for p in (LUA_DIR / "includes").glob("*.lua")}
     assert includes
     for name, text in includes.items():
@@ -195,7 +192,7 @@ def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.R
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_key_a_header_names_is_a_key_of_the_layout(name: str) -> None:
-    """The wrappers build KEYS from the header's names and QueueKeys, so the two must agree."""
+    """The wrappers build KEYS from the header's names and QueueKeys: the two must agree."""
     layout = layout_key_names()
     keys = QueueKeys("Q")
     for key in CONTRACTS[name].keys:

@@ -1,7 +1,5 @@
-"""Traces that follow a job (extra setqueue[otel]), with OpenTelemetry's SDK and its in-memory
-exporter: the span around an enqueue in the producer and the worker's span of that job share one
-trace, with the messaging attributes, and the claim and ack spans are linked to it. Without
-OpenTelemetry imported, enqueue loads none of it; without it installed, the worker runs untraced."""
+"""Traces that follow a job (setqueue[otel], in-memory exporter): the enqueue's span and the job's
+share one trace, claim and ack spans link to it; without OpenTelemetry nothing of it is loaded."""
 
 from __future__ import annotations
 
@@ -31,7 +29,7 @@ from worker.service import WorkerService
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans this test ends (the SDK's provider is set once per process, as an app does)."""
+    """The spans this test ends (the SDK's provider is set once per process)."""
     exporter = sdk_spans()
     exporter.clear()
     yield exporter
@@ -41,7 +39,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 def run_worker(redis_url: str, queue_name: str, handler: Any, until: Any, **settings: Any) -> WorkerService:
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=0.05, **settings)
     service = WorkerService(WorkerSettings.from_env(env), handler=handler)
-    assert service.tracing is not None, "OpenTelemetry is installed (the dev extra): the worker traces"
+    assert service.tracing is not None, "OpenTelemetry (the dev extra) is installed"
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(service.run()))
     thread.start()
@@ -111,12 +109,11 @@ def test_the_job_span_continues_the_trace_of_the_enqueue(
     assert failed.attributes["error.type"] == "ValueError"  # type: ignore[index]
     assert failed.status.status_code is trace.StatusCode.ERROR
     assert process["untraced"].context.trace_id != web_context.trace_id
-    # The handler's own span is a child of the job's.
     charges = [s for s in named(spans, "charge card") if s.context.trace_id == web_context.trace_id]
     assert job.context.span_id in {c.parent.span_id for c in charges if c.parent}
     assert len(charges) == 4  # order-1 once, order-2 three times (its own max_attempts)
 
-    # The claim (receive) and ack (settle) spans are linked to the job's span.
+    # The claim (receive) and ack (settle) spans link to the job's span.
     receives = named(spans, f"receive {queue_name}")
     assert receives and all(s.kind is SpanKind.CLIENT for s in receives)
     claimed = {link.context.span_id for link in job.links}
@@ -155,8 +152,7 @@ def test_the_options_string_keeps_its_numbers_with_a_trace_parent() -> None:
 def test_a_job_traced_with_its_own_max_attempts_is_dead_lettered_on_time(
     spans: InMemorySpanExporter, redis_url: str, queue_name: str
 ) -> None:
-    """The Lua scripts read only the leading number of the options: with a traceparent after it,
-    a job's own max attempts still hold (fail.lua and sweep.lua)."""
+    """fail.lua reads only the options' leading number: a traceparent after it changes nothing."""
     queue = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0, max_attempts=5)
     with trace.get_tracer("producer").start_as_current_span("enqueue"):
         queue.enqueue(["twice"], max_attempts=2)
@@ -169,9 +165,7 @@ def test_a_job_traced_with_its_own_max_attempts_is_dead_lettered_on_time(
 def test_a_traced_job_keeps_its_own_timeout_and_the_sweep_its_max_attempts(
     spans: InMemorySpanExporter, redis_url: str, queue_name: str
 ) -> None:
-    """The worker reads the timeout (the second part) before the traceparent: a traced job with
-    its own 0.3 s times out in a real worker. sweep.lua reads the leading number: a traced job
-    with max_attempts=1 whose lease expired is dead-lettered, not retried."""
+    """A traceparent after the options changes neither the worker's timeout nor sweep.lua's max attempts."""
     queue = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0, max_attempts=5)
     with trace.get_tracer("producer").start_as_current_span("enqueue"):
         queue.enqueue(["spin-1"], max_attempts=1, timeout=0.3)
@@ -200,7 +194,7 @@ def test_a_traced_job_keeps_its_own_timeout_and_the_sweep_its_max_attempts(
 
 
 def _loaded(code: str) -> list[str]:
-    """The OpenTelemetry modules (and setqueue's glue) loaded by ``code`` in a fresh interpreter."""
+    """The OpenTelemetry modules and setqueue's glue that ``code`` loads in a fresh interpreter."""
     out = subprocess.run(
         [sys.executable, "-c", f"import sys; {code}; print(repr(sorted(sys.modules)))"],
         capture_output=True,
@@ -211,7 +205,7 @@ def _loaded(code: str) -> list[str]:
     return [m for m in eval(out) if m.startswith(("opentelemetry", "setqueue.otel"))]
 
 
-# As on a machine without OpenTelemetry: it cannot be imported (a None in sys.modules blocks it).
+# As without OpenTelemetry: a None in sys.modules blocks its import.
 WITHOUT_OTEL = "sys.modules['opentelemetry'] = None"
 
 
@@ -229,16 +223,14 @@ def test_without_opentelemetry_the_library_and_the_worker_load_none_of_it(redis_
 
 
 def test_with_opentelemetry_installed_setqueue_adds_only_its_small_glue(redis_url: str, queue_name: str) -> None:
-    """redis-py 8 imports OpenTelemetry itself when it is installed; enqueue then adds the producer's
-    glue (setqueue.otel_context) and nothing else; the worker's spans come with the worker."""
+    """redis-py 8 imports OpenTelemetry itself when installed; enqueue adds only setqueue.otel_context."""
     before = set(_loaded("import redis"))
     code = f"from setqueue import Queue; q = Queue.from_url({redis_url!r}, {queue_name!r}); q.enqueue(['a'])"
     assert set(_loaded(code)) - before <= {"setqueue.otel_context"}
 
 
 def test_with_the_api_alone_no_span_is_made_until_an_sdk_is_configured() -> None:
-    """OpenTelemetry installed but no SDK configured: every span would be a no-op, so the worker's
-    calls run bare (a span costs about a tenth of a no-op job); once the SDK is set, spans are made."""
+    """Without an SDK every span is a no-op costing a tenth of a no-op job: the worker's calls run bare."""
     code = """
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
