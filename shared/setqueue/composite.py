@@ -1,6 +1,5 @@
-"""What the queues made of other queues share: a sharded queue (one queue over N shards) and a
-queue group (several named queues served as one) both hand each lease, id or call to the member
-it belongs to."""
+"""What sharded queues (one queue over N shards) and queue groups (several queues as one) share:
+each lease, id or call goes to the member it belongs to."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ R = TypeVar("R")
 
 
 def dispatch(items: Sequence[I], member_of: Callable[[I], K], call: Callable[[K, list[I]], Sequence[R]]) -> list[R]:
-    """``call(member, its items)`` once for each member the items belong to (``member_of``); the
-    results (one per item) come back in the order of ``items``."""
+    """``call(member, its items)`` once per member; the results come back in the order of ``items``."""
     positions: dict[K, list[int]] = defaultdict(list)
     for j, item in enumerate(items):
         positions[member_of(item)].append(j)
@@ -38,13 +36,11 @@ def dispatch(items: Sequence[I], member_of: Callable[[I], K], call: Callable[[K,
 
 
 def part_id(request_id: str | None, member: str) -> str | None:
-    """The request id of one member's part of a call (None: the call has none)."""
     return None if request_id is None else f"{request_id}-{member}"
 
 
 def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The members' ``stats()`` as one: every state, flow control's figures and the jobs per
-    priority summed, the oldest pending age the oldest of any member."""
+    """The members' ``stats()`` summed; the oldest pending age is the oldest of any."""
     total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *FLOW_STATS)}
     total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
     by_priority: dict[int, int] = defaultdict(int)
@@ -56,10 +52,8 @@ def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 class CompositeQueue:
-    """What a queue made of others (``members``) does alike whatever it is made of: its options
-    (the members share one set of settings, read from the first shard), waiting for work on all of
-    them, sweeping them all, and handing each lease to the member it came from (``_member_of``)
-    and each id to the member that holds it (``_holder_of``)."""
+    """A queue made of ``members``: options read from the first shard, waiting and sweeping on all, each
+    lease to its member (``_member_of``), each id to its holder (``_holders_of``)."""
 
     name: str
     members: Sequence[JobQueue]
@@ -73,8 +67,7 @@ class CompositeQueue:
         raise NotImplementedError
 
     def _made_claimable(self, n: int) -> None:
-        """After a call that made ``n`` jobs claimable again (a retry, a release, a sweep's requeue;
-        their scripts woke the member's idle workers): what else should wake (nothing, here)."""
+        """After ``n`` jobs became claimable again (their scripts woke the member's workers): what else to wake."""
 
     @property
     def shards(self) -> Sequence[Shard]:
@@ -108,7 +101,6 @@ class CompositeQueue:
         return self._first.backoff_delay(attempt)
 
     def due_in(self) -> float | None:
-        """Seconds until the next scheduled job of any member is due, as the last claims saw it."""
         due = [d for m in self.members if (d := m.due_in()) is not None]
         return min(due) if due else None
 
@@ -116,9 +108,7 @@ class CompositeQueue:
         return [key for m in self.members for key in m.wake_keys()]
 
     def wait_for_work(self, timeout: float) -> bool:
-        """Block until an enqueue to any member wakes us, ``timeout`` passes, or a scheduled job of
-        any of them is due: one BLPOP over every member's wake list, or on a Redis Cluster (whose
-        BLPOP takes the keys of one slot), a ``ClusterWaiter``."""
+        """As ``Queue.wait_for_work`` over every member: one BLPOP, or a ``ClusterWaiter`` across Cluster slots."""
         return until_due(self.due_in(), timeout, self._take_wake_token)
 
     def _take_wake_token(self, timeout: float) -> bool:
@@ -129,7 +119,7 @@ class CompositeQueue:
             self._waiter = ClusterWaiter(self.redis, keys)
         return self._waiter.wait(timeout)
 
-    # -- leases go back to the member they came from -------------------------------------------
+    # -- leases go back to the member they came from
 
     def renew(self, lease: Lease) -> bool:
         return self.renew_many([lease])[0]
@@ -176,34 +166,27 @@ class CompositeQueue:
         self._made_claimable(outcomes.count(FailOutcome.RELEASED))
         return outcomes
 
-    # -- ids go to the member that holds them ----------------------------------------------------
+    # -- ids go to the member that holds them
 
-    def inspect(self, job_id: str) -> JobInfo | None:
+    def _found(self, job_id: str, call: Callable[[JobQueue], R | None]) -> R | None:
         validate_job_id(job_id)
         for member in self._holders_of(job_id):
-            found = member.inspect(job_id)
+            found = call(member)
             if found is not None:
                 return found
         return None
 
+    def inspect(self, job_id: str) -> JobInfo | None:
+        return self._found(job_id, lambda m: m.inspect(job_id))
+
     def delete(self, job_id: str) -> str | None:
-        validate_job_id(job_id)
-        for member in self._holders_of(job_id):
-            state = member.delete(job_id)
-            if state is not None:
-                return state
-        return None
+        return self._found(job_id, lambda m: m.delete(job_id))
 
     def cancel(self, job_id: str) -> str | None:
-        validate_job_id(job_id)
-        for member in self._holders_of(job_id):
-            state = member.cancel(job_id)
-            if state is not None:
-                return state
-        return None
+        return self._found(job_id, lambda m: m.cancel(job_id))
 
     def _holder(self, job_id: str) -> JobQueue | None:
-        """The member that knows ``job_id`` (a shard's: its one), or None."""
+        """The member that knows ``job_id``, or None."""
         holders = self._holders_of(validate_job_id(job_id))
         if len(holders) == 1:
             return holders[0]
@@ -223,8 +206,7 @@ class CompositeQueue:
         return await asyncio.to_thread(self.result, job_id, timeout)
 
     def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
-        """Each member's jobs on that member's subscription, one member after the other (the
-        time left shrinks as it goes)."""
+        """Member by member, on each one's subscription (the time left shrinks as it goes)."""
         wanted = list(dict.fromkeys(job_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         by_member: dict[JobQueue, list[str]] = defaultdict(list)
@@ -240,8 +222,7 @@ class CompositeQueue:
         return {job_id: found[job_id] for job_id in wanted}
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> int:
-        """Every member's dead letters (up to ``limit`` from each), or the ids given, each in the
-        member that holds it."""
+        """Every member's dead letters (up to ``limit`` each), or the ids given, each in its holder."""
         if ids is None:
             moved = sum(m.requeue_failed(limit=limit) for m in self.members)
         else:
@@ -253,10 +234,9 @@ class CompositeQueue:
         self._made_claimable(moved)
         return moved
 
-    # -- all members ----------------------------------------------------------------------------
+    # -- all members
 
     def sweep(self, limit: int = 1000) -> SweepResult:
-        """Every member's sweep (each examines up to ``limit`` ids)."""
         results = [m.sweep(limit) for m in self.members]
         swept = SweepResult(
             [i for r in results for i in r.requeued],
@@ -269,7 +249,7 @@ class CompositeQueue:
     def ping(self, *, record: bool = False) -> bool:
         return all([m.ping(record=record) for m in self.members])
 
-    # -- flow control: every shard alike (a sharded queue splits its rates: setqueue.sharded) ------
+    # -- flow control: every shard alike (a sharded queue splits its rates: setqueue.sharded)
 
     def pause(self) -> bool:
         paused = [shard.pause() for shard in self.shards]
@@ -301,7 +281,7 @@ class CompositeQueue:
         return self.members[0].limits()
 
     def groups(self, most: int = 100) -> list[GroupInfo]:
-        """Each member's groups, merged by name: counts summed, the liveliest state."""
+        """Each member's groups merged by name: counts summed, the liveliest state."""
         merged: dict[str, GroupInfo] = {}
         for member in self.members:
             for info in member.groups(most):

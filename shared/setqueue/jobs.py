@@ -1,6 +1,5 @@
-"""What a job is to the code around it: the lease a handler is given, what the queue's calls
-return, and the exceptions a handler raises to steer its job. Plain data: nothing here talks to
-Redis, so a handler module (and the worker's engine) can import it alone."""
+"""What a job is to the code around it: leases, what the queue's calls return, and the exceptions a
+handler raises to steer its job. Plain data, no Redis: a handler module can import it alone."""
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ class Lease:
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
     trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
-    # Keeps what the handler says of its progress (the queue it was claimed from binds it).
+    # Keeps the handler's progress reports (bound by the queue it was claimed from).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -38,8 +37,8 @@ class Lease:
         return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
 
     def progress(self, fraction: float, message: str = "") -> bool:
-        """Say how far the job got (``fraction`` from 0 to 1, and a few words): ``inspect`` and the
-        console show it. False when this lease no longer owns the job (lost, or cancelled)."""
+        """Report how far the job got (``fraction`` 0..1, a few words) for ``inspect`` and the console.
+        False when this lease no longer owns the job (lost, or cancelled)."""
         if not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
             raise ValueError(f"progress must be a fraction from 0 to 1, got {fraction!r}")
         if self.reporter is None:
@@ -47,16 +46,15 @@ class Lease:
         return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
 
     def json(self) -> Any:
-        """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number)."""
+        """The payload read as JSON."""
         if self.payload is None:
             raise ValueError(f"job {self.id!r} has no payload")
         return json.loads(self.payload)
 
 
 def job_options(max_attempts: int | None, timeout: float | None, trace_parent: str | None = None) -> str:
-    """A job's own options as stored (``"<max attempts>|<timeout ms>"``, then ``"|<traceparent>"``
-    when the enqueue ran in a traced span), "" when it has none. ValueError for a bad one, naming it.
-    The Lua scripts read only the leading number."""
+    """A job's own options as stored (``"<max attempts>|<timeout ms>"``, then ``"|<traceparent>"`` when
+    enqueued in a traced span), "" for none; ValueError naming a bad one. Lua reads the leading number only."""
     if trace_parent:
         return f"{job_options(max_attempts, timeout) or '|'}|{trace_parent}"
     if max_attempts is None and timeout is None:
@@ -73,7 +71,7 @@ def job_options(max_attempts: int | None, timeout: float | None, trace_parent: s
 
 
 def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
-    """(max attempts, timeout in seconds) of a stored ``job_options`` text (None: not its own)."""
+    """(max attempts, timeout seconds) of stored ``job_options`` (None: not its own)."""
     if not stored:
         return None, None
     most, _, rest = stored.partition("|")
@@ -82,7 +80,7 @@ def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
 
 
 def parse_trace_parent(stored: str | None) -> str | None:
-    """The traceparent kept in a stored ``job_options`` text (its third part), or None."""
+    """The traceparent in stored ``job_options``, or None."""
     parts = (stored or "").split("|", 2)
     return parts[2] or None if len(parts) == 3 else None
 
@@ -118,7 +116,7 @@ class SweepResult:
         return len(self.requeued) + len(self.dead_lettered)
 
 
-# A failed job's error may go on with the traceback of its failure, from this line on.
+# A failed job's error may go on with its traceback, from this line on.
 TRACEBACK_MARK = "\nTraceback (most recent call last):\n"
 
 
@@ -153,8 +151,7 @@ class PermanentJobError(Exception):
 
 
 class RetryLater(Exception):
-    """Raise from a job handler to fail this attempt and retry the job after ``seconds`` (it uses
-    an attempt like any failure; once attempts are used up the job is dead-lettered)."""
+    """Raise from a handler to retry the job after ``seconds``; it uses an attempt like any failure."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
@@ -164,9 +161,9 @@ class RetryLater(Exception):
 
 
 class MoveTo(Exception):
-    """Raise from a job handler to move the job to another queue: the worker enqueues it there (same
-    id, same payload, ``priority``) and then acks it here, so it runs there next. At least once: a
-    worker that dies in between leaves it here to run again, and enqueue there is idempotent."""
+    """Raise from a handler to move the job to ``queue``: enqueued there (same id and payload,
+    ``priority``), then acked here. At least once: a worker dying in between leaves it here to run
+    again, and the enqueue there is idempotent."""
 
     def __init__(self, queue: str, priority: int = 0) -> None:
         validate_queue_name(queue)
@@ -177,13 +174,13 @@ class MoveTo(Exception):
 
 
 class JobCancelled(BaseException):
-    """Raised in a job's thread when the job is cancelled while it runs (an async job's task is
-    cancelled instead). Like ``JobTimeout`` a BaseException: catch it to clean up, then let it go."""
+    """Raised in a job's thread when it is cancelled while running (an async job's task is cancelled
+    instead). A BaseException like ``JobTimeout``: catch it to clean up, then let it go."""
 
 
 class JobFailed(Exception):
-    """What ``result()`` raises for a job that ended without a result: dead-lettered (``state``
-    "failed", with its ``error`` and ``traceback``) or cancelled (``state`` "cancelled")."""
+    """Raised by ``result()`` for a job dead-lettered (``state`` "failed", with ``error`` and
+    ``traceback``) or cancelled."""
 
     def __init__(self, job_id: str, state: str, error: str | None, traceback: str | None = None) -> None:
         super().__init__(f"job {job_id!r} {state}" + (f": {error}" if error else ""))
@@ -194,18 +191,17 @@ class JobFailed(Exception):
 
 
 class ResultGone(LookupError):
-    """What ``result()`` raises for a job that is done but whose result is not kept any more (past
-    the result TTL, or dropped with the job by the retention of done), or never was: Redis was full
-    (out of memory) when the job was acked."""
+    """Raised by ``result()`` for a done job whose result is not kept (past its TTL or done's retention,
+    or dropped because Redis was full at the ack)."""
 
 
 class UnknownJob(LookupError):
-    """What ``result()`` raises for an id the queue does not know (never enqueued, or deleted)."""
+    """Raised by ``result()`` for an id the queue does not know."""
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
-    """One transition of a job off the happy path (``Queue.history``)."""
+    """One transition off the happy path (``Queue.history``)."""
 
     at: float  # Unix seconds, Redis clock
     kind: str  # lease lost, failed, timed out, handed back, cancelled, requeued
@@ -215,7 +211,7 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """What a running job's handler last said of its progress (``Lease.progress``)."""
+    """A running job's last progress report (``Lease.progress``)."""
 
     fraction: float
     at: float  # Unix seconds, Redis clock
@@ -223,9 +219,8 @@ class Progress:
 
 
 def encode_result(value: Any, most: int) -> str | None:
-    """A handler's return value as the queue keeps it: None for None (nothing kept), ``"b"`` and
-    base64 for bytes, ``"j"`` and JSON for anything else. TypeError when it is neither, ValueError
-    when it is larger than ``most`` bytes."""
+    """A return value as kept: None for None, ``"b"`` + base64 for bytes, ``"j"`` + JSON otherwise.
+    TypeError when neither, ValueError when over ``most`` bytes."""
     if value is None:
         return None
     if isinstance(value, bytes | bytearray):
@@ -242,11 +237,10 @@ def encode_result(value: Any, most: int) -> str | None:
 
 
 def decode_result(text: str) -> Any:
-    """The value ``encode_result`` kept."""
     return base64.b64decode(text[1:]) if text.startswith("b") else json.loads(text[1:])
 
 
 class JobTimeout(BaseException):
-    """Raised in a job's thread when it runs past its timeout (an async job is cancelled instead).
-    A BaseException, as Dramatiq's time limit is, so that a handler's ``except Exception`` does not
-    swallow it; catch it to clean up, then let it go."""
+    """Raised in a job's thread when it runs past its timeout (an async job is cancelled instead). A
+    BaseException (as Dramatiq's time limit) so ``except Exception`` does not swallow it; catch it to
+    clean up, then let it go."""

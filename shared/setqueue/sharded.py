@@ -1,14 +1,11 @@
-"""One logical queue stored as N sub-queues (shards), each a whole ``Queue`` under its own hash tag,
-so that on a Redis Cluster the shards spread over the nodes and one queue is not bound to one core.
+"""One logical queue stored as N shards, each a whole ``Queue`` under its own hash tag, so on a Redis
+Cluster they spread over the nodes.
 
-Shard ``i`` of queue ``Q`` is the queue named ``Q~i`` (keys ``setqueue:{Q~i}:…``, and an operator
-may open it as a plain ``Queue`` by that name to look at one shard); with one shard there is no
-sharding at all: ``Queue`` itself. An id always lives in the same shard, ``crc32(id) mod N``: so
-idempotent enqueue, ``inspect``, ``delete`` and the fencing of a lease stay exact, every script
-stays single-slot, and a lease finds its way back to its shard from its id alone. Order and
-priorities hold within a shard; a claim visits the shards in turn, starting one further each
-time, so none is starved. Changing N moves ids to other shards: see ``check_shards``.
-"""
+Shard ``i`` of ``Q`` is the queue ``Q~i`` (openable as a plain ``Queue``); one shard is ``Queue``
+itself. An id always lives in shard ``crc32(id) mod N``, so idempotent enqueue, ``inspect``,
+``delete`` and lease fencing stay exact, scripts stay single-slot, and a lease finds its shard
+from its id. Order and priorities hold within a shard; claims visit the shards in turn, starting
+one further each time. Changing N moves ids: see ``check_shards``."""
 
 from __future__ import annotations
 
@@ -35,17 +32,17 @@ def shard_name(name: str, shard: int) -> str:
 
 
 def shard_names(name: str, shards: int) -> list[str]:
-    """The queues that hold queue ``name`` with ``shards`` shards: itself for one, else ``name~i``."""
+    """``name`` for one shard, else ``name~i``."""
     return [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
 
 
 def shard_of(job_id: str, shards: int) -> int:
-    """The shard of ``job_id``: a stable hash (CRC-32 of its UTF-8), the same in every process."""
+    """A stable hash: CRC-32 of the UTF-8 id."""
     return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
 class ShardedQueue(CompositeQueue):
-    """The API of ``Queue`` over ``shards`` sub-queues (2 to MAX_SHARDS)."""
+    """The API of ``Queue`` over 2 to MAX_SHARDS shards."""
 
     def __init__(self, shards: Sequence[Queue], name: str) -> None:
         if not 2 <= len(shards) <= MAX_SHARDS:
@@ -54,7 +51,7 @@ class ShardedQueue(CompositeQueue):
         self.members = list(shards)
         self._shards = list(shards)
         self._next = 0  # the shard the next claim starts at
-        self._wake = QueueKeys(name).wake  # idle workers' list on a Redis Cluster (see wake_keys)
+        self._wake = QueueKeys(name).wake  # idle workers' list on a Redis Cluster
 
     @property
     def queues(self) -> Sequence[JobQueue]:
@@ -74,16 +71,14 @@ class ShardedQueue(CompositeQueue):
         return (self._shard(job_id),)
 
     def ping(self, *, record: bool = False) -> bool:
-        """Every shard answers, and the queue has this many shards (``check_shards``; ``record``:
-        write the number the first time, as a service does at start)."""
+        """Every shard answers and the shard count holds (``check_shards``)."""
         answered = all([shard.ping() for shard in self._shards])
         self.check_shards(record=record)
         return answered
 
     def check_shards(self, *, record: bool) -> None:
-        """Refuse (OptionError for shards) a queue that was opened with another number of shards
-        (``setqueue:{Q}:shards``), or that holds jobs unsharded: either way ids would change
-        place. ``record``: write this number when none is (never written for one shard)."""
+        """OptionError (shards) for a queue opened with another shard count, or holding jobs unsharded:
+        ids would change place. ``record``: write the count if none is."""
         plain = QueueKeys(self.name)
         stored: str | None = self.redis.get(plain.shards)  # type: ignore[assignment]  # decoded
         if stored is None:
@@ -102,33 +97,29 @@ class ShardedQueue(CompositeQueue):
                 "drain it (or use a new name) before changing that",
             )
 
-    # -- waking idle workers ------------------------------------------------------------------------
+    # -- waking idle workers
 
     def wake_keys(self) -> list[str]:
-        """The lists idle workers block on. On one Redis: every shard's (one BLPOP takes them all).
-        On a Redis Cluster, where one BLPOP cannot span the shards' slots: the queue's own list
-        ``setqueue:{Q}:wake``, which this class also pushes to (``_made_claimable``) whenever a call made
-        jobs claimable, so that an idle worker wakes at once for any shard."""
+        """On one Redis, every shard's list (one BLPOP). On a Cluster (no BLPOP across slots), the queue's
+        own ``setqueue:{Q}:wake``, which ``_made_claimable`` pushes to whenever jobs became claimable."""
         return [self._wake] if self._on_a_cluster() else super().wake_keys()
 
     def _on_a_cluster(self) -> bool:
         return on_a_cluster(self.redis)
 
     def _made_claimable(self, n: int) -> None:
-        """On a Redis Cluster, wake up to ``n`` idle workers of any shard (as the shard's own script
-        woke those of the shard). A step apart from the script that made the jobs claimable: a
-        wake-up is a hint, and one lost (the process dying in between) delays a pick-up by at most
-        IDLE_WAIT_SECONDS, never a job."""
+        """On a Cluster, wake up to ``n`` idle workers of any shard. Apart from the script: a lost wake-up
+        (a death in between) delays a pick-up by at most IDLE_WAIT_SECONDS, never loses a job."""
         if n <= 0 or not self._on_a_cluster():
             return
         cap = self.wake_cap
-        # Redis out of memory refuses the LPUSH: the jobs are claimable all the same (a hint, lost).
+        # Out of memory refuses the LPUSH: only a hint is lost.
         with contextlib.suppress(redis.OutOfMemoryError), self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(self._wake, *["1"] * min(n, cap))
             pipe.ltrim(self._wake, 0, cap - 1)
             pipe.execute()
 
-    # -- producers --------------------------------------------------------------------------------
+    # -- producers
 
     def enqueue(
         self,
@@ -141,8 +132,7 @@ class ShardedQueue(CompositeQueue):
         timeout: float | None = None,
         group: str | None = None,
     ) -> int:
-        """As ``Queue.enqueue``; each id goes to its shard (in the order given, within the shard).
-        All ids and payloads are checked before any shard is written."""
+        """As ``Queue.enqueue``, each id to its shard; everything is checked before any shard is written."""
         job_options(max_attempts, timeout)
         if group is not None:
             validate_group(group)
@@ -157,15 +147,14 @@ class ShardedQueue(CompositeQueue):
             added += self._shards[shard].enqueue(
                 jobs, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout, group=group
             )
-        # As enqueue.lua does: jobs due later wake one worker, to learn when they are due.
+        # As enqueue.lua: jobs due later wake one worker.
         self._made_claimable(added if delay is None and at is None else min(added, 1))
         return added
 
-    # -- workers ------------------------------------------------------------------------------------
+    # -- workers
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
-        """Up to ``count`` jobs, from the shards in turn: the first shard this call visits is one
-        further than the last call's, and it goes on to the next while it has fewer than ``count``."""
+        """Up to ``count`` jobs from the shards in turn, starting one further than the last call."""
         if count < 1:
             raise ValueError("count must be at least 1")
         start, n = self._next, len(self._shards)
@@ -176,15 +165,14 @@ class ShardedQueue(CompositeQueue):
             leases += queue.claim(count - len(leases), request_id=part_id(request_id, queue.name))
             if len(leases) == count:
                 break
-        # The handler sees the queue's name, not the shard's (Queue is keyed by object, not name).
+        # The handler sees the queue's name, not the shard's.
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
 
-    # -- flow control: each shard enforces its share --------------------------------------------------
+    # -- flow control: each shard enforces its share
 
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
-        """As ``Queue.set_rate``, for the whole queue: each of the N shards enforces 1/N of it (its
-        own bucket in its own slot, no cross-slot step), burst likewise (rounded up). Ids spread
-        evenly over the shards, so the shares add up to the rate while every shard has work."""
+        """As ``Queue.set_rate`` for the whole queue: each shard enforces 1/N (burst rounded up), in its own
+        slot; ids spread evenly, so the shares add up while every shard has work."""
         shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_rate(None if shared is None else shared.split(len(self._shards)))
@@ -198,8 +186,8 @@ class ShardedQueue(CompositeQueue):
         rate: Rate | str | None = None,
         burst: int | None = None,
     ) -> None:
-        """As ``Queue.set_group_limits``; a group's jobs spread over the shards like any ids, so each
-        shard enforces 1/N of its rate and its whole concurrency (up to N x concurrency in all)."""
+        """As ``Queue.set_group_limits``: each shard enforces 1/N of the rate and the whole concurrency (up
+        to N x concurrency in all)."""
         shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_group_limits(
@@ -210,7 +198,7 @@ class ShardedQueue(CompositeQueue):
         self._made_claimable(self.wake_cap)
 
     def limits(self) -> Limits:
-        """The first shard's limits, with its shares of the rates scaled back to the whole queue's."""
+        """The first shard's limits, rates scaled back to the whole queue's."""
         first, n = self._shards[0].limits(), len(self._shards)
 
         def whole(rate: Rate | None) -> Rate | None:
@@ -226,11 +214,10 @@ class ShardedQueue(CompositeQueue):
             groups={name: whole_group(limits) for name, limits in first.groups.items()},
         )
 
-    # -- operators ----------------------------------------------------------------------------------
+    # -- operators
 
     def stats(self) -> dict[str, Any]:
-        """``Queue.stats`` summed over the shards (the oldest age is the oldest of any shard), with
-        each shard's own under ``"shards"``."""
+        """``Queue.stats`` summed over the shards, each shard's own under ``"shards"``."""
         each = [q.stats() for q in self._shards]
         return {**summed_stats(each), "shards": each}
 
