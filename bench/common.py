@@ -1,8 +1,7 @@
 """What every measurement shares: code trees, a redis-server, worker processes, CPU readings.
 
-Importing this module puts this checkout's shared/ and root first on sys.path, so the bench
-measures the setqueue and worker/ it sits beside even when the venv has another checkout
-installed editable (the editable finder comes after sys.path).
+Importing this puts this checkout's shared/ and root first on sys.path: the bench measures the code it
+sits beside even when the venv has another checkout installed editable (that finder comes after sys.path).
 """
 
 import contextlib
@@ -27,7 +26,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(REPO / "shared"), str(REPO)]
 from tests.support import RedisServer  # noqa: E402  (the tests' real redis-server, from this checkout)
 
-WORKERS_DIR = BENCH / "workers"  # the job modules every system's workers import
+WORKERS_DIR = BENCH / "workers"
 QUEUE = "bench"
 COUNTER = "bench:counter"  # every job INCRs it once: counter == jobs means each ran exactly once
 LATENCY = "bench:latency"  # a latency job's start time, by job id
@@ -38,7 +37,6 @@ def log(msg: str) -> None:
 
 
 def wait_until(done: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``done`` every 10 ms until it holds (True) or ``timeout`` seconds pass (False)."""
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
@@ -56,11 +54,10 @@ def git(*args: str, cwd: Path = REPO) -> str:
 
 @dataclass(frozen=True)
 class CodeTree:
-    """A copy of the project whose shared/setqueue and worker/ a system runs: this checkout, or with
-    --baseline REF a git worktree of REF in bench/.baseline/<sha> (gitignored, reused)."""
+    """The project copy a system runs: this checkout, or a --baseline worktree in bench/.baseline/<sha>."""
 
     root: Path
-    label: str = ""  # "" for this checkout; the baseline's short sha otherwise
+    label: str = ""  # the baseline's short sha; "" for this checkout
     ref: str = ""
     sha: str = ""
 
@@ -68,12 +65,10 @@ class CodeTree:
     def is_current(self) -> bool:
         return self.root == REPO
 
-    def suffix(self) -> str:
-        """What a system running this tree is called after: setqueue@762146c."""
+    def suffix(self) -> str:  # setqueue@762146c
         return f"@{self.label}" if self.label else ""
 
     def env(self, extra_path: Iterable[str] = ()) -> dict[str, str]:
-        """An environment whose Python finds ``extra_path``, then this tree's setqueue and worker."""
         paths = [*extra_path, str(self.root / "shared"), str(self.root), os.environ.get("PYTHONPATH", "")]
         return {**os.environ, "PYTHONPATH": os.pathsep.join(paths).rstrip(os.pathsep)}
 
@@ -85,16 +80,14 @@ CURRENT = CodeTree(REPO)
 
 
 def checkout_state() -> dict[str, Any]:
-    """This checkout's commit and whether its setqueue or worker code differs from it."""
     return {"head": git("rev-parse", "HEAD"), "code_changed": bool(git("status", "--porcelain", "shared", "worker"))}
 
 
 def worktree(ref: str) -> CodeTree:
-    """``ref`` in bench/.baseline/<sha>: made on first use, reused once checked to be clean and at ``ref``,
-    and checked to be what a worker started there imports."""
+    """``ref`` in bench/.baseline/<sha>, made or reused if clean, checked to be what a worker there imports."""
     sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     path = BENCH / ".baseline" / sha
-    if not path.exists():  # --force: only so that a worktree whose directory was deleted can be made again
+    if not path.exists():  # --force: a worktree whose directory was deleted can be made again
         git("worktree", "add", "--detach", "--force", "--quiet", str(path), sha)
     if git("rev-parse", "HEAD", cwd=path) != sha or git("status", "--porcelain", cwd=path):
         raise SystemExit(f"{path} is not a clean worktree at {sha}: remove it and run again")
@@ -109,8 +102,6 @@ def worktree(ref: str) -> CodeTree:
 
 @dataclass
 class Context:
-    """One run of the bench: where its raw data goes, and the baseline it compares with."""
-
     out: Path  # bench/out/<date-time>/
     baseline: CodeTree | None
 
@@ -121,7 +112,7 @@ class Context:
 
 
 class Server(RedisServer):
-    """A redis-server of the bench's own (loopback, persistence off), with a client and the job counter."""
+    """A redis-server of the bench's own (loopback, persistence off)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -145,7 +136,7 @@ class Command:
 
 
 class Workers:
-    """A system's worker processes, each in a session of its own so that stop() ends their children."""
+    """Worker processes, each in a session of its own so that stop() ends their children."""
 
     def __init__(self, commands: list[Command], logdir: Path, label: str) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -172,7 +163,7 @@ class Workers:
 
 
 def machine() -> dict[str, Any]:
-    """The machine now: load average and CPU ticks (steal: time the hypervisor gave to others)."""
+    """Load average and CPU ticks (steal: time the hypervisor gave to others)."""
     ticks = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
     names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     return {
@@ -187,13 +178,6 @@ def machine() -> dict[str, Any]:
 def median(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
-
-
-def pct(sorted_values: list[float], p: float) -> float:
-    """The p-th percentile of sorted values, interpolated."""
-    k = (len(sorted_values) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
 def fmt(v: float | None, digits: int = 0) -> str:

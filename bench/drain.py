@@ -1,5 +1,5 @@
-"""What is measured: one trial (a backlog enqueued, then drained by W worker processes), the idle
-pick-up latency, and the job's body with no queue at all. bench/README.md says what each figure means."""
+"""One trial (a backlog enqueued, then drained by W worker processes), the idle pick-up latency, and the
+job's body with no queue at all. bench/README.md says what each figure means."""
 
 import contextlib
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from common import CURRENT, LATENCY, WORKERS_DIR, Server, Workers, log, pct, wait_until
+from common import CURRENT, LATENCY, WORKERS_DIR, Server, Workers, log, wait_until
 from systems import System
 
 SAMPLE_EVERY = 0.005
@@ -20,7 +20,7 @@ STALL_SECONDS = 15  # no job done for this long: the trial ends, marked stalled
 
 
 def snapshot(r: redis.Redis) -> dict[str, Any]:
-    """A redis-server's CPU seconds and commands so far, by command too (this INFO counts in the next)."""
+    """CPU seconds and commands so far, by command too (this INFO counts in the next)."""
     info = r.info("all")
     return {
         "cpu": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
@@ -43,8 +43,8 @@ def delta(before: dict[str, Any], after: dict[str, Any], own: dict[str, int]) ->
 
 
 def tree_cpu_seconds(roots: list[int]) -> dict[int, float]:
-    """User+system CPU seconds by pid of every live process under ``roots`` (/proc). Each includes
-    the children it has reaped, so a worker that forks per job (RQ's default) counts in full."""
+    """CPU seconds by pid of every live process under ``roots`` (/proc), reaped children included: a
+    worker that forks per job (RQ's default) counts in full."""
     table: dict[int, tuple[int, float]] = {}
     for name in os.listdir("/proc"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -59,7 +59,7 @@ def tree_cpu_seconds(roots: list[int]) -> dict[int, float]:
 
 @dataclass
 class Cell:
-    """How a cell's trials run: jobs per trial, the time limit of one, the time they take at least, how many."""
+    """Jobs per trial, the time limit of one, the time a cell's trials take at least, at most how many."""
 
     jobs: int
     max_seconds: float
@@ -68,7 +68,7 @@ class Cell:
 
 
 class Sampler:
-    """Reads the counter, and marks the ends of the window the costs per job are measured over."""
+    """Reads the counter; marks the ends of the window the costs per job are measured over."""
 
     def __init__(self, server: Server, nodes: dict[str, redis.Redis], workers: Workers) -> None:
         self.server, self.nodes, self.workers = server, nodes, workers
@@ -86,7 +86,6 @@ class Sampler:
 
 
 def costs(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
-    """CPU and commands per job between two marks."""
     jobs = last["done"] - first["done"]
     bench = delta(first["server"], last["server"], {"get": last["gets"] - first["gets"]})
     workers = sum(v - first["cpu"].get(pid, 0.0) for pid, v in last["cpu"].items())
@@ -136,7 +135,7 @@ def drain(sampler: Sampler, jobs: int, max_seconds: float) -> dict[str, Any]:
 
 
 def trial(server: Server, system: System, workers: int, cell: Cell, logs: Path) -> dict[str, Any]:
-    """One trial: FLUSHALL, enqueue ``cell.jobs`` ids with no worker running, then drain with ``workers``."""
+    """FLUSHALL, enqueue ``cell.jobs`` ids with no worker running, then drain with ``workers``."""
     server.r.flushall()
     load, jobs = os.getloadavg()[0], cell.jobs
     system.prepare()
@@ -171,23 +170,20 @@ def trial(server: Server, system: System, workers: int, cell: Cell, logs: Path) 
         res.update(costs(first, last))
     if complete:
         res.update(system.after_drain())
-    step = max(1, len(samples) // 200)  # the raw data keeps about 200 samples, the last among them
+    step = max(1, len(samples) // 200)  # keep about 200 samples, the last among them
     res["samples"] = [(round(t, 4), k) for t, k in [*samples[:-1:step], samples[-1]]]
     return res
 
 
 def exactly_once(run: dict[str, Any]) -> bool:
-    """No job ran twice, none went missing in a trial that finished, the workers did not stall or
-    die. A trial cut by the time limit (a slow peer) counts for duplicates only."""
+    """No duplicate, none missing (a trial cut by the time limit counts for duplicates only), no stall or death."""
     return not run["duplicates"] and not run["missing"] and not run["stalled"]
 
 
 def cell_trials(server: Server, systems: Sequence[System], workers: int, cell: Cell, logs: Path) -> list[dict]:
-    """The trials of one cell: a 20,000-job drain at ~10k jobs/s lasts about 2 s and the rate swings
-    by tens of per cent from one 100 ms to the next on a shared 2-core VM, so a cell runs again until
-    its trials have taken ``cell.cell_seconds`` (a trial cut by the time limit is enough alone) and
-    the summary takes the median. Several systems (setqueue and its baseline twin; the cluster's
-    cells) take turns trial by trial, so that a change in the machine's load hits them all."""
+    """A 2 s drain swings by tens of per cent on a shared VM, so a cell runs trials until they took
+    ``cell.cell_seconds`` (one cut by the time limit is enough) and the summary takes the median.
+    ``systems`` (setqueue and its twin; the cluster's cells) take turns, so load changes hit them all."""
     out: list[dict] = []
     used = dict.fromkeys((s.name for s in systems), 0.0)
     running = list(systems)
@@ -206,14 +202,33 @@ def cell_trials(server: Server, systems: Sequence[System], workers: int, cell: C
     return out
 
 
+def warmed_up(server: Server, system: System, procs: Workers) -> bool:
+    system.enqueue(["warm:0"])
+    return wait_until(lambda: server.counter() >= 1 or not procs.alive(), 60) and bool(server.counter())
+
+
+def lateness(server: Server, sent: dict[str, float]) -> list[float]:
+    """Ms from each job's ``sent`` time to its first line (time.time() both, on this machine), sorted."""
+    started = {k: float(v) for k, v in server.r.hgetall(LATENCY).items()}
+    return sorted(1000 * (started[k] - t) for k, t in sent.items() if k in started)
+
+
+def percentiles(lat: list[float]) -> dict[str, float]:
+    """p50, p90, p99 of sorted ``lat``, interpolated."""
+    out = {}
+    for p in (50, 90, 99):
+        k = (len(lat) - 1) * p / 100
+        lo, hi = int(k), min(int(k) + 1, len(lat) - 1)
+        out[f"p{p}_ms"] = lat[lo] + (lat[hi] - lat[lo]) * (k - lo)
+    return out
+
+
 def pickup_latency(server: Server, system: System, *, count: int, workers: int, spacing: float, logs: Path) -> dict:
-    """``count`` jobs enqueued one at a time, ``spacing`` s apart, to idle workers: how long from the
-    producer call to the job's first line (time.time() both, on this machine)."""
+    """``count`` jobs enqueued one at a time, ``spacing`` s apart, to idle workers."""
     server.r.flushall()
     procs = Workers(system.commands(workers), logs, f"{system.name}-latency")
     try:
-        system.enqueue(["warm:0"])
-        if not wait_until(lambda: server.counter() >= 1 or not procs.alive(), 60) or not server.counter():
+        if not warmed_up(server, system, procs):
             return {"system": system.name, "error": "the workers never ran the warm-up job"}
         time.sleep(0.5)  # every worker goes idle
         enqueued: dict[str, float] = {}
@@ -222,19 +237,17 @@ def pickup_latency(server: Server, system: System, *, count: int, workers: int, 
             system.enqueue([f"lat:{i}"])
             time.sleep(spacing)
         wait_until(lambda: server.counter() > count or not procs.alive(), 30)
-        started = {k: float(v) for k, v in server.r.hgetall(LATENCY).items()}
+        lat = lateness(server, enqueued)
     finally:
         procs.stop()
-    lat = sorted(1000 * (started[k] - t) for k, t in enqueued.items() if k in started)
     if not lat:
         return {"system": system.name, "error": "no latency job ran"}
-    stats = {f"p{p}_ms": pct(lat, p) for p in (50, 90, 99)}
-    return {"system": system.name, "jobs": count, "ran": len(lat), **stats, "max_ms": lat[-1]}
+    return {"system": system.name, "jobs": count, "ran": len(lat), **percentiles(lat), "max_ms": lat[-1]}
 
 
 def bare_loop(server: Server, workers: list[int], seconds: float, job_env: dict[str, str]) -> dict[str, float]:
-    """Jobs/s of W processes running the job's body alone, no queue (workers/bench_bare_loop.py): what
-    no worker running this job can beat here. ``job_env``: the job and the loops per process."""
+    """Jobs/s of W processes running the job's body alone (workers/bench_bare_loop.py): what no worker
+    running this job can beat here. ``job_env``: the job and the loops per process."""
     out: dict[str, float] = {}
     for w in workers:
         server.r.flushall()

@@ -1,9 +1,8 @@
 """Due-time latency of scheduled jobs: how late after its due time a delayed job starts.
 
-One idle `python -m worker` (CONCURRENCY=10, CLAIM_BATCH=10, no cleaner: claims alone promote due
-jobs) on a redis-server of its own; --due-jobs jobs each due at its own time, spread evenly over
-jobs/100 seconds (at least 1) from 2 s ahead (`Queue.enqueue([id], at=...)`). Each job notes
-time.time() as it starts; latency = start - due, both on this machine's clock.
+One idle `python -m worker` (CONCURRENCY=10, CLAIM_BATCH=10, no cleaner: claims alone promote due jobs);
+--due-jobs jobs due at times spread evenly over jobs/100 s (at least 1) from 2 s ahead. Each job notes
+time.time() as it starts: latency = start - due, on this machine's clock.
 """
 
 import argparse
@@ -11,7 +10,8 @@ import statistics
 import time
 from typing import Any
 
-from common import LATENCY, Context, Server, Workers, log, pct, wait_until
+from common import Context, Server, Workers, log, wait_until
+from drain import lateness, percentiles, warmed_up
 from report import header, verdict
 from systems import SetQueue
 
@@ -20,7 +20,7 @@ TITLE = "Due-time latency of scheduled jobs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument_group("--matrix due").add_argument("--due-jobs", type=int, default=1000, help="jobs (default 1000)")
+    p.add_argument_group("--matrix due").add_argument("--due-jobs", type=int, default=1000, help="jobs")
 
 
 def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
@@ -29,21 +29,19 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     spread = max(1.0, a.due_jobs / 100)
     workers = Workers(system.commands(1), ctx.logs(NAME), "setqueue")
     try:
-        system.enqueue(["warm:0"])
-        if not wait_until(lambda: server.counter() >= 1 or not workers.alive(), 60) or not server.counter():
+        if not warmed_up(server, system, workers):
             raise SystemExit("due latency: the worker never ran the warm-up job")
         start = time.time() + 2.0
         due = {f"lat:{i}": start + spread * i / a.due_jobs for i in range(a.due_jobs)}
         for job_id, at in due.items():
             system.client().enqueue([job_id], at=at)
         wait_until(lambda: server.counter() > a.due_jobs or not workers.alive(), spread + 60)
-        started = {k: float(v) for k, v in server.r.hgetall(LATENCY).items()}
+        lat = lateness(server, due)
     finally:
         workers.stop()
         system.close()
         server.close()
-    lat = sorted(1000 * (started[k] - t) for k, t in due.items() if k in started)
-    stats = {f"p{p}_ms": pct(lat, p) for p in (50, 90, 99)} if lat else {}
+    stats: dict[str, Any] = percentiles(lat) if lat else {}
     stats.update(ran=len(lat), max_ms=max(lat, default=None), mean_ms=statistics.fmean(lat) if lat else None)
     early = sum(1 for x in lat if x < 0)
     log(f"due latency: {len(lat)}/{a.due_jobs} ran, p50 {stats.get('p50_ms', 0):.1f} ms, {early} early")

@@ -1,5 +1,5 @@
-"""What the summaries share: Markdown tables and plots from a measurement's raw data. A summary is
-current, not a log: the run's date, commit and machine, its targets checked, its tables."""
+"""Markdown tables and plots from a measurement's raw data. A summary is current, not a log: the run's
+date, commit and machine, its targets checked, its tables."""
 
 # ruff: noqa: PLC0415  (matplotlib is optional: the smoke test's environment has none)
 from collections import defaultdict
@@ -10,6 +10,12 @@ from common import fmt, median
 from drain import exactly_once
 
 Cells = dict[tuple[str, int], list[dict[str, Any]]]  # (system, W) -> its trials, every repeat
+COSTS = (
+    ("startup_seconds", 2),
+    ("worker_cpu_ms_per_job", 3),
+    ("redis_cpu_ms_per_job", 3),
+    ("redis_commands_per_job", 1),
+)
 
 
 def by_cell(runs: list[dict[str, Any]]) -> Cells:
@@ -19,22 +25,26 @@ def by_cell(runs: list[dict[str, Any]]) -> Cells:
     return out
 
 
-def steady(rs: list[dict[str, Any]]) -> float | None:
-    """What a cell reports: the median of its trials' steady rates."""
-    return median(r["steady_jobs_per_s"] for r in rs)
-
-
 def cost(rs: list[dict[str, Any]], key: str) -> float | None:
     return median(r.get(key) for r in rs)
 
 
+def steady(rs: list[dict[str, Any]]) -> float | None:
+    return cost(rs, "steady_jobs_per_s")
+
+
 def at_w(data: dict[str, Any], w: int) -> dict[str, float | None]:
-    """Each system's steady jobs/s at W=``w`` (this checkout's: no baseline twin)."""
+    """Each system's steady jobs/s at W=``w`` (no baseline twin)."""
     return {s: steady(rs) for (s, ws), rs in by_cell(data["runs"]).items() if ws == w and "@" not in s}
 
 
+def bare(data: dict[str, Any], loop: str, w: int = 2) -> float | None:
+    """Jobs/s of the no-queue ``loop`` at W=``w``."""
+    rate: float | None = (data.get("bare_loop") or {}).get(loop, {}).get(f"W={w}")
+    return rate
+
+
 def range_text(rs: list[dict[str, Any]]) -> str:
-    """The lowest and highest steady rate of a cell's trials."""
     rates = [r["steady_jobs_per_s"] for r in rs if r["steady_jobs_per_s"] is not None]
     return f"{min(rates):,.0f} to {max(rates):,.0f}" if len(rates) > 1 else "-"
 
@@ -44,13 +54,12 @@ def verdict(ok: bool) -> str:
 
 
 def table(cols: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table, the first column left-aligned, the others right-aligned."""
+    """The first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
     return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
 def header(data: dict[str, Any], title: str, about: list[str]) -> list[str]:
-    """Title, then the run: date, commit, command, machine, load; then what the measurement ran."""
     m0, m1, code = data["machine_before"], data["machine_after"], data["code"]
     changed = " plus uncommitted changes to shared/ or worker/" if code.get("code_changed") else ""
     ticks0, ticks1 = m0.get("cpu_ticks") or {}, m1.get("cpu_ticks") or {}
@@ -69,7 +78,6 @@ def header(data: dict[str, Any], title: str, about: list[str]) -> list[str]:
 
 
 def once_text(rs: list[dict[str, Any]]) -> str:
-    """A cell's exactly-once check: the INCR counter against the jobs, in every trial."""
     if not all(exactly_once(r) for r in rs):
         dup, missing = sum(r["duplicates"] for r in rs), sum(r["missing"] for r in rs)
         return f"**no**: {dup} duplicates, {missing} missing" + (", stalled" if any(r["stalled"] for r in rs) else "")
@@ -81,6 +89,7 @@ def throughput_table(data: dict[str, Any], per_process: bool = False) -> list[st
     cols = ["system", "W"] + (["jobs at once per process"] if per_process else [])
     cols += ["enqueue jobs/s", "drain jobs/s", "steady jobs/s", "steady range (trials)"]
     cols += (["vs baseline"] if suffix else []) + ["start-up s", "worker CPU ms/job", "Redis CPU ms/job"]
+    cols += ["Redis cmds/job", "Redis busy", "exactly once"]
     rows = []
     for (s, w), rs in cells.items():
         star = "" if all(r["complete"] for r in rs) else "*"
@@ -90,15 +99,11 @@ def throughput_table(data: dict[str, Any], per_process: bool = False) -> list[st
         if suffix:
             ratio = vs_baseline(cells, s, w, suffix)
             row.append("baseline" if s.endswith(suffix) else f"{ratio:.2f}x" if ratio else "-")
-        row += [fmt(cost(rs, "startup_seconds"), 2), fmt(cost(rs, "worker_cpu_ms_per_job"), 3)]
+        row += [fmt(cost(rs, k), d) for k, d in COSTS]
         busy = cost(rs, "redis_cpu_utilisation")
-        row += [fmt(cost(rs, "redis_cpu_ms_per_job"), 3), fmt(cost(rs, "redis_commands_per_job"), 1)]
         rows.append([*row, fmt(busy and 100 * busy) + "%", once_text(rs)])
     note = "Medians of each cell's trials; steady range: their lowest and highest. `*`: cut by the time limit, "
-    return [
-        *table([*cols, "Redis cmds/job", "Redis busy", "exactly once"], rows),
-        note + "rates over what ran in it.\n",
-    ]
+    return [*table(cols, rows), note + "rates over what ran in it.\n"]
 
 
 def repeat_table(data: dict[str, Any]) -> list[str]:
@@ -160,9 +165,6 @@ def settings_list(data: dict[str, Any]) -> list[str]:
     return ["## Settings\n", *(f"- **{s}**: {st['describe']}" for s, st in data["settings"].items()), ""]
 
 
-# -- before and after: --baseline REF ---------------------------------------------------------------
-
-
 def baseline_suffix(data: dict[str, Any]) -> str:
     """'@<sha>', what a baseline twin's name ends with; '' without --baseline."""
     b = data.get("baseline")
@@ -170,7 +172,6 @@ def baseline_suffix(data: dict[str, Any]) -> str:
 
 
 def vs_baseline(cells: Cells, system: str, workers: int, suffix: str) -> float | None:
-    """This checkout's steady jobs/s over its baseline twin's, in one cell."""
     mine, twin = cells.get((system, workers)), cells.get((system + suffix, workers))
     a, b = (steady(mine) if mine else None), (steady(twin) if twin else None)
     return a / b if a and b and "@" not in system else None
@@ -202,7 +203,7 @@ def baseline_section(data: dict[str, Any], floor: float, target: str) -> list[st
 
 
 def pyplot() -> Any:
-    """matplotlib's pyplot drawing to files, or None where it is not installed (the smoke test's venv)."""
+    """matplotlib's pyplot drawing to files, or None where it is not installed."""
     try:
         import matplotlib
 
@@ -214,8 +215,7 @@ def pyplot() -> Any:
 
 
 def save_chart(fig: Any, path: Path) -> None:
-    """Write ``fig`` as a PNG of 16 colours (a chart needs no more): a fifth of matplotlib's size,
-    so the charts kept in docs/ stay small. Pillow comes with matplotlib."""
+    """``fig`` as a PNG of 16 colours: a fifth of matplotlib's size, for the charts kept in docs/."""
     from PIL import Image
 
     fig.savefig(path, dpi=100)
@@ -225,7 +225,7 @@ def save_chart(fig: Any, path: Path) -> None:
 
 
 def plot_by_workers(data: dict[str, Any], path: Path) -> bool:
-    """Steady jobs/s against W, one line per system (log scale): the matrix's one plot."""
+    """Steady jobs/s against W, one line per system (log scale)."""
     if (plt := pyplot()) is None:
         return False
     cells, m = by_cell(data["runs"]), data["machine_before"]

@@ -1,11 +1,8 @@
-"""setqueue's benchmark: throughput, CPU and Redis cost per job, pick-up latency, against its peers.
+"""setqueue's benchmark against its peers; run it with `bash bench/run [options]` (bench/README.md).
 
-Run it with `bash bench/run [options]` (it makes bench/.venv with the peers). Each measurement is
-one module: the matrices cpu, io and cluster (bench/matrices/), memory and due (bench/). Each
-provides NAME, add_arguments(parser), run(args, context) -> raw data with "ok" (every job ran
-exactly once), summary(data) -> Markdown, and may provide plot(data, path). This script writes the
-raw data to --out/<date-time>/<name>.json and the summary to --summaries/<name>.md (and .png).
-bench/README.md says what each one measures.
+A measurement module provides NAME, TITLE, add_arguments(parser), run(args, context) -> raw data with "ok"
+(every job ran exactly once), summary(data) -> Markdown, and may provide plot(data, path). Raw data goes to
+--out/<date-time>/<name>.json, the summary to --summaries/<name>.md (and .png).
 """
 
 import argparse
@@ -30,18 +27,21 @@ MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in (cpu, io, noop, cluste
 ALL_SYSTEMS = ("setqueue", *PEERS)
 
 
+class Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=Help)
     p.add_argument(
         "--matrix",
         default="cpu,io,due",
-        help=f"comma-separated, from {', '.join(MEASUREMENTS)} ('both': cpu,io); default cpu,io,due. "
-        "With --baseline, memory runs too",
+        help=f"comma-separated, from {', '.join(MEASUREMENTS)} ('both': cpu,io); with --baseline, memory too",
     )
-    p.add_argument("--workers", default="1,2,4", help="worker process counts W (default 1,2,4)")
-    p.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="systems of the cpu and io matrices (default all)")
-    p.add_argument("--trials", type=int, default=7, help="most trials of one cell (default 7); the median is reported")
-    p.add_argument("--max-seconds", type=float, default=15, help="time limit of one trial (default 15)")
+    p.add_argument("--workers", default="1,2,4", help="worker process counts W")
+    p.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="systems of the cpu, io and noop matrices")
+    p.add_argument("--trials", type=int, default=7, help="most trials of one cell; the median is reported")
+    p.add_argument("--max-seconds", type=float, default=15, help="time limit of one trial")
     p.add_argument("--repeat", type=int, default=1, help="run each matrix this many times back to back")
     p.add_argument("--latency-jobs", type=int, default=200, help="jobs of the idle pick-up test (0: skip)")
     p.add_argument("--latency-workers", type=int, default=1, help="idle workers of the pick-up test")
@@ -50,11 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         metavar="REF",
-        help="also run setqueue at this git ref (a worktree in bench/.baseline/) beside each setqueue system, "
-        "taking turns trial by trial, and measure Redis memory per job of both trees",
+        help="also run setqueue at this git ref (a worktree in bench/.baseline/), taking turns with each setqueue "
+        "system trial by trial, and measure Redis memory per job of both trees",
     )
-    p.add_argument("--out", default=str(BENCH / "out"), help="raw data and logs (default bench/out, not tracked)")
-    p.add_argument("--summaries", default=str(REPO / "docs" / "benchmarks"), help="summaries (default docs/benchmarks)")
+    p.add_argument("--out", default=str(BENCH / "out"), help="raw data and logs (not tracked)")
+    p.add_argument("--summaries", default=str(REPO / "docs" / "benchmarks"), help="summaries")
     for module in MEASUREMENTS.values():
         module.add_arguments(p)
     return p
@@ -78,7 +78,7 @@ def chosen(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
 
 
 def measure(module: ModuleType, a: argparse.Namespace, ctx: Context) -> bool:
-    """Run one measurement; write its raw data, its summary and its plot. True if every job ran once."""
+    """Run one measurement, write its raw data, summary and plot: True if every job ran once."""
     started = time.perf_counter()
     data: dict[str, Any] = {
         "name": module.NAME,

@@ -1,6 +1,5 @@
-"""The systems under test: how each one enqueues and how its workers are started. The peers (rq,
-dramatiq, celery, arq, saq) are imported only in their own methods: setqueue and naive run without
-them (in the smoke test's venv)."""
+"""The systems under test: how each enqueues and starts its workers. The peers are imported only in their
+own methods: setqueue and naive run without them (the smoke test's venv)."""
 
 # ruff: noqa: PLC0415  (peers are imported lazily)
 import asyncio
@@ -26,8 +25,8 @@ BIN = Path(sys.executable).parent  # the peers' console scripts: bench/.venv/bin
 
 @dataclass
 class System:
-    """``io_seconds``: the job's wait before its INCR (0: the one-INCR job); ``concurrency``: jobs at
-    once per worker process (None: the system's own default)."""
+    """``io_seconds``: the job's wait before its INCR; ``concurrency``: jobs at once per worker process
+    (None: the system's default)."""
 
     name: str
     url: str
@@ -42,7 +41,6 @@ class System:
         return self.state[key]
 
     def env(self, tree: CodeTree = CURRENT) -> dict[str, str]:
-        """A worker's environment: the job modules, ``tree``'s setqueue and worker, the job's settings."""
         env = {**tree.env([str(WORKERS_DIR)]), "BENCH_REDIS_URL": self.url, "PYTHONUNBUFFERED": "1"}
         if self.io_seconds:
             env["BENCH_IO_SECONDS"] = repr(self.io_seconds)
@@ -52,24 +50,23 @@ class System:
             env["BENCH_CONCURRENCY"] = str(self.concurrency)  # arq and saq read it
         return env
 
-    package = ""  # the peer's distribution, whose version the settings name
+    package = ""  # the distribution whose version the settings name
     enqueue_how = ""
-    default = 1  # jobs at once per worker process, by default
+    default = 1  # jobs at once per worker process
     unit = ""
 
     def describe(self) -> str:
-        """How its workers run (their command at W=2, as run) and how it enqueues, for the summary."""
+        """Its workers' command at W=2 and how it enqueues, for the summary."""
         cmds = self.commands(2)
         argv = " ".join(cmds[0].argv).replace(f"{BIN}/", "").replace(f"{WORKERS_DIR}/", "").replace(self.url, "$URL")
         how = f"({self.package} {version(self.package)}, {self.per_process()} jobs at once per process)"
         return f"W=2: {len(cmds)} x `{argv}` {how}; enqueue: {self.enqueue_how}"
 
     def per_process(self) -> str:
-        """Jobs one worker process runs at once."""
         return f"{self.concurrency or self.default}{self.unit}" + ("" if self.concurrency else " (default)")
 
     def prepare(self) -> None:
-        """Start what the producer needs before its enqueue is timed."""
+        """Start what the producer needs before the timed enqueue."""
 
     def enqueue(self, ids: list[str]) -> None:
         raise NotImplementedError
@@ -78,8 +75,7 @@ class System:
         raise NotImplementedError
 
     def queue_servers(self) -> dict[str, redis.Redis]:
-        """Servers holding the queue besides the bench's own (a cluster's nodes): their CPU and
-        commands are recorded too."""
+        """Servers holding the queue besides the bench's own (a cluster's nodes), whose costs count too."""
         return {}
 
     def after_drain(self) -> dict[str, Any]:
@@ -93,26 +89,24 @@ class System:
 
 @dataclass
 class SetQueue(System):
-    """setqueue's real worker service, `python -m worker`, run from ``code``: this checkout, or a
-    baseline worktree, whose Queue then runs in a producer process of that tree (bench_sq_producer.py)."""
+    """`python -m worker` run from ``code``: this checkout, or a baseline worktree whose Queue then runs in
+    a producer process of that tree (bench_sq_producer.py)."""
 
     claim_batch: int = 100
-    asynchronous: bool = False  # JOB_HANDLER=bench_sq_handler:handle_async, an async def on one event loop
+    asynchronous: bool = False  # an async def handler on one event loop
     code: CodeTree = CURRENT
     queue: str = QUEUE
     shards: int = 1  # QUEUE_SHARDS
     wait_replicas: int = 0  # WAIT_REPLICAS: every write waits for that many replicas
-    groups: int = 0  # jobs spread over this many job groups (this checkout only), job i in group i mod groups
+    groups: int = 0  # job i in job group i mod groups (this checkout only)
     results: bool = False  # the handler returns a small result, kept (RESULT_TTL_SECONDS's default)
-    processes: str = ""  # PROCESSES: worker processes per command ("auto": one per core; "": the default, 1)
+    processes: str = ""  # PROCESSES ("": its default)
 
     def worker_settings(self) -> dict[str, str]:
-        """The service's settings, as environment variables (JOB_HANDLER always explicit)."""
         settings = {
             "REDIS_URL": self.url,
             "QUEUE_NAME": self.queue,
-            "JOB_HANDLER": "bench_sq_handler:handle"
-            + ("_async" if self.asynchronous else "_result" if self.results else ""),
+            "JOB_HANDLER": f"bench_sq_handler:{self.handler()}",
             "CONCURRENCY": str(self.concurrency or 1),
             "CLAIM_BATCH": str(self.claim_batch),
             "LOG_LEVEL": "WARNING",
@@ -146,7 +140,6 @@ class SetQueue(System):
         )
 
     def prepare(self) -> None:
-        """A baseline's Queue runs in a process of that tree's code, started before any timed enqueue."""
         if not self.code.is_current and "producer" not in self.state:
             argv = [sys.executable, str(WORKERS_DIR / "bench_sq_producer.py"), self.queue]
             how: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
@@ -155,7 +148,7 @@ class SetQueue(System):
 
     def enqueue(self, ids: list[str]) -> None:
         if self.code.is_current and self.groups:
-            for g in range(self.groups):  # each group's share in order: one call a group
+            for g in range(self.groups):
                 self.client().enqueue(ids[g :: self.groups], group=f"tenant-{g}")
             return
         if self.code.is_current:
@@ -182,7 +175,7 @@ class SetQueue(System):
 
 
 class Naive(System):
-    """The seed design: one job per claim, each step its own round trip (workers/bench_naive_worker.py)."""
+    """The seed design (workers/bench_naive_worker.py)."""
 
     package, enqueue_how = "redis", "SADD, 500 ids a call"
 
@@ -219,8 +212,8 @@ class RQSimple(RQ):
 
 
 def job_module(system: System, name: str) -> Any:
-    """A peer's job module made afresh on ``system``'s server: Dramatiq's broker and Celery's app connect
-    at import, to the BENCH_REDIS_URL of the moment, and each matrix has a server of its own."""
+    """A peer's job module made afresh on ``system``'s server: Dramatiq's broker and Celery's app connect at
+    import, to the BENCH_REDIS_URL of the moment, and each matrix has a server of its own."""
     os.environ["BENCH_REDIS_URL"] = system.url
     return system.made("module", lambda: importlib.reload(importlib.import_module(name)))
 
@@ -239,8 +232,8 @@ class Dramatiq(System):
 
 
 class Celery(System):
-    """At its defaults one worker with W prefork processes, the usual way to run it (prefetch x4, acks
-    early); at a concurrency, W worker processes of that many threads each, as setqueue's."""
+    """By default one worker of W prefork processes, the usual way; at a concurrency, W worker processes of
+    that many threads each, as setqueue's."""
 
     package, enqueue_how = "celery", "task.apply_async per job, one producer"
 
@@ -262,7 +255,7 @@ class Celery(System):
 
 
 class AsyncPeer(System):
-    """arq and saq: asyncio workers (10 jobs at once by default), enqueued 50 calls at a time."""
+    """arq and saq: asyncio workers."""
 
     default, enqueue_how = 10, "one call per job, 50 at a time"
     worker: tuple[str, ...] = ()  # the worker's command line, after the console script

@@ -1,11 +1,8 @@
 """The cluster matrix: setqueue alone on a local Redis Cluster, by QUEUE_SHARDS and WAIT_REPLICAS.
 
---masters masters with one replica each (redis-server processes on loopback, started by
-tests/cluster_support.py as the cluster tests do) and a plain redis-server beside them for the
-job's INCR, so what the nodes do is the queue's work alone. A cell per --shards value and
---wait-replicas value: --cluster-jobs enqueued through open_queue, drained by --cluster-workers
-`python -m worker` (REDIS_URL naming one node). Each cell's queue name puts its shards evenly on
-the masters, so the split measured is the ids' and claims', not CRC16's. The cells take turns.
+The cluster comes from tests/support/cluster.py; the job's INCR goes to a plain redis-server beside it, so
+the nodes do the queue's work alone. Each cell's queue name puts its shards evenly on the masters: the
+split measured is the ids' and claims', not CRC16's.
 """
 
 import argparse
@@ -28,20 +25,20 @@ TITLE = "setqueue on a Redis Cluster: drain and Redis cost per node, by QUEUE_SH
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--matrix cluster")
-    g.add_argument("--shards", default="1,3,6", help="QUEUE_SHARDS values (default 1,3,6)")
-    g.add_argument("--wait-replicas", default="0,1", help="WAIT_REPLICAS values, each with every shards (default 0,1)")
-    g.add_argument("--cluster-jobs", type=int, default=25_000, help="jobs per trial (default 25000)")
-    g.add_argument("--cluster-workers", type=int, default=2, help="worker processes (default 2)")
-    g.add_argument("--cluster-trials", type=int, default=3, help="trials of every cell, taking turns (default 3)")
-    g.add_argument("--masters", type=int, default=3, help="masters, one replica each (default 3)")
+    g.add_argument("--shards", default="1,3,6", help="QUEUE_SHARDS values")
+    g.add_argument("--wait-replicas", default="0,1", help="WAIT_REPLICAS values, each with every shards")
+    g.add_argument("--cluster-jobs", type=int, default=25_000, help="jobs per trial")
+    g.add_argument("--cluster-workers", type=int, default=2, help="worker processes")
+    g.add_argument("--cluster-trials", type=int, default=3, help="trials of every cell, taking turns")
+    g.add_argument("--masters", type=int, default=3, help="masters, one replica each")
 
 
 @dataclass
 class ClusterSetQueue(SetQueue):
-    """setqueue on the cluster (``url`` names one node); its job INCRs on ``counter_url``."""
+    """``url`` names one node; the job INCRs on ``counter_url``."""
 
     counter_url: str = ""
-    nodes: dict[str, redis.Redis] = field(default_factory=dict)  # every node, by port
+    nodes: dict[str, redis.Redis] = field(default_factory=dict)  # by port
     masters: tuple[int, ...] = ()
 
     def env(self, tree: CodeTree = CURRENT) -> dict[str, str]:
@@ -96,11 +93,8 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     }
 
 
-# -- the summary ------------------------------------------------------------------------------------
-
-
 def deviation(values: list[float]) -> float | None:
-    """The largest distance of any value from an even split, as a fraction of the even share."""
+    """The largest distance of a value from an even split, as a fraction of the even share."""
     mean = sum(values) / len(values) if values else 0
     return max(abs(v / mean - 1) for v in values) if mean else None
 
@@ -126,7 +120,7 @@ def by_node(data: dict[str, Any], r: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def cells(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each (shards, WAIT_REPLICAS) cell: the medians of its trials, and the worst split of any trial."""
+    """Each cell: the medians of its trials, and the worst split of any."""
     masters = [int(m) for m in data["topology"]]
     out = []
     for name in dict.fromkeys(r["system"] for r in data["runs"]):
@@ -168,7 +162,6 @@ def cell_table(cs: list[dict[str, Any]]) -> list[str]:
 
 
 def wait_lines(cs: list[dict[str, Any]]) -> list[str]:
-    """What WAIT_REPLICAS costs: each waiting cell against the same shards without it."""
     L = ["## The cost of WAIT_REPLICAS\n", "Against the same shards without it, in the same run:\n"]
     for c in cs:
         plain = next((p for p in cs if p["shards"] == c["shards"] and not p["wait"]), None)
@@ -182,8 +175,8 @@ def wait_lines(cs: list[dict[str, Any]]) -> list[str]:
 
 
 def projection(masters: int, cs: list[dict[str, Any]]) -> list[str]:
-    """What N masters give, from the Redis CPU per job of the most sharded even cell (of the unsharded
-    one for N = 1): a ceiling set by Redis CPU alone, not a measurement of N machines."""
+    """A ceiling set by Redis CPU alone, from the most sharded even cell's CPU per job (the unsharded one's
+    for N = 1), not a measurement of N machines."""
     even = [c for c in cs if c["shards"] % masters == 0 and not c["wait"] and c["masters_us"]]
     if not even:
         return []
@@ -230,7 +223,6 @@ def summary(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any], path: Path) -> bool:
-    """Redis CPU per job on each master, by cell."""
     if (plt := report.pyplot()) is None:
         return False
     cs, masters = cells(data), sorted(int(m) for m in data["topology"])

@@ -1,8 +1,4 @@
-"""The CPU-trivial matrix: every job is one Redis INCR, so what is measured is the queue itself.
-
-setqueue (W x `python -m worker`, CONCURRENCY=--cpu-concurrency, CLAIM_BATCH=--claim-batch) and
-each peer of --systems at its defaults, --jobs per trial, W in --workers.
-"""
+"""The CPU-trivial matrix: every job is one Redis INCR, so what is measured is the queue itself."""
 
 import argparse
 from functools import partial
@@ -10,35 +6,25 @@ from typing import Any
 
 import report
 from common import Context
-from drain import Cell
 from systems import PEERS, SetQueue, System
 
 from matrices import one_server
 
 NAME = "cpu"
 TITLE = "CPU-trivial jobs (one INCR): setqueue and its peers"
-GROUPED = "setqueue-1000-groups"  # setqueue with every job in one of 1,000 job groups (flow control)
-RESULTS = "setqueue-results"  # setqueue whose handler returns a small result, kept for an hour
+GROUPED = "setqueue-1000-groups"  # every job in one of 1,000 job groups (flow control)
+RESULTS = "setqueue-results"  # the handler returns a small result, kept for an hour
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--matrix cpu (CONCURRENCY and CLAIM_BATCH serve --matrix cluster too)")
-    g.add_argument("--jobs", type=int, default=20_000, help="jobs per trial (default 20000)")
-    g.add_argument("--claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH (default 100)")
-    g.add_argument("--cpu-concurrency", type=int, default=1, help="setqueue's CONCURRENCY (default 1: one thread)")
-    g.add_argument("--cell-seconds", type=float, default=10, help="a cell's trials run this long at least (default 10)")
-    g.add_argument(
-        "--groups",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help=f"also run {GROUPED}: setqueue with its jobs in 1,000 job groups (default on)",
-    )
-    g.add_argument(
-        "--results",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help=f"also run {RESULTS}: setqueue whose handler returns a small result, kept (default off)",
-    )
+    g.add_argument("--jobs", type=int, default=20_000, help="jobs per trial")
+    g.add_argument("--claim-batch", type=int, default=100, help="setqueue's CLAIM_BATCH")
+    g.add_argument("--cpu-concurrency", type=int, default=1, help="setqueue's CONCURRENCY")
+    g.add_argument("--cell-seconds", type=float, default=10, help="a cell's trials run this long at least")
+    flag = argparse.BooleanOptionalAction
+    g.add_argument("--groups", action=flag, default=True, help=f"also run {GROUPED}: the jobs in 1,000 job groups")
+    g.add_argument("--results", action=flag, default=False, help=f"also run {RESULTS}: the handler's result kept")
 
 
 def systems(a: argparse.Namespace, url: str) -> list[System]:
@@ -52,15 +38,14 @@ def systems(a: argparse.Namespace, url: str) -> list[System]:
 
 
 def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    cell = Cell(a.jobs, a.max_seconds, a.cell_seconds, a.trials)
-    return one_server.run(a, ctx, one_server.Spec(NAME, partial(systems, a), cell, bare_loops={"INCR loop": {}}))
+    return one_server.run(a, ctx, one_server.Spec(NAME, partial(systems, a), bare_loops={"INCR loop": {}}))
 
 
 def targets(data: dict[str, Any]) -> list[str]:
     at_w2 = report.at_w(data, 2)
     mine, dramatiq, verdict = at_w2.get("setqueue"), at_w2.get("dramatiq"), report.verdict
     peers = {s: v for s, v in at_w2.items() if s in PEERS and s != "naive" and v}
-    L = ["## Targets\n"]
+    L = []
     if mine:
         L.append(f"- steady drain at W=2 at least 13,000 jobs/s: setqueue {mine:,.0f}: {verdict(mine >= 13_000)}")
     if mine and dramatiq:
@@ -79,33 +64,23 @@ def targets(data: dict[str, Any]) -> list[str]:
                 f"{1000 * base:.1f} µs, {cpu / base:.2f}x: {ok}"
             )
     if plain and (kept := cells.get((RESULTS, 2))):
-        costs = [
-            (report.cost(c, "worker_cpu_ms_per_job"), report.cost(c, "redis_cpu_ms_per_job")) for c in (plain, kept)
-        ]
-        if all(w and r for w, r in costs):
-            (w0, r0), (w1, r1) = costs
+        keys = ("worker_cpu_ms_per_job", "redis_cpu_ms_per_job")
+        (w0, r0), (w1, r1) = [[report.cost(c, k) for k in keys] for c in (plain, kept)]
+        if w0 and r0 and w1 and r1:
             L.append(
                 f"  - results kept (a 30-byte JSON a job): worker CPU {1000 * w1:.0f} against {1000 * w0:.0f} µs/job,"
                 f" Redis CPU {1000 * r1:.1f} against {1000 * r0:.1f} µs/job"
             )
-    if mine and (loop := (data.get("bare_loop") or {}).get("INCR loop", {}).get("W=2")):
+    if mine and (loop := report.bare(data, "INCR loop")):
         L.append(f"  - setqueue reached {100 * mine / loop:.0f}% of the INCR loop with no queue ({loop:,.0f}/s at W=2)")
-    return [*L, *report.latency_targets(data), report.once_target(data["runs"]), ""]
+    return L
 
 
 def summary(data: dict[str, Any]) -> str:
     a = data["args"]
-    about = [
-        f"{a['jobs']:,} jobs per trial, each one Redis INCR; W = {a['workers']}; time limit {a['max_seconds']:g} s per "
-        f"trial; a cell's trials run for {a['cell_seconds']:g} s (at most {a['trials']}); repeats: {a['repeat']}",
-        f"setqueue: CONCURRENCY={a['cpu_concurrency']}, CLAIM_BATCH={a['claim_batch']}; peers at their defaults",
-    ]
-    L = report.header(data, TITLE, about) + targets(data)
-    L += report.baseline_section(data, 0.9, "costs at most 10% of the baseline's throughput")
-    L += ["## Throughput and cost per job\n", *report.throughput_table(data), *report.repeat_table(data)]
-    L += report.latency_table(data)
-    L += report.bare_loop_lines(data, "one INCR after another (redis-py)") + report.settings_list(data)
-    return "\n".join(L)
+    setup = f"setqueue: CONCURRENCY={a['cpu_concurrency']}, CLAIM_BATCH={a['claim_batch']}; peers at their defaults"
+    job, bare_what = "each one Redis INCR", "one INCR after another (redis-py)"
+    return one_server.summary(data, TITLE, targets(data), job=job, setup=setup, bare_what=bare_what)
 
 
 plot = report.plot_by_workers

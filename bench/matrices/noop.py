@@ -1,11 +1,6 @@
-"""The no-op matrix: the handler returns at once, so what is measured is the queue's own overhead,
-its floor. A job adds one to its process's tally (workers/bench_common.py, BENCH_NOOP=1), which a
-thread adds to the counter every 10 ms: counter == jobs still proves each job ran once.
-
-setqueue (one process per command, CONCURRENCY=--noop-concurrency, CLAIM_BATCH=--claim-batch),
-setqueue-auto (the same with PROCESSES=auto: one worker command, a process per core) and each
-peer of --systems at its defaults but rq and naive (rq forks a process per job: its no-op is that
-fork). Run it at W=1: `bash bench/run --matrix noop --workers 1`.
+"""The no-op matrix: the handler returns at once, so what is measured is the queue's own overhead, its
+floor. A job adds one to its process's tally (workers/bench_common.py, BENCH_NOOP=1), added to the counter
+every 10 ms: counter == jobs still proves each job ran once. Run it at W=1.
 """
 
 import argparse
@@ -14,7 +9,6 @@ from typing import Any
 
 import report
 from common import Context
-from drain import Cell
 from systems import PEERS, SetQueue, System
 
 from matrices import one_server
@@ -27,10 +21,10 @@ LEFT_OUT = ("rq", "rq-simple", "naive")  # a process per job, or one round trip 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--matrix noop (CLAIM_BATCH: --claim-batch)")
-    g.add_argument("--noop-jobs", type=int, default=50_000, help="jobs per trial (default 50000)")
-    g.add_argument("--noop-concurrency", type=int, default=1, help="setqueue's CONCURRENCY (default 1)")
-    g.add_argument("--noop-max-seconds", type=float, default=15, help="time limit of one trial (default 15)")
-    g.add_argument("--noop-cell-seconds", type=float, default=8, help="a cell's trials take at least this (default 8)")
+    g.add_argument("--noop-jobs", type=int, default=50_000, help="jobs per trial")
+    g.add_argument("--noop-concurrency", type=int, default=1, help="setqueue's CONCURRENCY")
+    g.add_argument("--noop-max-seconds", type=float, default=15, help="time limit of one trial")
+    g.add_argument("--noop-cell-seconds", type=float, default=8, help="a cell's trials run this long at least")
 
 
 def systems(a: argparse.Namespace, url: str) -> list[System]:
@@ -45,50 +39,40 @@ def systems(a: argparse.Namespace, url: str) -> list[System]:
 
 
 def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    cell = Cell(a.noop_jobs, a.noop_max_seconds, a.noop_cell_seconds, a.trials)
     loops = {"no-op loop": {"BENCH_NOOP": "1"}}
-    spec = one_server.Spec(NAME, partial(systems, a), cell, lambda s: s.name == "setqueue", loops)
+    spec = one_server.Spec(NAME, partial(systems, a), "noop_", lambda s: s.name == "setqueue", loops)
     return one_server.run(a, ctx, spec)
 
 
 def targets(data: dict[str, Any]) -> list[str]:
     cells, verdict = report.by_cell(data["runs"]), report.verdict
-    L = ["## Targets\n"]
+    L = []
     for w in sorted({w for _, w in cells}):
         at_w = report.at_w(data, w)
-        mine, auto = at_w.get("setqueue"), at_w.get(AUTO)
-        if mine:
-            L.append(
-                f"- W={w}: no-op jobs from one worker process at least 20,000/s: {mine:,.0f}: {verdict(mine >= 20_000)}"
-            )
-            if auto:
-                ok = verdict(auto >= 1.8 * mine)
-                L.append(f"- W={w}: PROCESSES=auto at least 1.8x one process: {auto:,.0f}, {auto / mine:.2f}x: {ok}")
-            if (redis_cpu := report.cost(cells[("setqueue", w)], "redis_cpu_ms_per_job")) is not None:
-                ok = verdict(redis_cpu <= 0.012)
-                L.append(f"- W={w}: Redis CPU per job (claim + ack) at most 12 µs: {1000 * redis_cpu:.1f} µs: {ok}")
-            if loop := (data.get("bare_loop") or {}).get("no-op loop", {}).get(f"W={w}"):
-                L.append(f"  - setqueue ÷ the no-op loop with no queue ({loop:,.0f}/s): {mine / loop:.4f}")
-            peers = {s: v for s, v in at_w.items() if s in PEERS and v}
-            if peers:
-                L.append(
-                    "  - setqueue against each peer: " + ", ".join(f"{s} {mine / v:.1f}x" for s, v in peers.items())
-                )
-    return [*L, *report.latency_targets(data), report.once_target(data["runs"]), ""]
+        if not (mine := at_w.get("setqueue")):
+            continue
+        L.append(
+            f"- W={w}: no-op jobs from one worker process at least 20,000/s: {mine:,.0f}: {verdict(mine >= 20_000)}"
+        )
+        if auto := at_w.get(AUTO):
+            ok = verdict(auto >= 1.8 * mine)
+            L.append(f"- W={w}: PROCESSES=auto at least 1.8x one process: {auto:,.0f}, {auto / mine:.2f}x: {ok}")
+        if (redis_cpu := report.cost(cells[("setqueue", w)], "redis_cpu_ms_per_job")) is not None:
+            ok = verdict(redis_cpu <= 0.012)
+            L.append(f"- W={w}: Redis CPU per job (claim + ack) at most 12 µs: {1000 * redis_cpu:.1f} µs: {ok}")
+        if loop := report.bare(data, "no-op loop", w):
+            L.append(f"  - setqueue ÷ the no-op loop with no queue ({loop:,.0f}/s): {mine / loop:.4f}")
+        if peers := {s: v for s, v in at_w.items() if s in PEERS and v}:
+            L.append("  - setqueue against each peer: " + ", ".join(f"{s} {mine / v:.1f}x" for s, v in peers.items()))
+    return L
 
 
 def summary(data: dict[str, Any]) -> str:
     a = data["args"]
-    about = [
-        f"{a['noop_jobs']:,} jobs per trial, each a no-op (a tally, added to the counter every 10 ms); W = "
-        f"{a['workers']}; time limit {a['noop_max_seconds']:g} s per trial; a cell's trials run for "
-        f"{a['noop_cell_seconds']:g} s (at most {a['trials']}); repeats: {a['repeat']}",
+    setup = (
         f"setqueue: CONCURRENCY={a['noop_concurrency']}, CLAIM_BATCH={a['claim_batch']}; {AUTO}: the same with "
-        f"PROCESSES=auto; peers at their defaults ({', '.join(LEFT_OUT)} left out)",
-    ]
-    L = report.header(data, TITLE, about) + targets(data)
-    L += report.baseline_section(data, 0.9, "costs at most 10% of the baseline's throughput")
-    L += ["## Throughput and cost per job\n", *report.throughput_table(data), *report.repeat_table(data)]
-    L += report.latency_table(data)
-    L += report.bare_loop_lines(data, "the no-op job in a loop") + report.settings_list(data)
-    return "\n".join(L)
+        f"PROCESSES=auto; peers at their defaults ({', '.join(LEFT_OUT)} left out)"
+    )
+    job = "each a no-op (a tally, added to the counter every 10 ms)"
+    bare_what = "the no-op job in a loop"
+    return one_server.summary(data, TITLE, targets(data), options="noop_", job=job, setup=setup, bare_what=bare_what)

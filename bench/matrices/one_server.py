@@ -1,5 +1,5 @@
-"""What a matrix of systems on one redis-server runs (cpu, io): every system's cells at each W,
-taking turns with its baseline twin when there is one, then the pick-up latency and the bare loop."""
+"""A matrix of systems on one redis-server (cpu, io, noop): every system's cells at each W, taking turns
+with its baseline twin when there is one, then the pick-up latency and the bare loop; and its summary."""
 
 import argparse
 import contextlib
@@ -8,14 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import report
 from common import Context, Server
 from drain import Cell, bare_loop, cell_trials, exactly_once, pickup_latency
 from systems import SetQueue, System
 
 
 def turns(systems: list[System], ctx: Context) -> list[list[System]]:
-    """The systems that take turns in a cell, trial by trial: with --baseline, each setqueue system and its
-    twin (the same settings, the baseline's code, named <name>@<sha>); any other alone."""
+    """With --baseline, each setqueue system with its twin (the same settings, the baseline's code, named
+    <name>@<sha>); any other alone."""
     b = ctx.baseline
     twin = (lambda s: dataclasses.replace(s, name=s.name + b.suffix(), code=b, state={})) if b else None
     return [[s, twin(s)] if twin and isinstance(s, SetQueue) else [s] for s in systems]
@@ -23,13 +24,13 @@ def turns(systems: list[System], ctx: Context) -> list[list[System]]:
 
 @dataclass
 class Spec:
-    """What a matrix on one redis-server runs: its systems on the server at a URL, how their cells
-    run, those whose idle pick-up latency is measured, and the job alone with no queue (by name, the
-    environment of each loop)."""
+    """``systems`` on the server at a URL; ``options``: the prefix of the matrix's --jobs, --max-seconds and
+    --cell-seconds; ``pickup``: those whose idle pick-up latency is measured; ``bare_loops``: the job alone
+    with no queue (by name, the environment of each loop)."""
 
     name: str
     systems: Callable[[str], list[System]]
-    cell: Cell
+    options: str = ""
     pickup: Callable[[System], bool] = lambda _: True
     bare_loops: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -39,13 +40,15 @@ def run(a: argparse.Namespace, ctx: Context, spec: Spec) -> dict[str, Any]:
     groups = turns(spec.systems(server.url), ctx)
     systems = [s for group in groups for s in group]
     workers = [int(w) for w in a.workers.split(",")]
+    jobs, limit, least = (getattr(a, spec.options + k) for k in ("jobs", "max_seconds", "cell_seconds"))
+    cell = Cell(jobs, limit, least, a.trials)
     logs = ctx.logs(spec.name)
     runs: list[dict[str, Any]] = []
     try:
         for repeat in range(a.repeat):
             for group in groups:
                 for w in workers:
-                    runs += [{**r, "repeat": repeat} for r in cell_trials(server, group, w, spec.cell, logs)]
+                    runs += [{**r, "repeat": repeat} for r in cell_trials(server, group, w, cell, logs)]
         how = {"count": a.latency_jobs, "workers": a.latency_workers, "spacing": a.latency_spacing, "logs": logs}
         latency = [pickup_latency(server, s, **how) for s in systems if a.latency_jobs > 0 and spec.pickup(s)]
         bare = spec.bare_loops if a.bare_seconds > 0 else {}
@@ -63,3 +66,30 @@ def run(a: argparse.Namespace, ctx: Context, spec: Spec) -> dict[str, Any]:
         "bare_loop": loops,
         "ok": all(exactly_once(r) for r in runs),
     }
+
+
+def summary(
+    data: dict[str, Any],
+    title: str,
+    targets: list[str],
+    *,
+    options: str = "",
+    job: str,
+    setup: str,
+    bare_what: str,
+    before_after: tuple[float, str] = (0.9, "costs at most 10% of the baseline's throughput"),
+    per_process: bool = False,
+) -> str:
+    """``job``: what each job does; ``setup``: the systems' settings; ``bare_what``: the no-queue loop;
+    ``before_after``: the ratio to the baseline at W=2 to reach, and that target in words."""
+    a = data["args"]
+    about = (
+        f"{a[options + 'jobs']:,} jobs per trial, {job}; W = {a['workers']}; time limit {a[options + 'max_seconds']:g}"
+        f" s per trial; a cell's trials run for {a[options + 'cell_seconds']:g} s (at most {a['trials']}); repeats: "
+        f"{a['repeat']}"
+    )
+    L = [*report.header(data, title, [about, setup]), "## Targets\n", *targets, *report.latency_targets(data)]
+    L += [report.once_target(data["runs"]), "", *report.baseline_section(data, *before_after)]
+    L += ["## Throughput and cost per job\n", *report.throughput_table(data, per_process), *report.repeat_table(data)]
+    L += report.latency_table(data) + report.bare_loop_lines(data, bare_what) + report.settings_list(data)
+    return "\n".join(L)

@@ -1,5 +1,4 @@
-"""arq worker with its default settings (max_jobs 10, poll_delay 0.5 s, results kept), or with
-max_jobs=BENCH_CONCURRENCY when that is set (the I/O matrix's equal-concurrency runs)."""
+"""arq's worker settings: its defaults, or max_jobs=BENCH_CONCURRENCY when set."""
 
 import os
 from typing import Any, ClassVar

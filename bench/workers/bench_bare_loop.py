@@ -1,7 +1,5 @@
-"""The job with no queue at all: BENCH_CONCURRENCY loops (default 1) in this process, each running
-the job's body (bench_common: wait BENCH_IO_SECONDS if set, then one INCR; or the no-op's tally)
-again and again for BENCH_SECONDS, as asyncio tasks on one event loop (BENCH_IO_MODE=async) or as
-threads. No worker running this job can beat it on this machine."""
+"""The job with no queue at all: BENCH_CONCURRENCY loops running bench_common's job for BENCH_SECONDS, as
+asyncio tasks (BENCH_IO_MODE=async) or as threads."""
 
 import asyncio
 import os

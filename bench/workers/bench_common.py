@@ -1,11 +1,7 @@
-"""The job every system runs: one INCR of the counter, so that counter == jobs proves each job ran
-once. With BENCH_IO_SECONDS set (the I/O matrix) it first waits that long, standing for a call to
-another service: time.sleep in a plain function, asyncio.sleep in an async one. A latency job
-("lat:<n>") also records its start, time.time() before any wait, in the same round trip.
-
-With BENCH_NOOP=1 (the no-op matrix) a job does nothing but add one to its process's own tally;
-a thread of the process adds the tally to the counter every FLUSH_SECONDS (and at exit), so that
-the counter still proves each job ran once while the job itself costs no round trip."""
+"""The job every system runs: one INCR of the counter (counter == jobs: each ran once), after waiting
+BENCH_IO_SECONDS if set (time.sleep, or asyncio.sleep in an async job). A latency job ("lat:<n>") also
+records its start, time.time() before any wait, in the same round trip. With BENCH_NOOP=1 a job only adds
+one to its process's tally, which a thread adds to the counter every FLUSH_SECONDS and at exit."""
 
 import asyncio
 import atexit
@@ -23,7 +19,7 @@ _clients: dict[tuple[str, int], Any] = {}
 
 
 def client(asynchronous: bool = False) -> Any:
-    """This process's client (made after a fork, never inherited; redis-py loads only where jobs run)."""
+    """This process's client (made after a fork, never inherited)."""
     key = ("async" if asynchronous else "sync", os.getpid())
     if key not in _clients:
         import redis.asyncio  # noqa: PLC0415
@@ -34,13 +30,12 @@ def client(asynchronous: bool = False) -> Any:
 
 
 class Tally:
-    """Jobs this process ran and has not yet added to COUNTER (no-op jobs). A forked child starts
-    afresh (os.register_at_fork), so no call costs a getpid."""
+    """No-op jobs not yet added to COUNTER. A forked child starts afresh (os.register_at_fork): no getpid."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pending = 0
-        self.flushing = False  # this process's flusher runs
+        self.flushing = False  # the flusher thread runs
 
     def add(self) -> None:
         with self.lock:
@@ -84,7 +79,6 @@ def run_job(arg: Any) -> None:
 
 
 async def run_job_async(redis: Any, arg: Any) -> None:
-    """For asyncio workers (setqueue's async handler, arq, saq), on an asyncio client."""
     if NOOP and not str(arg).startswith("lat:"):
         TALLY.add()
         return

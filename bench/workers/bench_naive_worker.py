@@ -2,8 +2,7 @@
 
 claim = SRANDMEMBER todos; SMOVE todos in_progress id; SETEX lock:id 30 token
 ack   = SMOVE in_progress done id; DEL lock:id
-An idle worker polls: it sleeps 1 ms when todos is empty. SIGTERM ends it at once: by then the
-trial is over, every job run or the time limit passed.
+An idle worker sleeps 1 ms when todos is empty. SIGTERM ends it at once: the trial is over by then.
 """
 
 import os

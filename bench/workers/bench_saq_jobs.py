@@ -1,5 +1,5 @@
-"""saq's settings (`saq bench_saq_jobs.settings`): its defaults, or concurrency=BENCH_CONCURRENCY when
-set. The job's INCR goes through the worker's own connection (redis.asyncio), as arq's does."""
+"""saq's settings: its defaults, or concurrency=BENCH_CONCURRENCY when set. The job's INCR goes through
+the worker's own connection, as arq's does."""
 
 import os
 from typing import Any

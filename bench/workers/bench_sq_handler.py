@@ -1,8 +1,5 @@
-"""JOB_HANDLER for setqueue's worker (bench/workers on PYTHONPATH): bench_sq_handler:handle, a plain
-function the worker runs on CONCURRENCY threads, or bench_sq_handler:handle_async, an async def it
-runs on one event loop, up to CONCURRENCY at once (the INCR then goes through redis.asyncio);
-bench_sq_handler:handle_result returns a small result (kept for RESULT_TTL_SECONDS), to measure
-what keeping results costs."""
+"""setqueue's JOB_HANDLER: handle (on threads), handle_async (on one event loop), handle_result (returns a
+small result, kept)."""
 
 from typing import Any
 

@@ -1,11 +1,5 @@
-"""Redis memory per job of one code tree's setqueue; bench/memory.py runs it with that tree's path:
-
-    PYTHONPATH=<tree>/shared:<tree> BENCH_REDIS_URL=redis://... python bench_sq_memory.py --jobs 100000
-
-On an empty server with the scripts loaded: N ids of 11 characters enqueued, then all claimed and
-acked with a retention that keeps every id in done; after each step, INFO used_memory and MEMORY
-USAGE of every key, once the keys that go by themselves are dropped. Prints one JSON object.
-"""
+"""Redis memory per job of one code tree's setqueue, run by bench/memory.py with that tree on PYTHONPATH.
+Prints one JSON object."""
 
 import argparse
 import json
@@ -18,7 +12,7 @@ import redis
 import setqueue
 from setqueue import Queue
 
-PREFIX = "setqueue:{bench}:"  # the keys of queue "bench"
+PREFIX = "setqueue:{bench}:"
 KEEP: dict[str, Any] = {"done_max_count": 10**9, "done_max_age_seconds": 0}  # every id stays in done
 
 
@@ -52,7 +46,7 @@ if __name__ == "__main__":
     p.add_argument("--jobs", type=int, default=100_000)
     jobs = p.parse_args().jobs
     url = os.environ["BENCH_REDIS_URL"]
-    r = redis.Redis.from_url(url, decode_responses=True)  # the readings'; the queues have their own
+    r = redis.Redis.from_url(url, decode_responses=True)
     r.flushall()
     scratch = Queue.from_url(url, name="memory-scratch", **KEEP)  # loads the scripts this run uses
     scratch.enqueue(["warm-up"])

@@ -1,8 +1,6 @@
-"""setqueue's producer in a process of its own, for a baseline tree (--baseline): the bench imports
-this checkout's setqueue, so another tree's Queue can only run in another interpreter. Started with
-that tree's shared/ and root first on PYTHONPATH, it says when it has imported setqueue, then
-for each line of stdin, a JSON list of ids, calls Queue.enqueue(ids) and answers the number
-added. It stays up for the whole run: no interpreter start inside a timed enqueue."""
+"""A baseline tree's producer (the bench imports this checkout's setqueue): prints a line once it has
+imported setqueue, then enqueues each stdin line's JSON list of ids and prints the number added. It stays
+up for the whole run: no interpreter start inside a timed enqueue."""
 
 import json
 import os
