@@ -207,7 +207,7 @@ class PasswordRequired(rexc.AuthenticationError):
 
 
 def _asks_for_a_password(error: rexc.AuthenticationError) -> bool:
-    """ "Authenticate first" (NOAUTH, HELLO before AUTH), as against a wrong password."""
+    """Redis asks to authenticate first (NOAUTH, HELLO before AUTH), as against a wrong password."""
     text = str(error)
     return "NOAUTH" in text or "Authentication required" in text or "must be called with the client already" in text
 

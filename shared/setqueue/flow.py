@@ -1,11 +1,9 @@
-"""Flow control's values: rates, a group's limits, a queue's limits; how they are written in Redis.
+"""Flow control's values (rates, group and queue limits) and how Redis keeps them.
 
-The limits live in Redis with the queue (the ``flow`` and ``group_limits`` hashes of
-``setqueue.keys``), so every worker reads the same ones on its next claim and a change needs no
-restart; ``lua/claim.lua`` enforces them in the step that takes the jobs, so no worker can race
-them. A rate is GCRA (a token bucket kept as one number): at most ``burst`` jobs start at once,
-and over any span of T seconds at most ``burst + T * count / period``.
-"""
+The limits live in the queue's ``flow`` and ``group_limits`` hashes, so every worker reads the same
+ones on its next claim (no restart), and ``lua/claim.lua`` enforces them as it takes jobs, so no
+worker can race them. A rate is GCRA: at most ``burst`` starts at once, and over T seconds at most
+``burst + T * count / period``."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# A rate's unit: how many ms it spans.
 UNITS_MS = {
     "ms": 1,
     "s": 1000,
@@ -28,8 +25,7 @@ UNITS_MS = {
     "d": 86_400_000,
     "day": 86_400_000,
 }
-# Bounds that refuse a typo rather than a real need: far above what one Redis can start (~100,000
-# jobs/s), and a period of at most a week.
+# Bounds that refuse a typo, not a need: far above one Redis's ~100,000 starts/s; a period <= a week.
 MAX_RATE_PER_SECOND = 1_000_000
 MAX_COUNT = 1_000_000_000
 MAX_PERIOD_MS = 7 * 86_400_000
@@ -60,8 +56,8 @@ class Rate:
 
     @classmethod
     def parse(cls, text: str, burst: int | None = None) -> Rate:
-        """``100/s``, ``6000/min``, ``5/10s``, ``1/h``, ``20/500ms`` (units: ms, s, min, h, day, and
-        their long names). ``burst`` defaults to a tenth of the count, at least 1."""
+        """``100/s``, ``6000/min``, ``5/10s``, ``1/h``, ``20/500ms`` (ms, s, min, h, day, or long names);
+        ``burst`` defaults to a tenth of the count, at least 1."""
         match = _RATE.fullmatch(text.lower()) if isinstance(text, str) else None
         if match is None or match[3] not in UNITS_MS:
             raise ValueError(f"rate {text!r} is not <count>/<period>, e.g. 100/s, 6000/min, 5/10s")
@@ -79,13 +75,12 @@ class Rate:
         return self.count * 1000 / self.period_ms
 
     def spec(self) -> str:
-        """As the flow hash keeps it (lua/includes/flow.lua reads it): "<count> <period ms> <burst>"."""
+        """As the flow hash keeps it: "<count> <period ms> <burst>"."""
         return f"{self.count} {self.period_ms} {self.burst}"
 
     @classmethod
     def given(cls, rate: Rate | str | None, burst: int | None = None) -> Rate | None:
-        """What a ``rate`` argument of the library means: None (no limit), a ``Rate``, or text for
-        ``parse``; ``burst``, when given, is the rate's burst either way."""
+        """A library ``rate`` argument: None, a ``Rate`` or text; ``burst``, if given, overrides."""
         if rate is None:
             return None
         if isinstance(rate, str):
@@ -98,8 +93,7 @@ class Rate:
         return cls(count, period_ms, burst)
 
     def split(self, parts: int) -> Rate:
-        """This rate shared by ``parts`` shards: each gets count / parts (its period times parts)
-        and its burst divided likewise (rounded up)."""
+        """One of ``parts`` shards' share: period times parts, burst divided (rounded up)."""
         if parts == 1:
             return self
         return Rate(self.count, self.period_ms * parts, max(1, math.ceil(self.burst / parts)))
@@ -112,7 +106,7 @@ class Rate:
 
 
 def parse_concurrency(value: int | str) -> int:
-    """A group's concurrency: at most this many of its jobs in progress at once, 1 to 1,000,000."""
+    """1 to 1,000,000 jobs of a group in progress at once."""
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -125,14 +119,13 @@ def parse_concurrency(value: int | str) -> int:
 
 @dataclass(frozen=True)
 class GroupLimits:
-    """The limits of a job group: ``concurrency`` of its jobs in progress at once, ``rate`` of
-    starts (None: no limit)."""
+    """A job group's ``concurrency`` and ``rate`` of starts (None: no limit)."""
 
     concurrency: int | None = None
     rate: Rate | None = None
 
     def spec(self) -> str:
-        """As the group_limits hash keeps it: "<concurrency>|<rate spec>", either part empty."""
+        """As group_limits keeps it: "<concurrency>|<rate spec>", either part empty."""
         return f"{self.concurrency or ''}|{self.rate.spec() if self.rate else ''}"
 
     @classmethod
@@ -162,19 +155,17 @@ class Limits:
         }
 
 
-# Flow control's figures in ``stats()``: paused (a sharded queue: shards paused), waiting jobs that
-# have a group, groups with jobs waiting (of which resting and full), groups with jobs in progress.
+# Flow control's figures in ``stats()``.
 FLOW_STATS = ("paused", "grouped_waiting", "groups_waiting", "groups_resting", "groups_full", "groups_running")
 
-# Where a group stands, the liveliest first (see lua/list_groups.lua).
+# Where a group stands, the liveliest first.
 GROUP_STATES = ("ready", "resting", "full", "idle")
 
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """A job group as ``groups()`` lists it: its jobs waiting and in progress, where it stands in
-    the line of groups (``ready``: takes its turn; ``full``: its concurrency is in progress;
-    ``resting``: its rate is used up; ``idle``: nothing waiting), and its limits in force."""
+    """A group as ``groups()`` lists it: jobs waiting and running, its state (``ready``: takes turns;
+    ``full``: concurrency reached; ``resting``: rate used up; ``idle``: nothing waiting), its limits."""
 
     name: str
     waiting: int

@@ -1,18 +1,11 @@
-"""Several named queues served as one (``QUEUE_NAME=emails,reports``): one worker, or one cleaner,
-for all of them.
+"""Several named queues served as one (``QUEUE_NAME=emails,reports``) by one worker or cleaner.
 
-The selection rule is **strict priority in list order**: a claim takes what it can from the first
-queue, then from the next, and so on; a later queue gets a worker's slots only while every queue
-before it is empty. Why strict and not weights: it is the rule of the job priorities within a queue
-(a later queue is a lower priority), it is predictable (an urgent queue is never slowed by a busy
-background one), and whoever wants a share for each queue runs a worker pool per queue, which
-also scales them apart. The price is the same as for priorities: a queue that is never empty
-starves the ones after it (the per-queue queue-wait and oldest-age gauges show it).
-
-Each lease names its queue (``lease.queue``); acks, fails, renewals and releases go to that queue.
-An enqueue goes to the first queue (as the creator's does); ``inspect``, ``delete`` and
-``requeue_failed`` of an id look in every queue.
-"""
+Selection is **strict priority in list order**: a claim takes what it can from the first queue,
+then the next; a later queue gets slots only while all before it are empty. Not weights: it is the
+rule of job priorities, it is predictable (an urgent queue is never slowed by a busy one), and a
+share per queue is a worker pool per queue. The price: a never-empty queue starves those after it
+(the per-queue wait and oldest-age gauges show it). Leases go back to their ``lease.queue``;
+enqueue goes to the first queue; id lookups search every queue."""
 
 from __future__ import annotations
 
@@ -25,8 +18,7 @@ from setqueue.jobs import Lease
 
 
 class QueueGroup(CompositeQueue):
-    """Several named queues (each a plain or a sharded queue) in strict priority of their order
-    (see the module's doc)."""
+    """Several plain or sharded queues in strict priority of their order."""
 
     def __init__(self, members: Sequence[JobQueue]) -> None:
         names = [m.name for m in members]
@@ -69,7 +61,7 @@ class QueueGroup(CompositeQueue):
         )
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
-        """Up to ``count`` jobs: all the first queue has (up to count), then the next queue's..."""
+        """Up to ``count`` jobs: all the first queue has, then the next queue's..."""
         if count < 1:
             raise ValueError("count must be at least 1")
         leases: list[Lease] = []
@@ -80,6 +72,6 @@ class QueueGroup(CompositeQueue):
         return leases
 
     def stats(self) -> dict[str, Any]:
-        """Each queue's ``stats()`` under ``"queues"``, and the states summed over them."""
+        """Each queue's ``stats()`` under ``"queues"``, and the states summed."""
         each = {m.name: m.stats() for m in self.members}
         return {**summed_stats(list(each.values())), "queues": each}

@@ -1,12 +1,9 @@
 """One interface for every kind of queue: ``JobQueue`` (and ``Shard``, one plain queue).
 
-A plain ``Queue`` (one queue in one Redis slot), a ``ShardedQueue`` (one queue over N shards) and a
-``QueueGroup`` (several named queues served as one, in strict priority of their order) all have
-these attributes and methods, with the same signatures; ``setqueue.open_queue`` makes whichever the
-arguments name. The services and the CLI use nothing else, so none of them needs to know which
-kind it was given: what differs is said by ``queues`` (the named queues served) and ``shards`` (the
-plain queues that hold the jobs, each a ``Shard``: a ``Queue`` in one Redis slot, with its keys).
-"""
+``Queue``, ``ShardedQueue`` and ``QueueGroup`` (several named queues as one, in strict priority)
+share these signatures; ``setqueue.open_queue`` makes whichever the arguments name, and the
+services and CLI use nothing else. ``queues`` (the named queues served) and ``shards`` (the plain
+queues holding the jobs) say what differs."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ from setqueue.keys import QueueKeys
 
 @runtime_checkable
 class JobQueue(Protocol):
-    """What every kind of queue offers (see the module's doc). Calls that take a lease go to the
-    queue (and shard) the lease came from; calls that take an id go to the queue that holds it."""
+    """What every kind of queue offers. Calls taking a lease go to the queue (and shard) it came from;
+    calls taking an id, to the queue holding it."""
 
     name: str  # a group's name is its members' names joined by commas
 
@@ -35,17 +32,17 @@ class JobQueue(Protocol):
     def retry_backoff_seconds(self) -> float: ...
     @property
     def request_ttl_seconds(self) -> float:
-        """How long Redis keeps a call's result for a resend with the same request id."""
+        """How long a call's result is kept for a resend with the same request id."""
         ...
 
     @property
     def queues(self) -> Sequence[JobQueue]:
-        """The named queues served: itself, or a group's members."""
+        """Itself, or a group's members."""
         ...
 
     @property
     def shards(self) -> Sequence[Shard]:
-        """The plain queues that hold the jobs: itself, its shards, or all of a group's."""
+        """Itself, its shards, or all of a group's."""
         ...
 
     # -- producers
@@ -117,12 +114,11 @@ class JobQueue(Protocol):
 
 @runtime_checkable
 class Shard(JobQueue, Protocol):
-    """One plain queue in one Redis slot (a ``Queue``): what holds jobs, with the keys it keeps them
-    under, and the periodic runs that live in one queue."""
+    """One plain ``Queue`` in one Redis slot: its keys, and the periodic runs that live in one queue."""
 
     keys: QueueKeys
     wake_cap: int  # how many idle workers one call may wake
-    payload_max_bytes: int  # the largest payload enqueue takes
+    payload_max_bytes: int
     flow_limited: bool  # the last claim found a rate or group limits (claim only for free slots)
     on_held: Callable[[str, str], None] | None  # told (queue, reason) when flow control held jobs back
 

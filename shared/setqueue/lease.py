@@ -15,23 +15,18 @@ log = logging.getLogger("setqueue.lease")
 
 
 class Renewable(Protocol):
-    """What renews leases: any JobQueue."""
-
     @property
     def lease_seconds(self) -> float: ...
     def renew_outcomes(self, leases: Sequence[Lease]) -> list[RenewOutcome]: ...
 
 
 class LeaseKeeper:
-    """Renews every held lease in the background, at a third of the lease time.
+    """Renews every held lease in the background (one script call), every third of the lease time.
 
-    One script call renews all leases a worker holds. A lease found lost (its lock expired or
-    another worker owns the job now) is dropped and reported through ``on_lost``; the job's
-    eventual ack is then refused as stale, so a slow worker can never complete someone else's
-    claim. A lease lost because its job was cancelled is reported through ``on_cancelled`` (when
-    given; else as lost), for the job to be stopped. A Redis error is logged and retried on the
-    next tick: the lease time is the margin.
-    """
+    A lost lease (lock expired, or another worker owns the job) is dropped and reported to
+    ``on_lost``; its later ack is refused as stale, so a slow worker never completes another's claim.
+    A lease lost to a cancel goes to ``on_cancelled`` (else as lost). A Redis error is logged and
+    retried next tick: the lease time is the margin."""
 
     def __init__(
         self,
@@ -79,12 +74,11 @@ class LeaseKeeper:
                 self._held.pop((lease.id, lease.token), None)
 
     def held(self) -> list[Lease]:
-        """The leases held now (a copy)."""
+        """A copy of the leases held now."""
         with self._lock:
             return list(self._held.values())
 
     def __len__(self) -> int:
-        """How many leases are held."""
         with self._lock:
             return len(self._held)
 
@@ -98,8 +92,7 @@ class LeaseKeeper:
         lost = []
         with self._lock:
             for lease, outcome in refused:
-                # A lease dropped meanwhile (acked while we renewed) was not lost: its lock is gone
-                # because the job is done.
+                # Dropped meanwhile (acked while we renewed): its lock is gone because the job is done.
                 if self._held.pop((lease.id, lease.token), None) is not None:
                     lost.append((lease, outcome))
         if self._on_renewed is not None:

@@ -1,16 +1,12 @@
-"""The OpenTelemetry glue (extra ``setqueue[otel]``): imported only through ``setqueue.tracing``, and
-only when OpenTelemetry is installed. Spans follow OpenTelemetry's messaging semantic conventions
-(span name ``<operation> <queue>``, ``messaging.*`` attributes, ``messaging.system`` = setqueue):
+"""OpenTelemetry glue (extra ``setqueue[otel]``), imported only through ``setqueue.tracing`` when
+OpenTelemetry is installed. Spans follow the messaging conventions (``<operation> <queue>``,
+``messaging.*``, ``messaging.system`` = setqueue):
 
-- the producer: ``enqueue`` stores the ``traceparent`` of the caller's current span with each job
-  (``setqueue.otel_context``), so the span around an enqueue is the job's creation context;
-- ``receive <queue>`` (kind CLIENT): one claim call, with ``messaging.batch.message_count``;
-- ``process <queue>`` (kind CONSUMER): one run of a job's handler, the child of the enqueue's span
-  (the trace goes on) and linked to the claim's span, with the queue, the id, the attempt and the
-  outcome (``setqueue.job.outcome``: success, failure, timeout, retry or moved); spans the handler
-  makes are its children;
-- ``settle <queue>`` (kind CLIENT): one ack batch, linked to the span of each job it acks.
-"""
+- producer: ``enqueue`` stores the caller's span's ``traceparent`` with each job (``setqueue.otel_context``);
+- ``receive <queue>`` (CLIENT): one claim call, with ``messaging.batch.message_count``;
+- ``process <queue>`` (CONSUMER): one handler run, child of the enqueue's span and linked to the
+  claim's, with queue, id, attempt and ``setqueue.job.outcome`` (success, failure, timeout, retry, moved);
+- ``settle <queue>`` (CLIENT): one ack batch, linked to each acked job's span."""
 
 from __future__ import annotations
 
@@ -30,8 +26,8 @@ from setqueue.jobs import AckResult, JobTimeout, Lease, MoveTo, RetryLater
 from setqueue.version import __version__
 
 SYSTEM = "setqueue"
-# Span contexts kept between two spans of a job (its claim's, then its own until its ack): at most
-# this many, the oldest dropped first (a job that never comes to an ack must not keep one forever).
+# Span contexts kept between a job's spans (its claim's, then its own until its ack), oldest dropped
+# first so a job never acked cannot keep one forever.
 KEPT_CONTEXTS = 100_000
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -40,8 +36,7 @@ SDK_CHECK_SECONDS = 1.0
 
 
 def is_async(function: Callable[..., Any]) -> bool:
-    """An ``async def`` function, or an object whose ``__call__`` is one (as the worker's engine
-    tells them apart)."""
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
     call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
@@ -88,11 +83,9 @@ class WorkerTracing:
         self._jobs = _Kept()  # a job that succeeded -> its own span, until its ack
 
     def recording(self) -> bool:
-        """Whether spans go anywhere: a provider was given, or an SDK is configured. With the API
-        alone every span is a no-op, yet making one costs about a tenth of a no-op job's worker CPU
-        (measured with py-spy): then the calls run bare. Looked up again every SDK_CHECK_SECONDS
-        until an SDK is there (the look-up reads the environment: too dear for every job), so an
-        SDK configured later (by the handler's module, say) is followed within that time."""
+        """Whether spans go anywhere (a provider given, or an SDK configured). API-only no-op spans still cost
+        about a tenth of a no-op job's CPU, so then calls run bare. Until an SDK appears, looked up again
+        every SDK_CHECK_SECONDS (the look-up reads the environment: too dear per job)."""
         if self._sdk:
             return True
         now = time.monotonic()
@@ -102,7 +95,6 @@ class WorkerTracing:
         return self._sdk
 
     def claiming(self, claim: Callable[..., list[Lease]], queue: str) -> Callable[..., list[Lease]]:
-        """``claim`` (a queue's) in a ``receive`` span."""
 
         @functools.wraps(claim)
         def traced(count: int = 1, **options: Any) -> list[Lease]:
@@ -122,7 +114,6 @@ class WorkerTracing:
         return traced
 
     def acking(self, ack_many: Callable[..., list[AckResult]], queue: str) -> Callable[..., list[AckResult]]:
-        """``ack_many`` (a queue's) in a ``settle`` span linked to each job's span."""
 
         @functools.wraps(ack_many)
         def traced(leases: Sequence[Lease], **options: Any) -> list[AckResult]:
@@ -140,7 +131,7 @@ class WorkerTracing:
         return traced
 
     def wrap(self, handler: Callable[[Lease], Any]) -> Callable[[Lease], Any]:
-        """The handler, each run in a ``process`` span (an ``async def`` handler stays one)."""
+        """The handler, each run in a ``process`` span (an ``async def`` stays one)."""
         if is_async(handler):
 
             async def traced_async(lease: Lease) -> Any:

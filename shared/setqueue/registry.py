@@ -1,16 +1,10 @@
-"""The registry of live workers: who serves a queue now, what each holds, when it was last seen.
+"""The registry of live workers: who serves a queue, what each holds, when it was last seen.
 
-Each worker beats every WORKER_HEARTBEAT_SECONDS (a thread of its own, ``worker.heartbeat``): for
-each named queue it serves, one pipelined round trip writes ``setqueue:{Q}:worker:<id>`` (its
-``WorkerRecord`` as JSON, with a TTL of three beats), adds its id to the index
-``setqueue:{Q}:workers`` (a sorted set by last beat) and trims index entries an hour old. A worker
-that dies stops beating and its record expires by itself: Redis's TTL is the one truth of who is
-alive, the index only says where to look. A worker that stops cleanly removes both at once.
-
-Both keys carry the queue's hash tag (a sharded queue's logical name, as its wake-up list), so one
-beat is one round trip to one node even on a Redis Cluster. Readers (``live_workers``) read the
-index and the records in one pipeline per queue: no scan.
-"""
+Every WORKER_HEARTBEAT_SECONDS a worker writes, per queue in one pipelined round trip,
+``setqueue:{Q}:worker:<id>`` (its ``WorkerRecord`` as JSON, TTL three beats) and its id into the
+index ``setqueue:{Q}:workers`` (by last beat, trimmed at an hour). A dead worker's record expires:
+the TTL is the one truth of who is alive, the index only says where to look. Both keys share the
+queue's hash tag, so a beat is one round trip to one node, and readers need no scan."""
 
 from __future__ import annotations
 
@@ -24,11 +18,11 @@ import redis
 
 from setqueue.keys import QueueKeys
 
-# The index keeps entries this long after their last beat; the record's own TTL says who is alive.
+# Index entries are kept this long after their last beat.
 INDEX_KEEP_MS = 3_600_000
-# The most job ids one record lists (the count of held jobs is always whole).
+# The most job ids one record lists (held_count is always whole).
 MOST_HELD_LISTED = 100
-# The most workers one read of a queue's index returns (the most recently seen first).
+# The most workers one read of an index returns (most recently seen first).
 MOST_READ = 1000
 WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
@@ -43,7 +37,7 @@ class WorkerRecord:
     queues: list[str]
     slots: int  # CONCURRENCY
     busy: int  # slots running a job now
-    held: list[list[str]]  # [queue, id] of the jobs it holds (running, waiting, not acked yet), at most 100
+    held: list[list[str]]  # [queue, id] of jobs it holds (running, waiting, not acked), at most 100
     held_count: int  # how many it holds in all
     started_at: float  # Unix seconds, the worker's clock
     seen_at: float  # the beat that wrote this record (Unix seconds, the worker's clock)
@@ -59,7 +53,7 @@ class WorkerRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes, ttl_seconds: float | None = None) -> WorkerRecord | None:
-        """A record as stored, or None when it is not one (written by another version)."""
+        """A stored record, or None when it is not one (another version's)."""
         try:
             data: dict[str, Any] = json.loads(text)
             known = {name: data[name] for name in cls.__dataclass_fields__ if name in data and name != "ttl_seconds"}
@@ -75,7 +69,7 @@ def validate_worker_id(worker_id: str) -> str:
 
 
 def beat(client: redis.Redis, queue_names: Iterable[str], record: WorkerRecord, ttl_ms: int) -> None:
-    """Write ``record`` for each queue (one pipelined round trip per queue, its keys in one slot)."""
+    """Write ``record`` for each queue (one pipelined round trip each)."""
     validate_worker_id(record.id)
     now_ms = round(record.seen_at * 1000)
     text = record.to_json()
@@ -89,7 +83,7 @@ def beat(client: redis.Redis, queue_names: Iterable[str], record: WorkerRecord, 
 
 
 def leave(client: redis.Redis, queue_names: Iterable[str], worker_id: str) -> None:
-    """Remove a worker that stops cleanly, at once (else its record expires after three beats)."""
+    """Remove a cleanly stopping worker at once."""
     for name in queue_names:
         keys = QueueKeys(name)
         with client.pipeline(transaction=False) as pipe:
@@ -99,7 +93,7 @@ def leave(client: redis.Redis, queue_names: Iterable[str], worker_id: str) -> No
 
 
 def live_workers(client: redis.Redis, queue_name: str) -> list[WorkerRecord]:
-    """The live workers of a queue (whose record has not expired), most recently seen first."""
+    """A queue's workers whose record has not expired, most recently seen first."""
     keys = QueueKeys(queue_name)
     ids = [_text(i) for i in client.zrevrange(keys.workers, 0, MOST_READ - 1)]  # type: ignore[union-attr, arg-type]
     if not ids:
@@ -120,7 +114,7 @@ def live_workers(client: redis.Redis, queue_name: str) -> list[WorkerRecord]:
 
 
 def all_live_workers(client: redis.Redis, queue_names: Sequence[str]) -> list[WorkerRecord]:
-    """The live workers of any of these queues, each once (a worker of several queues is in each)."""
+    """The live workers of any of these queues, each once."""
     seen: dict[str, WorkerRecord] = {}
     for name in queue_names:
         for record in live_workers(client, name):

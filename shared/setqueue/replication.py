@@ -1,16 +1,11 @@
-"""Writes confirmed by replicas (WAIT_REPLICAS): Redis replicates asynchronously, so a master that
-dies right after a write may take it with it, and the replica that takes over never saw it. Redis's
-answer is ``WAIT n timeout``: it blocks until n replicas confirm every write made so far *on that
-connection*. So a confirmed script call is the script and a WAIT sent together, on one connection
-to the master of the script's slot (one round trip), and the call succeeds only when enough
-replicas confirmed in time.
+"""Writes confirmed by replicas (WAIT_REPLICAS). Redis replicates asynchronously, so a master dying
+right after a write may lose it. ``WAIT n timeout`` blocks until n replicas confirm every write so
+far *on that connection*, so a confirmed call sends the script and a WAIT together on one
+connection to the slot's master (one round trip).
 
-A call they did not confirm in time raises :class:`NotReplicated`. Its write was applied on the
-master, but it counts as not made: the services wait it out like a connection error and send the
-call again (every script is safe to resend: a resend returns the first result, or, for enqueue,
-adds nothing new), which waits for the replicas again. So what a caller saw succeed is on
-``replicas`` replicas, and survives a failover that promotes one of them.
-"""
+A call not confirmed in time raises :class:`NotReplicated`: applied on the master but counted as
+not made; callers resend it like after a connection error (scripts are safe to resend), which
+waits again. So what a caller saw succeed is on ``replicas`` replicas and survives a failover."""
 
 from __future__ import annotations
 
@@ -30,14 +25,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-# On a Redis Cluster, how often one confirmed call finds the slot's master again (after MOVED, a
-# refused connection or a failover in progress) before it gives up with a ConnectionError.
+# On a Cluster, how often one confirmed call looks for the slot's master again before a ConnectionError.
 ROUTING_ATTEMPTS = 3
 
 
 class NotReplicated(redis.TimeoutError):
-    """A write the master applied but fewer than WAIT_REPLICAS replicas confirmed in time. As
-    transient as a timeout: send the call again (with the same request id, where it takes one)."""
+    """Applied by the master but not confirmed by enough replicas in time. Transient: resend the call
+    (with the same request id, where it takes one)."""
 
     def __init__(self, script: str, wanted: int, confirmed: int, timeout_ms: int) -> None:
         super().__init__(
@@ -64,8 +58,7 @@ class ReplicaWait:
     def call(
         self, client: redis.Redis, name: str, script: RedisScript, keys: Sequence[str], args: Sequence[Any]
     ) -> Any:
-        """Run ``script`` (named ``name``, for the error) and WAIT, on one connection to the master
-        of ``keys``' slot; its reply, or NotReplicated."""
+        """Run ``script`` and WAIT on one connection to the master of ``keys``' slot; its reply, or NotReplicated."""
         cluster = _cluster_of(client)
         if cluster is None:
             return self._send(client, name, script, keys, args)
@@ -74,12 +67,11 @@ class ReplicaWait:
                 node = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
                 return self._send(node, name, script, keys, args)
             except (AskError, TryAgainError, ClusterDownError, redis.ConnectionError, RedisClusterException) as exc:
-                # MOVED (an AskError), a dead node or a slot without a master: the slot table is out
-                # of date. Learn it again and resend (the script is safe to resend).
+                # MOVED, a dead node or a masterless slot: the slot table is stale; relearn and resend.
                 if attempt == ROUTING_ATTEMPTS:
                     raise redis.ConnectionError(f"{name}: the master of its slot is not reachable: {exc}") from exc
                 time.sleep(0.05 * attempt)
-                # No node answering yet: the next attempt fails alike, then the caller waits it out.
+                # Nothing answering yet: the next attempt fails alike, then the caller waits it out.
                 with contextlib.suppress(redis.RedisError, RedisClusterException):
                     cluster.nodes_manager.initialize()
         raise AssertionError("unreachable")
@@ -101,6 +93,6 @@ class ReplicaWait:
 
 
 def _cluster_of(client: redis.Redis) -> Any:
-    """The RedisCluster behind ``client`` (a ClusterAwareRedis on a cluster node), else None."""
+    """The RedisCluster behind ``client``, else None."""
     cluster_client = getattr(client, "cluster_client", None)
     return cluster_client() if cluster_client is not None else None

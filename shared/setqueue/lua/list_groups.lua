@@ -5,7 +5,6 @@
 -- KEYS[1] group_lines KEYS[2] groups_ready KEYS[3] groups_resting KEYS[4] groups_full KEYS[5] group_running
 -- ARGV[1] most groups listed
 -- Returns an array: the number of groups in all, then name, waiting, running, state for each
--- Returns an array: the number of groups in all, then name, waiting, running, state for each
 local group_lines, groups_ready, groups_resting, groups_full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group_running = KEYS[5]
 local most = tonumber(ARGV[1])
