@@ -1,7 +1,5 @@
-"""The benchmark runs end to end on tiny workloads, into a temporary output and summaries folder: every
-matrix and a --baseline run, with setqueue and the naive reference only, so the peers (rq, dramatiq,
-celery, arq, saq) need not be installed. Every trial must run every job exactly once; no timing is
-asserted."""
+"""The benchmark end to end on tiny workloads (setqueue and naive only: no peers need installing):
+every trial runs every job exactly once; no timing is asserted."""
 
 import json
 import shutil
@@ -28,7 +26,7 @@ def bench(tmp_path: Path, *args: str) -> None:
 
 
 def raw(tmp_path: Path, name: str) -> dict[str, Any]:
-    """The raw data of measurement ``name`` (one run: one dated folder under --out)."""
+    """Measurement ``name``'s raw data (one run: one dated folder under --out)."""
     [found] = (tmp_path / "out").glob(f"*/{name}.json")
     data: dict[str, Any] = json.loads(found.read_text())
     return data
@@ -81,8 +79,8 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(tmp_path: Path) -> None:
-    """--baseline HEAD: the twin runs the commit's code from a worktree in bench/.baseline/ (removed after
-    the test unless it was there before: each is registered with the repository's git)."""
+    """--baseline HEAD: the twin runs the commit from a worktree in bench/.baseline/, removed after unless
+    it was there before (git registers each)."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     worktree = REPO_ROOT / "bench" / ".baseline" / head.stdout.strip()
     made_here = not worktree.exists()
@@ -109,9 +107,8 @@ def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(t
 
 @pytest.mark.slow
 def test_the_cluster_matrix(tmp_path: Path) -> None:
-    """A 3-master cluster, one and three shards, each with and without WAIT_REPLICAS=1, one trial each. Enough
-    jobs that the drain spans many samples (5 ms apart) whatever the load: the per-node figures are measured
-    from the first job executed to the last, and 200 can all be done within one sample."""
+    """3 masters, 1 and 3 shards, with and without WAIT_REPLICAS=1. Per-node figures span first to last
+    job, sampled every 5 ms: 2000 jobs span many samples (200 could fit in one)."""
     jobs = 2000
     bench(
         tmp_path,

@@ -1,11 +1,11 @@
-"""The worker engine as real processes on a real Redis: concurrency, timeouts, hand-back, zombies,
-shutdown. Runs are counted from the handler's execution log (tests/support/jobs.py), not from the
-queue's own view. Timing-free: every wait polls for a state with a generous deadline."""
+"""The worker engine as real processes: concurrency, timeouts, hand-back, zombies, shutdown. Runs are
+counted from the handler's execution log (tests/support/jobs.py), not from the queue's view."""
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,45 +24,42 @@ def execlog(tmp_path: Path) -> ExecutionLog:
     return ExecutionLog(tmp_path / "executions.log")
 
 
+@pytest.fixture
 def worker(
-    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, url: str, queue: str, *, name: str, **settings: Any
-) -> Proc:
-    settings = {"REDIS_URL": url, "QUEUE_NAME": queue, "EXEC_LOG": str(execlog.path), **settings}
-    settings.setdefault("JOB_HANDLER", HANDLERS["threads"])
-    p = Proc.start("worker", tmp_path, name=name, **settings)
-    procs.append(p)
-    p.wait_ready()
-    return p
+    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, redis_url: str, queue_name: str
+) -> Callable[..., Proc]:
+    def start(name: str = "w", **settings: Any) -> Proc:
+        settings = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "EXEC_LOG": str(execlog.path), **settings}
+        settings.setdefault("JOB_HANDLER", HANDLERS["threads"])
+        p = Proc.start("worker", tmp_path, name=name, **settings)
+        procs.append(p)
+        p.wait_ready()
+        return p
+
+    return start
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["threads", "async"])
 def test_a_worker_runs_concurrency_jobs_at_once(
-    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, redis_url: str, queue_name: str, *, kind: str
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue], *, kind: str
 ) -> None:
-    q = Queue.from_url(redis_url, name=queue_name)
-    worker(procs, tmp_path, execlog, redis_url, queue_name, name="w", CONCURRENCY=5, JOB_HANDLER=HANDLERS[kind])
+    q = make_queue()
+    worker(CONCURRENCY=5, JOB_HANDLER=HANDLERS[kind])
     q.enqueue([f"sleep-1-{n}" for n in range(10)])
     wait_until(lambda: q.stats()["done"] == 10, 60, "ten jobs done")
     assert execlog.most_at_once() == 5
     assert set(execlog.starts().values()) == {1} and len(execlog.starts()) == 10
-    q.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["threads", "async"])
 def test_a_hung_job_times_out_and_the_rest_of_its_claim_carries_on(
-    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, redis_url: str, queue_name: str, *, kind: str
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue], *, kind: str
 ) -> None:
-    q = Queue.from_url(redis_url, name=queue_name)
+    q = make_queue()
     q.enqueue(["spin-1"])
     w = worker(
-        procs,
-        tmp_path,
-        execlog,
-        redis_url,
-        queue_name,
-        name="w",
         CONCURRENCY=2,
         CLAIM_BATCH=10,
         JOB_TIMEOUT_SECONDS=1,
@@ -79,40 +76,36 @@ def test_a_hung_job_times_out_and_the_rest_of_its_claim_carries_on(
     assert w.metric("setqueue_job_timeouts_total") == 1
     assert w.metric("setqueue_worker_zombie_threads") == 0  # the timeout landed: the slot is back
     assert w.alive()
-    q.close()
 
 
 @pytest.mark.slow
 def test_unstarted_jobs_are_handed_back_rather_than_wait_behind_a_hung_one(
-    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, redis_url: str, queue_name: str
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue]
 ) -> None:
-    q = Queue.from_url(redis_url, name=queue_name)
-    # One slot, no timeout, a lease of 3 s: jobs may wait for a slot at most 1 s (a third of it).
+    q = make_queue()
+    # One slot, no timeout, a 3 s lease: a job may wait for a slot a third of it.
     settings = {"CONCURRENCY": 1, "CLAIM_BATCH": 10, "LEASE_SECONDS": 3, "JOB_TIMEOUT_SECONDS": 0}
-    busy = worker(procs, tmp_path, execlog, redis_url, queue_name, name="busy", **settings)
+    busy = worker(name="busy", **settings)
     q.enqueue(["stuck-1"])
     wait_until(lambda: execlog.starts()["stuck-1"] == 1, 30, "the stuck job to start")
     others = [f"quick-{n}" for n in range(9)]
     q.enqueue(others)  # the busy worker prefetches them behind its stuck job
-    idle = worker(procs, tmp_path, execlog, redis_url, queue_name, name="idle", **settings)
+    idle = worker(name="idle", **settings)
     wait_until(lambda: q.stats()["done"] == 9, 30, "the other jobs done")
     idle_pid = idle.process.pid
     assert all(execlog.pids(i) == {idle_pid} and execlog.starts()[i] == 1 for i in others)
     assert execlog.starts()["stuck-1"] == 1
     assert q.stats()["in_progress"] == 1  # the stuck job, still held by its worker
     assert busy.alive() and idle.alive()
-    q.close()
 
 
 @pytest.mark.slow
 def test_zombie_slots_stop_the_worker_with_nothing_lost(
-    procs: list[Proc], tmp_path: Path, execlog: ExecutionLog, redis_url: str, queue_name: str
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue]
 ) -> None:
-    q = Queue.from_url(redis_url, name=queue_name)
+    q = make_queue()
     q.enqueue(["stuck-1"])
-    w = worker(
-        procs, tmp_path, execlog, redis_url, queue_name, name="w", CONCURRENCY=1, CLAIM_BATCH=5, JOB_TIMEOUT_SECONDS=0.5
-    )
+    w = worker(CONCURRENCY=1, CLAIM_BATCH=5, JOB_TIMEOUT_SECONDS=0.5)
     wait_until(lambda: execlog.starts()["stuck-1"] == 1, 30, "the stuck job to start")
     q.enqueue([f"sleep-0.01-{n}" for n in range(4)])
     assert w.wait(30) == 4, w.log()
@@ -121,39 +114,31 @@ def test_zombie_slots_stop_the_worker_with_nothing_lost(
     assert stats["in_progress"] == 0 and stats["done"] + stats["todos"] + stats["scheduled"] == 5, stats
     info = q.inspect("stuck-1")  # failed with reason timeout: retried after the backoff
     assert info is not None and info.state == "scheduled" and (info.error or "").startswith("timeout")
-    q.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["threads", "async"])
 def test_sigterm_never_runs_a_finished_job_again(
-    procs: list[Proc],
-    tmp_path: Path,
-    execlog: ExecutionLog,
-    redis_url: str,
-    queue_name: str,
-    *,
-    kind: str,
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue], *, kind: str
 ) -> None:
-    q = Queue.from_url(redis_url, name=queue_name)
+    q = make_queue()
     jobs = [f"sleep-0.3-{n}" for n in range(30)]
     q.enqueue(jobs)
     settings: dict[str, Any] = {"CLAIM_BATCH": 5, "CONCURRENCY": 5, "JOB_HANDLER": HANDLERS[kind]}
     settings["SHUTDOWN_GRACE_SECONDS"] = 0.2
-    first = worker(procs, tmp_path, execlog, redis_url, queue_name, name="first", **settings)
+    first = worker(name="first", **settings)
     wait_until(lambda: sum(execlog.ends().values()) >= 7, 30, "some jobs finished")
     signalled = time.time()
     first.signal(signal.SIGTERM)
     assert first.wait(30) == 0, first.log()
     assert q.stats()["in_progress"] == 0
-    # Jobs that finished before the grace could end were acked (some were finished but not yet
-    # acked when the signal came): never run again. A job still running when the grace ended is
-    # handed back and runs again, even if it returned while the worker was exiting.
+    # Jobs finished before the grace ended were acked, even those unacked at the signal: never run
+    # again. One still running then is handed back and runs again, even if it returned while exiting.
     grace_over = signalled + 0.2
     finished = {i for event, i, _, at in execlog.events() if event == "end" and at < grace_over}
     assert len(finished) >= 7
     settings["SHUTDOWN_GRACE_SECONDS"] = 20
-    worker(procs, tmp_path, execlog, redis_url, queue_name, name="second", **settings)
+    worker(name="second", **settings)
     wait_until(lambda: q.stats()["done"] == 30, 60, "every job done")
     starts = execlog.starts()
     assert all(starts[i] == 1 for i in finished), {i: starts[i] for i in finished if starts[i] != 1}

@@ -1,6 +1,5 @@
-"""Several named queues served as one (setqueue.group.QueueGroup), against a real redis-server: the
-documented selection rule (strict priority in list order), each lease naming its queue, and every
-call reaching the queue a lease came from."""
+"""Several queues served as one (QueueGroup): strict priority in list order, each lease naming its
+queue, every call reaching the queue of its lease."""
 
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ def test_strict_priority_in_list_order(two: QueueGroup) -> None:
     urgent, bulk = two.members
     bulk.enqueue([f"b{n}" for n in range(5)])
     urgent.enqueue(["u0", "u1"])
-    # The first queue's jobs first; the rest of the claim from the next one.
     assert [(lease.id, lease.queue) for lease in two.claim(3)] == [
         ("u0", urgent.name),
         ("u1", urgent.name),
@@ -94,25 +92,17 @@ def test_a_group_needs_two_different_queues(redis_url: str, queue_name: str, nam
 def test_one_worker_serves_two_queues_first_things_first(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
-    """QUEUE_NAME=<urgent>,<bulk>: the real worker runs every urgent job before any bulk one, and
-    the handler sees each job's queue."""
+    """QUEUE_NAME=<urgent>,<bulk>: every urgent job runs before any bulk one."""
     execlog = ExecutionLog(tmp_path / "executions.log")
     urgent, bulk = f"{queue_name}-urgent", f"{queue_name}-bulk"
     group = open_queue(redis_url, [urgent, bulk])
     assert isinstance(group, QueueGroup)
     group.member(bulk).enqueue([f"b{n}" for n in range(10)])  # queued first, served last
     group.member(urgent).enqueue([f"u{n}" for n in range(5)])
+    logged = {"EXEC_LOG": str(execlog.path), "JOB_HANDLER": "tests.support.jobs:handle"}
+    queues = f"{urgent},{bulk}"
     procs.append(
-        Proc.start(
-            "worker",
-            tmp_path,
-            REDIS_URL=redis_url,
-            QUEUE_NAME=f"{urgent},{bulk}",
-            EXEC_LOG=str(execlog.path),
-            JOB_HANDLER="tests.support.jobs:handle",
-            CONCURRENCY=1,
-            CLAIM_BATCH=2,
-        )
+        Proc.start("worker", tmp_path, REDIS_URL=redis_url, QUEUE_NAME=queues, CONCURRENCY=1, CLAIM_BATCH=2, **logged)
     )
     wait_until(lambda: group.stats()["done"] == 15, 60, "every job done")
     started = [job_id for event, job_id, _, _ in execlog.events() if event == "start"]
@@ -131,17 +121,8 @@ def test_workers_and_a_cleaner_drain_a_sharded_queue_once_each(
     sharded.enqueue(ids)
     assert all(s["todos"] > 50 for s in sharded.stats()["shards"])
     settings: dict[str, Any] = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "QUEUE_SHARDS": 4}
-    for n in range(2):
-        procs.append(
-            Proc.start(
-                "worker",
-                tmp_path,
-                name=f"w{n}",
-                EXEC_LOG=str(execlog.path),
-                JOB_HANDLER="tests.support.jobs:handle",
-                **settings,
-            )
-        )
+    logged = {"EXEC_LOG": str(execlog.path), "JOB_HANDLER": "tests.support.jobs:handle"}
+    procs += [Proc.start("worker", tmp_path, name=f"w{n}", **logged, **settings) for n in range(2)]
     procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.2, **settings))
     wait_until(lambda: sharded.stats()["done"] == 400, 60, "every job done")
     assert execlog.starts() == dict.fromkeys(ids, 1)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +12,8 @@ import pytest
 from setqueue import Queue
 from setqueue.runtime.cli import main
 from setqueue.runtime.settings import SETTINGS
-from tests.support import REPO_ROOT, RedisServer
-from tests.support.procs import base_env
+from tests.support import RedisServer
+from tests.support.procs import run_to_exit
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +120,7 @@ def test_redis_refusing_the_settings_at_start_is_one_line_exit_3(
     locked_redis: RedisServer, service: str, credentials: str, db: int, says: str
 ) -> None:
     url = f"redis://{credentials}127.0.0.1:{locked_redis.port}/{db}"
-    env = base_env(REDIS_URL=url, QUEUE_NAME="refused", METRICS_PORT=0, CREATE_TOTAL=1)
-    result = subprocess.run(
-        [sys.executable, "-m", service], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_to_exit(service, {"REDIS_URL": url, "QUEUE_NAME": "refused", "CREATE_TOTAL": 1})
     assert result.returncode == 3, result.stderr
     lines = [line for line in result.stderr.splitlines() if "refused us" in line]
     assert len(lines) == 1 and says in lines[0] and "wrong" not in lines[0] and "right" not in lines[0]

@@ -24,16 +24,15 @@ from setqueue.runtime.settings import (
 from tests.support import REPO_ROOT
 
 SERVICES = ("worker", "creator", "cleaner")
-# The console: a service folder too, but a web app (Starlette) rather than a Service main loop.
+# The console is a service folder too, but a Starlette app rather than a Service loop.
 FOLDERS = (*SERVICES, "console")
 LIBRARY = REPO_ROOT / "shared" / "setqueue"
-# What a library user must not pay for: the services' runtime, its HTTP server, metrics and cron,
-# the console's web framework, and OpenTelemetry's glue.
+# What a library user must not pay for.
 HEAVY = (
     *("prometheus_client", "http.server", "croniter", "setqueue.runtime", *FOLDERS),
     *("starlette", "jinja2", "uvicorn", "setqueue.otel", "setqueue.otel_context"),
 )
-# The OpenTelemetry glue (extra setqueue[otel]): loaded only when installed, and only then tested alone.
+# The OpenTelemetry glue (setqueue[otel]), tested alone.
 GLUE = ("setqueue.otel", "setqueue.otel_context")
 # The kinds of queue: only the factory may tell them apart (everyone else uses setqueue.JobQueue).
 QUEUE_KINDS = {"Queue", "ShardedQueue", "QueueGroup", "CompositeQueue", "JobQueue"}
@@ -47,7 +46,7 @@ def modules_loaded_by(statement: str) -> list[str]:
 
 
 def first_party_imports(path: Path) -> set[str]:
-    """Modules of this project that ``path`` imports (setqueue.x, worker.x, ...)."""
+    """This project's modules that ``path`` imports."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -58,7 +57,6 @@ def first_party_imports(path: Path) -> set[str]:
 
 
 def module_files() -> dict[str, Path]:
-    """Every module of the library and the services, by its dotted name."""
     files: dict[str, Path] = {}
     for path in LIBRARY.rglob("*.py"):
         parts = ("setqueue", *path.relative_to(LIBRARY).with_suffix("").parts)
@@ -70,7 +68,7 @@ def module_files() -> dict[str, Path]:
 
 
 def core_modules() -> list[str]:
-    """The queue core: the library without its runtime (and without ``python -m setqueue``)."""
+    """The library without its runtime and ``python -m setqueue``."""
     return sorted(
         m
         for m in module_files()
@@ -125,8 +123,7 @@ def test_only_the_factory_tells_the_kinds_of_queue_apart() -> None:
 
 
 def library_floors() -> dict[str, int]:
-    """Each library module's floor: 1 when it imports no other module of the library, else one
-    above the highest it imports (the package's front door, imported by every submodule, aside)."""
+    """Each library module's floor: 1 above the highest it imports (the package's __init__ aside)."""
     files = {m: p for m, p in module_files().items() if m.startswith("setqueue")}
     graph = {
         m: {i for i in first_party_imports(p) if i in files and i not in (m, "setqueue")} for m, p in files.items()

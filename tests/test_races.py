@@ -29,10 +29,8 @@ def actor(*args: str) -> subprocess.Popen[str]:
 def test_no_cleaner_can_run_between_claim_and_lock(
     redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
 ) -> None:
-    """In the seed design a cleaner that ran after SMOVE and before SETEX saw an in_progress id
-    with no lock and requeued a job a worker had just claimed. Here claim moves and locks in one
-    script: two processes sweep as fast as they can while we claim 2,000 jobs one by one, and
-    not a single live claim is requeued."""
+    """A cleaner between SMOVE and SETEX once requeued a just-claimed job; claim now moves and locks in
+    one script: two processes sweep flat out while 2,000 jobs are claimed one by one, none requeued."""
     q = make_queue(lease_seconds=60)
     q.enqueue([f"j{i}" for i in range(2000)])
     sweepers = [actor("sweep", redis_url, queue_name, "4") for _ in range(2)]
@@ -137,8 +135,8 @@ def test_concurrent_cleaners_requeue_each_id_once(
 def test_after_release_and_reclaim_the_first_lease_stays_stale(
     make_queue: Callable[..., Queue], client: redis.Redis
 ) -> None:
-    """Found by the property test: release gives an attempt back, so the attempt count cannot tell
-    two claims apart. Ownership after lock expiry is by the owner's token instead."""
+    """Release gives an attempt back, so the attempt count cannot tell two claims apart: after lock
+    expiry, ownership is by the owner's token."""
     q = make_queue()
     q.enqueue(["a"])
     [first] = q.claim()

@@ -1,7 +1,5 @@
-"""The README's newcomer path, run as it stands: its handler module and its shell lines (a worker, a
-cleaner, push, result, inspect, stats) against a real redis-server, in a fresh directory. The
-install line is what `scripts/test` did already (the project is installed in this venv); the
-Python enqueue example runs too, its Redis URL pointed at the test's."""
+"""The README's newcomer path as written: its handler module and shell lines in a fresh directory (the
+install line is what `scripts/test` did), and its enqueue example pointed at the test's Redis."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", SECTION, re.S)
 
 
 def block(language: str, starting: str) -> str:
-    """The section's code block in ``language`` whose text starts with ``starting``."""
     [found] = [text for lang, text in BLOCKS if lang == language and text.lstrip().startswith(starting)]
     return str(found)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -60,23 +61,12 @@ def test_a_record_of_another_version_is_skipped(client: redis.Redis, queue_name:
 
 
 def test_a_worker_registers_what_it_holds_and_leaves_on_sigterm(
-    tmp_path: Path, procs: list[Proc], redis_url: str, client: redis.Redis, queue_name: str
+    start_worker: Callable[..., Proc], redis_url: str, client: redis.Redis, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue(["sleep-30-1", "sleep-30-2", "sleep-30-3"])
-    worker = Proc.start(
-        "worker",
-        tmp_path,
-        REDIS_URL=redis_url,
-        QUEUE_NAME=queue_name,
-        JOB_HANDLER="tests.support.jobs:handle",
-        EXEC_LOG=str(tmp_path / "exec.log"),
-        CONCURRENCY=2,
-        CLAIM_BATCH=3,
-        WORKER_HEARTBEAT_SECONDS=0.2,
-        SHUTDOWN_GRACE_SECONDS=0,
-    )
-    procs.append(worker)
+    settings = {"CONCURRENCY": 2, "CLAIM_BATCH": 3, "WORKER_HEARTBEAT_SECONDS": 0.2, "SHUTDOWN_GRACE_SECONDS": 0}
+    worker = start_worker(queue_name, **settings)
 
     def busy() -> WorkerRecord | None:
         found = live_workers(client, queue_name)

@@ -1,6 +1,5 @@
-"""redis-py resends a command after a connection error. A resent claim, ack or fail must not apply
-twice: a real TCP proxy between client and Redis lets the script run, then cuts the connection
-before the reply arrives, exactly what a network blip does."""
+"""redis-py resends a command after a connection error: a resent claim, ack or fail must not apply
+twice. A TCP proxy lets the script run, then cuts the connection before the reply, as a blip does."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ from tests.support import RedisServer
 
 
 class ReplyDroppingProxy:
-    """Forwards TCP to Redis. Once armed, it lets the next EVALSHA reach Redis, swallows the
-    reply and closes the client's connection (once)."""
+    """Forwards TCP to Redis; once armed, lets the next EVALSHA through, swallows its reply and closes
+    the client's connection."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
@@ -85,7 +84,7 @@ def proxy(redis_server: RedisServer) -> Iterator[ReplyDroppingProxy]:
 
 @pytest.fixture
 def flaky_queue(proxy: ReplyDroppingProxy, queue_name: str) -> Iterator[Queue]:
-    """A queue whose client goes through the proxy, with redis-py's default retry on."""
+    """Through the proxy, with redis-py's default retry."""
     q = Queue.from_url(f"redis://127.0.0.1:{proxy.port}/0", name=queue_name, max_attempts=3, retry_backoff_seconds=0)
     yield q
     q.close()
@@ -136,13 +135,13 @@ def test_a_resent_enqueue_reports_the_ids_it_added(flaky_queue: Queue, queue: Qu
     assert queue.stats()["todos"] == 3
 
 
-# -- a retry by the caller, after redis-py gave up: the same request id ----------------------------
+# -- a retry by the caller, after redis-py gave up: the same request id
 
 
 @pytest.fixture
 def unretried_queue(proxy: ReplyDroppingProxy, queue_name: str) -> Iterator[Queue]:
-    """A queue through the proxy whose client does not resend: a lost reply is the caller's
-    ConnectionError, as when an outage outlasts redis-py's own resends and the service retries."""
+    """Through the proxy, without resends: a lost reply is the caller's ConnectionError, as when an
+    outage outlasts redis-py's resends and the service retries."""
     client = redis.Redis(port=proxy.port, decode_responses=True, retry=Retry(NoBackoff(), 0))
     q = Queue(client, queue_name, max_attempts=3, retry_backoff_seconds=0)
     yield q

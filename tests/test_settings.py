@@ -97,7 +97,7 @@ def run_service(module: str, env: dict[str, str]) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="module")
 def outcomes(redis_server: RedisServer) -> dict[tuple[str, str, str], tuple[str, subprocess.CompletedProcess[str]]]:
-    """Every case run once, a few processes at a time (each is a Python start-up and nothing more)."""
+    """Every case run once, four processes at a time."""
 
     def one(case: tuple[str, str, str]) -> tuple[str, subprocess.CompletedProcess[str]]:
         service, name, value = case
@@ -139,8 +139,7 @@ def test_metrics_port_in_use_exits_2(redis_url: str, queue_name: str, client: re
 
 @pytest.mark.parametrize("settings_cls", [CreatorSettings, WorkerSettings, CleanerSettings])
 def test_defaults_are_valid(settings_cls: type[CreatorSettings]) -> None:
-    # A worker's one setting without a default: which function runs the jobs.
-    settings = settings_cls.from_env({"JOB_HANDLER": DEMO_HANDLER})
+    settings = settings_cls.from_env({"JOB_HANDLER": DEMO_HANDLER})  # the one setting without a default
     assert settings.metrics_port == 8000 and settings.queue_name == "default"
 
 

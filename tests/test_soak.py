@@ -1,6 +1,5 @@
-"""The soak run, short: the services at a steady rate for a minute and a half with a short retention
-and request TTL, every key family of the queue flat after the warm-up (``scripts/soak`` runs the
-long one, docs/soak.md). And the verdict itself: a family that grows is caught."""
+"""The soak run, short: 90 s at a steady rate, every key family flat after the warm-up (``scripts/soak``
+runs the long one, docs/soak.md); and the verdict catches a family that grows."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""TLS on the wire: the library, the services and the command against a real redis-server that speaks
-only TLS, with a CA the test makes (openssl) and the server's certificate verified; and each way it
-goes wrong (a CA that did not sign the server's certificate, a redis:// URL to the TLS port, a
-certificate that expired, a rediss:// URL to a plain port) is one line and exit code 3, never a
-wait for a Redis that will not let us in. A TLS file that does not fit is a bad setting (exit 2)."""
+"""TLS: the library, services and CLI against a TLS-only redis-server whose certificate is verified
+against a CA made here. Each way it goes wrong (wrong CA, redis:// to the TLS port, an expired
+certificate, rediss:// to a plain port) is one line and exit 3, never a wait; a TLS file that does
+not fit is a bad setting (exit 2)."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def tls_server(pki: Pki) -> Iterator[TlsRedisServer]:
 
 @pytest.fixture(scope="module")
 def mutual_server(pki: Pki) -> Iterator[TlsRedisServer]:
-    """A Redis that asks every client for a certificate signed by the CA."""
+    """Asks every client for a certificate signed by the CA."""
     server = TlsRedisServer(pki, client_certs="yes").start()
     yield server
     server.cleanup()
@@ -68,7 +67,7 @@ def cli(
 
 
 def run_service(module: str, env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
-    """A service that must stop on its own: (exit code, the lines it wrote that name it)."""
+    """A service that must stop on its own: (exit code, its lines naming it)."""
     done = run_to_exit(module, env, timeout)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, [line for line in done.stderr.splitlines() if line.startswith(f"setqueue-{module}:")]
@@ -171,8 +170,8 @@ def test_a_redis_that_asks_for_a_client_certificate_says_so(
 
 
 def test_a_rediss_url_to_a_plain_redis_is_found_out(redis_server: RedisServer) -> None:
-    """A TLS handshake with a plain Redis hangs until the connect timeout (for every resend, which is
-    minutes): what the timeout then means is found by asking the port in plain text."""
+    """A TLS handshake with a plain Redis hangs until the connect timeout (minutes, with resends): the
+    port is then asked in plain text what the timeout means."""
     url = f"rediss://localhost:{redis_server.port}/0"
     said = tls_refusal(redis.TimeoutError("Timeout connecting to server"), url)
     assert said is not None and "does not speak TLS: use a redis:// URL" in said
