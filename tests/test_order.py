@@ -1,6 +1,5 @@
-"""The claim order, against a real redis-server: the highest priority first, and within a priority
-first in, first out; where retried, released, swept and scheduled jobs join the line; priorities
-through the API and the CLI."""
+"""The claim order: highest priority first, then first in, first out; where retried, released, swept
+and scheduled jobs join the line; priorities through the API and the CLI."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def claim_all(q: Queue, batch: int) -> list[str]:
 
 
 def test_one_claimer_takes_a_thousand_jobs_in_the_order_they_were_pushed(queue: Queue) -> None:
-    # Random ids, so neither their names nor their hashes can be what orders them; pushed in calls
-    # of uneven sizes, several in the same millisecond.
+    # Random ids, so neither names nor hashes order them; uneven pushes, several in one millisecond.
     ids = [uuid.uuid4().hex for _ in range(1000)]
     start = 0
     for size in (1, 7, 500, 42, 450):
@@ -171,17 +169,8 @@ def test_the_cli_pushes_with_a_priority_in_the_order_given(
 
 
 def logged_worker(tmp_path: Path, execlog: ExecutionLog, url: str, queue: str, name: str, **settings: int) -> Proc:
-    """A real worker whose handler logs each run (tests/support/jobs.py)."""
-    return Proc.start(
-        "worker",
-        tmp_path,
-        name=name,
-        REDIS_URL=url,
-        QUEUE_NAME=queue,
-        EXEC_LOG=str(execlog.path),
-        JOB_HANDLER="tests.support.jobs:handle",
-        **settings,
-    )
+    env = {"REDIS_URL": url, "QUEUE_NAME": queue, "EXEC_LOG": str(execlog.path)}
+    return Proc.start("worker", tmp_path, name=name, JOB_HANDLER="tests.support.jobs:handle", **env, **settings)
 
 
 @pytest.mark.slow
@@ -205,12 +194,10 @@ def test_one_worker_runs_a_thousand_jobs_in_the_order_they_were_pushed(
 def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
-    """Three workers drain a backlog while new jobs keep coming. First in, first out means a job
-    waits only for what was queued ahead of it, which is never more than the initial backlog: so no
-    job waits longer than that backlog took to drain. And no job is overtaken by more jobs pushed
-    after it than the workers hold at once (their slots and prefetched claims): with a random draw
-    the first newcomers overtake hundreds. Waits are measured from the handler's side: from the
-    push, as this test timed it, to the start, as the handler logged it."""
+    """Three workers drain a backlog while new jobs keep coming. FIFO: a job waits only for what was
+    queued ahead of it, never more than the initial backlog, so no newcomer waits longer than that
+    backlog took to drain; and none is overtaken by more than the workers hold at once (a random draw
+    would let hundreds overtake). Waits run from the push, timed here, to the handler's start."""
     execlog = ExecutionLog(tmp_path / "executions.log")
     q = Queue.from_url(redis_url, name=queue_name)
     backlog = [f"sleep-0.01-b{n}" for n in range(600)]
@@ -218,7 +205,7 @@ def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
     q.enqueue(backlog)
     for n in range(3):
         procs.append(logged_worker(tmp_path, execlog, redis_url, queue_name, f"w{n}", CONCURRENCY=2, CLAIM_BATCH=10))
-    # Newcomers at a steady pace until the backlog is gone (and a little after).
+    # Newcomers at a steady pace until the backlog is gone, and a little after.
     deadline = time.monotonic() + 120
     n = 0
     while q.stats()["todos"] > 0 or n < 50:
@@ -227,7 +214,7 @@ def test_no_job_waits_longer_than_the_backlog_ahead_of_it_takes_to_drain(
         pushed_at[job_id] = time.time()
         q.enqueue([job_id])
         n += 1
-        time.sleep(0.02)  # the inflow: a job every 20 ms while the backlog drains (a load, not a wait)
+        time.sleep(0.02)  # the inflow's pace (a load, not a wait)
     wait_until(lambda: q.stats()["done"] == len(pushed_at), 60, "every job done")
     started = {job_id: at for event, job_id, _, at in execlog.events() if event == "start"}
     assert set(started) == set(pushed_at) and set(execlog.starts().values()) == {1}
