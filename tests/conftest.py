@@ -16,7 +16,7 @@ from tests.support.procs import Proc
 
 @pytest.fixture
 def procs() -> Iterator[list[Proc]]:
-    """Service processes a test starts (tests.support.procs.Proc); killed when it ends."""
+    """Service processes a test starts; killed when it ends."""
     started: list[Proc] = []
     yield started
     for p in started:
@@ -35,8 +35,7 @@ def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable
 
 @pytest.fixture
 def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
-    """A real worker process running tests.support.jobs:handle (its runs logged in exec.log), beating
-    every 0.5 s in the registry of live workers (the console's tests watch one drop off)."""
+    """A worker running tests.support.jobs:handle (logged in exec.log), beating every 0.5 s."""
 
     def start(queue_name: str, **settings: object) -> Proc:
         settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
@@ -66,7 +65,6 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.fixture
 def queue_name() -> str:
-    """Each test its own queue, so its own key prefix setqueue:{<name>}:."""
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
@@ -82,8 +80,7 @@ def make_queue(redis_url: str, queue_name: str) -> Iterator[Callable[..., Queue]
     made: list[Queue] = []
 
     def make(**options: Any) -> Queue:
-        # Retries go straight back to todos unless a test asks for backoff: most tests are about
-        # what happens next, not about waiting for it.
+        # No retry backoff unless asked: most tests are about what happens next, not waiting for it.
         options.setdefault("retry_backoff_seconds", 0)
         q = Queue.from_url(redis_url, name=queue_name, **options)
         made.append(q)

@@ -1,6 +1,5 @@
-"""A real Redis Cluster (3 masters, 3 replicas, redis-server processes): a REDIS_URL naming any of
-its nodes works for the library, the CLI and the services, and the services ride out a master's
-death. A queue lives in one slot (hash tag {Q}) and every script gets its keys in KEYS."""
+"""A real Redis Cluster (3 masters, 3 replicas): a URL of any node works for the library, the CLI and
+the services, which ride out a master's death. A queue lives in one slot; scripts get keys in KEYS."""
 
 from __future__ import annotations
 
@@ -44,27 +43,22 @@ def cluster() -> Iterator[RedisClusterNodes]:
 
 
 def keys_by_master(cluster: RedisClusterNodes, prefix: str) -> dict[int, int]:
-    """master port -> how many keys starting with ``prefix`` it holds (asked of each master)."""
     found = {}
     for master in cluster.topology():
-        client = cluster.client(master)
-        try:
+        with cluster.client(master) as client:
             found[master] = sum(1 for _ in client.scan_iter(match=prefix + "*"))
-        finally:
-            client.close()
     return found
 
 
 def exercise_the_whole_api(q: Queue, other: Queue) -> None:
-    """Every call of the API, checked, on ``q``; ``other`` is the same queue through another node."""
-    # An idle worker's wait: BLPOP on the wake-up list, woken by an enqueue through another node.
+    """Every call of the API on ``q``; ``other`` is the same queue through another node."""
+    # An idle worker's BLPOP, woken by an enqueue through another node.
     assert not q.wait_for_work(0.05)
     threading.Timer(0.2, lambda: other.enqueue(["wake"])).start()
     started = time.monotonic()
     assert q.wait_for_work(10)
     assert time.monotonic() - started < 5
     assert q.delete("wake") == "todos"
-    # Payloads, priorities, the line's order.
     assert q.enqueue({"a": "pa", "b": "pb", "c": "pc"}) == 3
     assert q.enqueue(["urgent"], priority=5) == 1
     assert q.enqueue(["a"]) == 0  # known
@@ -75,7 +69,7 @@ def exercise_the_whole_api(q: Queue, other: Queue) -> None:
     assert q.renew(leases["a"]) and q.renew_many([leases["b"], leases["c"]]) == [True, True]
     assert q.ack(leases["a"]) and q.ack_many([leases["urgent"]])[0].acked
     assert q.fail(leases["b"], "boom", retry=False) is FailOutcome.DEAD
-    wait_until_leases_expire(q, [leases["c"]])  # c's lease (0.2 s) runs out: the sweep puts it back
+    wait_until_leases_expire(q, [leases["c"]])
     assert q.sweep().requeued == ["c"]
     done, failed = q.inspect("a"), q.inspect("b")  # a MULTI/EXEC pipeline on the queue's node
     assert done is not None and (done.state, done.attempts) == ("done", 1)
@@ -86,7 +80,7 @@ def exercise_the_whole_api(q: Queue, other: Queue) -> None:
     assert (stats["todos"], stats["done"], stats["failed"], stats["in_progress"]) == (2, 2, 0, 0)
     assert q.delete("b") == "todos"
     assert q.inspect("b") is None
-    # The fifth state: a delayed job, a delayed retry, a due job promoted by a claim.
+    # Scheduled: a delayed job, a delayed retry, a due job promoted by a claim.
     assert q.enqueue(["later"], delay=0.2) == 1 and q.stats()["scheduled"] == 1
     assert q.delete("c") == "todos"
     q.enqueue(["r"])
@@ -99,9 +93,8 @@ def exercise_the_whole_api(q: Queue, other: Queue) -> None:
 
 
 def test_the_whole_api_through_any_node_with_queues_on_every_master(cluster: RedisClusterNodes) -> None:
-    """Queue.from_url of one node finds out it is a cluster node and runs each queue on the master
-    of its slot: three queues on the three masters, each reached through a node that is not its
-    master (another master, or a replica)."""
+    """Queue.from_url of a node finds the cluster; each queue runs on its slot's master, reached
+    through another master's replica."""
     by_master = cluster.queues_on_each_master("api")
     topology = cluster.topology()
     assert len(by_master) == 3
@@ -156,7 +149,7 @@ def test_the_cli_through_a_node_that_does_not_hold_the_queue(
 def test_a_cluster_url_with_a_database_is_one_line_exit_2_and_writes_nothing(
     cluster: RedisClusterNodes, capsys: pytest.CaptureFixture[str], procs: list[Proc], tmp_path: Path
 ) -> None:
-    """A cluster has only database 0; which URL names a cluster node only Redis can tell."""
+    """A cluster has only database 0 (which URL names a cluster node only Redis can tell)."""
     url = cluster.url().removesuffix("/0") + "/3"
     name = "with-a-db"
     assert cli_main(["--redis-url", url, "--queue", name, "push", "x"], out=io.StringIO()) == 2
@@ -165,7 +158,7 @@ def test_a_cluster_url_with_a_database_is_one_line_exit_2_and_writes_nothing(
     assert len(lines) == 2 and all(line.startswith("setqueue: invalid --redis-url / REDIS_URL: ") for line in lines)
     assert "only database 0" in lines[0]
     q = Queue.from_url(url, name)
-    with pytest.raises(OptionError, match=r"url: .*only database 0"):  # the library names its parameter
+    with pytest.raises(OptionError, match=r"url: .*only database 0"):
         q.enqueue(["x"])
     with pytest.raises(OptionError, match="url: "):  # every call, not only the first
         q.stats()
@@ -201,6 +194,22 @@ def members(q: Queue, state: str) -> set[str]:
     return set(q.redis.smembers(getattr(q.keys, state)))  # type: ignore[arg-type]
 
 
+def start_services(
+    procs: list[Proc],
+    tmp_path: Path,
+    settings: dict[str, Any],
+    sweep: float,
+    worker: dict[str, Any] | None = None,
+    **creator: Any,
+) -> Proc:
+    """A cleaner, two workers and a creator; returns the creator."""
+    procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=sweep, **settings))
+    for n in range(2):
+        procs.append(Proc.start("worker", tmp_path, name=f"worker-{n}", CONCURRENCY=4, **(worker or {}), **settings))
+    procs.append(Proc.start("creator", tmp_path, **creator, **settings))
+    return procs[-1]
+
+
 @pytest.mark.slow
 def test_the_services_drain_a_queue_through_a_replica_each_job_once(
     cluster: RedisClusterNodes, procs: list[Proc], tmp_path: Path
@@ -212,11 +221,9 @@ def test_the_services_drain_a_queue_through_a_replica_each_job_once(
     settings = service_settings(cluster.url(entry), name, tmp_path / "exec.log", LEASE_SECONDS=5)
     q = Queue.from_url(cluster.url(entry), name)
     try:
-        procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.5, **settings))
-        for n in range(2):
-            procs.append(Proc.start("worker", tmp_path, name=f"worker-{n}", CONCURRENCY=4, **settings))
-        creator = Proc.start("creator", tmp_path, CREATE_TOTAL=total, CREATE_RATE=0, CREATE_ID_PREFIX="job", **settings)
-        procs.append(creator)
+        creator = start_services(
+            procs, tmp_path, settings, 0.5, CREATE_TOTAL=total, CREATE_RATE=0, CREATE_ID_PREFIX="job"
+        )
         wait_until(lambda: q.stats()["done"] == total, 60, f"{total} jobs done")
         assert creator.wait(30) == 0
         assert members(q, "done") == {f"job-{n}" for n in range(1, total + 1)}
@@ -233,16 +240,12 @@ def test_the_services_drain_a_queue_through_a_replica_each_job_once(
 def test_a_killed_master_fails_over_and_the_services_drain_everything(
     procs: list[Proc], tmp_path: Path, record_property: Any, wait_replicas: int, cut: bool
 ) -> None:
-    """SIGKILL the master of the queue's slot mid-run: its replica is promoted, the services wait
-    the failover out with their backoff and drain the queue. What the failover costs is measured.
-
-    Redis replicates asynchronously, so writes the master acknowledged but its replica never got are
-    gone after the failover: an enqueue (a job lost), a claim or an ack (a job run twice). ``kill``:
-    the master dies under load (the replica misses at most its last instant). ``cut-then-kill``: the
-    replica gets nothing for 1.5 s before the kill (a replica cut off by the network). With
-    ``WAIT_REPLICAS=1`` a call succeeds only once the replica has its write: nothing is lost and
-    nothing runs twice, either way; writes wait (the services back off) until the killed node is
-    back as the new master's replica."""
+    """SIGKILL the queue's master mid-run: its replica is promoted, the services back off through the
+    failover and drain the queue; what it costs is measured. Replication is asynchronous: writes the
+    replica never got are gone (an enqueue: a job lost; a claim or ack: a job run twice). ``kill``
+    loses at most the last instant, ``cut-then-kill`` 1.5 s of a replica cut off. With
+    ``WAIT_REPLICAS=1`` nothing is lost or run twice either way; writes wait until the killed node
+    is back as the new master's replica."""
     total, prefix = 600, "sleep-0.01"
     cluster = RedisClusterNodes(node_timeout_ms=1000).start()  # a failover in about 2.5 s
     q: Queue | None = None
@@ -253,37 +256,25 @@ def test_a_killed_master_fails_over_and_the_services_drain_everything(
         [replica] = cluster.topology()[master]
         slot = cluster.queue_slot(name)
         log = tmp_path / "exec.log"
-        # Leases outlast the failover (as the default 30 s does): a lease shorter than the outage
-        # runs out before its worker can renew or ack, and its job runs again for that reason alone.
+        # Leases outlast the failover, or jobs would run again for that reason alone.
         settings = service_settings(
-            cluster.url(entry),
-            name,
-            log,
-            LEASE_SECONDS=10,
-            WAIT_REPLICAS=wait_replicas,
-            WAIT_TIMEOUT_SECONDS=0.5,
+            cluster.url(entry), name, log, LEASE_SECONDS=10, WAIT_REPLICAS=wait_replicas, WAIT_TIMEOUT_SECONDS=0.5
         )
         q = Queue.from_url(cluster.url(entry), name)
-        procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.2, **settings))
-        for n in range(2):
-            procs.append(Proc.start("worker", tmp_path, name=f"worker-{n}", CONCURRENCY=4, **settings))
-        creator = Proc.start(
-            "creator", tmp_path, CREATE_TOTAL=total, CREATE_RATE=150, CREATE_ID_PREFIX=prefix, **settings
+        creator = start_services(
+            procs, tmp_path, settings, 0.2, CREATE_TOTAL=total, CREATE_RATE=150, CREATE_ID_PREFIX=prefix
         )
-        procs.append(creator)
         wait_until(lambda: q.stats()["done"] >= total // 4, 60, "a quarter of the jobs done")
         done_before = q.stats()["done"]
-        # The cut lasts until the replica has taken over: a dead process's kernel goes on resending
-        # what it had sent, and would deliver it once the cut ends.
+        # The cut lasts until the failover: the dead master's kernel would resend what it had sent.
         with cluster.replication_cut(master) if cut else contextlib.nullcontext():
             if cut:
-                time.sleep(1.5)  # the fault's length: writes go on that the replica never gets
+                time.sleep(1.5)  # writes go on that the replica never gets
             cluster.kill(master)
             killed_at = time.monotonic()
             assert cluster.wait_failover(master, slot) == replica
             failover_seconds = time.monotonic() - killed_at
-        # The dead master comes back (as a supervisor restarts it), as the new master's replica: until
-        # then the new master has none, and with WAIT_REPLICAS=1 every write waits for it.
+        # Back as the new master's replica; until then WAIT_REPLICAS=1 makes every write wait.
         cluster.restart(master)
         assert creator.wait(90) == 0
 
@@ -315,19 +306,16 @@ def test_a_killed_master_fails_over_and_the_services_drain_everything(
         assert done | failed <= created and not failed
         assert "redis unavailable" in "".join(p.log() for p in workers_and_cleaner)
         if wait_replicas:
-            # Every call a service saw succeed was on the replica that took over.
             assert not lost and not twice and done <= set(runs), figures
         elif cut:
-            # The fault is real: what the master acknowledged during the cut is gone (a creator at
-            # 150 ids/s for 1.5 s), and acks from then are undone (those jobs ran again).
-            assert len(lost) >= 50, figures
+            assert len(lost) >= 50, figures  # the fault is real: 1.5 s of enqueues at 150/s gone
         else:
-            assert len(lost) <= 8, figures  # at most the one enqueue call (150/s: 8 ids) in flight at the kill
-            assert len(twice) <= 2 * (4 + 10), figures  # at most what the two workers held (CONCURRENCY + CLAIM_BATCH)
+            assert len(lost) <= 8, figures  # at most the one enqueue call (150/s: 8 ids) in flight
+            assert len(twice) <= 2 * (4 + 10), figures  # at most what two workers held (CONCURRENCY + CLAIM_BATCH)
     finally:
         if q is not None:
             q.close()
-        for p in procs:  # before their cluster goes
+        for p in procs:  # before the cluster goes
             p.stop()
         cluster.cleanup()
 
@@ -364,8 +352,7 @@ def _calls(text: str, function: str) -> list[list[str]]:
 
 
 class _KeyUses:
-    """Follows the keys through one resolved script: the header's KEYS locals, tables filled with
-    keys, and the parameters of included helpers that are used as keys."""
+    """Follows keys through a resolved script: KEYS locals, tables of keys, helpers' key parameters."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -373,8 +360,7 @@ class _KeyUses:
         self.returns_keys: dict[str, set[int]] = {}  # helper -> positions of returned tables of keys
 
     def key_tables(self, body: str, keys: set[str]) -> set[str]:
-        """Tables in body filled only with keys: by a constructor, by stores, or by a helper."""
-        # A constructor of keys: {a, b} or {name = a, other = b} (a table of named keys, used as t.name).
+        """Tables filled only with keys: by a constructor ({a, b} or {n = a}), by stores, or by a helper."""
         tables = {
             t
             for t, items in re.findall(r"local (\w+) = \{([^}]*)\}", body)
@@ -399,7 +385,7 @@ class _KeyUses:
         )
 
     def check(self, body: str, keys: set[str], where: str) -> set[str]:
-        """Asserts every key use in body; returns the expressions it uses as keys."""
+        """Asserts every key use in body; returns the expressions used as keys."""
         tables = self.key_tables(body, keys)
         used = set()
         for arguments in _calls(body, "redis.call"):
@@ -420,8 +406,7 @@ class _KeyUses:
         return used
 
     def helper(self, helper: str, params: list[str], body: str, header_keys: set[str]) -> None:
-        """A function's keys: its parameters used as keys, or the header's locals it sees (a
-        function of the script itself, defined below the header)."""
+        """A function's keys: its parameters, or the header's locals it sees (defined below them)."""
         used = self.check(body, set(params) | (header_keys - set(params)), f"{self.name}.lua {helper}()")
         self.key_params[helper] = {i for i, p in enumerate(params) if p in used}
         tables = self.key_tables(body, set())
@@ -430,10 +415,8 @@ class _KeyUses:
 
 
 def test_scripts_touch_only_keys_passed_in_keys() -> None:
-    """Every redis.call names its key as KEYS[...], as a local the header binds to a KEYS entry, as
-    an entry of a table filled only with keys (e.g. the claims' locks), or as a parameter of an
-    included helper that every caller passes a key in; every script's header documents KEYS and ARGV.
-    Checked on each script as Redis runs it: with its includes resolved."""
+    """Every redis.call's key is KEYS[...], a local bound to one, an entry of a table of keys, or a
+    helper's parameter every caller passes a key in; headers document KEYS. Includes resolved."""
     for name in NAMES:
         raw = (LUA_DIR / f"{name}.lua").read_text()
         header = "\n".join(line for line in raw.splitlines() if line.startswith("--"))
@@ -453,7 +436,7 @@ def test_scripts_touch_only_keys_passed_in_keys() -> None:
 
 @pytest.fixture
 def hand_built(cluster: RedisClusterNodes) -> Iterator[RedisCluster]:
-    """redis-py's cluster client, made by hand: Queue takes one as it takes a redis.Redis."""
+    """redis-py's cluster client: Queue takes one as it takes a redis.Redis."""
     client = RedisCluster(host="127.0.0.1", port=cluster.ports[0], decode_responses=True)
     yield client
     client.close()
@@ -462,9 +445,8 @@ def hand_built(cluster: RedisClusterNodes) -> Iterator[RedisCluster]:
 def test_every_wrapper_passes_the_keys_its_script_names(
     hand_built: RedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each wrapper, run for real on the cluster, passes as many KEYS as its script's header names:
-    the fixed ones, plus one lock key per claim where the header declares a FIRST_LOCK tail (T of
-    them, T being the first ARGV of the tail). Every key is the queue's, so all in one slot."""
+    """Each wrapper, run on the cluster, passes the KEYS its header names, plus a lock key per claim
+    where it declares a FIRST_LOCK tail (T, the tail's first ARGV); all the queue's, in one slot."""
     q = Queue(hand_built, "contract", lease_seconds=0.5, max_attempts=1)
     calls: list[tuple[str, list[str], list[Any]]] = []
     for script in q._scripts.by_name.values():
@@ -486,7 +468,7 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert [r.acked for r in q.ack_many([first[0], second[0]])] == [True, True]
     assert q.fail(first[1], "boom") is FailOutcome.DEAD
     assert q.release([second[1]]) == [FailOutcome.RELEASED]
-    wait_until_leases_expire(q, leases)  # the locks of both claims expire: first[2] and second[2] are swept
+    wait_until_leases_expire(q, leases)  # first[2] and second[2] are swept
     assert sorted(q.sweep().dead_lettered) == sorted([first[2].id, second[2].id])
     assert q.requeue_failed([first[1].id]) == 1
     (third,) = q.claim(1)
@@ -525,13 +507,12 @@ def test_every_wrapper_passes_the_keys_its_script_names(
             assert len(keys) == len(named) + t, (name, keys, args)
             assert keys[len(named) :] == [q.keys.lock(token) for token in tokens], name
         assert all(key.startswith(q.keys.prefix) for key in keys), (name, keys)
-    # The claim lists were exercised with more than one claim.
-    assert any(
+    assert any(  # the claim lists held more than one claim
         len(keys) > len(CONTRACTS[name].keys) + 1 for name, keys, _ in calls if name in ("renew", "ack", "sweep")
     )
 
 
-# -- one queue over the cluster's masters: shards ------------------------------------------------------
+# -- one queue over the cluster's masters: shards
 
 
 def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -> None:
@@ -546,7 +527,6 @@ def test_a_sharded_queue_spreads_over_every_master(cluster: RedisClusterNodes) -
     for master, stats in zip(cluster.shard_masters(name, 6), q.stats()["shards"], strict=True):
         per_master[master] += stats["todos"]
     assert all(150 <= n <= 250 for n in per_master.values()), per_master  # a fair share of 600 each
-    # The API across the shards, on the cluster.
     leases = q.claim(50)
     assert len(leases) == 50 and {lease.queue for lease in leases} == {name}
     assert all(q.renew_many(leases))
@@ -567,16 +547,15 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
     idle = open_queue(cluster.url(), name, shards=3)
     producer = open_queue(cluster.url(), name, shards=3)
     assert isinstance(idle, ShardedQueue) and isinstance(producer, ShardedQueue)
-    for shard in range(3):  # a wake-up from every shard, each on its own master
+    for shard in range(3):  # a wake-up from every shard's master
         job_id = next(f"w{n}" for n in range(1000) if shard_of(f"w{n}", 3) == shard)
         threading.Timer(0.2, lambda j=job_id: producer.enqueue([j])).start()
         started = time.monotonic()
         assert idle.wait_for_work(10)
         assert time.monotonic() - started < 2
         assert [lease.id for lease in idle.claim(5)] == [job_id]
-    # One BLPOP on the queue's own list, not a poll of the shards' lists (one slot each).
-    assert idle.wake_keys() == [QueueKeys(name).wake]
-    # Jobs claimable again wake an idle worker too: released, retried, requeued by a sweep.
+    assert idle.wake_keys() == [QueueKeys(name).wake]  # one BLPOP, not a poll of the shards' lists
+    # Jobs claimable again wake it too: released, retried, requeued by a sweep.
     producer.enqueue(["again"])
     assert idle.wait_for_work(10)
     [lease] = producer.claim(1)
@@ -596,7 +575,7 @@ def test_an_idle_worker_of_a_sharded_queue_wakes_on_a_cluster(cluster: RedisClus
 
 
 def test_an_idle_worker_of_several_queues_wakes_for_each_on_a_cluster(cluster: RedisClusterNodes) -> None:
-    """Their wake lists are in different slots (on different masters): one BLPOP each, at once."""
+    """Their wake lists are on different masters: one BLPOP each, at once."""
     names = list(cluster.queues_on_each_master("group-wake").values())
     idle = open_queue(cluster.url(), names)
     producers = [Queue.from_url(cluster.url(cluster.ports[-1]), name) for name in names]
@@ -621,17 +600,14 @@ def test_the_services_drain_a_six_shard_queue_each_job_once(
     settings = service_settings(cluster.url(), name, tmp_path / "exec.log", LEASE_SECONDS=10, QUEUE_SHARDS=6)
     q = open_queue(cluster.url(), name, shards=6)
     try:
-        procs.append(Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=1, **settings))
-        creator = Proc.start(
-            "creator", tmp_path, CREATE_TOTAL=total, CREATE_RATE=0, CREATE_BATCH=500, CREATE_ID_PREFIX="j", **settings
-        )
-        procs.append(creator)
-        for n in range(2):
-            procs.append(Proc.start("worker", tmp_path, name=f"worker-{n}", CONCURRENCY=4, CLAIM_BATCH=100, **settings))
+        creator = start_services(
+            procs, tmp_path, settings, 1, {"CLAIM_BATCH": 100}, CREATE_TOTAL=total, CREATE_RATE=0, CREATE_BATCH=500,
+            CREATE_ID_PREFIX="j",
+        )  # fmt: skip
         wait_until(lambda: q.stats()["done"] == total, 240, f"{total} jobs done")
         assert creator.wait(30) == 0
         runs = ExecutionLog(tmp_path / "exec.log").starts()
-        assert len(runs) == total and set(runs.values()) == {1}  # every job once, from the handler's side
+        assert len(runs) == total and set(runs.values()) == {1}
         done_per_shard = [s["done"] for s in q.stats()["shards"]]
         assert all(total / 6 * 0.8 <= n <= total / 6 * 1.2 for n in done_per_shard), done_per_shard
         assert all(p.alive() for p in procs if p is not creator)

@@ -1,7 +1,5 @@
-"""The console over HTTP, as a real process against a real Redis: what its pages show matches the
-queue, bad input gives a clear page and the right status, and no action runs without the token,
-a session and a fresh CSRF token (and then nothing changes). The browser tests
-(tests/test_console_browser.py) drive the same pages in Chromium."""
+"""The console over HTTP, a real process on a real Redis: its pages match the queue, bad input gets a
+clear page and status, and no action runs without the token, a session and a fresh CSRF token."""
 
 from __future__ import annotations
 
@@ -30,10 +28,11 @@ from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until
 
 TOKEN = "console-test-token"
+STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
+FORGED = "0" * 64
 
 
 def state_counts(page: str, queue: str) -> dict[str, int]:
-    """The counts a queues page shows for one queue (its total row)."""
     body = re.search(rf'<tbody class="queue" data-queue="{re.escape(queue)}">(.*?)</tbody>', page, re.S)
     assert body, f"queue {queue} is not on the page"
     cells = re.findall(r'data-state="(\w+)"><a [^>]*>([\d,]+)</a>', body[1])
@@ -45,11 +44,30 @@ def page_ids(page: str) -> list[str]:
 
 
 def without_age(stats: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in stats.items() if k in ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")}
+    return {k: v for k, v in stats.items() if k in STATES}
+
+
+def state_of(queue: Queue, job_id: str) -> str | None:
+    info = queue.inspect(job_id)
+    return None if info is None else info.state
+
+
+def every_page(client: Browserless, path: str, most: int, says: str = "") -> list[str]:
+    """The ids of a state's pages, following rel="next" (a cursor) to the end."""
+    seen: list[str] = []
+    for _ in range(most):
+        answer = client.get(path)
+        assert answer.status == 200 and says in answer.body
+        seen += page_ids(answer.body)
+        following = re.search(r'<a rel="next" href="([^"]+)"', answer.body)
+        if following is None:
+            break
+        path = html.unescape(following[1])
+    return seen
 
 
 def dead_letters(queue: JobQueue, ids: list[str]) -> None:
-    """Make ``ids`` dead letters, each with an error and a traceback."""
+    """With an error and a traceback each."""
     queue.enqueue(ids)
     left = len(ids)
     while left:
@@ -68,7 +86,7 @@ def test_the_queues_page_shows_what_stats_says(
     plain.enqueue([f"a{i}" for i in range(30)])
     plain.enqueue([f"hi{i}" for i in range(6)], priority=7)
     plain.enqueue(["later"], delay=3600)
-    plain.ack(plain.claim(1)[0])  # a priority-7 job
+    plain.ack(plain.claim(1)[0])  # priority 7
     plain.claim(3)
     sharded = open_queue(redis_url, f"{queue_name}-s", shards=3)
     sharded.enqueue([f"s{i}" for i in range(40)])
@@ -78,7 +96,7 @@ def test_the_queues_page_shows_what_stats_says(
     assert state_counts(page.body, queue_name) == without_age(plain.stats())
     assert state_counts(page.body, f"{queue_name}-s") == without_age(sharded.stats())
     assert ">+7: 2<" in page.body  # todos by priority: 6, less 4 claimed
-    # The live part: static/live.js swaps in what its data-live URL returns, the same element.
+    # static/live.js swaps in what the data-live URL returns.
     partial = console.client().get("/?partial=1")
     assert partial.body.startswith('<div id="queues" data-live="/?partial=1">') and "<html" not in partial.body
     assert state_counts(partial.body, queue_name) == without_age(plain.stats())
@@ -101,16 +119,7 @@ def test_pages_of_jobs_follow_the_line_and_the_cursor(
     assert page_ids(client.get(f"/queues/{queue_name}/jobs/todos").body) == ids[:50]
     assert page_ids(client.get(f"/queues/{queue_name}/jobs/todos?page=3").body) == ids[100:]
     # The dead letters through their SSCAN cursor: every one exactly once.
-    seen: list[str] = []
-    path = f"/queues/{queue_name}/jobs/failed"
-    for _ in range(50):
-        answer = client.get(path)
-        assert answer.status == 200
-        seen += page_ids(answer.body)
-        following = re.search(r'<a rel="next" href="([^"]+)"', answer.body)
-        if following is None:
-            break
-        path = html.unescape(following[1])
+    seen = every_page(client, f"/queues/{queue_name}/jobs/failed", 50)
     assert sorted(seen) == sorted(f"dead/{i} &<odd>" for i in range(130))
     job = client.get(f"/queues/{queue_name}/job?id={urllib.parse.quote('dead/7 &<odd>')}")
     assert job.status == 200
@@ -144,8 +153,7 @@ def test_bad_input_gives_a_clear_page_and_its_status(
     one_console: tuple[ConsoleProc, str], path: str, status: int, says: str
 ) -> None:
     console, queue_name = one_console
-    client = console.client()
-    answer = client.get(path.replace("/Q/", f"/{queue_name}/"))
+    answer = console.client().get(path.replace("/Q/", f"/{queue_name}/"))
     assert answer.status == status, answer.body
     assert says in html.unescape(answer.error_detail()), answer.error_detail()
     assert "Nothing was changed" in answer.body
@@ -155,7 +163,6 @@ def test_bad_input_gives_a_clear_page_and_its_status(
 def one_console(
     tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
 ) -> Iterator[tuple[ConsoleProc, str]]:
-    """One console for the many bad-input cases, on a queue holding one job."""
     name = "bad-input"
     Queue.from_url(redis_server.url, name).enqueue(["one"])
     console = ConsoleProc.start_console(tmp_path_factory.mktemp("console"), redis_server.url, QUEUE_NAME=name)
@@ -180,12 +187,11 @@ def test_a_read_only_console_refuses_every_action(
     queue = Queue.from_url(redis_url, queue_name)
     dead_letters(queue, ["d1", "d2", "d3"])
     before = without_age(queue.stats())
-    console = start_console(QUEUE_NAME=queue_name)  # no CONSOLE_TOKEN
-    client = console.client()
+    client = start_console(QUEUE_NAME=queue_name).client()  # no CONSOLE_TOKEN
     page = client.get(f"/queues/{queue_name}/jobs/failed")
     assert "read-only" in page.body and 'data-action="requeue"' not in page.body
     for fields in actions(queue_name):
-        answer = client.post(f"/queues/{queue_name}/actions", {**fields, "csrf": "0" * 64})
+        answer = client.post(f"/queues/{queue_name}/actions", {**fields, "csrf": FORGED})
         assert answer.status == 403 and "read-only" in answer.error_detail()
     assert client.sign_in("anything").status == 403
     assert without_age(queue.stats()) == before
@@ -202,7 +208,7 @@ def test_actions_need_a_session_and_its_csrf_token(
 
     stranger = console.client()  # never signed in
     for fields in actions(queue_name):
-        answer = stranger.post(url, {**fields, "csrf": "0" * 64})
+        answer = stranger.post(url, {**fields, "csrf": FORGED})
         assert answer.status == 403 and "sign in" in answer.error_detail()
     wrong = console.client()
     assert wrong.sign_in("not-the-token").status == 403
@@ -227,7 +233,7 @@ def test_actions_need_a_session_and_its_csrf_token(
 
     done = operator.post(url, {**requeue, "csrf": csrf})
     assert done.status == 303 and "notice=requeued%3A1" in done.location
-    assert queue.inspect("d1").state == "todos"  # type: ignore[union-attr]
+    assert state_of(queue, "d1") == "todos"
     assert "Requeued 1 dead letter." in operator.get(done.location.replace(console.url, "")).body
     deleted = operator.post(url, {"action": "delete", "id": "d2", "csrf": csrf})
     assert deleted.status == 303 and queue.inspect("d2") is None
@@ -236,7 +242,7 @@ def test_actions_need_a_session_and_its_csrf_token(
     operator.sign_in(TOKEN)
     stale = operator.post(url, {"action": "delete", "id": "d3", "csrf": csrf})
     assert stale.status == 403 and "stale" in stale.error_detail()
-    assert queue.inspect("d3").state == "failed"  # type: ignore[union-attr]
+    assert state_of(queue, "d3") == "failed"
     fresh = operator.csrf("/")
     assert operator.post(url, {"action": "requeue-all", "csrf": fresh}).status == 303
     assert without_age(queue.stats())["failed"] == 0
@@ -253,8 +259,8 @@ def test_actions_need_a_session_and_its_csrf_token(
 def test_cancelled_jobs_have_their_count_and_their_pages(
     start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
 ) -> None:
-    """The sixth state: counted on the queues and queue pages, paged from the cancelled set by its
-    cursor, and left out of done's pages (done_log holds both, for one retention)."""
+    """Counted on the queues and queue pages, paged by cursor, and left out of done's pages (done_log
+    holds both, for one retention)."""
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue(["ok-1", "ok-2"])
     queue.ack_many(queue.claim(2))
@@ -269,16 +275,7 @@ def test_cancelled_jobs_have_their_count_and_their_pages(
     assert f'href="/queues/{queue_name}/jobs/cancelled"' in client.get(f"/queues/{queue_name}").body
     done = client.get(f"/queues/{queue_name}/jobs/done")
     assert sorted(page_ids(done.body)) == ["ok-1", "ok-2"] and '<span id="total">2</span>' in done.body
-    seen: list[str] = []
-    path = f"/queues/{queue_name}/jobs/cancelled"
-    for _ in range(20):
-        answer = client.get(path)
-        assert answer.status == 200 and "Cancelled jobs of" in answer.body
-        seen += page_ids(answer.body)
-        following = re.search(r'<a rel="next" href="([^"]+)"', answer.body)
-        if following is None:
-            break
-        path = html.unescape(following[1])
+    seen = every_page(client, f"/queues/{queue_name}/jobs/cancelled", 20, "Cancelled jobs of")
     assert sorted(seen) == sorted([*cancelled, "later"])
     first = client.get(f"/queues/{queue_name}/jobs/cancelled").body
     assert "<th>cancelled while</th>" in first and '<td class="dim">in todos</td>' in first
@@ -295,8 +292,7 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
     queue_name: str,
 ) -> None:
     """A running job's page shows its progress; Cancel is refused without a session and its CSRF
-    token (nothing changes), then cancels it with the one library call: the page says cancelled,
-    its history names the worker that held it, and that worker stops running it."""
+    token, then cancels it: the page and history say so, naming the worker, which stops running it."""
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue(["wait-1"], delay=3600)
     queue.enqueue(["progress-1"])  # reports 0.5 "halfway", then runs 30 s
@@ -310,14 +306,14 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
     page = stranger.get(job)
     assert '<progress max="1" value="0.5">' in page.body and "50 %" in page.body and "halfway" in page.body
     assert 'data-action="cancel"' not in page.body and "to requeue, cancel or delete" in page.body
-    assert stranger.post(url, {**cancel, "csrf": "0" * 64}).status == 403
+    assert stranger.post(url, {**cancel, "csrf": FORGED}).status == 403
     operator = console.client()
     operator.sign_in(TOKEN)
     assert 'data-action="cancel"' in operator.get(job).body
     csrf = operator.csrf(job)
     assert operator.post(url, cancel).status == 403  # no CSRF token
     assert operator.post(url, {**cancel, "csrf": "f" * 64}).status == 403
-    assert queue.inspect("progress-1").state == "in_progress"  # type: ignore[union-attr]
+    assert state_of(queue, "progress-1") == "in_progress"
 
     answer = operator.post(url, {**cancel, "csrf": csrf})
     assert answer.status == 303 and "notice=cancelled%3A1" in answer.location
@@ -329,7 +325,7 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
     wait_until(lambda: any(e[:2] == ("cancelled", "progress-1") for e in runs.events()), 15, "the worker to stop it")
 
     scheduled = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
-    assert scheduled.status == 303 and queue.inspect("wait-1").state == "cancelled"  # type: ignore[union-attr]
+    assert scheduled.status == 303 and state_of(queue, "wait-1") == "cancelled"
     again = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
     assert again.status == 303 and "notice=not-cancelled" in again.location
     assert operator.post(url, {"action": "cancel", "id": "nobody", "csrf": csrf}).status == 404
@@ -380,19 +376,11 @@ def test_delete_all_takes_every_dead_letter_of_every_shard(
     operator.sign_in(TOKEN)
     answer = operator.post(f"/queues/{queue_name}/actions", {"action": "delete-all", "csrf": operator.csrf()})
     assert answer.status == 303 and "deleted%3A25" in answer.location
-    assert without_age(queue.stats()) == {
-        "todos": 1,
-        "in_progress": 0,
-        "done": 0,
-        "failed": 0,
-        "scheduled": 0,
-        "cancelled": 0,
-    }
+    assert without_age(queue.stats()) == {**dict.fromkeys(STATES, 0), "todos": 1}
 
 
 def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: Path, procs: list[Proc]) -> None:
-    """One SCAN pass per master: a queue sharded over the masters, a plain one and a worker's
-    record, wherever their slots live, all from one node's URL."""
+    """One SCAN pass per master finds sharded and plain queues and a worker's record, from one URL."""
     nodes = RedisClusterNodes().start()
     try:
         url = nodes.url()
@@ -430,14 +418,14 @@ def timed(client: Browserless, path: str) -> tuple[Answer, float]:
 def test_a_queue_of_a_million_jobs_pages_from_redis_ranges(
     start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
 ) -> None:
-    """1,000,000 jobs in todos (and 1,000 dead letters): every page is a bounded range read. The
-    times are printed for docs/console.md, never asserted (run with -s to see them)."""
+    """1,000,000 jobs in todos: every page is a bounded range read. The times are printed (for
+    docs/console.md), never asserted."""
     queue = Queue.from_url(redis_url, queue_name)
     dead_letters(queue, [f"dead-{n}" for n in range(1000)])
     for start in range(0, 1_000_000, 500):
         queue.enqueue([f"job-{n}" for n in range(start, start + 500)])
     client = start_console(QUEUE_NAME=queue_name).client()
-    client.get("/")  # the first request warms the templates
+    client.get("/")  # warms the templates
     pages = {
         "queues": "/",
         "queue": f"/queues/{queue_name}",
@@ -488,9 +476,8 @@ RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd
 def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
     start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
 ) -> None:
-    """The queue page shows flow control (paused, rate, group limits, the groups in line); pause,
-    resume, rate and group limits each take one library call, only with a session and its CSRF
-    token; a bad rate or concurrency is refused with 400 and changes nothing."""
+    """The queue page shows flow control; pause, resume, rate and group limits act only with a
+    session and its CSRF token; a bad rate or concurrency gets 400 and changes nothing."""
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"a{i}" for i in range(5)], group="tenant-a")
     queue.enqueue([f"b{i}" for i in range(3)], group="tenant-b")
@@ -505,7 +492,7 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
     groups = dict(re.findall(r'<tr data-group="([^"]+)"><td>[^<]*</td><td[^>]*>(\w+)</td>', page))
     assert set(groups) == {"tenant-a", "tenant-b"} and groups["tenant-a"] in ("ready", "full")
     assert "concurrency 1 <span" in page and 'data-action="pause"' not in page and "to pause, resume" in page
-    assert stranger.post(url, {"action": "pause", "csrf": "0" * 64}).status == 403
+    assert stranger.post(url, {"action": "pause", "csrf": FORGED}).status == 403
     assert queue.limits().paused is False
 
     operator = console.client()

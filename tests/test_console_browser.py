@@ -1,6 +1,5 @@
-"""The console in a real Chromium (Selenium, Debian's chromium and chromium-driver), served by a real
-console process on a real Redis, with real worker processes: what an operator sees and does.
-Each test writes screenshots of its pages to tests/.screenshots/ (docs/console.md shows copies)."""
+"""The console in a real Chromium, with real workers: what an operator sees and does. Screenshots go
+to tests/.screenshots/ (docs/console.md shows copies)."""
 
 from __future__ import annotations
 
@@ -26,14 +25,13 @@ STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")
 
 
 def by_css(driver: Any, selector: str) -> Any:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415 - selenium only where a browser runs
+    from selenium.webdriver.common.by import By  # noqa: PLC0415 - only where a browser runs
 
     return driver.find_element(By.CSS_SELECTOR, selector)
 
 
 def shown(driver: Any, selector: str) -> str:
-    """The text of the first element matching ``selector``, or "" while there is none (the page
-    may be loading, or live.js replacing that part): for waits, which must not fail on the way."""
+    """The first match's text, or "" while there is none (loading, or live.js replacing it): for waits."""
     from selenium.common.exceptions import WebDriverException  # noqa: PLC0415
 
     try:
@@ -59,6 +57,10 @@ def counts(queue: JobQueue) -> dict[str, int]:
     return {s: stats[s] for s in STATES}
 
 
+def ids_on_page(driver: Any, selector: str, attribute: str) -> set[str]:
+    return {row.get_attribute(attribute) for row in all_css(driver, selector)}
+
+
 def dead_letters(queue: JobQueue, ids: list[str]) -> None:
     queue.enqueue(ids)
     for lease in queue.claim(len(ids)):
@@ -70,14 +72,13 @@ def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
     driver.get(console.url + "/login")
     by_css(driver, 'input[name="token"]').send_keys(token)
     by_css(driver, "form.login button").click()
-    # (page_source, not an element: the page is replaced under us while it loads)
+    # page_source, not an element: the page is replaced under us while it loads.
     wait_until(lambda: "Signed in: actions are enabled." in driver.page_source, 10, "the sign-in")
 
 
 @pytest.fixture(scope="module")
 def own_redis() -> Iterator[RedisServer]:
-    """A Redis of these tests' own: the console shows every queue it finds, and the screenshots
-    must show these tests' queues, not those the rest of the session left in the shared one."""
+    """The screenshots must show these tests' queues only, not those others left in the shared Redis."""
     server = RedisServer().start()
     yield server
     server.cleanup()
@@ -115,18 +116,13 @@ def test_the_queues_page_shows_the_counts_of_stats(
         by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
         wait_until(lambda: shown(driver, "h1") == f"Queue {queue_name}", 10, "the queue page")
         assert shown(driver, "#flow-rate").startswith("200/s") and shown(driver, "#flow-state") == "running"
-        assert {row.get_attribute("data-group") for row in all_css(driver, "#groups tr[data-group]")} == {
-            "acme",
-            "globex",
-            "initech",
-        }
+        assert ids_on_page(driver, "#groups tr[data-group]", "data-group") == {"acme", "globex", "initech"}
         screenshot(driver, "queue")
         by_css(driver, 'input[name="id"]').send_keys("report-10")
         by_css(driver, "form.search button").click()
         wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the job page")
         assert by_css(driver, "#job-state").text == "in progress"
         assert '"month":10' in by_css(driver, "pre.payload").text
-        # What the page cannot find is a clear page, not a stack trace.
         driver.get(console.url + f"/queues/{queue_name}/jobs/todos?page=-1")
         assert "400" in by_css(driver, "section.error h1").text
 
@@ -137,11 +133,11 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     redis_url: str,
     queue_name: str,
 ) -> None:
-    from opentelemetry import trace  # noqa: PLC0415 - the dev extra has the SDK
+    from opentelemetry import trace  # noqa: PLC0415
 
     from tests.support.otel import sdk_spans  # noqa: PLC0415
 
-    sdk_spans()  # spans with real ids, as in an app with an SDK
+    sdk_spans()  # spans with real ids
     queue = Queue.from_url(redis_url, queue_name)
     with trace.get_tracer("shop").start_as_current_span("POST /checkout") as checkout:
         dead_letters(queue, ["charge-17", "charge-23", "charge-42"])
@@ -149,18 +145,14 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     start_worker(queue_name)
     with chromium() as driver:
         sign_in(driver, console, TOKEN)
-        # A dead letter's page: its error, traceback and the trace id of the span that enqueued it.
+        # Its error, traceback and the trace id of the span that enqueued it.
         driver.get(console.url + f"/queues/{queue_name}/job?id=charge-23")
         assert by_css(driver, "#job-state").text == "failed"
         assert by_css(driver, "#trace-id code").text == f"{checkout.get_span_context().trace_id:032x}"
         assert "ValueError: card" in by_css(driver, "pre.traceback").text
         screenshot(driver, "dead-letter")
         driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
-        assert {row.get_attribute("data-id") for row in all_css(driver, "tr[data-id]")} == {
-            "charge-17",
-            "charge-23",
-            "charge-42",
-        }
+        assert ids_on_page(driver, "tr[data-id]", "data-id") == {"charge-17", "charge-23", "charge-42"}
         screenshot(driver, "dead-letters")
         by_css(driver, 'tr[data-id="charge-23"] button[data-action="requeue"]').click()
         wait_until(lambda: "Requeued 1 dead letter." in driver.page_source, 10, "the notice")
@@ -183,10 +175,9 @@ def test_cancel_a_running_job_and_see_it_in_its_history(
     redis_url: str,
     queue_name: str,
 ) -> None:
-    """A running job's page shows its progress; Cancel (after the browser's confirm) stops it: its
-    state becomes cancelled and its history says so, naming the worker that held it."""
+    """A running job's progress shows; Cancel (confirmed) stops it; its history names the worker."""
     queue = Queue.from_url(redis_url, queue_name)
-    queue.enqueue(["progress-7"])  # reports 0.5 "halfway", then runs 30 s
+    queue.enqueue(["progress-7"])  # 0.5 "halfway", then 30 s
     console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
     worker = start_worker(queue_name)
     wait_until(lambda: getattr(queue.inspect("progress-7"), "progress", None) is not None, 20, "its progress")
@@ -197,7 +188,7 @@ def test_cancel_a_running_job_and_see_it_in_its_history(
         assert "50 %" in by_css(driver, "#job-progress").text and "halfway" in by_css(driver, "#job-progress").text
         assert "not ended" in by_css(driver, "#job-result").text
         by_css(driver, 'button[data-action="cancel"]').click()
-        driver.switch_to.alert.accept()  # "Cancel this job? It will not run again."
+        driver.switch_to.alert.accept()
         wait_until(lambda: "Cancelled 1 job" in driver.page_source, 10, "the notice")
         assert by_css(driver, "#job-state").text == "cancelled"
         line = by_css(driver, '#job-history tr[data-kind="cancelled"]').text
@@ -238,7 +229,7 @@ def test_without_the_token_no_action_runs(
                 wait_until(lambda: all_css(driver, "section.error"), 10, "the refusal page")
                 assert "403" in by_css(driver, "section.error h1").text
                 assert says in by_css(driver, "#error-detail").text
-        # Signed in, a form with a stale CSRF token (of an earlier session) is refused too.
+        # Signed in, a form with an earlier session's CSRF token is refused too.
         sign_in(driver, guarded, TOKEN)
         driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
         stale = by_css(driver, 'input[name="csrf"]').get_attribute("value")
@@ -271,8 +262,7 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
         driver.get(console.url + "/workers")
 
         def rows() -> dict[str, dict[str, Any]]:
-            """The workers table as it is now, read in one script (live.js replaces it every 2 s, so
-            elements found one by one could go stale between two reads)."""
+            """In one script: live.js replaces the table every 2 s, so elements found one by one go stale."""
             found = driver.execute_script(
                 "return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => ({"
                 "pid: r.dataset.pid, text: r.innerText,"
@@ -284,7 +274,7 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
             found = rows()
             return set(found) == pids and all(len(r["jobs"]) == 2 and "2 / 2" in r["text"] for r in found.values())
 
-        # live.js refreshes the table every 2 s: the page is never reloaded by hand.
+        # Never reloaded by hand.
         wait_until(each_holds_two, 30, "both workers, each holding two jobs, on the workers page", interval=0.3)
         held = {job for row in rows().values() for job in row["jobs"]}
         assert held == {f"sleep-60-{n}" for n in range(4)}
@@ -292,5 +282,5 @@ def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
         killed = workers[0]
         killed.signal(signal.SIGKILL)
         killed.wait(10)
-        # Gone after its record expires (three beats of 0.5 s), still without a reload.
+        # Gone once its record expires (three beats of 0.5 s), still without a reload.
         wait_until(lambda: set(rows()) == pids - {str(killed.process.pid)}, 30, "the killed worker to drop off", 0.3)

@@ -1,13 +1,7 @@
-"""Real processes that use the library directly, for the race and concurrency tests.
-
-    python -m tests.support.actors hold   URL QUEUE COUNT          claim COUNT jobs, print them, then hang
-    python -m tests.support.actors sweep  URL QUEUE SECONDS        sweep in a tight loop, print requeued ids
-                                                                   (and "sweeping" after the first sweep)
-    python -m tests.support.actors work   URL QUEUE LEASE JOB_SECS claim/run/ack until the queue is drained
-
-Each prints one JSON line when it has something to report and flushes at once, so a test can
-SIGKILL it at any moment and still know what it held.
-"""
+"""Processes that use the library directly, for the race tests: ``python -m tests.support.actors``
+``hold URL QUEUE COUNT`` (then hang), ``sweep URL QUEUE SECONDS``, ``work URL QUEUE LEASE JOB_SECONDS``.
+Each prints a JSON line, flushed, as soon as it has something to report, so a test can SIGKILL it at
+any moment and know what it held."""
 
 from __future__ import annotations
 
@@ -29,7 +23,7 @@ def hold(q: Queue, count: int) -> None:
 
 
 def sweep(q: Queue, seconds: float) -> None:
-    """Sweep for ``seconds``: prints "sweeping" after the first sweep, then the ids it requeued."""
+    """Prints "sweeping" after the first sweep, then the ids requeued in ``seconds``."""
     requeued = q.sweep(limit=1000).requeued
     print(json.dumps("sweeping"), flush=True)
     deadline = time.monotonic() + seconds
@@ -39,7 +33,7 @@ def sweep(q: Queue, seconds: float) -> None:
 
 
 def work(q: Queue, job_seconds: float) -> None:
-    """Claim one job at a time, log the claim, 'run' it, count the execution, ack."""
+    """Claim, log, 'run', count the run and ack one job at a time until the queue is drained."""
     idle_since = None
     with LeaseKeeper(q) as keeper:
         while True:

@@ -1,6 +1,4 @@
-"""A real Chromium for the browser tests: Debian's ``chromium`` driven through its ``chromedriver``
-by Selenium (never a browser download). Without them a test skips, or fails under CI (``need``).
-Screenshots go to tests/.screenshots/ (not tracked); docs/console.md shows copies of them."""
+"""Debian's chromium through its chromedriver by Selenium (never a browser download); ``need``s them."""
 
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ def _binary(variable: str, names: tuple[str, ...]) -> str:
 
 @contextmanager
 def chromium() -> Iterator[Any]:
-    """A headless Chromium (a selenium ``WebDriver``) with a fresh profile; quit at the end."""
+    """A headless Chromium ``WebDriver`` with a fresh profile."""
     try:
         from selenium import webdriver  # noqa: PLC0415 - only the browser tests need it
         from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
@@ -61,11 +59,10 @@ def chromium() -> Iterator[Any]:
 
 
 def screenshot(driver: object, name: str) -> Path:
-    """Save the page as tests/.screenshots/<name>.png (the whole page, up to 1600 px high)."""
+    """The whole page, up to 1600 px high, as tests/.screenshots/<name>.png (untracked)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    # The page's own height (body: the root is at least the window) plus what of the window is not
-    # page (outer - inner), or the foot of a long page is cut.
+    # The body's height (the root is at least the window) plus the window's non-page part, or the foot is cut.
     height = driver.execute_script(  # type: ignore[attr-defined]
         "return document.body.scrollHeight + window.outerHeight - window.innerHeight"
     )

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import Self
+from typing import Any, Self
 
 import redis
 from redis.crc import key_slot
@@ -28,8 +28,7 @@ def redis_cli_binary() -> str:
 
 
 def cluster_port() -> int:
-    """A free port redis-server takes in cluster mode: at most 55535 (its bus port used to be
-    port + 10000; here each node's bus gets a free port of its own, --cluster-port)."""
+    """A free port redis-server takes in cluster mode: at most 55535 (it checks that port + 10000 fits)."""
     while True:
         port = free_port()
         if port <= 55535:
@@ -37,10 +36,8 @@ def cluster_port() -> int:
 
 
 class RedisClusterNodes:
-    """``masters`` masters with ``replicas`` replicas each, made into one cluster by ``redis-cli
-    --cluster create``; ``start()`` returns once every node reports cluster_state:ok, knows every
-    other node, and every replica is in sync with its master. ``cleanup()`` stops them all (also
-    after a failed start). A node's failure is noticed after ``node_timeout_ms``."""
+    """``masters`` masters with ``replicas`` replicas each; ``start()`` returns once the cluster is
+    ``ready()``, ``cleanup()`` stops them all (also after a failed start)."""
 
     def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> None:
         self.masters = masters
@@ -54,7 +51,7 @@ class RedisClusterNodes:
         return [node.port for node in self.nodes]
 
     def url(self, port: int | None = None) -> str:
-        """The URL of one node (the first by default): any node is a way into the cluster."""
+        """Of one node (the first by default): any node is a way in."""
         return f"redis://127.0.0.1:{port or self.ports[0]}/0"
 
     def start(self) -> Self:
@@ -67,7 +64,7 @@ class RedisClusterNodes:
                 ports.add(port)
                 args = ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
                 args += ["--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-config-file", "nodes.conf"]
-                args += ["--repl-diskless-sync-delay", "0"]  # a replica's first sync at once, not after 5 s
+                args += ["--repl-diskless-sync-delay", "0"]  # a replica's first sync at once
                 self.nodes.append(RedisServer(port, args).start())
             create = [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)]
             create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
@@ -86,35 +83,20 @@ class RedisClusterNodes:
     def live_ports(self) -> list[int]:
         return [node.port for node in self.nodes if node.process is not None]
 
-    def _ask(self, port: int, *command: str) -> str:
-        client = self.client(port)
-        try:
-            return str(client.execute_command(*command))  # type: ignore[no-untyped-call]
-        finally:
-            client.close()
-
-    def _replication(self, port: int) -> dict[str, object]:
-        client = self.client(port)
-        try:
-            return client.info("replication")  # type: ignore[return-value]
-        finally:
-            client.close()
+    def _ask(self, port: int, *command: str) -> Any:
+        with self.client(port) as client:
+            return client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     def topology(self, port: int | None = None) -> dict[int, list[int]]:
-        """master port -> its replicas' ports, as a live node (the first by default) sees them
-        (CLUSTER NODES; failed nodes left out)."""
-        seen = self._ask(port or self.live_ports()[0], "CLUSTER", "NODES")
+        """master port -> its replicas' ports, as a live node sees them (failed nodes left out)."""
+        seen = str(self._ask(port or self.live_ports()[0], "CLUSTER", "NODES"))
         rows = [line.split() for line in seen.splitlines() if line.strip()]
-        ids: dict[str, int] = {}
-        for row in rows:
-            ids[row[0]] = int(row[1].split("@")[0].rsplit(":", 1)[1])
+        ids = {row[0]: int(row[1].split("@")[0].rsplit(":", 1)[1]) for row in rows}
         topology: dict[int, list[int]] = {}
         for row in rows:
             flags = row[2].split(",")
-            if "fail" in flags or "fail?" in flags:
-                continue
-            if "master" in flags:
-                topology.setdefault(ids[row[0]], [])
+            if "master" in flags and "fail" not in flags and "fail?" not in flags:
+                topology[ids[row[0]]] = []
         for row in rows:
             flags = row[2].split(",")
             if "slave" in flags and "fail" not in flags and ids.get(row[3]) in topology:
@@ -122,18 +104,12 @@ class RedisClusterNodes:
         return topology
 
     def slot_ranges(self, port: int | None = None) -> list[tuple[int, int, int]]:
-        """(first slot, last slot, master port) of every range, as a live node (the first by
-        default) sees them (CLUSTER SLOTS)."""
-        client = self.client(port or self.live_ports()[0])
-        try:
-            ranges = client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
-        finally:
-            client.close()
+        """(first slot, last slot, master port) of every range, as a live node sees them."""
+        ranges = self._ask(port or self.live_ports()[0], "CLUSTER", "SLOTS")
         return [(int(start), int(end), int(master[1])) for start, end, master, *_ in ranges]
 
-    def master_of(self, slot: int, port: int | None = None) -> int:
-        """The port of the master serving ``slot``, as a live node sees it."""
-        for start, end, master in self.slot_ranges(port):
+    def master_of(self, slot: int, port: int | None = None, ranges: list[tuple[int, int, int]] | None = None) -> int:
+        for start, end, master in self.slot_ranges(port) if ranges is None else ranges:
             if start <= slot <= end:
                 return master
         raise AssertionError(f"no master serves slot {slot}")
@@ -145,13 +121,14 @@ class RedisClusterNodes:
         for port in live:
             try:
                 info = dict(
-                    line.split(":", 1) for line in self._ask(port, "CLUSTER", "INFO").splitlines() if ":" in line
+                    line.split(":", 1) for line in str(self._ask(port, "CLUSTER", "INFO")).splitlines() if ":" in line
                 )
                 if info.get("cluster_state") != "ok" or int(info.get("cluster_slots_ok", 0)) != SLOTS:
                     return False
                 if int(info.get("cluster_known_nodes", 0)) < len(live):
                     return False
-                replication = self._replication(port)
+                with self.client(port) as client:
+                    replication: dict[str, Any] = client.info("replication")  # type: ignore[assignment]
             except redis.RedisError:
                 return False
             if replication["role"] == "slave" and (
@@ -169,7 +146,7 @@ class RedisClusterNodes:
             time.sleep(0.1)
 
     def kill(self, port: int) -> None:
-        """SIGKILL one node: a crash, no goodbye to the others."""
+        """SIGKILL: a crash, no goodbye to the others."""
         [node] = [n for n in self.nodes if n.port == port]
         assert node.process is not None
         node.process.kill()
@@ -177,25 +154,19 @@ class RedisClusterNodes:
         node.process = None
 
     def restart(self, port: int) -> None:
-        """Start a killed node again, as a supervisor would: it rejoins the cluster (its nodes.conf),
-        as a replica of whoever took its slots over."""
+        """As a supervisor would: it rejoins (its nodes.conf) as a replica of whoever took its slots."""
         [node] = [n for n in self.nodes if n.port == port]
         node.start()
 
     @contextlib.contextmanager
     def replication_cut(self, master: int) -> Iterator[None]:
-        """Within: nothing ``master`` sends its replicas arrives (an iptables rule drops its packets
-        to their replication links), while it goes on serving clients and the cluster bus; so a
-        failover in here promotes a replica that missed every write since. Needs root and iptables
-        (a failure under CI, else a skip)."""
+        """Within, iptables drops what ``master`` sends its replicas while it serves clients and the
+        bus: a failover in here promotes a replica that missed every write since. Needs root."""
         iptables = shutil.which("iptables") or ""
         if not iptables or os.geteuid() != 0:
             need("iptables", "a replication cut drops packets with an iptables rule, as root")
-        client = self.client(master)
-        try:
+        with self.client(master) as client:
             links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
-        finally:
-            client.close()
         assert links, f"{master} has no replica connected"
         rules = [
             ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "--dport", str(port), "-j", "DROP"]
@@ -212,15 +183,14 @@ class RedisClusterNodes:
                 subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
     def wait_failover(self, dead: int, slot: int, timeout: float = 60) -> int:
-        """Wait until a live node has taken ``slot`` over from the ``dead`` master and every live
-        node reports cluster_state:ok; returns the new master's port."""
+        """Until a live node took ``slot`` over from ``dead`` and all report cluster_state:ok; its port."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 new = self.master_of(slot)
                 live = self.live_ports()
                 if new != dead and all(
-                    "cluster_state:ok" in self._ask(port, "CLUSTER", "INFO") and self.master_of(slot, port) == new
+                    "cluster_state:ok" in str(self._ask(port, "CLUSTER", "INFO")) and self.master_of(slot, port) == new
                     for port in live
                 ):
                     return new
@@ -231,7 +201,6 @@ class RedisClusterNodes:
             time.sleep(0.1)
 
     def queue_slot(self, name: str) -> int:
-        """The slot of every key of queue ``name`` (its hash tag)."""
         return int(key_slot(QueueKeys(name).todos.encode()))
 
     def queues_on_each_master(self, prefix: str) -> dict[int, str]:
@@ -240,26 +209,17 @@ class RedisClusterNodes:
         found: dict[int, str] = {}
         n = 0
         while len(found) < len({master for _, _, master in ranges}):
-            name = f"{prefix}-{n}"
-            slot = self.queue_slot(name)
-            [master] = [m for start, end, m in ranges if start <= slot <= end]
-            found.setdefault(master, name)
+            found.setdefault(self.master_of(self.queue_slot(f"{prefix}-{n}"), ranges=ranges), f"{prefix}-{n}")
             n += 1
         return found
 
     def shard_masters(self, name: str, shards: int) -> list[int]:
-        """The master port serving each shard of queue ``name`` (shard i at index i)."""
+        """The master port of each shard of queue ``name``."""
         ranges = self.slot_ranges()
-        found = []
-        for queue in shard_names(name, shards):
-            slot = self.queue_slot(queue)
-            [master] = [m for start, end, m in ranges if start <= slot <= end]
-            found.append(master)
-        return found
+        return [self.master_of(self.queue_slot(queue), ranges=ranges) for queue in shard_names(name, shards)]
 
     def evenly_sharded_name(self, prefix: str, shards: int) -> str:
-        """A queue name <prefix>-<n> whose ``shards`` shards fall evenly on the masters (so that a
-        measure of the spread does not depend on where CRC16 happens to put them)."""
+        """A queue name <prefix>-<n> whose shards fall evenly on the masters (not as CRC16 happens to)."""
         masters = {master for _, _, master in self.slot_ranges()}
         for n in range(10_000):
             name = f"{prefix}-{n}"

@@ -1,5 +1,5 @@
-"""The console as a real process (``python -m console``) and a small HTTP client for it that keeps
-its cookie and reads the CSRF token off the pages, as a browser does, without following redirects."""
+"""The console as a real process, and an HTTP client that keeps its cookie and reads the CSRF token
+off the pages, as a browser does, without following redirects."""
 
 from __future__ import annotations
 
@@ -40,8 +40,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class Browserless:
-    """An HTTP client of the console with a cookie jar of its own."""
-
     def __init__(self, base: str) -> None:
         self.base = base
         self.jar = http.cookiejar.CookieJar()
@@ -72,8 +70,6 @@ class Browserless:
 
 
 class ConsoleProc(Proc):
-    """``python -m console`` on a free loopback port."""
-
     @classmethod
     def start_console(cls, log_dir: Path, redis_url: str, *, name: str = "console", **settings: Any) -> ConsoleProc:
         port = settings.pop("CONSOLE_PORT", None) or free_port()

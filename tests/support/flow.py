@@ -15,9 +15,8 @@ def _text(value: Any) -> str:
 
 
 def check_groups(r: redis.Redis, k: QueueKeys) -> None:
-    """Every group with jobs waiting is in exactly one of groups_ready, groups_resting and
-    groups_full, and a group with none in none of them; group_running counts each group's jobs in
-    progress; grouped and group_lines hold the same ids, each at the same rank."""
+    """A group with jobs waiting is in exactly one of groups_ready, _resting and _full, else in none;
+    group_running counts each group's jobs in progress; grouped and group_lines agree, rank for rank."""
     lines: Counter[str] = Counter()
     in_lines = {}
     for member in r.zrange(k.group_lines, 0, -1):

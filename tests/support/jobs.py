@@ -1,7 +1,5 @@
-"""Job handlers for the worker engine tests, with an execution log kept from the handler's side.
-
-JOB_HANDLER=tests.support.jobs:handle (threads) or tests.support.jobs:handle_async (event loop).
-The job id says what the job does:
+"""Job handlers (JOB_HANDLER=tests.support.jobs:handle, or :handle_async) logging their runs. The id
+says what the job does:
 
     sleep-<seconds>-<n>   waits that long (time.sleep, or asyncio.sleep in the async handler)
     spin-<n>              never returns, in Python code (a JobTimeout raised in it lands)
@@ -14,11 +12,8 @@ The job id says what the job does:
     progress-<n>          reports progress 0.5 "halfway", then waits 30 s
     anything else         returns at once
 
-A run that is cancelled while it runs logs ``cancelled <id> ...`` (JobCancelled in a thread, the
-task cancelled in the event loop) instead of its end.
-
-Each run appends one line to $EXEC_LOG when it starts and one when it ends:
-``start <id> <pid> <time>`` / ``end <id> <pid> <time>`` (O_APPEND writes of one line are atomic).
+Each run appends ``start|end|cancelled <id> <pid> <time>`` lines to $EXEC_LOG (an O_APPEND write of
+a line is atomic).
 """
 
 from __future__ import annotations
@@ -99,8 +94,6 @@ async def handle_async(lease: Any) -> Any:
 
 
 class ExecutionLog:
-    """What the handlers wrote: runs per id, and when jobs ran."""
-
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -120,7 +113,6 @@ class ExecutionLog:
         return Counter(job_id for event, job_id, _, _ in self.events() if event == "end")
 
     def most_at_once(self) -> int:
-        """The most jobs that were running at the same moment."""
         running = best = 0
         for event, *_ in sorted(self.events(), key=lambda row: (row[3], row[0] == "start")):
             running += 1 if event == "start" else -1

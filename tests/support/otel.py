@@ -1,5 +1,4 @@
-"""OpenTelemetry's SDK for the tests, set up once per process as an application does: one tracer
-provider (the API allows setting it once) exporting to one in-memory exporter."""
+"""OpenTelemetry's SDK, set up once per process (the API allows one provider), to an in-memory exporter."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ _added: list[TracerProvider] = []
 
 
 def sdk_spans() -> InMemorySpanExporter:
-    """The in-memory exporter of the process's SDK tracer provider (set up on the first call)."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()

@@ -1,4 +1,4 @@
-"""Helpers to run the services as real subprocesses and read their /metrics and /healthz."""
+"""The services as real subprocesses, and their /metrics and /healthz."""
 
 from __future__ import annotations
 
@@ -21,13 +21,11 @@ from tests.support.waits import wait_until
 
 T = TypeVar("T")
 
-# Settings a developer's shell might set; a test starts from none of them.
 SERVICE_VARS = [setting.name for setting in SETTINGS]
 
 
 def base_env(**settings: Any) -> dict[str, str]:
-    """The environment of a service a test starts: none of the developer's settings, the demo
-    handler (a worker needs one named), then ``settings``."""
+    """None of the developer's settings, the demo handler (a worker needs one), then ``settings``."""
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
     env["PYTHONUNBUFFERED"] = "1"
     env["JOB_HANDLER"] = DEMO_HANDLER
@@ -36,7 +34,7 @@ def base_env(**settings: Any) -> dict[str, str]:
 
 
 class Proc:
-    """One service (``python -m creator|worker|cleaner``) in a subprocess, its log in a file."""
+    """``python -m <module>``, its log in a file."""
 
     def __init__(self, module: str, log_dir: Path, env: Mapping[str, str], *, name: str | None = None) -> None:
         self.module = module
@@ -77,8 +75,6 @@ class Proc:
             self.process.wait(10)
         self._log.close()
 
-    # -- HTTP ----------------------------------------------------------------------------------
-
     def get(self, path: str) -> tuple[int, str]:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
@@ -97,7 +93,6 @@ class Proc:
         return None if got is None else (got[0], json.loads(got[1]))
 
     def metrics(self) -> dict[str, float]:
-        """Every sample (``parse_metrics``) of its /metrics."""
         status, text = self.get("/metrics")
         assert status == 200
         return parse_metrics(text)
@@ -111,8 +106,8 @@ class Proc:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Every sample as ``name`` or ``name{label="value",...}`` -> value; a sample with a ``queue``
-    label also counts towards the same key without it (summed over the queues)."""
+    """``name`` or ``name{label="value",...}`` -> value; a sample with a ``queue`` label also counts
+    towards the key without it."""
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -126,7 +121,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 def run_to_exit(module: str, env: Mapping[str, object], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m <module>`` (a service that must stop on its own) to its end, its output kept."""
+    """``python -m <module>`` (which must stop on its own) to its end, its output kept."""
     return subprocess.run(
         [sys.executable, "-m", module],
         env=base_env(METRICS_PORT=0, **env),

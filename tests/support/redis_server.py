@@ -1,4 +1,4 @@
-"""Real parts for the tests: a redis-server process the tests start and stop themselves."""
+"""A redis-server process the tests start and stop themselves."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from setqueue.scripts import text
 
 
 def need(what: str, reason: str) -> None:
-    """Without a real part a test cannot run: under CI that is a failure, never a skip."""
-    import pytest  # noqa: PLC0415 - here only: the chaos driver imports this module, and no pytest
+    """Without a real part a test cannot run: under CI a failure, never a skip."""
+    import pytest  # noqa: PLC0415 - the chaos driver imports this module, and no pytest
 
     message = f"{what} is not available: {reason}"
     if os.environ.get("CI"):
@@ -42,8 +42,8 @@ def redis_server_binary() -> str:
 
 
 class RedisServer:
-    """A redis-server on a free loopback port, persistence off, that can be stopped and restarted
-    on the same port (to play an outage). ``args`` are added to (and override) the defaults."""
+    """On a free loopback port, persistence off; restartable on the same port (an outage). ``args``
+    override the defaults."""
 
     persistence: tuple[str, ...] = ("--save", "", "--appendonly", "no")
 
@@ -68,7 +68,7 @@ class RedisServer:
             try:
                 client.ping()
                 break
-            except redis.AuthenticationError:  # started with --requirepass: it is up
+            except redis.AuthenticationError:  # --requirepass: it is up
                 break
             except redis.ConnectionError:  # includes BusyLoadingError while an AOF loads
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -92,19 +92,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PersistentRedisServer(RedisServer):
-    """A RedisServer with the append-only file on (fsync always), so a stop and start on the same
-    port keeps every acknowledged write: an outage, not a data loss."""
+    """AOF with fsync always: a stop and start keeps every acknowledged write (an outage, no loss)."""
 
     persistence = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 
 
 def queue_members(client: redis.Redis, keys: QueueKeys) -> dict[str, list[str]]:
-    """The ids in each state of a queue as stored: todos (with the waiting jobs that have a group)
-    and in_progress in line order (zsets),
-    done, failed and cancelled sorted (sets), scheduled by due time."""
+    """The ids in each state as stored: todos (grouped ones too) and in_progress in line order,
+    scheduled by due time, the sets sorted."""
     ordered = {"todos": keys.todos, "in_progress": keys.in_progress, "scheduled": keys.scheduled}
     found = {state: [text(i) for i in client.zrange(key, 0, -1)] for state, key in ordered.items()}  # type: ignore[union-attr, arg-type]
-    # Waiting jobs with a group are in todos' state too, in the same order of ranks.
     waiting: list[Any] = client.zrange(keys.todos, 0, -1, withscores=True)  # type: ignore[assignment]
     waiting += client.zrange(keys.grouped, 0, -1, withscores=True)  # type: ignore[arg-type]
     found["todos"] = [text(i) for i, _ in sorted(waiting, key=lambda member: member[1])]

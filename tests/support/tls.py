@@ -1,5 +1,4 @@
-"""TLS for the tests: a certificate authority made with openssl, and a redis-server that speaks only
-TLS (``--port 0 --tls-port``), as Debian's redis-server 7 is built with TLS."""
+"""TLS for the tests: a CA made with openssl, and a redis-server that speaks only TLS."""
 
 from __future__ import annotations
 
@@ -38,9 +37,8 @@ def openssl() -> str:
 
 @dataclass(frozen=True)
 class Pki:
-    """Files in one folder: a CA, a server certificate for localhost and 127.0.0.1 signed by it, a
-    client certificate signed by it, another CA (that signed nothing the server shows), and a
-    server certificate that expired long ago."""
+    """A CA and the server (localhost, 127.0.0.1) and client certificates it signed; another CA that
+    signed nothing the server shows; a server certificate that expired long ago."""
 
     ca: Path
     server_cert: Path
@@ -78,7 +76,7 @@ def make_pki(folder: Path) -> Pki:
     _request(folder, "client", "setqueue-client")
     _run("x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
          "-out", "client.crt", "-days", "2", cwd=folder)  # fmt: skip
-    # A certificate valid for a day in 2020: `openssl ca` takes explicit dates.
+    # Valid for a day in 2020: `openssl ca` takes explicit dates.
     (folder / "ca.cnf").write_text(CA_CONFIG)
     (folder / "index.txt").write_text("")
     (folder / "serial").write_text("1000\n")
@@ -97,8 +95,7 @@ def make_pki(folder: Path) -> Pki:
 
 
 class TlsRedisServer(RedisServer):
-    """A redis-server that listens only on a TLS port, with ``cert`` (signed by the PKI's CA),
-    asking clients for a certificate when ``client_certs`` is "yes" ("no" by default)."""
+    """Only a TLS port, with ``cert``; asks clients for a certificate when ``client_certs`` is "yes"."""
 
     def __init__(self, pki: Pki, *, cert: Path | None = None, client_certs: str = "no") -> None:
         self.pki = pki
@@ -112,11 +109,11 @@ class TlsRedisServer(RedisServer):
 
     @property
     def plain_url(self) -> str:
-        """A redis:// URL to the TLS port: the mistake the tests make on purpose."""
+        """redis:// to the TLS port: a mistake made on purpose."""
         return f"redis://localhost:{self.port}/0"
 
     def admin(self) -> redis.Redis:
-        """A client that trusts the server whatever its certificate (the test's own)."""
+        """Trusts the server whatever its certificate."""
         return redis.Redis(
             host="localhost",
             port=self.port,

@@ -1,5 +1,4 @@
-"""Waiting on conditions, never for a fixed time: the tests poll what they wait for (a lock gone, a
-due time reached by the Redis clock, a metric moved) and fail with what they waited for."""
+"""Waiting on conditions, never for a fixed time; a timeout fails with what was awaited."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ T = TypeVar("T")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -27,26 +25,26 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
 
 
 def redis_clock(client: redis.Redis) -> float:
-    """The Redis clock (TIME), the queue's only clock, in Unix seconds."""
+    """TIME, the queue's only clock, in Unix seconds."""
     seconds, micros = client.time()
     return float(seconds) + micros / 1_000_000
 
 
 def wait_for_redis_clock(client: redis.Redis, seconds: float, timeout: float = 10) -> None:
-    """Until the Redis clock has moved ``seconds`` on from now (a retention age, a job's age)."""
+    """Until the Redis clock has moved ``seconds`` on."""
     until = redis_clock(client) + seconds
     wait_until(lambda: redis_clock(client) >= until, timeout, f"the Redis clock {seconds}s on", interval=0.002)
 
 
 def wait_until_leases_expire(queue: JobQueue, leases: Iterable[Lease], timeout: float = 10) -> None:
-    """Until the lock of each lease's claim is gone: its lease ran out by the Redis clock."""
+    """Until each lease's claim lock is gone (ran out by the Redis clock)."""
     tokens = {lease.token for lease in leases}
     locks = [(shard.redis, shard.keys.lock(token)) for shard in queue.shards for token in tokens]
     wait_until(lambda: not any(client.exists(lock) for client, lock in locks), timeout, "the leases to run out", 0.01)
 
 
 def wait_until_due(queue: JobQueue, job_ids: Iterable[str], timeout: float = 10) -> None:
-    """Until the Redis clock has reached the due time of each of these scheduled jobs."""
+    """Until the Redis clock reaches these scheduled jobs' due times."""
     due = []
     for job_id in job_ids:
         info = queue.inspect(job_id)
