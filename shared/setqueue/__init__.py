@@ -7,10 +7,7 @@
         ...
         q.ack(lease)
 
-The package is the queue core: it needs redis-py and nothing else. ``setqueue.runtime`` is what the
-services run on (settings from the environment, metrics, logs, signals) and is never imported from
-here.
-"""
+The core needs only redis-py; ``setqueue.runtime`` (what the services run on) is never imported here."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""``open_queue``: the one way to open a queue of any kind (see ``setqueue.interface.JobQueue``)."""
+"""``open_queue``: the one way to open a queue of any kind."""
 
 from __future__ import annotations
 
@@ -24,20 +24,11 @@ def open_queue(
     tls_key_file: str | None = None,
     **options: Any,
 ) -> JobQueue:
-    """The queue ``name`` on ``url`` (redis:// rediss:// unix://, one Redis or any node of a Redis
-    Cluster), on one client for all of it:
-
-    - one name, ``shards=1``: a plain ``Queue`` (one Redis slot);
-    - one name, ``shards=N``: a ``ShardedQueue`` of the N queues ``name~0`` .. ``name~N-1``, which
-      spread over a Redis Cluster's masters;
-    - several names (a list, or one string with commas, as ``QUEUE_NAME``): a ``QueueGroup`` of
-      those queues, each with ``shards`` shards, claimed in strict priority of their order.
-
-    ``options`` go to every ``Queue`` (lease_seconds, max_attempts, ...); ``client``: an open client
-    on ``url`` to use instead of a new one. For a rediss:// URL, ``tls_ca_file`` is the CA the
-    server's certificate is verified against (default: the system's), ``tls_cert_file`` and
-    ``tls_key_file`` a client certificate (see ``setqueue.client.connect``). Every kind has the
-    ``JobQueue`` interface."""
+    """The queue ``name`` on ``url`` (redis, rediss, unix; one Redis or any Cluster node), on one client:
+    a plain ``Queue`` for one name; a ``ShardedQueue`` of ``name~0`` .. ``name~N-1`` for
+    ``shards=N``; a ``QueueGroup`` (strict priority) for several names (a list, or commas as in
+    ``QUEUE_NAME``). ``options`` go to every ``Queue``; ``client``: an open client to use instead;
+    ``tls_*``: see ``setqueue.client.tls_options``. Each has the ``JobQueue`` interface."""
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
     names = parse_queue_names(name) if isinstance(name, str) else tuple(name)

@@ -1,6 +1,4 @@
-"""The producer's side of the OpenTelemetry glue (extra ``setqueue[otel]``): the ``traceparent`` of
-the current span, which ``enqueue`` stores with its jobs. Imported by ``setqueue.tracing`` only once
-the application has imported ``opentelemetry.trace`` itself."""
+"""The producer's OpenTelemetry glue, imported by ``setqueue.tracing`` once the app imported ``opentelemetry.trace``."""
 
 from __future__ import annotations
 
@@ -8,7 +6,7 @@ from opentelemetry import trace
 
 
 def trace_parent() -> str | None:
-    """The W3C ``traceparent`` of the current span, or None when there is no valid one."""
+    """The current span's W3C ``traceparent``, or None."""
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
         return None

@@ -1,3 +1,3 @@
-"""The version of setqueue (one place: the package, the services and the command line read it)."""
+"""The one version of setqueue."""
 
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@
 -- Flow control lives here so no worker can race it: paused gives nothing; the rate caps starts
 -- (includes/flow.lua); groups take turns (includes/groups.lua), an equal share each within their
 -- limits, then to the back, so a big backlog cannot starve a small group. The reply says what was
--- held back and when to come back, so idle workers sleep. Keys are described in keys.py.
+-- held back and when to come back, so idle workers sleep. Keys: docs/reference.md#key-layout.
 -- KEYS[1] request (record under the token: a resend returns the same leases) KEYS[2] todos
 -- KEYS[3] in_progress KEYS[4] pending KEYS[5] attempts KEYS[6] payloads KEYS[7] owners
 -- KEYS[8] lock KEYS[9] scheduled KEYS[10] wake KEYS[11] seq KEYS[12] priorities KEYS[13] options
