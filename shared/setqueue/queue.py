@@ -244,11 +244,10 @@ class Queue:
         """Add job ids (or a mapping id -> payload) at the back of the line, in order; returns how many were new.
 
         A payload is a str, UTF-8 bytes or any JSON-serialisable value, at most ``payload_max_bytes``.
-        ``priority`` (-10..10): never claimed while a higher one waits; FIFO within one. ``delay``
-        (seconds, Redis clock) or ``at`` (Unix seconds), not both, makes them wait in scheduled; the past
-        means now. ``max_attempts`` and ``timeout`` (0 = none) override the workers'. An id the queue
-        knows in any state is not added again. ``group``: the jobs wait in that group's line and groups
-        take turns (``set_group_limits``). Everything is checked before anything is sent."""
+        ``priority`` (-10..10): higher first, FIFO within one. ``delay`` (seconds, Redis clock) or ``at``
+        (Unix seconds), not both, holds them in scheduled; the past means now. ``max_attempts`` and
+        ``timeout`` (0 = none) override the workers'. An id the queue knows is not added again. ``group``:
+        groups take turns (``set_group_limits``). Everything is checked before anything is sent."""
         validate_priority(priority)
         if group is not None:
             validate_group(group)
@@ -277,10 +276,9 @@ class Queue:
     # -- workers
 
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
-        """Claim up to ``count`` jobs from the front of the line in one script call (priority, then FIFO),
-        in that order; one lease covers them until each is acked, failed or released. Due scheduled jobs
-        join the line first. The same ``request_id`` retries a call whose reply was lost and returns the
-        same leases."""
+        """Claim up to ``count`` jobs from the front of the line (priority, then FIFO) in one script call;
+        one lease covers them until each ends. Due scheduled jobs join the line first. The same
+        ``request_id`` retries a call whose reply was lost and returns the same leases."""
         if count < 1:
             raise ValueError("count must be at least 1")
         leases, header = self._scripts.claim(
@@ -364,9 +362,9 @@ class Queue:
         self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
     ) -> list[AckResult]:
         """Ack a batch, one script call per MAX_IDS_PER_CALL. ``results`` (None: nothing) are kept
-        ``result_ttl_seconds`` for ``result()``: bytes or JSON-serialisable, at most ``result_max_bytes``,
-        checked before sending. The same ``request_id`` retries a call whose reply was lost. When Redis is
-        out of memory the jobs are acked without their results, and ``result()`` says those are gone."""
+        ``result_ttl_seconds`` for ``result()`` (bytes or JSON-serialisable, at most ``result_max_bytes``,
+        checked first). ``request_id`` retries a call whose reply was lost. When Redis is out of memory
+        the jobs are acked without their results."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -408,10 +406,9 @@ class Queue:
         delay: float | None = None,
         request_id: str | None = None,
     ) -> FailOutcome:
-        """Give up on this attempt. While attempts remain the job is retried (``RETRIED``) after ``delay``
-        or ``backoff_delay``, waiting in scheduled (todos at once for 0); then it is dead-lettered
-        (``DEAD``). ``retry=False`` dead-letters at once. A stale or already failed lease changes nothing:
-        ``STALE``. ``request_id`` as for ``ack_many``."""
+        """Give up on this attempt: retried (``RETRIED``) after ``delay`` or ``backoff_delay`` while
+        attempts remain, else (or with ``retry=False``) dead-lettered (``DEAD``). A stale or already
+        failed lease changes nothing: ``STALE``. ``request_id`` as for ``ack_many``."""
         seconds = self.backoff_delay(lease.attempt) if delay is None else _check_seconds("delay", delay)
         return self._end_attempts([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))], request_id)[0]
 
@@ -567,8 +564,8 @@ class Queue:
         return list(_history(self.redis.hget(self.keys.history, validate_job_id(job_id))))
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
-        """Keep the handler's progress report; False when the lease no longer owns the job. When Redis is
-        full the report is dropped, not raised (the answer is still read)."""
+        """Keep the handler's progress report; False when the lease no longer owns the job. A full Redis
+        drops the report instead of raising."""
         try:
             return self._scripts.progress(lease, fraction, message)
         except redis.OutOfMemoryError:
@@ -576,9 +573,9 @@ class Queue:
             return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
-        """Cancel a job: a waiting one never starts, a running one is cancelled at once and its worker told
-        to stop (its late ack or fail is stale); never retried. Returns the state it was in, the ended
-        state for an ended job (unchanged), or None if unknown. Idempotent."""
+        """Cancel a job: a waiting one never starts; a running one is cancelled at once and its worker told
+        to stop (its late ack or fail is stale). Returns the state it was in (an ended job's, unchanged),
+        or None if unknown. Idempotent."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
@@ -586,9 +583,9 @@ class Queue:
     # -- results
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """What ``job_id``'s handler returned, waiting until it ends (``timeout`` seconds: TimeoutError;
-        None: forever), without polling (the ended channel). Raises JobFailed for a dead-lettered or
-        cancelled job, ResultGone for a result no longer kept, UnknownJob for an unknown id."""
+        """What ``job_id``'s handler returned, waiting until it ends (``timeout``: TimeoutError; None:
+        forever) on the ended channel, not polling. Raises JobFailed (dead-lettered or cancelled),
+        ResultGone (result no longer kept), UnknownJob."""
         return self.results([job_id], timeout)[job_id]
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
@@ -759,7 +756,7 @@ class Queue:
     # -- periodic jobs
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]:
-        """For each (name, latest slot ms, run id, payload), enqueue the run unless one of that slot or later
+        """For each (name, slot ms, run id, payload), enqueue the run unless one of that slot or later
         exists; returns the names created and those seen first (slot recorded, no run)."""
         created: list[str] = []
         first_seen: list[str] = []
