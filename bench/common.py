@@ -1,8 +1,5 @@
-"""What every measurement shares: code trees, a redis-server, worker processes, CPU readings.
-
-Importing this puts this checkout's shared/ and root first on sys.path: the bench measures the code it
-sits beside even when the venv has another checkout installed editable (that finder comes after sys.path).
-"""
+"""What every measurement shares. Importing it puts this checkout's shared/ and root first on sys.path: the
+bench measures the code it sits beside even if the venv has another checkout installed editable."""
 
 import contextlib
 import datetime as dt

@@ -1,10 +1,5 @@
-"""Redis memory per job, for this checkout and, with --baseline, the baseline's tree.
-
-Each tree on a fresh redis-server of its own: workers/bench_sq_memory.py, run with that tree's
-setqueue, enqueues N ids of 11 characters (no payload), then claims and acks them all with a
-retention that keeps every id in done. Bytes per job: the INFO used_memory delta from the empty
-server over N, read after dropping what expires by itself; MEMORY USAGE of each key beside it.
-"""
+"""Redis memory per job of this checkout and, with --baseline, the baseline's tree, each on a fresh
+redis-server, measured by workers/bench_sq_memory.py run with that tree's setqueue (the summary says how)."""
 
 import argparse
 import json
@@ -21,11 +16,11 @@ TITLE = "Redis memory per job"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--matrix memory (runs with --baseline too, for both trees)")
-    g.add_argument("--memory-jobs", type=int, default=100_000, help="jobs (default 100000; 0: not with --baseline)")
+    g.add_argument("--memory-jobs", type=int, default=100_000, help="jobs (0: not with --baseline)")
 
 
 def measure(tree: CodeTree, jobs: int) -> dict[str, Any]:
-    """One tree's figures (an error is returned, not raised: the other tree's still count)."""
+    """One tree's figures, or its error (not raised: the other tree's still count)."""
     server = Server()
     try:
         env = {**tree.env(), "BENCH_REDIS_URL": server.url}

@@ -1,8 +1,9 @@
 """Markdown tables and plots from a measurement's raw data. A summary is current, not a log: the run's
 date, commit and machine, its targets checked, its tables."""
 
-# ruff: noqa: PLC0415  (matplotlib is optional: the smoke test's environment has none)
+# ruff: noqa: PLC0415  (matplotlib is optional)
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,7 @@ from common import fmt, median
 from drain import exactly_once
 
 Cells = dict[tuple[str, int], list[dict[str, Any]]]  # (system, W) -> its trials, every repeat
-COSTS = (
-    ("startup_seconds", 2),
-    ("worker_cpu_ms_per_job", 3),
-    ("redis_cpu_ms_per_job", 3),
-    ("redis_commands_per_job", 1),
-)
+COSTS = {"startup_seconds": 2, "worker_cpu_ms_per_job": 3, "redis_cpu_ms_per_job": 3, "redis_commands_per_job": 1}
 
 
 def by_cell(runs: list[dict[str, Any]]) -> Cells:
@@ -99,7 +95,7 @@ def throughput_table(data: dict[str, Any], per_process: bool = False) -> list[st
         if suffix:
             ratio = vs_baseline(cells, s, w, suffix)
             row.append("baseline" if s.endswith(suffix) else f"{ratio:.2f}x" if ratio else "-")
-        row += [fmt(cost(rs, k), d) for k, d in COSTS]
+        row += [fmt(cost(rs, k), d) for k, d in COSTS.items()]
         busy = cost(rs, "redis_cpu_utilisation")
         rows.append([*row, fmt(busy and 100 * busy) + "%", once_text(rs)])
     note = "Medians of each cell's trials; steady range: their lowest and highest. `*`: cut by the time limit, "
@@ -202,45 +198,42 @@ def baseline_section(data: dict[str, Any], floor: float, target: str) -> list[st
     return [*L, *table([*cols, "Redis CPU ms/job"], rows), *checks, ""]
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot drawing to files, or None where it is not installed."""
+def chart(path: Path, height: float, draw: Callable[[Any], None]) -> bool:
+    """``draw`` on a 10-inch wide chart, saved as a PNG of 16 colours (a fifth of matplotlib's size, for the
+    charts kept in docs/); False where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from PIL import Image
     except ImportError:
-        return None
-    return plt
-
-
-def save_chart(fig: Any, path: Path) -> None:
-    """``fig`` as a PNG of 16 colours: a fifth of matplotlib's size, for the charts kept in docs/."""
-    from PIL import Image
-
+        return False
+    fig, ax = plt.subplots(figsize=(10, height))
+    draw(ax)
+    fig.tight_layout()
     fig.savefig(path, dpi=100)
     with Image.open(path) as drawn:
         small = drawn.convert("RGB").quantize(16, method=Image.Quantize.MEDIANCUT)
     small.save(path, optimize=True)
+    plt.close(fig)
+    return True
 
 
 def plot_by_workers(data: dict[str, Any], path: Path) -> bool:
     """Steady jobs/s against W, one line per system (log scale)."""
-    if (plt := pyplot()) is None:
-        return False
     cells, m = by_cell(data["runs"]), data["machine_before"]
-    fig, ax = plt.subplots(figsize=(10, 4.8))
-    for s in dict.fromkeys(s for s, _ in cells):
-        ws, ours = sorted(w for (name, w) in cells if name == s), s.startswith("setqueue")
-        style = ("-." if "@" in s else "-") if ours else ("--" if "-c" in s else ":")
-        rates = [steady(cells[(s, w)]) or 0 for w in ws]
-        ax.plot(ws, rates, marker="o", linestyle=style, lw=2.2 if ours else 1.4, label=s)
-    ax.set(xlabel="worker processes (W)", ylabel="steady drain, jobs/s (median)", yscale="log")
-    ax.set_xticks(sorted({w for _, w in cells}))
-    ax.set_title(f"{data['title']}; redis {data['redis_version']}, {m['nproc']} cores, {m['date']}", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    save_chart(fig, path)
-    plt.close(fig)
-    return True
+
+    def draw(ax: Any) -> None:
+        for s in dict.fromkeys(s for s, _ in cells):
+            ws, ours = sorted(w for (name, w) in cells if name == s), s.startswith("setqueue")
+            style = ("-." if "@" in s else "-") if ours else ("--" if "-c" in s else ":")
+            rates = [steady(cells[(s, w)]) or 0 for w in ws]
+            ax.plot(ws, rates, marker="o", linestyle=style, lw=2.2 if ours else 1.4, label=s)
+        ax.set(xlabel="worker processes (W)", ylabel="steady drain, jobs/s (median)", yscale="log")
+        ax.set_xticks(sorted({w for _, w in cells}))
+        ax.set_title(f"{data['title']}; redis {data['redis_version']}, {m['nproc']} cores, {m['date']}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+    return chart(path, 4.8, draw)

@@ -1,8 +1,7 @@
-"""setqueue's benchmark against its peers; run it with `bash bench/run [options]` (bench/README.md).
+"""setqueue's benchmark against its peers: `bash bench/run [options]` (bench/README.md).
 
 A measurement module provides NAME, TITLE, add_arguments(parser), run(args, context) -> raw data with "ok"
-(every job ran exactly once), summary(data) -> Markdown, and may provide plot(data, path). Raw data goes to
---out/<date-time>/<name>.json, the summary to --summaries/<name>.md (and .png).
+(every job ran exactly once), summary(data) -> Markdown, and optionally plot(data, path).
 """
 
 import argparse

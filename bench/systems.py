@@ -3,6 +3,7 @@ own methods: setqueue and naive run without them (the smoke test's venv)."""
 
 # ruff: noqa: PLC0415  (peers are imported lazily)
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -19,8 +20,8 @@ from common import CURRENT, QUEUE, WORKERS_DIR, CodeTree, Command
 
 from tests.support import free_port
 
-sys.path.insert(0, str(WORKERS_DIR))  # the peers' producers import their job modules from there
-BIN = Path(sys.executable).parent  # the peers' console scripts: bench/.venv/bin
+sys.path.insert(0, str(WORKERS_DIR))  # the peers' producers import their job modules
+BIN = Path(sys.executable).parent  # the peers' console scripts
 
 
 @dataclass
@@ -32,8 +33,12 @@ class System:
     url: str
     concurrency: int | None = None
     io_seconds: float = 0.0
-    noop: bool = False  # the no-op job: a tally in the process, added to the counter every 10 ms
+    noop: bool = False  # the no-op job
     state: dict[str, Any] = field(default_factory=dict)  # clients and processes, made on first use
+    package = ""  # the distribution whose version the settings name
+    enqueue_how = ""
+    default = 1  # jobs at once per worker process
+    unit = ""
 
     def made(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self.state:
@@ -50,11 +55,6 @@ class System:
             env["BENCH_CONCURRENCY"] = str(self.concurrency)  # arq and saq read it
         return env
 
-    package = ""  # the distribution whose version the settings name
-    enqueue_how = ""
-    default = 1  # jobs at once per worker process
-    unit = ""
-
     def describe(self) -> str:
         """Its workers' command at W=2 and how it enqueues, for the summary."""
         cmds = self.commands(2)
@@ -65,21 +65,23 @@ class System:
     def per_process(self) -> str:
         return f"{self.concurrency or self.default}{self.unit}" + ("" if self.concurrency else " (default)")
 
-    def prepare(self) -> None:
-        """Start what the producer needs before the timed enqueue."""
+    def prepare(self) -> None:  # before the timed enqueue
+        pass
 
     def enqueue(self, ids: list[str]) -> None:
         raise NotImplementedError
 
-    def commands(self, workers: int) -> list[Command]:
+    def argv(self) -> list[str]:
         raise NotImplementedError
+
+    def commands(self, workers: int) -> list[Command]:
+        return [Command(self.argv(), self.env())] * workers
 
     def queue_servers(self) -> dict[str, redis.Redis]:
         """Servers holding the queue besides the bench's own (a cluster's nodes), whose costs count too."""
         return {}
 
-    def after_drain(self) -> dict[str, Any]:
-        """What a trial adds to its result once every job ran."""
+    def after_drain(self) -> dict[str, Any]:  # added to a trial's result once every job ran
         return {}
 
     def close(self) -> None:
@@ -147,19 +149,18 @@ class SetQueue(System):
             self.state["producer"].stdout.readline()  # it has imported setqueue: ready
 
     def enqueue(self, ids: list[str]) -> None:
-        if self.code.is_current and self.groups:
+        if not self.code.is_current:
+            self.prepare()
+            proc = self.state["producer"]
+            proc.stdin.write(json.dumps(ids) + "\n")
+            proc.stdin.flush()
+            if not proc.stdout.readline():
+                raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
+        elif self.groups:
             for g in range(self.groups):
                 self.client().enqueue(ids[g :: self.groups], group=f"tenant-{g}")
-            return
-        if self.code.is_current:
+        else:
             self.client().enqueue(ids)
-            return
-        self.prepare()
-        proc = self.state["producer"]
-        proc.stdin.write(json.dumps(ids) + "\n")
-        proc.stdin.flush()
-        if not proc.stdout.readline():
-            raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
 
     def commands(self, workers: int) -> list[Command]:
         env = {**self.env(self.code), **self.worker_settings()}
@@ -184,8 +185,8 @@ class Naive(System):
         for i in range(0, len(ids), 500):
             r.sadd("naive:todos", *ids[i : i + 500])
 
-    def commands(self, workers: int) -> list[Command]:
-        return [Command([sys.executable, str(WORKERS_DIR / "bench_naive_worker.py")], self.env())] * workers
+    def argv(self) -> list[str]:
+        return [sys.executable, str(WORKERS_DIR / "bench_naive_worker.py")]
 
 
 class RQ(System):
@@ -202,9 +203,8 @@ class RQ(System):
                 q.enqueue_many([Queue.prepare_data(run_job, (a,)) for a in ids[i : i + 500]], pipeline=pipe)
                 pipe.execute()
 
-    def commands(self, workers: int) -> list[Command]:
-        argv = [str(BIN / "rq"), "worker", "-u", self.url, "-w", self.worker_class, "-q", QUEUE]
-        return [Command(argv, self.env())] * workers
+    def argv(self) -> list[str]:
+        return [str(BIN / "rq"), "worker", "-u", self.url, "-w", self.worker_class, "-q", QUEUE]
 
 
 class RQSimple(RQ):
@@ -258,10 +258,10 @@ class AsyncPeer(System):
     """arq and saq: asyncio workers."""
 
     default, enqueue_how = 10, "one call per job, 50 at a time"
-    worker: tuple[str, ...] = ()  # the worker's command line, after the console script
+    worker: tuple[str, ...] = ()  # after the console script
 
-    def commands(self, workers: int) -> list[Command]:
-        return [Command([str(BIN / self.package), *self.worker], self.env())] * workers
+    def argv(self) -> list[str]:
+        return [str(BIN / self.package), *self.worker]
 
     async def connect(self) -> Any:
         raise NotImplementedError
@@ -287,7 +287,7 @@ class AsyncPeer(System):
 
 
 class Arq(AsyncPeer):
-    package, worker = "arq", ("bench_arq_jobs.WorkerSettings",)  # max_jobs=BENCH_CONCURRENCY when set
+    package, worker = "arq", ("bench_arq_jobs.WorkerSettings",)
 
     async def connect(self) -> Any:
         from arq import create_pool
@@ -300,7 +300,7 @@ class Arq(AsyncPeer):
 
 
 class Saq(AsyncPeer):
-    package, worker = "saq", ("bench_saq_jobs.settings", "--quiet")  # concurrency=BENCH_CONCURRENCY when set
+    package, worker = "saq", ("bench_saq_jobs.settings", "--quiet")
 
     async def connect(self) -> Any:
         from saq import Queue
@@ -311,6 +311,12 @@ class Saq(AsyncPeer):
 
     async def send(self, client: Any, job_id: str) -> None:
         await client.enqueue("job", arg=job_id)
+
+
+def close_all(systems: list[Any]) -> None:
+    for s in systems:
+        with contextlib.suppress(Exception):
+            s.close()
 
 
 PEERS: dict[str, type[System]] = {"naive": Naive, "rq": RQ, "rq-simple": RQSimple, "dramatiq": Dramatiq}

@@ -1,12 +1,8 @@
-"""The cluster matrix: setqueue alone on a local Redis Cluster, by QUEUE_SHARDS and WAIT_REPLICAS.
-
-The cluster comes from tests/support/cluster.py; the job's INCR goes to a plain redis-server beside it, so
-the nodes do the queue's work alone. Each cell's queue name puts its shards evenly on the masters: the
-split measured is the ids' and claims', not CRC16's.
-"""
+"""The cluster matrix: setqueue alone on a local Redis Cluster, by QUEUE_SHARDS and WAIT_REPLICAS. The job's
+INCR goes to a redis-server outside it, and each cell's queue name puts its shards evenly on the masters: the
+split measured is the ids' and claims', not CRC16's."""
 
 import argparse
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +11,7 @@ import redis
 import report
 from common import CURRENT, CodeTree, Context, Server, fmt, log, median
 from drain import Cell, cell_trials, exactly_once
-from systems import SetQueue
+from systems import SetQueue, close_all
 
 from tests.support.cluster import RedisClusterNodes
 
@@ -64,7 +60,7 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         nodes = {str(p): redis.Redis(port=p, decode_responses=True) for p in cluster.ports}
         placement: dict[str, dict[str, Any]] = {}
         for shards in (int(s) for s in a.shards.split(",")):
-            even = shards % len(topology) == 0  # a name whose shards fall evenly on the masters, when they can
+            even = shards % len(topology) == 0  # shards evenly on the masters, when they can
             queue = cluster.evenly_sharded_name(f"bench{shards}", shards) if even else f"bench{shards}-0"
             placement[str(shards)] = {"queue": queue, "shard_masters": cluster.shard_masters(queue, shards)}
             for wait in (int(w) for w in a.wait_replicas.split(",")):
@@ -73,14 +69,13 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                 how |= {"shards": shards, "wait_replicas": wait, "nodes": nodes, "masters": tuple(topology)}
                 systems.append(ClusterSetQueue(name, cluster.url(), counter_url=counter.url, **how))
         log(f"cluster {topology}; counter on port {counter.port}; cells {[s.name for s in systems]}")
-        cell = Cell(a.cluster_jobs, a.max_seconds, float("inf"), a.cluster_trials)  # --cluster-trials each
+        cell = Cell(a.cluster_jobs, a.max_seconds, float("inf"), a.cluster_trials)
         runs = cell_trials(counter, systems, a.cluster_workers, cell, ctx.logs(NAME))
-        for r, s in ((r, next(s for s in systems if s.name == r["system"])) for r in runs):
-            r.update(shards=s.shards, wait_replicas=s.wait_replicas)
+        cells = {s.name: s for s in systems}
+        for r in runs:
+            r.update(shards=cells[r["system"]].shards, wait_replicas=cells[r["system"]].wait_replicas)
     finally:
-        for s in systems:
-            with contextlib.suppress(Exception):
-                s.close()
+        close_all(systems)
         cluster.cleanup()
         counter.close()
     return {
@@ -100,7 +95,7 @@ def deviation(values: list[float]) -> float | None:
 
 
 def by_node(data: dict[str, Any], r: dict[str, Any]) -> dict[str, Any] | None:
-    """One trial by node (port): Redis CPU µs and commands per job; the split over the masters."""
+    """One trial's Redis CPU µs and commands per job by node (port); the split over the masters."""
     jobs, masters = r.get("window_jobs"), [int(m) for m in data["topology"]]
     if not jobs or "nodes" not in r:
         return None
@@ -223,20 +218,17 @@ def summary(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any], path: Path) -> bool:
-    if (plt := report.pyplot()) is None:
-        return False
     cs, masters = cells(data), sorted(int(m) for m in data["topology"])
-    fig, ax = plt.subplots(figsize=(10, 4.4))
     width = 0.8 / len(masters)
-    for i, m in enumerate(masters):
-        ax.bar(
-            [j + i * width for j in range(len(cs))], [c["cpu_us"].get(m, 0) for c in cs], width, label=f"master :{m}"
-        )
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cs))], [c["name"] for c in cs])
-    ax.set(ylabel="Redis CPU µs per job", title=f"Redis CPU per job on each master; {data['machine_before']['date']}")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    report.save_chart(fig, path)
-    plt.close(fig)
-    return True
+
+    def draw(ax: Any) -> None:
+        for i, m in enumerate(masters):
+            xs = [j + i * width for j in range(len(cs))]
+            ax.bar(xs, [c["cpu_us"].get(m, 0) for c in cs], width, label=f"master :{m}")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cs))], [c["name"] for c in cs])
+        date = data["machine_before"]["date"]
+        ax.set(ylabel="Redis CPU µs per job", title=f"Redis CPU per job on each master; {date}")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+
+    return report.chart(path, 4.4, draw)

@@ -1,8 +1,4 @@
-"""The I/O-bound matrix: every job waits --io-seconds (a call to another service), then INCRs.
-
-setqueue-threads (a plain handler on CONCURRENCY=C threads) and setqueue-async (an async one on one event
-loop); each peer of dramatiq, celery, arq, saq at its defaults and at C jobs at once per process (`<peer>-cC`).
-"""
+"""The I/O-bound matrix: every job waits --io-seconds (a call to another service), then INCRs."""
 
 import argparse
 from functools import partial

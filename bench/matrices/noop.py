@@ -1,7 +1,4 @@
-"""The no-op matrix: the handler returns at once, so what is measured is the queue's own overhead, its
-floor. A job adds one to its process's tally (workers/bench_common.py, BENCH_NOOP=1), added to the counter
-every 10 ms: counter == jobs still proves each job ran once. Run it at W=1.
-"""
+"""The no-op matrix: the handler returns at once (BENCH_NOOP=1), so what is measured is the queue's floor."""
 
 import argparse
 from functools import partial

@@ -2,7 +2,6 @@
 with its baseline twin when there is one, then the pick-up latency and the bare loop; and its summary."""
 
 import argparse
-import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from typing import Any
 import report
 from common import Context, Server
 from drain import Cell, bare_loop, cell_trials, exactly_once, pickup_latency
-from systems import SetQueue, System
+from systems import SetQueue, System, close_all
 
 
 def turns(systems: list[System], ctx: Context) -> list[list[System]]:
@@ -24,9 +23,8 @@ def turns(systems: list[System], ctx: Context) -> list[list[System]]:
 
 @dataclass
 class Spec:
-    """``systems`` on the server at a URL; ``options``: the prefix of the matrix's --jobs, --max-seconds and
-    --cell-seconds; ``pickup``: those whose idle pick-up latency is measured; ``bare_loops``: the job alone
-    with no queue (by name, the environment of each loop)."""
+    """``options``: the prefix of the matrix's --jobs, --max-seconds, --cell-seconds; ``pickup``: the systems
+    whose pick-up latency is measured; ``bare_loops``: each no-queue loop's environment, by name."""
 
     name: str
     systems: Callable[[str], list[System]]
@@ -54,9 +52,7 @@ def run(a: argparse.Namespace, ctx: Context, spec: Spec) -> dict[str, Any]:
         bare = spec.bare_loops if a.bare_seconds > 0 else {}
         loops = {k: bare_loop(server, workers, a.bare_seconds, env) for k, env in bare.items()}
     finally:
-        for s in systems:
-            with contextlib.suppress(Exception):
-                s.close()
+        close_all(systems)
         server.close()
     return {
         "redis_version": server.version,
@@ -80,8 +76,7 @@ def summary(
     before_after: tuple[float, str] = (0.9, "costs at most 10% of the baseline's throughput"),
     per_process: bool = False,
 ) -> str:
-    """``job``: what each job does; ``setup``: the systems' settings; ``bare_what``: the no-queue loop;
-    ``before_after``: the ratio to the baseline at W=2 to reach, and that target in words."""
+    """``before_after``: the ratio to the baseline at W=2 to reach, and that target in words."""
     a = data["args"]
     about = (
         f"{a[options + 'jobs']:,} jobs per trial, {job}; W = {a['workers']}; time limit {a[options + 'max_seconds']:g}"
