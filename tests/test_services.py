@@ -31,10 +31,14 @@ SUCCESS = 'setqueue_jobs_completed_total{outcome="success"}'
 FAILURE = 'setqueue_jobs_completed_total{outcome="failure"}'
 
 
-def start(procs: list[Proc], module: str, tmp_path: Path, name: str | None = None, **settings: object) -> Proc:
-    p = Proc.start(module, tmp_path, name=name, **settings)
-    procs.append(p)
-    return p
+@pytest.fixture
+def start(procs: list[Proc], tmp_path: Path) -> Callable[..., Proc]:
+    def run(module: str, name: str | None = None, **settings: object) -> Proc:
+        p = Proc.start(module, tmp_path, name=name, **settings)
+        procs.append(p)
+        return p
+
+    return run
 
 
 def common(redis_url: str, queue_name: str, **extra: Any) -> dict[str, Any]:
@@ -61,22 +65,19 @@ def run_in_thread(service: WorkerService, until: Callable[[], bool], what: str) 
 
 @pytest.mark.slow
 def test_pipeline_survives_a_killed_worker(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+    start: Callable[..., Proc], redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
 ) -> None:
     total = 2000
     q = make_queue()
     env = common(redis_url, queue_name, LEASE_SECONDS=2, MAX_ATTEMPTS=5)
-    cleaner = start(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
+    cleaner = start("cleaner", SWEEP_INTERVAL=0.2, **env)
     # Jobs so slow the victim finishes none: it surely holds leases when killed.
-    victim = start(procs, "worker", tmp_path, name="victim", WORK_SECONDS=30, CLAIM_BATCH=5, **env)
+    victim = start("worker", name="victim", WORK_SECONDS=30, CLAIM_BATCH=5, **env)
     victim.wait_ready()
-    creator = start(
-        procs, "creator", tmp_path, CREATE_RATE=0, CREATE_TOTAL=total, CREATE_BATCH=200, CREATE_ID_PREFIX="e2e", **env
-    )
+    creator = start("creator", CREATE_RATE=0, CREATE_TOTAL=total, CREATE_BATCH=200, CREATE_ID_PREFIX="e2e", **env)
     wait_until(lambda: victim.metric("setqueue_jobs_in_progress") > 0, 30, "the victim to hold jobs")
     workers = [
-        start(procs, "worker", tmp_path, name=f"worker{i}", WORK_SECONDS=0.002, WORK_JITTER=0.5, FAIL_RATE=0.05, **env)
-        for i in range(3)
+        start("worker", name=f"worker{i}", WORK_SECONDS=0.002, WORK_JITTER=0.5, FAIL_RATE=0.05, **env) for i in range(3)
     ]
 
     # It stops prefetching a second after its last job started and hands back its buffer; wait for that.
@@ -132,11 +133,21 @@ def test_pipeline_survives_a_killed_worker(
     assert "requeued" in cleaner.log()
 
 
-def _busy_worker(procs: list[Proc], tmp_path: Path, q: Queue, env: dict[str, Any], **settings: Any) -> tuple[Proc, int]:
-    q.enqueue([f"job-{n}" for n in range(40)])
-    worker = start(procs, "worker", tmp_path, CLAIM_BATCH=4, **env, **settings)
-    wait_until(lambda: worker.try_get("/metrics") and worker.metric("setqueue_jobs_in_progress") > 0, 30, "busy")
-    return worker, int(worker.metric("setqueue_jobs_claimed_total"))
+Busy = Callable[..., tuple[Queue, Proc, int]]
+
+
+@pytest.fixture
+def busy(start: Callable[..., Proc], redis_url: str, queue_name: str, make_queue: Callable[..., Queue]) -> Busy:
+    """A worker holding some of 40 jobs: (its queue, it, how many it claimed)."""
+
+    def run(**settings: Any) -> tuple[Queue, Proc, int]:
+        q = make_queue()
+        q.enqueue([f"job-{n}" for n in range(40)])
+        worker = start("worker", CLAIM_BATCH=4, **common(redis_url, queue_name, LEASE_SECONDS=30), **settings)
+        wait_until(lambda: worker.try_get("/metrics") and worker.metric("setqueue_jobs_in_progress") > 0, 30, "busy")
+        return q, worker, int(worker.metric("setqueue_jobs_claimed_total"))
+
+    return run
 
 
 def _no_orphans(q: Queue) -> None:
@@ -146,12 +157,8 @@ def _no_orphans(q: Queue) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_finishes_held_jobs_then_exits_0(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
-) -> None:
-    q = make_queue()
-    env = common(redis_url, queue_name, LEASE_SECONDS=30)
-    worker, _ = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=0.3, WORK_JITTER=0, SHUTDOWN_GRACE_SECONDS=30)
+def test_sigterm_finishes_held_jobs_then_exits_0(busy: Busy) -> None:
+    q, worker, _ = busy(WORK_SECONDS=0.3, WORK_JITTER=0, SHUTDOWN_GRACE_SECONDS=30)
     worker.signal(signal.SIGTERM)
     assert worker.wait(45) == 0, worker.log()
     _no_orphans(q)
@@ -160,12 +167,8 @@ def test_sigterm_finishes_held_jobs_then_exits_0(
 
 
 @pytest.mark.slow
-def test_sigterm_past_the_grace_period_hands_jobs_back(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
-) -> None:
-    q = make_queue()
-    env = common(redis_url, queue_name, LEASE_SECONDS=30)
-    worker, claimed = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=0.5)
+def test_sigterm_past_the_grace_period_hands_jobs_back(busy: Busy) -> None:
+    q, worker, claimed = busy(WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=0.5)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log()
     _no_orphans(q)
@@ -177,12 +180,8 @@ def test_sigterm_past_the_grace_period_hands_jobs_back(
 
 
 @pytest.mark.slow
-def test_second_signal_exits_at_once(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
-) -> None:
-    q = make_queue()
-    env = common(redis_url, queue_name, LEASE_SECONDS=30)
-    worker, _ = _busy_worker(procs, tmp_path, q, env, WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=60)
+def test_second_signal_exits_at_once(busy: Busy) -> None:
+    _, worker, _ = busy(WORK_SECONDS=60, SHUTDOWN_GRACE_SECONDS=60)
     worker.signal(signal.SIGTERM)
     wait_until(lambda: "SIGTERM received" in worker.log(), 10, "the first signal to be logged")
     worker.signal(signal.SIGTERM)
@@ -198,14 +197,14 @@ def own_redis() -> Iterator[PersistentRedisServer]:
 
 @pytest.mark.slow
 def test_redis_outage_is_waited_out_and_nothing_is_lost(
-    procs: list[Proc], tmp_path: Path, own_redis: PersistentRedisServer, queue_name: str
+    start: Callable[..., Proc], own_redis: PersistentRedisServer, queue_name: str
 ) -> None:
     total = 1000
     env = common(own_redis.url, queue_name, LEASE_SECONDS=5)
     q = Queue.from_url(own_redis.url, name=queue_name)
-    cleaner = start(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
-    workers = [start(procs, "worker", tmp_path, name=f"w{i}", WORK_SECONDS=0.003, **env) for i in range(2)]
-    creator = start(procs, "creator", tmp_path, CREATE_RATE=250, CREATE_TOTAL=total, CREATE_ID_PREFIX="out", **env)
+    cleaner = start("cleaner", SWEEP_INTERVAL=0.2, **env)
+    workers = [start("worker", name=f"w{i}", WORK_SECONDS=0.003, **env) for i in range(2)]
+    creator = start("creator", CREATE_RATE=250, CREATE_TOTAL=total, CREATE_ID_PREFIX="out", **env)
     services = [cleaner, *workers, creator]
     for p in services:
         p.wait_ready()
@@ -336,11 +335,9 @@ def test_creator_paces_by_a_monotonic_schedule(redis_url: str, queue_name: str) 
 
 
 @pytest.mark.slow
-def test_idle_worker_stops_at_once_on_sigterm(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
-) -> None:
+def test_idle_worker_stops_at_once_on_sigterm(start: Callable[..., Proc], redis_url: str, queue_name: str) -> None:
     # Idle, it blocks on the wake-up list; a signal interrupts that wait.
-    worker = start(procs, "worker", tmp_path, IDLE_WAIT_SECONDS=60, **common(redis_url, queue_name))
+    worker = start("worker", IDLE_WAIT_SECONDS=60, **common(redis_url, queue_name))
     worker.wait_ready()
     wait_until(lambda: "working with handler" in worker.log(), 15, "the worker loop")
     worker.signal(signal.SIGTERM)
@@ -414,7 +411,7 @@ def handle(lease):
 
 
 def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -444,10 +441,10 @@ def reachable(host: str, port: int) -> bool:
 
 @pytest.mark.parametrize(("extra", "outside"), [({}, True), ({"METRICS_HOST": "127.0.0.1"}, False)])
 def test_metrics_host_decides_where_metrics_listen(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, *, extra: dict[str, str], outside: bool
+    start: Callable[..., Proc], redis_url: str, queue_name: str, *, extra: dict[str, str], outside: bool
 ) -> None:
     # 127.0.0.2 is this host but not 127.0.0.1: it stands for "another interface".
-    cleaner = start(procs, "cleaner", tmp_path, **common(redis_url, queue_name), **extra)
+    cleaner = start("cleaner", **common(redis_url, queue_name), **extra)
     cleaner.wait_ready()
     assert reachable("127.0.0.1", cleaner.port)
     assert reachable("127.0.0.2", cleaner.port) is outside
