@@ -1,14 +1,11 @@
 #!lua flags=allow-oom
--- ack.lua: move finished jobs in_progress -> done if the caller still owns them: owners names its
--- token from its claim until the job leaves in_progress, even past an expired lock nobody took
--- over (a requeue clears owners, a new claim overwrites it). A stale ack changes nothing. Each
--- claim's lock counts down by the jobs acked. finished keeps enqueue/done time and attempts while
--- done keeps the id; results keeps what a handler returned for result_ttl ms. Acked ids are
--- published on ended; a group that was full takes a turn again and an idle worker is woken.
+-- ack.lua: move finished jobs in_progress -> done if owners still names the caller's token (from
+-- the claim until the job leaves in_progress, even past an expired lock nobody took over); a stale
+-- ack changes nothing. Locks count down; finished keeps times and attempts, results what handlers
+-- returned (result_ttl ms); acked ids go out on ended; a full group takes a turn again.
 -- allow-oom: a finished job is never held up for lack of memory. An ack keeping results is first
--- sent as this script without allow-oom (scripts.py ACK_KEEPING_RESULTS); if refused, again as
--- this one with drop_results "1": the jobs are done, finished says a result was returned (":1")
--- but none is written, so result() says it is gone.
+-- sent without allow-oom (scripts.py ACK_KEEPING_RESULTS); refused, again with drop_results "1":
+-- done, finished marked ":1", no result written, so result() says it is gone.
 -- KEYS[1] request KEYS[2] in_progress KEYS[3] done KEYS[4] done_log KEYS[5] pending
 -- KEYS[6] attempts KEYS[7] payloads KEYS[8] errors KEYS[9] owners KEYS[10] finished KEYS[11] options
 -- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress

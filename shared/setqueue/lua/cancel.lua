@@ -1,10 +1,8 @@
 #!lua flags=allow-oom
--- cancel.lua: cancel one job. Waiting (todos, scheduled) or in progress, it goes to cancelled; a
--- running one's owner is cleared and its lock counted down (a later ack, fail or renew is stale),
--- and its id is published on cancel_channel for its worker to stop it. An ended job is left alone.
--- finished and done_log take it, so done's retention keeps cancelled jobs as long; payload, error
--- and own options go as a done job's do. A history line names who cancelled and the holder; the
--- id is published on ended. A grouped job leaves its group's line or counts it down.
+-- cancel.lua: a waiting or running job goes to cancelled (an ended one is left alone). A running
+-- one loses its owner and a lock count (its later ack, fail or renew is stale), and its id goes out
+-- on cancel_channel for its worker to stop it. finished and done_log take it (done's retention);
+-- payload, error and own options go. A history line names who cancelled and the holder; ended is told.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] scheduled
 -- KEYS[7] cancelled KEYS[8] pending KEYS[9] attempts KEYS[10] owners KEYS[11] finished
 -- KEYS[12] priorities KEYS[13] done_log KEYS[14] history

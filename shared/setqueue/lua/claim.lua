@@ -1,11 +1,8 @@
 #!lua flags=allow-oom
--- claim.lua: take up to N jobs from the front of the line (highest priority, then earliest place),
--- move them to in_progress and lease them in one step, so no cleaner sees a claimed id without its
--- lock. One lock per claim, named after its token: it holds the count of jobs still held, TTL = lease.
--- Flow control lives here so no worker can race it: paused gives nothing; the rate caps starts
--- (includes/flow.lua); groups take turns (includes/groups.lua), an equal share each within their
--- limits, then to the back, so a big backlog cannot starve a small group. The reply says what was
--- held back and when to come back, so idle workers sleep. Keys: docs/reference.md#key-layout.
+-- claim.lua: move up to N jobs from the front of the line to in_progress under one lock (named by
+-- the token, holding the count still held, TTL = lease) in one step: no cleaner sees a claimed id
+-- without its lock. Flow control lives here so no worker can race it: pause, the rate
+-- (includes/flow.lua), groups taking turns (includes/groups.lua). Keys: docs/reference.md#key-layout.
 -- KEYS[1] request (record under the token: a resend returns the same leases) KEYS[2] todos
 -- KEYS[3] in_progress KEYS[4] pending KEYS[5] attempts KEYS[6] payloads KEYS[7] owners
 -- KEYS[8] lock KEYS[9] scheduled KEYS[10] wake KEYS[11] seq KEYS[12] priorities KEYS[13] options
@@ -14,11 +11,10 @@
 -- KEYS[23] group_buckets
 -- ARGV[1] record_ttl ms  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] most ids
 -- ARGV[5] promote (most due ids to promote)  ARGV[6] wake_cap
--- Returns now ms; when (ms) something could next be claimed if fewer than most were (-1: wait to
--- be woken); what held jobs back ("", "paused", "rate", "group"); 1 if the queue has a rate or group
--- limits (workers then claim only for free slots), else 0; then per id in line order: id, attempt,
--- enqueue ms (-1 unknown), priority, payload, own options (nil if none). A resend returns the first
--- call's ids this claim still owns. The record holds the ids, one a line.
+-- Returns now ms; when (ms) more could be claimed if short (-1: wait to be woken); what held jobs
+-- back ("", "paused", "rate", "group"); 1 if a rate or group limits exist, else 0; then per id in
+-- line order: id, attempt, enqueue ms (-1 unknown), priority, payload, own options (nil: none). A
+-- resend returns the first call's ids (one a line in the record) this claim still owns.
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, priorities, options, flow = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
@@ -40,19 +36,17 @@ local G = {
 local now = now_ms()
 local FOREVER = math.huge
 
--- One HMGET tells a queue without flow control from one with.
-local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(
+local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(  -- one read when unlimited
   'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
--- With any limit set, workers claim only for free slots: a job waiting in a worker's buffer would
--- spend the rate or a group's slot. (Groups alone do not: a buffer holds at most CLAIM_BATCH.)
+-- With any limit, workers claim only for free slots: a job in a worker's buffer would spend the
+-- rate or a group's slot. (Groups alone do not: a buffer holds at most CLAIM_BATCH.)
 local has_limits = rate or default_concurrency or default_rate
   or (has_groups and redis.call('EXISTS', group_limits) == 1)
 local limited = has_limits and 1 or 0
 
--- claim_groups: up to want jobs from the groups at the front of their line (ungrouped jobs take
--- their turn as NO_GROUP), an equal share each; while room is left, the next groups, up to
--- LOOK_AHEAD more than want. Returns whether a group limit held jobs back, and when a resting group
--- may start again (FOREVER: none; now: groups left unvisited).
+-- claim_groups: an equal share from each group at the front of the line (ungrouped jobs as
+-- NO_GROUP), then further groups while room is left, up to LOOK_AHEAD more than want. Returns
+-- whether a group limit held jobs back, and when a resting group may start (now: groups unvisited).
 local LOOK_AHEAD = 100
 -- A turn takes up to TURN jobs of a group: a claim of 100 over 1,000 groups visits 25, not 100.
 local TURN = 4
@@ -134,7 +128,7 @@ local function claim_groups(want, ids, ranks)
         -- Nothing left: leaves the line; held by a limit: full (until a job ends) or resting
         -- (until its rate allows one); else to the back.
         if not more then
-          -- nothing waiting: it leaves the line of groups
+          -- it leaves the line of groups
         elseif concurrency and in_progress_now + took >= concurrency then
           full[#full + 1] = group
           held = true
@@ -184,7 +178,7 @@ local ids, tries, ranks = {}, {}, {}
 local held, soonest = '', FOREVER
 local listed = recorded(request)
 if listed then
-  -- A resend: keep the ids of the first call that this claim still owns.
+  -- A resend: the first call's ids this claim still owns.
   local first = {}
   for id in string.gmatch(listed, '[^\n]+') do first[#first + 1] = id end
   if #first > 0 then

@@ -1,10 +1,8 @@
 #!lua flags=allow-oom
--- fail.lua: give up on jobs the caller owns. "retry": while attempts remain, to the back of its
--- priority's line, or into scheduled with a delay; else into failed with the reason. "dead": into
--- failed at once. "release": back to todos in its old place, the attempt not used up (a job not
--- started, or a shutdown). Ownership and locks as in ack.lua; a lease not owned changes nothing.
--- Each outcome is a history line naming the claim's worker; dead-lettered ids are published on
--- ended. A grouped job goes back to its group's line, counted down (includes/groups.lua).
+-- fail.lua: end attempts the caller owns (as in ack.lua; else nothing changes). "retry": while
+-- attempts remain, to the back of its priority's line or, with a delay, scheduled; else failed.
+-- "dead": failed at once. "release": back in its old place, no attempt used. Each outcome is a
+-- history line naming the worker; dead-lettered ids go out on ended; grouped jobs rejoin their line.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
 -- KEYS[7] errors KEYS[8] wake KEYS[9] owners KEYS[10] finished KEYS[11] scheduled KEYS[12] seq
 -- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] flow KEYS[17] grouped

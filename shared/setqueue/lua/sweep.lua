@@ -1,12 +1,10 @@
 #!lua flags=allow-oom
--- sweep.lua: the cleaner's step. Candidates come from ZSCAN in_progress, each with the claim that
--- owned it when the cleaner read owners. One still in in_progress, still owned by that claim, whose
--- lock is gone goes back to todos, or into failed once its attempts are used up. A live lock is
--- never touched; a changed owner waits for the next sweep; an id already moved is no longer in
--- in_progress: so concurrent sweeps are safe. Also (at most trim_limit each) drops done ids past
--- max_age and results past their TTL, and promotes due scheduled jobs, waking workers. Moved ids
--- get a history line naming the holder; dead-lettered ones are published on ended. Grouped jobs go
--- back to their group's line (includes/groups.lua); past group rate states (a full bucket) drop.
+-- sweep.lua: the cleaner's step. Each candidate (from ZSCAN in_progress, with its owner as read)
+-- still in in_progress, still owned so, whose lock is gone goes back to the line, or to failed once
+-- out of attempts. A live lock is never touched, a changed owner waits, a moved id is gone from
+-- in_progress: concurrent sweeps are safe. Also, up to trim_limit each: drops done ids past max_age
+-- and expired results, promotes due scheduled jobs. Moves get history lines; dead letters go out on
+-- ended; past group rate states (a full bucket) are dropped.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
 -- KEYS[7] errors KEYS[8] wake KEYS[9] done KEYS[10] done_log KEYS[11] owners KEYS[12] finished
 -- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept

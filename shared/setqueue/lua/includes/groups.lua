@@ -1,11 +1,9 @@
 -- includes/groups.lua: job groups. A grouped waiting job is in grouped (id -> rank) and in its
--- group's line: member "<group>\0<rank, 14 hex digits>\0<id>" of group_lines (all scores 0), so
--- ZRANGE BYLEX reads one group's front in rank order without touching other groups.
--- The line of groups: each group with jobs waiting is in exactly one of groups_ready (zset by turn:
--- claims serve the front, send it to the back), groups_resting (rate used up until the score) and
--- groups_full (concurrency in progress). Ungrouped jobs take their turn as member "" of
--- groups_ready. group_running counts each group's jobs in progress. G is a table of the keys:
--- flow, grouped, lines, group_of, ready, resting, full, running.
+-- group's line: member "<group>\0<rank, 14 hex>\0<id>" of group_lines (scores 0), so ZRANGE BYLEX
+-- reads one group's front in rank order without touching others. Each group with jobs waiting is in
+-- one of groups_ready (by turn: claims take an equal share from the front and send it to the back,
+-- so a big backlog cannot starve a small group), groups_resting (rate used up until the score) or
+-- groups_full (concurrency in progress). Ungrouped jobs take turns as member "". G: the keys.
 -- @include "rank"
 local NO_GROUP = ''  -- the ungrouped jobs' turn in groups_ready
 local PART = 268435456  -- 2^28: a rank (< 2^53) is written as two 7-digit hex halves
