@@ -108,12 +108,11 @@ class _ClusterPipeline:
 
 
 class ClusterAwareRedis(redis.Redis):
-    """A ``redis.Redis`` for a URL naming one Redis or any node of a Redis Cluster.
+    """A ``redis.Redis`` for a URL naming one Redis or any Redis Cluster node (docs/guide.md#redis-cluster).
 
-    The first command first asks the node (``HELLO``, on its own db-0 connection) whether it is in
-    cluster mode. If so, every command goes through a ``RedisCluster`` made from the same URL and
-    options (slot routing, MOVED/ASK, failovers); a queue's one hash tag keeps its scripts, BLPOP and
-    MULTI/EXEC on one node. A cluster URL must use TCP and db 0, else every call raises ``OptionError``."""
+    The first command asks the node (``HELLO``, on its own db-0 connection) whether it is in cluster
+    mode; if so every command goes through a ``RedisCluster`` made from the same URL and options. A
+    cluster URL must use TCP and db 0, else every call raises ``OptionError``."""
 
     def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
         super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))

@@ -1,9 +1,6 @@
-"""Flow control's values (rates, group and queue limits) and how Redis keeps them.
+"""Flow control's values (rates, group and queue limits) and how Redis keeps them (docs/guide.md#flow-control).
 
-The limits live in the queue's ``flow`` and ``group_limits`` hashes, so every worker reads the same
-ones on its next claim (no restart), and ``lua/claim.lua`` enforces them as it takes jobs, so no
-worker can race them. A rate is GCRA: at most ``burst`` starts at once, and over T seconds at most
-``burst + T * count / period``."""
+A rate is GCRA: at most ``burst`` starts at once, and over T seconds at most ``burst + T * count / period``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Several named queues served as one (``QUEUE_NAME=emails,reports``) by one worker or cleaner.
-
-Selection is **strict priority in list order**: a claim takes what it can from the first queue,
-then the next; a later queue gets slots only while all before it are empty. Not weights: it is the
-rule of job priorities, it is predictable (an urgent queue is never slowed by a busy one), and a
-share per queue is a worker pool per queue. The price: a never-empty queue starves those after it
-(the per-queue wait and oldest-age gauges show it). Leases go back to their ``lease.queue``;
-enqueue goes to the first queue; id lookups search every queue."""
+"""Several named queues served as one, in strict priority of their order (docs/guide.md#several-queues):
+a claim takes what it can from the first queue, then the next. Leases go back to ``lease.queue``,
+enqueue goes to the first queue, id lookups search every queue."""
 
 from __future__ import annotations
 

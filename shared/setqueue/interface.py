@@ -1,9 +1,7 @@
 """One interface for every kind of queue: ``JobQueue`` (and ``Shard``, one plain queue).
 
-``Queue``, ``ShardedQueue`` and ``QueueGroup`` (several named queues as one, in strict priority)
-share these signatures; ``setqueue.open_queue`` makes whichever the arguments name, and the
-services and CLI use nothing else. ``queues`` (the named queues served) and ``shards`` (the plain
-queues holding the jobs) say what differs."""
+``Queue``, ``ShardedQueue`` and ``QueueGroup`` share these signatures; ``setqueue.open_queue`` makes
+whichever the arguments name, and the services and CLI use nothing else."""
 
 from __future__ import annotations
 

@@ -23,10 +23,9 @@ class Renewable(Protocol):
 class LeaseKeeper:
     """Renews every held lease in the background (one script call), every third of the lease time.
 
-    A lost lease (lock expired, or another worker owns the job) is dropped and reported to
-    ``on_lost``; its later ack is refused as stale, so a slow worker never completes another's claim.
-    A lease lost to a cancel goes to ``on_cancelled`` (else as lost). A Redis error is logged and
-    retried next tick: the lease time is the margin."""
+    A lost lease is dropped and reported to ``on_lost`` (its ack would be stale); one lost to a cancel
+    goes to ``on_cancelled`` (else as lost). A Redis error is logged and retried next tick: the lease
+    time is the margin."""
 
     def __init__(
         self,

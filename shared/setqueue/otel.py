@@ -1,12 +1,5 @@
 """OpenTelemetry glue (extra ``setqueue[otel]``), imported only through ``setqueue.tracing`` when
-OpenTelemetry is installed. Spans follow the messaging conventions (``<operation> <queue>``,
-``messaging.*``, ``messaging.system`` = setqueue):
-
-- producer: ``enqueue`` stores the caller's span's ``traceparent`` with each job (``setqueue.otel_context``);
-- ``receive <queue>`` (CLIENT): one claim call, with ``messaging.batch.message_count``;
-- ``process <queue>`` (CONSUMER): one handler run, child of the enqueue's span and linked to the
-  claim's, with queue, id, attempt and ``setqueue.job.outcome`` (success, failure, timeout, retry, moved);
-- ``settle <queue>`` (CLIENT): one ack batch, linked to each acked job's span."""
+installed: the worker's ``receive``, ``process`` and ``settle`` spans (docs/reference.md#traces-opentelemetry)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The registry of live workers: who serves a queue, what each holds, when it was last seen.
-
-Every WORKER_HEARTBEAT_SECONDS a worker writes, per queue in one pipelined round trip,
-``setqueue:{Q}:worker:<id>`` (its ``WorkerRecord`` as JSON, TTL three beats) and its id into the
-index ``setqueue:{Q}:workers`` (by last beat, trimmed at an hour). A dead worker's record expires:
-the TTL is the one truth of who is alive, the index only says where to look. Both keys share the
-queue's hash tag, so a beat is one round trip to one node, and readers need no scan."""
+"""The registry of live workers (docs/console.md#the-registry-of-live-workers): per queue, a record
+``setqueue:{Q}:worker:<id>`` with a TTL of three beats (the one truth of who is alive) and an index
+``setqueue:{Q}:workers`` by last beat, both under the queue's hash tag."""
 
 from __future__ import annotations
 

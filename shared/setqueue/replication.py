@@ -1,11 +1,8 @@
-"""Writes confirmed by replicas (WAIT_REPLICAS). Redis replicates asynchronously, so a master dying
-right after a write may lose it. ``WAIT n timeout`` blocks until n replicas confirm every write so
-far *on that connection*, so a confirmed call sends the script and a WAIT together on one
-connection to the slot's master (one round trip).
+"""Writes confirmed by replicas (WAIT_REPLICAS; docs/guide.md#what-a-failover-costs-and-wait_replicas).
 
-A call not confirmed in time raises :class:`NotReplicated`: applied on the master but counted as
-not made; callers resend it like after a connection error (scripts are safe to resend), which
-waits again. So what a caller saw succeed is on ``replicas`` replicas and survives a failover."""
+``WAIT`` counts the writes made *on its connection*, so the script and a WAIT go together on one
+connection to the slot's master. A call not confirmed in time raises :class:`NotReplicated`:
+applied, but counted as not made; callers resend it (scripts are safe to resend)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""One logical queue stored as N shards, each a whole ``Queue`` under its own hash tag, so on a Redis
-Cluster they spread over the nodes.
-
-Shard ``i`` of ``Q`` is the queue ``Q~i`` (openable as a plain ``Queue``); one shard is ``Queue``
-itself. An id always lives in shard ``crc32(id) mod N``, so idempotent enqueue, ``inspect``,
-``delete`` and lease fencing stay exact, scripts stay single-slot, and a lease finds its shard
-from its id. Order and priorities hold within a shard; claims visit the shards in turn, starting
-one further each time. Changing N moves ids: see ``check_shards``."""
+"""One logical queue stored as N shards ``Q~i``, each a whole ``Queue`` under its own hash tag
+(docs/guide.md#shards). An id always lives in shard ``crc32(id) mod N``, so scripts stay
+single-slot and a lease finds its shard from its id alone."""
 
 from __future__ import annotations
 
