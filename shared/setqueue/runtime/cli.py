@@ -58,7 +58,7 @@ class CliError(Exception):
 
 
 def one_line(text: str) -> str:
-    """``text`` as one printable line: what a user typed may hold line breaks or control codes."""
+    """What a user typed may hold line breaks or control codes."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -70,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _command(sub: Any, name: str, about: str, more: str = "") -> argparse.ArgumentParser:
-    """A subcommand whose description is its help, capitalised, then ``more``."""
+    """Its description: the help, capitalised, then ``more``."""
     parser: argparse.ArgumentParser = sub.add_parser(name, help=about, description=about[0].upper() + about[1:] + more)
     return parser
 
@@ -542,21 +542,19 @@ _HEADER: dict[str, str | None] = {
 
 
 # How an error names a setting the CLI reads.
-_FLAGS = {
-    "QUEUE_SHARDS": "--shards / QUEUE_SHARDS",
-    "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS",
-    "WAIT_TIMEOUT_SECONDS": "WAIT_TIMEOUT_SECONDS",
-    "PAYLOAD_MAX_BYTES": "PAYLOAD_MAX_BYTES",
-    "REDIS_TLS_CA_FILE": "REDIS_TLS_CA_FILE",
-    "REDIS_TLS_CERT_FILE": "REDIS_TLS_CERT_FILE",
-    "REDIS_TLS_KEY_FILE": "REDIS_TLS_KEY_FILE",
-}
+_FLAGS = {"QUEUE_SHARDS": "--shards / QUEUE_SHARDS", "WAIT_REPLICAS": "--wait-replicas / WAIT_REPLICAS"}
+_ENV_ONLY = (
+    "WAIT_TIMEOUT_SECONDS",
+    "PAYLOAD_MAX_BYTES",
+    "REDIS_TLS_CA_FILE",
+    "REDIS_TLS_CERT_FILE",
+    "REDIS_TLS_KEY_FILE",
+)
 
 
 def _usage_error(exc: SettingError) -> CliError:
-    return CliError(
-        str(exc).replace(f"setting {exc.name}", _FLAGS.get(exc.name, "--redis-url / REDIS_URL")), EXIT_USAGE
-    )
+    flag = exc.name if exc.name in _ENV_ONLY else _FLAGS.get(exc.name, "--redis-url / REDIS_URL")
+    return CliError(str(exc).replace(f"setting {exc.name}", flag), EXIT_USAGE)
 
 
 def _redis_problem(exc: redis.RedisError, url: str) -> str:

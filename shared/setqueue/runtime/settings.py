@@ -43,7 +43,7 @@ class SettingError(ValueError):
 
     @classmethod
     def of(cls, error: OptionError) -> SettingError:
-        """The setting behind a queue's option (``url`` is REDIS_URL)."""
+        """The setting behind a queue's option."""
         return cls(OPTION_SETTINGS.get(error.option, error.option.upper()), error.problem)
 
 
@@ -65,7 +65,7 @@ def queue_default(option: str) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable; its field in the settings dataclasses is its name in lower case."""
+    """One environment variable; its dataclass field is its name in lower case."""
 
     name: str
     kind: type  # int, float, str or bool
@@ -144,7 +144,7 @@ def _flag(name: str, raw: str) -> bool:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a container's cpuset), not the machine's."""
+    """The cores this process may run on (its CPU affinity), not the machine's."""
     counted = getattr(os, "process_cpu_count", None)
     if counted is not None:
         return int(counted() or 1)
@@ -393,7 +393,6 @@ _BY_FIELD = {s.field: s for s in SETTINGS}
 
 
 def default(name: str) -> Any:
-    """The parsed default of setting ``name``."""
     setting = SETTING_BY_NAME[name]
     return setting.parse(setting.default)
 
@@ -415,25 +414,29 @@ def check_tls(url: str, files: TlsFiles) -> None:
 
 def validate_redis_url(url: str) -> str:
     """Reject what redis-py would only reject on first use, or misread silently."""
+
+    def bad(problem: str) -> SettingError:
+        return SettingError("REDIS_URL", f"{url!r}{problem}")
+
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise SettingError("REDIS_URL", f"{url!r} is not a URL ({exc})") from None
+        raise bad(f" is not a URL ({exc})") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise SettingError("REDIS_URL", f"{url!r} must start with redis://, rediss:// or unix://")
+        raise bad(" must start with redis://, rediss:// or unix://")
     _check_url_options(url, parts.query)
     if parts.scheme == "unix":
         if not parts.path:
-            raise SettingError("REDIS_URL", f"{url!r} names no socket path")
+            raise bad(" names no socket path")
         return url
     if not parts.hostname:
-        raise SettingError("REDIS_URL", f"{url!r} names no host")
+        raise bad(" names no host")
     if port == 0:
-        raise SettingError("REDIS_URL", f"{url!r} has port 0")
+        raise bad(" has port 0")
     db = parts.path.lstrip("/")
     if db and not (db.isdigit() and int(db) < 2**31):
-        raise SettingError("REDIS_URL", f"{url!r}: the database after the / must be a number")
+        raise bad(": the database after the / must be a number")
     return url
 
 
@@ -565,17 +568,9 @@ class CommonSettings:
 
     def queue_options(self) -> dict[str, Any]:
         """``Queue.from_url``'s keyword arguments besides the URL (the name: the first queue's)."""
-        return {
-            "name": self.queue_names[0],
-            "lease_seconds": self.lease_seconds,
-            "max_attempts": self.max_attempts,
-            "done_max_count": self.done_max_count,
-            "done_max_age_seconds": self.done_max_age_seconds,
-            "wait_replicas": self.wait_replicas,
-            "wait_timeout_seconds": self.wait_timeout_seconds,
-            "request_ttl_seconds": self.request_ttl_seconds,
-            "payload_max_bytes": self.payload_max_bytes,
-        }
+        options = ["lease_seconds", "max_attempts", "done_max_count", "done_max_age_seconds", "wait_replicas"]
+        options += ["wait_timeout_seconds", "request_ttl_seconds", "payload_max_bytes"]
+        return {"name": self.queue_names[0], **{option: getattr(self, option) for option in options}}
 
 
 @dataclass(frozen=True)
@@ -608,13 +603,8 @@ class WorkerSettings(CommonSettings):
     worker_heartbeat_seconds: float
 
     def queue_options(self) -> dict[str, Any]:
-        return {
-            **super().queue_options(),
-            "retry_backoff_seconds": self.retry_backoff_seconds,
-            "retry_backoff_max_seconds": self.retry_backoff_max_seconds,
-            "result_ttl_seconds": self.result_ttl_seconds,
-            "result_max_bytes": self.result_max_bytes,
-        }
+        more = ("retry_backoff_seconds", "retry_backoff_max_seconds", "result_ttl_seconds", "result_max_bytes")
+        return {**super().queue_options(), **{option: getattr(self, option) for option in more}}
 
 
 @dataclass(frozen=True)
