@@ -1,26 +1,18 @@
 """The runtime the three services share: signals, Redis outages, liveness, and ``main()``.
 
-A service is a ``Service`` subclass (``worker/``, ``creator/`` and ``cleaner/`` each hold one)
-with a ``run()`` main loop. ``main()`` drives one: it loads the settings (a bad one is one line on
-stderr and exit code 2, before anything touches Redis), sets up logging (``setqueue.runtime.logs``),
-starts the HTTP server on ``METRICS_PORT`` (``setqueue.runtime.httpd``; 0 = none), installs the
-signal handlers and returns ``run()``'s exit code.
+A service is a ``Service`` subclass with a ``run()`` main loop; ``main()`` loads its settings (a bad
+one: one line, exit code 2, before Redis is touched), sets up logging, serves /metrics and /healthz on
+``METRICS_PORT`` and installs the signal handlers. The first SIGTERM or SIGINT stops gracefully; a
+second exits at once with 128 + the signal number.
 
-Signals: the first SIGTERM or SIGINT asks the main loop to stop gracefully; a second one exits at
-once with code 128 + the signal number.
+Outages: the loops call Redis through ``Service.retry``, which waits out ``TRANSIENT_REDIS_ERRORS``
+(connection, timeouts, LOADING, READONLY, OOM, failovers) with backoff, a log line a step and
+``setqueue_redis_up`` 0. A service never crashes on an outage nor skips a job: every script is
+idempotent, so a call is simply made again.
 
-Redis outages: the loops call Redis through ``Service.retry``, which catches the errors an outage
-causes (connection refused or reset, timeouts, a Redis still loading its data, a read-only replica,
-refused writes when out of memory; on a Redis Cluster also a failover: CLUSTERDOWN, MASTERDOWN,
-TRYAGAIN, redirections that did not settle, no node reachable to map the slots), sets
-``setqueue_redis_up`` to 0, logs one line per backoff step (capped exponential with jitter) and
-tries again; the recovery is logged once. A service never crashes on an outage and never skips a
-job because of one: every script is idempotent, so a call is simply made again.
-
-/healthz answers 200 with a JSON body while the service is healthy, and 503 when Redis does not
-answer a PING (checked on each request, with a one-second timeout) or when the main loop has not
-come round for ``stall_seconds`` (a stuck loop). A worker's main loop is its supervisor, which
-comes round every few milliseconds whatever its jobs do: a long job is not a stuck worker.
+/healthz answers 503 when Redis does not answer a PING (one-second timeout) or when the main loop has
+not come round for ``stall_seconds``. A worker's main loop is its supervisor, which comes round every
+few milliseconds whatever its jobs do: a long job is not a stuck worker.
 """
 
 from __future__ import annotations
@@ -64,17 +56,14 @@ log = logging.getLogger("setqueue.runtime.service")
 EXIT_SETTING = 2
 EXIT_REDIS = 3
 
-# What makes a read of Redis impossible for now: an outage, or a URL only Redis can find wrong.
+# A read of Redis impossible for now: an outage, or a URL only Redis can find wrong.
 UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_REDIS_ERRORS, OptionError)
 
 
 def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
-    """Why Redis refuses this service's settings at start (a wrong password, no permission, a
-    database it does not have, a TLS handshake that fails or a redis:// URL to a Redis that speaks
-    TLS), or None. Unreachable is no refusal: the loops wait for Redis.
-    Raises SettingError when Redis tells what the settings could not: REDIS_URL names a Redis
-    Cluster node in a way a cluster client cannot use (a database other than 0, a unix socket),
-    or QUEUE_SHARDS is not the number the queue was opened with (recorded here the first time)."""
+    """Why Redis refuses this service at start (password, permission, database, TLS), or None;
+    unreachable is no refusal. SettingError for what only Redis can tell: a cluster node with a db
+    other than 0, or QUEUE_SHARDS not the number the queue was first opened with (recorded here)."""
     try:
         queue.ping(record=True)
     except OptionError as exc:
@@ -83,7 +72,7 @@ def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a r
         return "it requires a password: set it in REDIS_URL (redis://:PASSWORD@host:port/db)"
     except rexc.AuthenticationError as exc:
         return f"it refused the user or password in REDIS_URL: {exc}"
-    except rexc.OutOfMemoryError:  # the first opening of a sharded queue records its shards: later
+    except rexc.OutOfMemoryError:  # the shards of a sharded queue are recorded later
         return None
     except (rexc.AuthorizationError, rexc.NoPermissionError) as exc:
         return explain_refusal(exc) or f"{type(exc).__name__}: {exc}"
@@ -97,21 +86,16 @@ def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a r
 
 
 class Stopping(Exception):
-    """Raised by ``Service.retry`` when a stop was requested while Redis was unreachable."""
+    """A stop was requested while Redis was unreachable."""
 
 
 class RedisFull(Exception):
-    """Raised by ``Service.retry`` within ``Service.unless_redis_full``: Redis is out of memory and
-    refuses this step, which can wait for a round when it has room."""
-
-
-# -- settings --------------------------------------------------------------------------------------
+    """Within ``Service.unless_redis_full``: Redis is out of memory and refuses this step."""
 
 
 def load_settings(
     settings_cls: type[S], program: str, env: Mapping[str, str] | None = None, stderr: Any = None
 ) -> S | None:
-    """The settings, or None after one line on stderr naming the bad setting."""
     try:
         return settings_cls.from_env(env) if env is not None else settings_cls.from_env()  # type: ignore[return-value]
     except SettingError as exc:
@@ -119,31 +103,20 @@ def load_settings(
         return None
 
 
-# -- the service -----------------------------------------------------------------------------------
-
-
 class Service(Generic[S, M]):
-    """Base of the creator, worker and cleaner: a main loop plus the shared runtime.
-
-    ``queue`` defaults to what QUEUE_NAME and QUEUE_SHARDS name on the settings' Redis URL (see
-    ``setqueue.open_queue``: any ``JobQueue``); a service that serves one queue only
-    (``serves_several`` False: the creator) gets the first."""
+    """Base of the creator, worker and cleaner. ``queue`` defaults to what the settings name (only the
+    first queue when not ``serves_several``: the creator)."""
 
     role: ClassVar[str] = "service"
     serves_several: ClassVar[bool] = True
 
     def __init__(self, settings: S, metrics: M, queue: JobQueue | None = None) -> None:
         self.settings = settings
-        # What every queue this service opens gets, besides its URL and name.
         self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
             queue = open_queue(
-                settings.redis_url,
-                names,
-                shards=settings.queue_shards,
-                **settings.tls_options(),
-                **self.queue_options,
+                settings.redis_url, names, shards=settings.queue_shards, **settings.tls_options(), **self.queue_options
             )
         self.queue = queue
         self.metrics = metrics
@@ -158,29 +131,25 @@ class Service(Generic[S, M]):
         self._health_client: redis.Redis | None = None
         self.metrics.redis_up.set(1)
         self.metrics.redis_out_of_memory.set(0)
-        self._memory_checked = threading.Event()  # the eviction policy was read (see check_memory)
+        self._memory_checked = threading.Event()  # the eviction policy was read
         self._memory_lock = threading.Lock()
         self._eviction_said: str | None = None
         self._full = threading.local()  # .skips: within unless_redis_full (depth)
         self._full_said: set[str] = set()
-        self.refused: str | None = None  # why Redis refuses this service what it needs (exit code 3)
+        self.refused: str | None = None  # why Redis refuses what this service needs (exit code 3)
 
-    # Subclasses: the main loop. Returns the exit code.
-    def run(self) -> int:
+    def run(self) -> int:  # the main loop; returns the exit code
         raise NotImplementedError
 
     @property
     def stall_seconds(self) -> float:
-        """/healthz turns 503 when the main loop has not come round for this long."""
+        """/healthz: 503 when the main loop has not come round for this long."""
         return 60.0
 
     def on_stop_requested(self) -> None:
-        """Called (in the main thread) on the first SIGTERM/SIGINT, after stop_event is set."""
-
-    # -- liveness ----------------------------------------------------------------------------
+        """In the main thread, on the first SIGTERM/SIGINT, after stop_event is set."""
 
     def beat(self) -> None:
-        """The main loop came round."""
         self._last_beat = time.monotonic()
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -201,8 +170,7 @@ class Service(Generic[S, M]):
 
     def _ping(self) -> bool:
         if self._health_client is None:
-            # The same kind of client as the queue's: on a cluster it pings a master through the
-            # cluster client, so that /healthz stays up while the node of the URL is down.
+            # The queue's kind of client: on a cluster /healthz stays up while the URL's node is down.
             self._health_client = connect(
                 self.settings.redis_url,
                 socket_connect_timeout=1,
@@ -215,14 +183,9 @@ class Service(Generic[S, M]):
         except (rexc.RedisError, OptionError):
             return False
 
-    # -- Redis outages -----------------------------------------------------------------------
-
     def retry(self, call: Callable[[], T], what: str, *, until_stopped: bool = True) -> T:
-        """``call()`` until it gets through Redis. Transient errors are waited out with backoff.
-
-        With ``until_stopped`` (the default) a stop request during an outage raises ``Stopping``;
-        without it the call is retried until it succeeds (used for acks: the work is done).
-        """
+        """``call()`` until it gets through Redis, waiting out transient errors. With ``until_stopped`` a
+        stop during an outage raises ``Stopping``; without, it retries until it succeeds (acks)."""
         never = threading.Event()
         while True:
             try:
@@ -248,8 +211,7 @@ class Service(Generic[S, M]):
             return result
 
     def refuse(self, why: str) -> None:
-        """Redis refuses this service what it needs (an ACL without a command it runs): no retry
-        can help. Say it once, stop, and exit with code 3."""
+        """Redis refuses what this service needs (an ACL): no retry can help. Say it once, stop, exit 3."""
         if self.refused is None:
             self.refused = why
             self.log.error("Redis refused us: %s", why)
@@ -258,7 +220,7 @@ class Service(Generic[S, M]):
     def _backoff_wait(self, stop: threading.Event) -> None:
         delay = self._pending_delay
         deadline = time.monotonic() + delay
-        # Keep /healthz's loop check happy while we wait: waiting out an outage is not being stuck.
+        # Waiting out an outage is not being stuck (/healthz).
         while not stop.is_set():
             self.beat()
             left = deadline - time.monotonic()
@@ -292,7 +254,6 @@ class Service(Generic[S, M]):
             )
 
     def redis_ok(self) -> None:
-        """The last Redis call succeeded."""
         if self._down_since is not None:
             self.log.warning(
                 "redis reachable again after %.1fs (%d retries)", time.monotonic() - self._down_since, self._retries
@@ -306,9 +267,8 @@ class Service(Generic[S, M]):
 
     @contextlib.contextmanager
     def unless_redis_full(self, what: str) -> Iterator[None]:
-        """A step that can wait for a round: while Redis is out of memory it is skipped (logged once
-        a while), where ``retry`` would wait, so that the loop goes on to the steps that free memory
-        (the cleaner's sweep and retention)."""
+        """A step that can wait: skipped (logged once) while Redis is out of memory, where ``retry`` would
+        wait, so that the loop goes on to the steps that free memory (the sweep, the retention)."""
         self._full.skips = getattr(self._full, "skips", 0) + 1
         try:
             yield
@@ -321,12 +281,9 @@ class Service(Generic[S, M]):
         finally:
             self._full.skips -= 1
 
-    # -- memory and eviction -----------------------------------------------------------------
-
     def check_memory(self) -> MemoryReport | None:
-        """Read Redis's eviction policy and memory (every master of a cluster), export them, and log
-        one loud line when a master evicts keys (or when this user may not read it); again only
-        when that changes. None when Redis could not be reached (it is read later)."""
+        """Read and export the eviction policy and memory; log one loud line when a master evicts (or
+        nobody may tell), again only when that changes. None when Redis is unreachable."""
         with self._memory_lock:
             try:
                 report = read_memory(self.queue.redis)
@@ -341,8 +298,6 @@ class Service(Generic[S, M]):
                 (self.log.warning if report.unknown else self.log.error)("%s", said)
             self._eviction_said = said
             return report
-
-    # -- signals -----------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -361,7 +316,7 @@ class Service(Generic[S, M]):
             os._exit(128 + signum)
 
     def request_stop(self) -> None:
-        """Stop as on a first SIGTERM (for embedding and tests)."""
+        """Stop as on a first SIGTERM."""
         if not self.stop_event.is_set():
             self._signals = max(self._signals, 1)
             self.stop_event.set()
@@ -373,13 +328,9 @@ class Service(Generic[S, M]):
         self.queue.close()
 
 
-# -- the entry point of a service ------------------------------------------------------------------
-
-
 def usage(program: str, summary: str, argv: Sequence[str] | None) -> int | None:
-    """The command line of a service: it takes no arguments (settings are environment variables),
-    but ``--help`` lists those it reads and ``--version`` says which setqueue it is. Returns an exit
-    code when the service should not start (0 after help or version, 2 for anything else)."""
+    """A service takes only ``--help`` (the settings it reads) and ``--version``. An exit code when it
+    should not start (0 after help or version, 2 otherwise)."""
     role = program.removeprefix("setqueue-")
     read = [s for s in SETTINGS if s.services == "all" or role in s.services.split(",")]
     epilog = "settings (environment variables):\n" + "\n".join(
@@ -403,7 +354,7 @@ def usage(program: str, summary: str, argv: Sequence[str] | None) -> int | None:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """A bad argument is one line (``usage`` prints it), not argparse's usage block and exit."""
+    """A bad argument is one line (``usage`` prints it), not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
         raise ValueError(message)
@@ -418,8 +369,6 @@ def main(
     argv: Sequence[str] | None = None,
     summary: str = "",
 ) -> int:
-    """Read the command line (``usage``), load settings, build the service, serve /metrics, run it;
-    returns the exit code."""
     code = usage(program, summary, argv)
     if code is not None:
         return code
@@ -431,9 +380,8 @@ def main(
 
 
 def memory_refusal(service: Service[Any, Any], settings: CommonSettings) -> str | None:
-    """Read the eviction policy at start (``Service.check_memory``: the loud line, the gauge).
-    With REQUIRE_NOEVICTION, wait for Redis to read it and return why the service must not start
-    (a master evicts, or nobody may tell), else None."""
+    """Read the eviction policy at start. With REQUIRE_NOEVICTION, wait until Redis answers and return
+    why the service must not start (a master evicts, or nobody may tell)."""
     if not settings.require_noeviction:
         service.check_memory()  # unreachable: read once Redis answers
         return None
@@ -446,21 +394,24 @@ def memory_refusal(service: Service[Any, Any], settings: CommonSettings) -> str 
 
 
 def serve(
-    settings: S,
-    build: Callable[[S], Service[S, Any]],
-    program: str,
-    *,
-    metrics_socket: socket.socket | None = None,
+    settings: S, build: Callable[[S], Service[S, Any]], program: str, *, metrics_socket: socket.socket | None = None
 ) -> int:
     """Build the service, serve /metrics, check what Redis says of the settings, run it.
-    ``metrics_socket``: serve /metrics there, a socket already listening (a worker's supervisor
-    hands one to each of its children), rather than on METRICS_HOST:METRICS_PORT."""
+    ``metrics_socket``: a listening socket to serve /metrics on (a supervisor's child's)."""
     try:
         service = build(settings)
     except SettingError as exc:  # what only the service can check (e.g. the handler's kind)
         print(f"{program}: {exc}", file=sys.stderr, flush=True)
         return EXIT_SETTING
     server: MetricsServer | None = None
+
+    def give_up(code: int, why: object) -> int:
+        print(f"{program}: {why}", file=sys.stderr, flush=True)
+        if server is not None:
+            server.stop()
+        service.close()
+        return code
+
     if settings.metrics_port or metrics_socket is not None:
         try:
             server = MetricsServer(
@@ -471,35 +422,18 @@ def serve(
                 sock=metrics_socket,
             ).start()
         except OSError as exc:
-            # A port in use is the port's fault; an address this host does not have is the host's.
             name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
             where = f"{settings.metrics_host}:{settings.metrics_port}"
-            print(f"{program}: invalid setting {name}: cannot listen on {where}: {exc}", file=sys.stderr, flush=True)
-            service.close()
-            return EXIT_SETTING
+            return give_up(EXIT_SETTING, f"invalid setting {name}: cannot listen on {where}: {exc}")
     try:
         refused = refusal(service.queue, settings.redis_url)
     except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
-        print(f"{program}: {exc}", file=sys.stderr, flush=True)
-        if server is not None:
-            server.stop()
-        service.close()
-        return EXIT_SETTING
+        return give_up(EXIT_SETTING, exc)
     if refused is not None:
-        print(
-            f"{program}: Redis at {redact_url(settings.redis_url)} refused us: {refused}", file=sys.stderr, flush=True
-        )
-        if server is not None:
-            server.stop()
-        service.close()
-        return EXIT_REDIS
+        return give_up(EXIT_REDIS, f"Redis at {redact_url(settings.redis_url)} refused us: {refused}")
     evicting = memory_refusal(service, settings)
     if evicting is not None:
-        print(f"{program}: REQUIRE_NOEVICTION is set and {evicting}", file=sys.stderr, flush=True)
-        if server is not None:
-            server.stop()
-        service.close()
-        return EXIT_REDIS
+        return give_up(EXIT_REDIS, f"REQUIRE_NOEVICTION is set and {evicting}")
     service.install_signal_handlers()
     service.log.info(
         "%s starting: queue=%s redis=%s metrics=%s",
