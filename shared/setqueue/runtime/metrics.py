@@ -1,11 +1,8 @@
-"""Prometheus metrics of the three services, one class per role.
+"""Prometheus metrics of the three services, one class per role (docs/reference.md lists them).
 
-Every name starts with ``setqueue_``; counters end in ``_total`` and durations are in seconds.
-Every metric about jobs or a queue's state carries the ``queue`` label (the name in QUEUE_NAME;
-a sharded queue's shards count as one); there are no per-worker or per-job labels: Prometheus's
-``instance`` label already names the replica. Each role registers only its own metrics, so a
-gauge such as ``setqueue_queue_depth`` comes from the cleaner alone and is not multiplied by the
-number of worker replicas.
+Metrics about jobs carry the ``queue`` label (a sharded queue counts as one); no per-worker or per-job
+labels: ``instance`` names the replica. Each role registers only its own metrics, so that a gauge such
+as ``setqueue_queue_depth`` comes from the cleaner alone, not once per worker replica.
 """
 
 from __future__ import annotations
@@ -22,11 +19,8 @@ from prometheus_client.utils import floatToGoString
 
 from setqueue.keys import STATES
 
-# Processing time of a job: from milliseconds (no-op jobs) to minutes (long jobs renewing leases).
 PROCESSING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-# Queue wait and end-to-end time also cover a backlog that takes an hour to drain, in steps of at
-# most 1.5x from 10 s up, so that a p99 read off them is within a step of the truth, not an
-# interpolation across a decade.
+# Up to an hour's backlog, in steps of at most 1.5x from 10 s: a p99 read off them is within a step.
 WAIT_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60,
     90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700, 3600,
@@ -35,17 +29,18 @@ SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 def new_registry() -> CollectorRegistry:
-    """A fresh registry per service instance, with the process collector (CPU, memory, fds)."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     return registry
 
 
+def _gauge(registry: CollectorRegistry, name: str, documentation: str, *labels: str) -> Gauge:
+    return Gauge(name, documentation, labels, registry=registry)
+
+
 class BatchHistogram:
-    """A Prometheus histogram for the worker's hot path: ``observe_many`` takes its lock once
-    per batch of jobs, where prometheus_client's Histogram takes two locks per observation.
-    Exported through the registry as an ordinary histogram (``_bucket``, ``_count``, ``_sum``),
-    one series per combination of its ``labels``' values."""
+    """A histogram for the worker's hot path: ``observe_many`` takes its lock once per batch, where
+    prometheus_client's takes two per observation. Exported as an ordinary histogram."""
 
     def __init__(
         self,
@@ -69,7 +64,6 @@ class BatchHistogram:
         self.observe_many((value,), *label_values)
 
     def observe_many(self, values: Iterable[float], *label_values: str) -> None:
-        """Observe ``values``, all in the series of ``label_values`` (one value per label)."""
         if len(label_values) != len(self.labels):
             raise ValueError(f"{self.name} takes the values of {self.labels}, got {label_values}")
         bounds = self._bounds
@@ -99,31 +93,23 @@ class BatchHistogram:
 
 
 class ServiceMetrics:
-    """What every service exports."""
-
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.redis_up = Gauge(
+        self.redis_up = _gauge(
+            registry,
             "setqueue_redis_up",
-            "1 when the last Redis call of this process succeeded, 0 while Redis is unreachable "
-            "(or, with WAIT_REPLICAS, while its writes are not confirmed by enough replicas).",
-            registry=registry,
+            "1 when the last Redis call succeeded, 0 while Redis is unreachable (or writes are not replicated).",
         )
-        self.redis_noeviction = Gauge(
+        self.redis_noeviction = _gauge(
+            registry,
             "setqueue_redis_noeviction",
-            "1 when the maxmemory-policy of Redis (every master of a cluster) is noeviction, 0 when one "
-            "evicts keys (a full Redis then drops queue keys: jobs are lost), -1 while unknown (not read "
-            "yet, or this user may run neither INFO nor CONFIG GET).",
-            registry=registry,
+            "1 when every master's maxmemory-policy is noeviction, 0 when one evicts keys, -1 unknown.",
         )
         self.redis_noeviction.set(-1)
-        self.redis_out_of_memory = Gauge(
-            "setqueue_redis_out_of_memory",
-            "1 while Redis refuses this process's writes because it is out of memory (maxmemory reached "
-            "with noeviction: an enqueue waits), else 0.",
-            registry=registry,
+        self.redis_out_of_memory = _gauge(
+            registry, "setqueue_redis_out_of_memory", "1 while Redis refuses this process's writes for lack of memory."
         )
-        # The cleaner's alone: how full Redis is (see CleanerMetrics).
+        # The cleaner's alone.
         self.redis_memory_used_ratio: Gauge | None = None
 
 
@@ -131,22 +117,18 @@ class CreatorMetrics(ServiceMetrics):
     def __init__(self, registry: CollectorRegistry, queue: str = "default") -> None:
         super().__init__(registry)
         self.jobs_created = Counter(
-            "setqueue_jobs_created_total",
-            "Job ids newly added to todos (ids the queue already knew are not counted), by queue.",
-            ["queue"],
-            registry=registry,
+            "setqueue_jobs_created_total", "Job ids newly added to todos.", ["queue"], registry=registry
         ).labels(queue)
         self.jobs_duplicate = Counter(
             "setqueue_jobs_duplicate_total",
-            "Job ids submitted that the queue already knew (todos, in_progress, done or failed), by queue.",
+            "Job ids submitted that the queue already knew.",
             ["queue"],
             registry=registry,
         ).labels(queue)
 
 
 class WorkerMetrics(ServiceMetrics):
-    """Counters and histograms of jobs carry the ``queue`` they came from; the gauges of slots and
-    threads are the process's."""
+    """Job counters and histograms carry the ``queue``; the gauges of slots and threads are the process's."""
 
     def __init__(self, registry: CollectorRegistry, queues: Sequence[str] = ("default",)) -> None:
         super().__init__(registry)
@@ -160,8 +142,7 @@ class WorkerMetrics(ServiceMetrics):
         self.jobs_claimed = per_queue("setqueue_jobs_claimed_total", "Jobs claimed (moved todos -> in_progress).")
         self.jobs_completed = Counter(
             "setqueue_jobs_completed_total",
-            "Jobs finished by this worker, by queue and outcome: success (acked into done) or failure "
-            "(the handler raised; retried or dead-lettered).",
+            "Jobs finished by this worker, by outcome: success or failure (the handler raised).",
             ["queue", "outcome"],
             registry=registry,
         )
@@ -174,89 +155,63 @@ class WorkerMetrics(ServiceMetrics):
         self.jobs_dead_lettered = dead_lettered_counter(registry, queues)
         self.jobs_released = per_queue(
             "setqueue_jobs_released_total",
-            "Jobs handed back to todos unstarted or unfinished, without using an attempt (a buffered job "
-            "that waited too long for a slot, or a shutdown).",
+            "Jobs handed back to todos unstarted or unfinished, without using an attempt.",
         )
-        self.jobs_scheduled = per_queue(
-            "setqueue_jobs_scheduled_total",
-            "Failed jobs put into scheduled to be retried later (backoff or RetryLater).",
-        )
+        self.jobs_scheduled = per_queue("setqueue_jobs_scheduled_total", "Failed jobs scheduled to be retried later.")
         self.lease_renewals = Counter(
             "setqueue_lease_renewals_total", "Lease renewals that succeeded.", registry=registry
         )
-        self.leases_lost = per_queue(
-            "setqueue_leases_lost_total",
-            "Leases found lost on renewal (the lock expired or another worker owns the job).",
-        )
-        self.stale_acks = per_queue(
-            "setqueue_stale_acks_total",
-            "Acks and fails refused because the lease was lost; nothing was changed.",
-        )
-        self.jobs_in_progress = Gauge(
-            "setqueue_jobs_in_progress", "Jobs this worker holds right now.", registry=registry
-        )
-        self.jobs_running = Gauge(
-            "setqueue_jobs_running", "Jobs running in this worker's slots right now.", registry=registry
-        )
-        self.worker_slots = Gauge(
-            "setqueue_worker_slots", "Jobs this worker can run at once (CONCURRENCY).", registry=registry
-        )
+        self.leases_lost = per_queue("setqueue_leases_lost_total", "Leases found lost on renewal.")
+        self.stale_acks = per_queue("setqueue_stale_acks_total", "Acks and fails refused because the lease was lost.")
+        self.jobs_in_progress = _gauge(registry, "setqueue_jobs_in_progress", "Jobs this worker holds right now.")
+        self.jobs_running = _gauge(registry, "setqueue_jobs_running", "Jobs running in this worker's slots right now.")
+        self.worker_slots = _gauge(registry, "setqueue_worker_slots", "Jobs this worker can run at once (CONCURRENCY).")
         self.job_timeouts = per_queue(
             "setqueue_job_timeouts_total", "Jobs that ran past JOB_TIMEOUT_SECONDS: failed with reason timeout."
         )
         self.standin_sweeps = per_queue(
             "setqueue_standin_sweeps_total",
-            "Sweeps this worker made because nobody (no cleaner) had swept the queue for STANDIN_SWEEP_SECONDS.",
+            "Sweeps this worker made because nobody had swept the queue for STANDIN_SWEEP_SECONDS.",
         )
-        self.seconds_since_sweep = Gauge(
+        self.seconds_since_sweep = _gauge(
+            registry,
             "setqueue_seconds_since_sweep",
-            "How long ago anyone swept the queue (its oldest shard), as this worker last looked, by queue.",
-            ["queue"],
-            registry=registry,
+            "How long ago anyone swept the queue (its oldest shard), as this worker last looked.",
+            "queue",
         )
         self.jobs_cancelled = Counter(
             "setqueue_jobs_cancelled_total",
-            "Cancelled jobs this worker stopped, by queue and where they were: running (interrupted) "
-            "or unstarted (dropped from its buffer).",
+            "Cancelled jobs this worker stopped: running or unstarted.",
             ["queue", "where"],
             registry=registry,
         )
         self.history_records = history_counter(registry)
         self.claims_held = Counter(
             "setqueue_claims_held_total",
-            "Claims that flow control held back (got fewer jobs than asked while jobs waited), by queue and "
-            "reason: paused, rate (the queue's rate), group (a group's concurrency or rate).",
+            "Claims that flow control held back, by reason: paused, rate or group.",
             ["queue", "reason"],
             registry=registry,
         )
         for queue in queues:
             for reason in ("paused", "rate", "group"):
                 self.claims_held.labels(queue, reason)
-        self.zombie_threads = Gauge(
+        self.zombie_threads = _gauge(
+            registry,
             "setqueue_worker_zombie_threads",
             "Slots whose job timed out but has not returned: lost until it does.",
-            registry=registry,
         )
         self.processing_seconds = BatchHistogram(
-            "setqueue_job_processing_seconds",
-            "Time the handler took per job, by queue.",
-            PROCESSING_BUCKETS,
-            registry,
-            ["queue"],
+            "setqueue_job_processing_seconds", "Time the handler took per job.", PROCESSING_BUCKETS, registry, ["queue"]
         )
         self.queue_wait_seconds = BatchHistogram(
             "setqueue_job_queue_wait_seconds",
-            "Enqueue (or becoming due) to claim, by the Redis clock, by queue and the job's priority.",
+            "Enqueue (or becoming due) to claim, by the Redis clock.",
             WAIT_BUCKETS,
             registry,
             ["queue", "priority"],
         )
         self.end_to_end_seconds = BatchHistogram(
-            "setqueue_job_end_to_end_seconds",
-            "Enqueue to done, by the Redis clock, by queue.",
-            WAIT_BUCKETS,
-            registry,
-            ["queue"],
+            "setqueue_job_end_to_end_seconds", "Enqueue to done, by the Redis clock.", WAIT_BUCKETS, registry, ["queue"]
         )
         for queue in queues:  # every queue's series, from the start
             self.processing_seconds.observe_many((), queue)
@@ -265,20 +220,15 @@ class WorkerMetrics(ServiceMetrics):
 
 
 class SupervisorMetrics:
-    """What the worker's supervisor (PROCESSES > 1) exports of its own, beside the sum of its
-    children's metrics (``worker.supervisor`` combines them)."""
+    """The supervisor's own (PROCESSES > 1), beside the sum of its children's."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.processes = Gauge(
-            "setqueue_worker_processes",
-            "Worker processes of this supervisor running right now (PROCESSES when all are up).",
-            registry=registry,
+        self.processes = _gauge(
+            registry, "setqueue_worker_processes", "Worker processes of this supervisor running now."
         )
         self.restarts = Counter(
-            "setqueue_worker_process_restarts",
-            "Worker processes this supervisor restarted after they exited unasked or were killed.",
-            registry=registry,
+            "setqueue_worker_process_restarts", "Worker processes this supervisor restarted.", registry=registry
         )
 
 
@@ -305,74 +255,53 @@ class CleanerMetrics(ServiceMetrics):
         self.audit = AuditMetrics(registry) if audit else None
         self.requeued = Counter(
             "setqueue_cleaner_requeued_total",
-            "Jobs whose lease expired, moved back from in_progress to todos, by queue.",
+            "Jobs whose lease expired, moved back to todos.",
             ["queue"],
             registry=registry,
         )
         self.jobs_dead_lettered = dead_lettered_counter(registry, queues)
         self.done_trimmed = Counter(
-            "setqueue_done_trimmed_total",
-            "Ids dropped from done by the age retention, by queue.",
-            ["queue"],
-            registry=registry,
+            "setqueue_done_trimmed_total", "Ids dropped from done by the age retention.", ["queue"], registry=registry
         )
-        self.redis_memory_used_ratio = Gauge(
+        self.redis_memory_used_ratio = _gauge(
+            registry,
             "setqueue_redis_memory_used_ratio",
-            "Memory Redis counts against maxmemory, over maxmemory, of its fullest master (read every "
-            "sweep round): 1 or more and Redis refuses the writes that add jobs; 0 when no maxmemory is "
-            "set, -1 while unknown.",
-            registry=registry,
+            "Used over maxmemory of the fullest master: 1 and writes are refused; 0 no maxmemory, -1 unknown.",
         )
         self.redis_memory_used_ratio.set(-1)
         self.sweep_seconds = Histogram(
             "setqueue_sweep_duration_seconds", "Time one sweep took.", buckets=SWEEP_BUCKETS, registry=registry
         )
-        self.last_sweep_timestamp = Gauge(
-            "setqueue_last_sweep_timestamp_seconds",
-            "Unix time of the last completed sweep.",
-            registry=registry,
+        self.last_sweep_timestamp = _gauge(
+            registry, "setqueue_last_sweep_timestamp_seconds", "Unix time of the last completed sweep."
         )
-        self.queue_depth = Gauge(
-            "setqueue_queue_depth", "Number of ids in each state of each queue.", ["queue", "state"], registry=registry
+        self.queue_depth = _gauge(
+            registry, "setqueue_queue_depth", "Number of ids in each state of each queue.", "queue", "state"
         )
-        self.todos_by_priority = Gauge(
-            "setqueue_todos_by_priority",
-            "Jobs waiting in todos, by queue and priority (-10 to 10, higher runs first).",
-            ["queue", "priority"],
-            registry=registry,
+        self.todos_by_priority = _gauge(
+            registry, "setqueue_todos_by_priority", "Jobs waiting in todos, by priority.", "queue", "priority"
         )
-        self.results_kept = Gauge(
-            "setqueue_results_kept",
-            "Results of done jobs kept for result() (dropped after RESULT_TTL_SECONDS), by queue.",
-            ["queue"],
-            registry=registry,
+        self.results_kept = _gauge(
+            registry, "setqueue_results_kept", "Results of done jobs kept for result().", "queue"
         )
         self.history_records = history_counter(registry)
-        # Flow control, in aggregate: never one series per job group (their number is unbounded).
-        self.paused = Gauge(
-            "setqueue_queue_paused",
-            "1 while the queue is paused (setqueue pause; a sharded queue: its shards paused), by queue.",
-            ["queue"],
-            registry=registry,
-        )
-        self.groups = Gauge(
+        # Never one series per job group: their number is unbounded.
+        self.paused = _gauge(registry, "setqueue_queue_paused", "1 while the queue is paused.", "queue")
+        self.groups = _gauge(
+            registry,
             "setqueue_groups",
-            "Job groups by queue and where they stand: waiting (with jobs waiting), full (at their "
-            "concurrency), resting (their rate used up), running (with jobs in progress).",
-            ["queue", "stand"],
-            registry=registry,
+            "Job groups by stand: waiting, full (at their concurrency), resting (rate used up), running.",
+            "queue",
+            "stand",
         )
-        self.grouped_waiting = Gauge(
-            "setqueue_grouped_jobs_waiting",
-            "Jobs waiting that have a group (part of todos), all groups together, by queue.",
-            ["queue"],
-            registry=registry,
+        self.grouped_waiting = _gauge(
+            registry, "setqueue_grouped_jobs_waiting", "Jobs waiting that have a group (part of todos).", "queue"
         )
-        self.oldest_pending_age = Gauge(
+        self.oldest_pending_age = _gauge(
+            registry,
             "setqueue_oldest_pending_age_seconds",
-            "Age of the oldest job not yet done or dead-lettered (0 when there is none), by queue.",
-            ["queue"],
-            registry=registry,
+            "Age of the oldest job not yet done or dead-lettered (0 if none).",
+            "queue",
         )
         for queue in queues:
             self.requeued.labels(queue)
@@ -387,7 +316,7 @@ class CleanerMetrics(ServiceMetrics):
                 self.queue_depth.labels(queue, state)
         self.periodic_runs = Counter(
             "setqueue_periodic_runs_total",
-            "Runs of periodic jobs (SCHEDULES) this cleaner created, by schedule name.",
+            "Runs of periodic jobs this cleaner created.",
             ["schedule"],
             registry=registry,
         )
@@ -396,54 +325,44 @@ class CleanerMetrics(ServiceMetrics):
 
 
 class AuditMetrics:
-    """The cleaner's audit (AUDIT=true, ``setqueue.runtime.audit``): the findings of the last full audit."""
+    """The findings of the cleaner's last full audit (AUDIT=true)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         def gauge(name: str, documentation: str) -> Gauge:
             return Gauge(f"setqueue_audit_{name}", documentation, registry=registry)
 
-        self.created = gauge("created", "Job ids the creators recorded as enqueued, as of the last audit.")
-        self.lost = gauge("lost", "Created job ids in no state (todos, in_progress, done, failed, scheduled).")
-        self.in_two_states = gauge("in_two_states", "Created job ids found in more than one state at once.")
-        self.trimmed = gauge(
-            "trimmed", "Created job ids in no state after a successful run: dropped from done by the retention."
-        )
-        self.duplicates = gauge("duplicates", "Job ids that ran successfully more than once.")
+        self.created = gauge("created", "Job ids the creators recorded.")
+        self.lost = gauge("lost", "Created job ids in no state.")
+        self.in_two_states = gauge("in_two_states", "Created job ids in more than one state.")
+        self.trimmed = gauge("trimmed", "Created job ids dropped from done by the retention.")
+        self.duplicates = gauge("duplicates", "Job ids that succeeded more than once.")
         self.unexplained_duplicates = gauge(
-            "unexplained_duplicates",
-            "Job ids that ran successfully more often than 1 + the times their lease was lost.",
+            "unexplained_duplicates", "Job ids that succeeded more often than 1 + their lost leases."
         )
         self.last_timestamp = gauge("last_timestamp_seconds", "Unix time the last audit finished.")
-        self.duration = gauge("duration_seconds", "Time the last audit took, spread over sweep rounds.")
+        self.duration = gauge("duration_seconds", "Time the last audit took.")
 
     def publish(self, report: Mapping[str, Any]) -> None:
-        """The figures of an audit report (``AuditReport.as_dict()``)."""
-        self.created.set(report["created"])
-        self.lost.set(report["lost"])
-        self.in_two_states.set(report["in_two_states"])
-        self.trimmed.set(report["trimmed"])
-        self.duplicates.set(report["duplicates"])
-        self.unexplained_duplicates.set(report["unexplained_duplicates"])
+        """The figures of ``AuditReport.as_dict()``."""
+        for name in ("created", "lost", "in_two_states", "trimmed", "duplicates", "unexplained_duplicates"):
+            getattr(self, name).set(report[name])
         self.last_timestamp.set(report["finished_at"])
         self.duration.set(report["seconds"])
 
 
 def history_counter(registry: CollectorRegistry) -> Counter:
-    """Workers (failed, timed out, handed back) and the cleaner (lease lost) record a line in a
-    job's history for each transition off the happy path."""
     return Counter(
         "setqueue_history_records_total",
-        "Transitions off the happy path this process recorded in jobs' histories, by queue and kind.",
+        "Transitions off the happy path recorded in jobs' histories.",
         ["queue", "kind"],
         registry=registry,
     )
 
 
 def dead_lettered_counter(registry: CollectorRegistry, queues: Sequence[str]) -> Counter:
-    """Workers (attempts used up on fail) and the cleaner (on lease expiry) both dead-letter."""
     counter = Counter(
         "setqueue_jobs_dead_lettered_total",
-        "Jobs moved into failed (the dead-letter set) by this process, by queue.",
+        "Jobs moved into failed (dead-lettered) by this process.",
         ["queue"],
         registry=registry,
     )
