@@ -1,16 +1,10 @@
-"""Least privilege: the Redis ACL rule under which the library, the services and the ``setqueue``
-command work, and what a refusal of it means.
+"""Least privilege: the Redis ACL rule setqueue works under, and what a refusal of it means.
 
-The rule (``SERVICE_RULE``; ``setqueue acl-rule`` prints it as an ``ACL SETUSER`` command) gives a
-user the keys ``~setqueue:*``, the Pub/Sub channels ``&setqueue:*`` and the commands setqueue runs,
-nothing else: no other key, no ``KEYS``/``FLUSHALL``/``CONFIG``/``DEBUG``. ``CONFIG GET`` is left out
-on purpose: it hands out the passwords of the server; the eviction policy and memory are read with
-``INFO`` instead. Redis checks the commands a script runs against the user too, so the commands of
-``lua/`` are in it. ``tests/test_acl.py`` runs the library, the services and the command under a user
-with exactly this rule; the compose stack's services run under it.
-
-A user without one of them is refused with ``NOPERM``; inside a script Redis names neither the
-script nor the command (only the script's SHA-1 and line), so ``explain_refusal`` finds both.
+The rule gives the keys ``~setqueue:*``, the channels ``&setqueue:*`` and the commands setqueue runs
+(its scripts' too: Redis checks them against the user), nothing else. ``CONFIG GET`` is left out on
+purpose: it hands out the passwords; memory is read with ``INFO``. tests/test_acl.py runs everything
+under exactly this rule. Inside a script, a NOPERM names neither the script nor the command (only the
+SHA-1 and line), so ``explain_refusal`` finds both.
 """
 
 from __future__ import annotations
@@ -22,30 +16,18 @@ from redis import exceptions as rexc
 
 from setqueue.scripts import ACK_KEEPING_RESULTS, SOURCES
 
-# The commands setqueue sends, and why. Redis's ACL names, lower case; a|b is subcommand b of a.
+# The commands setqueue sends, by use. Redis's ACL names, lower case; a|b is subcommand b of a.
 COMMANDS: dict[str, str] = {
-    # Connecting: redis-py's health checks, a database of the URL, and HELLO, which asks a node whether
-    # it runs a Redis Cluster. (setqueue's client does not send CLIENT SETINFO: Redis 7.0 does not
-    # know it, so no rule for 7.0 can grant it.)
+    # HELLO asks a node whether it is in a cluster. (No CLIENT SETINFO: no rule for Redis 7.0 can grant it.)
     "connection": "ping hello select",
-    # Every transition is a script, loaded once and called by its SHA-1.
     "scripts": "evalsha script|load script|exists",
-    # What the scripts run (Redis checks each against the user).
     "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
     "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
-    # What flow control's scripts run besides (the groups' lines read with ZRANGE ... BYLEX and
-    # counted with ZLEXCOUNT; pause with HSETNX; the groups set aside; their rates' states trimmed).
     "flow control": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
-    # What the services and the command run themselves: the sweep's page of in_progress, inspect's
-    # snapshot (MULTI), requeue-failed's page of failed, idle workers' BLPOP, WAIT_REPLICAS, the
-    # audit, periodic jobs, the sweep stamp, and INFO for the eviction policy and memory.
+    # What the services and the command run themselves.
     "direct": "zscan sscan hgetall smismember pttl blpop multi exec discard wait info",
-    # A Redis Cluster client maps the slots and the commands' keys, and follows ASK redirections.
     "cluster": "cluster|slots cluster|shards command asking readonly",
-    # Job results and cancel requests travel on Pub/Sub channels setqueue:{Q}:...
     "pubsub": "publish subscribe unsubscribe psubscribe punsubscribe spublish ssubscribe sunsubscribe",
-    # The console finds the queues with SCAN (setqueue:{*} keys only, as the key pattern allows) and
-    # pages done and the dead letters newest first.
     "console": "scan zrevrange",
 }
 
@@ -54,19 +36,16 @@ CHANNELS_PATTERN = "&setqueue:*"
 
 
 def rule(password: str = "PASSWORD") -> list[str]:
-    """The ACL rule of a setqueue user, word by word (``ACL SETUSER <user> <words>``, or the words
-    after ``user <name>`` in redis.conf or redis-server's ``--user``)."""
+    """The words of ``ACL SETUSER <user> <words>`` (or of ``user <name>`` in redis.conf)."""
     commands = [f"+{command}" for group in COMMANDS.values() for command in group.split()]
     return ["reset", "on", f">{password}", KEYS_PATTERN, "resetchannels", CHANNELS_PATTERN, "-@all", *commands]
 
 
 def setuser(user: str = "setqueue", password: str = "PASSWORD") -> str:
-    """``ACL SETUSER`` for a setqueue user, as one line to paste into redis-cli."""
     return " ".join(["ACL", "SETUSER", user, *rule(password)])
 
 
-# Redis's words when a script's command is refused (7.0: "The user executing the script can't run this
-# command or subcommand script: <sha>, on @user_script:<line>."; 7.2 names the command).
+# A script's command refused: "... script: <sha>, on @user_script:<line>." (7.2 also names the command).
 _IN_SCRIPT = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
 _COMMAND = re.compile(r"'([a-z|]+)' command")
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
@@ -75,8 +54,7 @@ _SCRIPT_NAMES[hashlib.sha1(ACK_KEEPING_RESULTS.encode()).hexdigest()] = "ack"  #
 
 
 def explain_refusal(error: Exception) -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
-    """One line saying what this user may not do, when ``error`` is Redis refusing it (NOPERM, or
-    an ACL failure inside a script); None for any other error."""
+    """One line saying what this user may not do (NOPERM, or an ACL failure in a script); else None."""
     text = str(error)
     if isinstance(error, rexc.NoPermissionError):
         command = _COMMAND.search(text)

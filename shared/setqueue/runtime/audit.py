@@ -1,23 +1,19 @@
-"""Auditing a queue from Redis (AUDIT=true, for chaos runs): every created id in exactly one state,
-none lost, and no job that succeeded twice without a lost lease to explain it.
+"""Auditing a queue from Redis (AUDIT=true, chaos runs): every created id in exactly one state, none
+lost, and no job that succeeded twice without a lost lease to explain it.
 
-What the services record, each under ``setqueue:{Q}:audit:…`` (``QueueKeys.audit_*``):
+What the services record under ``setqueue:{Q}:audit:…``:
 
-- **created** -- the creator, right after each enqueue, raises ``audit:created[<prefix>]`` to the
-  number of the last id it enqueued: its ids are ``<prefix>-1`` .. ``<prefix>-n``. Enqueue and
-  record are two calls (the enqueue script takes no audit key), so a creator that dies between them
-  leaves ids in the queue that the audit does not know: it undercounts them, never calls them lost.
-  A record never goes down, so a creator restarted with the same prefix does not shrink it.
-- **runs** -- the demo handler records each run once, as a success or a failure
-  (``audit:successes`` / ``audit:failures``, id -> runs), keyed by the claim's token so that a
-  record resent after a connection error counts once.
-- **lost leases** -- ``audit:lease_lost`` (id -> events): the cleaner records the ids its sweep put
-  back after their lease expired (requeued or dead-lettered), and a worker the ids it hands back
-  still running at the end of its shutdown grace. A run may have gone on after each such event, so
-  each one explains one more successful run.
+- **created**: the creator, after each enqueue, raises ``audit:created[<prefix>]`` to the number of
+  its last id (``<prefix>-1`` .. ``<prefix>-n``). Enqueue and record are two calls, so a creator that
+  dies between them leaves ids the audit undercounts, never calls lost. A record never goes down.
+- **runs**: the demo handler records each run as a success or a failure, keyed by the claim's token
+  so that a record resent after a connection error counts once.
+- **lost leases**: the cleaner records the ids its sweep put back after their lease expired, and a
+  worker those it hands back still running after its shutdown grace. A run may have gone on after
+  each, so each explains one more successful run.
 
-:class:`Auditor` reads those and the five states, in chunks of ids, each chunk in one MULTI so that
-an id is judged at one instant (every transition is one script: an id is never between states).
+:class:`Auditor` reads those and the states in chunks, each in one MULTI so that an id is judged at
+one instant (every transition is one script: an id is never between states).
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from setqueue.runtime.settings import CommonSettings, SettingError
 from setqueue.scripts import text
 
 RUN_RECORD_TTL_MS = 120_000  # long enough to outlive redis-py's resends of one record
-SAMPLE = 100  # ids of each finding kept in a report, for the operator to look at
+SAMPLE = 100  # ids of each finding kept in a report
 
 # Raises a creator's count to ARGV[2], never lowers it.
 _RAISE_CREATED = """
@@ -61,8 +57,6 @@ end
 
 
 class AuditRecorder:
-    """The writing side: what the creator, the demo handler and the cleaner record."""
-
     def __init__(self, client: redis.Redis, keys: QueueKeys) -> None:
         self.redis = client
         self.keys = keys
@@ -70,16 +64,13 @@ class AuditRecorder:
         self._record_run = client.register_script(_RECORD_RUN)
 
     def created(self, prefix: str, count: int) -> None:
-        """The ids ``<prefix>-1`` .. ``<prefix>-<count>`` are in the queue."""
         self._raise_created(keys=[self.keys.audit_created], args=[prefix, count])
 
     def run(self, lease: Lease, *, succeeded: bool) -> None:
-        """One run of ``lease.id`` under this claim ended (succeeded: the handler returned)."""
         runs = self.keys.audit_successes if succeeded else self.keys.audit_failures
         self._record_run(keys=[self.keys.audit_run(lease.token, lease.id), runs], args=[lease.id, RUN_RECORD_TTL_MS])
 
     def lease_lost(self, ids: Sequence[str]) -> None:
-        """These jobs went back to the line while a run of each may have gone on."""
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hincrby(self.keys.audit_lease_lost, job_id, 1)
@@ -88,8 +79,6 @@ class AuditRecorder:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """One audit of every created id. ``states`` counts the ids found in each state."""
-
     created: int
     states: dict[str, int]
     lost: int  # created, in no state (and not explained by the retention)
@@ -118,15 +107,13 @@ class AuditReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AuditReport:
-        """The report ``as_dict`` gave, back from JSON (which turned its tuples into lists)."""
+        """From ``as_dict`` through JSON (tuples turned lists)."""
         values: dict[str, Any] = {name: tuple(v) if isinstance(v, list) else v for name, v in data.items()}
         return cls(**values)
 
 
 @dataclass
 class _Finding:
-    """How many ids showed one problem, and the first SAMPLE of them."""
-
     count: int = 0
     ids: list[str] = field(default_factory=list)
 
@@ -151,23 +138,18 @@ class _Tally:
     history_reclaims: int = 0
 
 
-# The history lines that say a job went back while a run of it may have gone on.
-RECLAIMS = ("lease lost", "handed back")
+RECLAIMS = ("lease lost", "handed back")  # history lines: a run may have gone on
 
 
 def reclaims_in(history: Any) -> int:
-    """How many times a job's history says it went back while a run may have gone on."""
     lines = [] if history is None else text(history).splitlines()
     return sum(1 for line in lines if line.split("\t")[1:2] and line.split("\t")[1] in RECLAIMS)
 
 
 class Auditor:
-    """The reading side. ``audit()`` checks every created id; the cleaner spreads one audit over
-    several rounds with ``start()`` and ``AuditPass.advance(budget)``.
-
-    ``retention``: done drops old ids (DONE_MAX_COUNT or DONE_MAX_AGE_SECONDS), so an id in no
-    state that succeeded once may have been dropped from done: it counts as trimmed, not lost. An
-    id in no state that never succeeded is lost either way (it never reached done)."""
+    """``audit()`` checks every created id; the cleaner spreads one over rounds with ``start()`` and
+    ``AuditPass.advance(budget)``. With ``retention`` (done drops ids), an id in no state that succeeded
+    counts as trimmed, not lost."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, *, retention: bool, chunk: int = MAX_IDS_PER_CALL) -> None:
         self.redis = client
@@ -176,7 +158,6 @@ class Auditor:
         self.chunk = chunk
 
     def start(self) -> AuditPass:
-        """A new audit of the ids the creators have recorded by now."""
         recorded = self.redis.hgetall(self.keys.audit_created)
         counts = {text(prefix): int(count) for prefix, count in recorded.items()}  # type: ignore[union-attr]
         return AuditPass(self, sorted(counts.items()))
@@ -187,8 +168,7 @@ class Auditor:
         return audit.report()
 
     def _read_chunk(self, ids: list[str]) -> list[list[Any]]:
-        """Per state (STATES order) whether each id is in it, then its successful runs, failed runs
-        and lost leases: one MULTI, so one instant."""
+        """Per state (STATES order) whether each id is in it, then its history, runs and lost leases."""
         k = self.keys
         pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
         pipe.zmscore(k.todos, ids)
@@ -210,9 +190,8 @@ class Auditor:
 
 
 class AuditPass:
-    """One audit in progress: the ids ``<prefix>-1`` .. ``<prefix>-n`` of each recorded prefix, in
-    chunks. A chunk counts only once its read succeeded, so ``advance`` may be called again after a
-    Redis error."""
+    """One audit in progress, in chunks. A chunk counts only once its read succeeded, so ``advance`` may
+    be called again after a Redis error."""
 
     def __init__(self, auditor: Auditor, counts: list[tuple[str, int]]) -> None:
         self.auditor = auditor
@@ -228,7 +207,7 @@ class AuditPass:
         return self._prefix >= len(self.counts)
 
     def advance(self, budget: int | None) -> bool:
-        """Audit up to ``budget`` more ids (None: all the rest); True once every id is audited."""
+        """Up to ``budget`` more ids (None: all); True once done."""
         left = float("inf") if budget is None else budget
         while not self.finished and left > 0:
             prefix, count = self.counts[self._prefix]
@@ -303,9 +282,7 @@ class AuditPass:
 
 
 def main() -> int:
-    """``python -m setqueue.runtime.audit``: audit the queue of the environment's settings (REDIS_URL,
-    QUEUE_NAME and the retention of done) once, print the report as JSON; exit 1 if it finds a
-    problem, 2 on a bad setting."""
+    """``python -m setqueue.runtime.audit``: audit once, print the report as JSON; exit 1 on a problem."""
     try:
         settings = CommonSettings.from_env()
     except SettingError as exc:

@@ -6,8 +6,7 @@ import random
 
 
 class Backoff:
-    """``next()`` gives 0.1, 0.2, 0.4 … seconds up to ``cap``, each with ±25% jitter so that
-    many replicas do not reconnect in lockstep; ``reset()`` after a success."""
+    """``next()``: 0.1, 0.2, 0.4 … up to ``cap``, ±25% jitter so replicas do not reconnect in lockstep."""
 
     def __init__(self, base: float = 0.1, cap: float = 10.0) -> None:
         self.base = base

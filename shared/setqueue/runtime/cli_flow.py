@@ -1,8 +1,6 @@
-"""The command line's flow control: ``setqueue pause``, ``resume``, ``limit`` and ``groups``.
-
-Every value is checked before anything is written (a bad one is a ``UsageError``: one line, exit
-code 2), and so is the queue: changing the limits of a queue Redis has never heard of is refused,
-since it is far more likely a mistyped name than a plan.
+"""``setqueue pause``, ``resume``, ``limit`` and ``groups``. Every value is checked before anything is
+written, and so is the queue: changing the limits of a queue Redis has never heard of is refused (a
+mistyped name, far more likely than a plan).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ OFF = "off"
 
 
 class UsageError(ValueError):
-    """A value or a queue name the command refuses before writing anything."""
+    """Refused before anything is written."""
 
 
 def flow_command(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
@@ -58,7 +56,7 @@ def _changes(args: argparse.Namespace) -> bool:
 
 
 def _known(queue: JobQueue) -> bool:
-    """Redis holds something of the queue: a job in any state, its line counter, or its limits."""
+    """Redis holds a job of the queue, its line counter, or its limits."""
     for shard in queue.shards:
         k = shard.keys
         if shard.redis.exists(k.seq, k.flow, k.group_limits, k.todos, k.in_progress, k.done, k.failed, k.scheduled):
@@ -67,8 +65,7 @@ def _known(queue: JobQueue) -> bool:
 
 
 def _rate(text: str | None, burst: int | None, option: str, now: Rate | None) -> Rate | None:
-    """The rate an option sets: off (None), a new one, or (--burst alone) the one in force with a
-    new burst."""
+    """Off (None), a new rate, or (--burst alone) the one in force with a new burst."""
     try:
         if text is None:
             if burst is None or now is None:
@@ -97,7 +94,7 @@ def _concurrency(text: str | None, now: int | None) -> int | None:
 
 
 def _change_limits(args: argparse.Namespace, queue: JobQueue) -> None:
-    """Every value parsed first; then the writes. Options not given keep their value."""
+    """Every value parsed first, then the writes."""
     now = queue.limits()
     if args.group is not None:
         try:

@@ -1,16 +1,7 @@
-"""``setqueue doctor``: what a queue needs from its Redis, checked one line each.
-
-Each check prints one line, ``ok``, ``WARN`` (it works; look at it) or ``FAIL`` (jobs can be lost
-or refused), with what it found. Doctor writes nothing. Its exit code is 1 when a check failed.
-
-- **redis**: the version (setqueue's scripts declare their flags, which needs Redis 7.0), one Redis
-  or a cluster of N masters, TLS or not;
-- **eviction**: every master's ``maxmemory-policy`` is ``noeviction`` (any other policy drops queue
-  keys when Redis is full);
-- **memory**: how full the fullest master is against ``maxmemory`` (full: enqueues are refused);
-- **persistence**: AOF on (without it a crash loses what was written since the last snapshot);
-- **scripts**: the queue's scripts load and run as this user (the stats of every queue named);
-- **cleaner**: when each queue (each shard) was last swept: a cleaner is running.
+"""``setqueue doctor``: what a queue needs from its Redis, one line per check, ``ok``, ``WARN`` (it
+works; look at it) or ``FAIL`` (jobs can be lost or refused); exit code 1 when one failed. Writes
+nothing. Checks: redis (version 7.0+, cluster, TLS), eviction (noeviction on every master), memory,
+persistence (AOF), scripts (they run as this user), cleaner (every shard swept lately).
 """
 
 from __future__ import annotations
@@ -27,11 +18,11 @@ from setqueue.interface import JobQueue
 from setqueue.runtime.acl import explain_refusal
 from setqueue.runtime.pressure import MemoryReport, masters, read_memory
 
-# Redis 7.0: script flags (#!lua flags=...), which every script of lua/ declares.
-LEAST_VERSION = (7, 0)
-# A sweep older than this: no cleaner is running (it sweeps every SWEEP_INTERVAL, 5 s by default).
+LEAST_VERSION = (7, 0)  # script flags (#!lua flags=...)
+# A sweep older than this: no cleaner is running.
 STALE_SWEEP_SECONDS = 60.0
 MEMORY_HIGH = 0.9
+_NO_INFO = "unknown (this user may not run INFO)"
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,7 @@ def check_eviction(report: MemoryReport) -> Finding:
 
 def check_memory(report: MemoryReport) -> Finding:
     if report.unknown is not None or report.used_ratio < 0:
-        return Finding("WARN", "memory", "unknown (this user may not run INFO)")
+        return Finding("WARN", "memory", _NO_INFO)
     fullest = max(report.nodes, key=lambda node: node.ratio or 0.0)
     if not fullest.maxmemory:
         return Finding("ok", "memory", "no maxmemory set: Redis takes what the host gives it")
@@ -98,7 +89,7 @@ def check_persistence(queue: JobQueue) -> Finding:
         try:
             info: dict[str, Any] = node.info("persistence")  # type: ignore[assignment]
         except rexc.NoPermissionError:
-            return Finding("WARN", "persistence", "unknown (this user may not run INFO)")
+            return Finding("WARN", "persistence", _NO_INFO)
         if not int(info.get("aof_enabled", 0)):
             off.append(where)
     if off:
@@ -131,8 +122,7 @@ def check_cleaner(queue: JobQueue) -> Finding:
 
 
 def doctor(queue: JobQueue, tls: bool, out: TextIO) -> int:
-    """Run every check, print one line each; 1 when one failed, else 0. An unreachable Redis
-    raises (the caller says so, exit code 3)."""
+    """1 when a check failed, else 0; an unreachable Redis raises."""
     report = read_memory(queue.redis)
     checks: list[Callable[[], Finding]] = [
         lambda: check_redis(queue, tls),

@@ -1,8 +1,5 @@
-"""The HTTP server of a service: ``/metrics`` (Prometheus text format) and ``/healthz``.
-
-It knows nothing of the services: it serves a registry and asks a health callable, which returns
-``(healthy, body)``; ``/healthz`` answers 200 or 503 with ``body`` as JSON.
-"""
+"""The HTTP server of a service: ``/metrics`` and ``/healthz`` (200 or 503 with the health callable's
+``(healthy, body)``, body as JSON)."""
 
 from __future__ import annotations
 
@@ -49,9 +46,7 @@ class MetricsServer(ThreadingHTTPServer):
     def __init__(
         self, port: int, registry: CollectorRegistry, health: Health, host: str = "", sock: socket.socket | None = None
     ) -> None:
-        """Listen on ``host``:``port``, or on ``sock``: a socket already bound and listening (a
-        worker's supervisor binds its children's, so that no other process can take the port
-        between its choice and the child's start)."""
+        """``sock``: already listening (a supervisor binds its children's, so no one takes the port between)."""
         self.registry = registry
         self.health = health
         if sock is not None:

@@ -11,8 +11,7 @@ from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the traceback if any); a
-    worker process that a supervisor started (PROCESSES > 1) adds its ``child`` index."""
+    """One JSON object per line; a supervisor's worker process adds its ``child`` index."""
 
     def __init__(self, service: str, child: int | None = None) -> None:
         super().__init__()
@@ -34,9 +33,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str, fmt: str, service: str, stream: Any = None, *, child: int | None = None) -> None:
-    """Log to stderr at ``level``; ``fmt`` is ``text`` or ``json`` (one object per line). ``child``:
-    the index of a worker process its supervisor started, shown as ``setqueue-worker[1]`` (text)
-    or ``"child": 1`` (json), so that the lines of N processes sharing one stderr tell them apart."""
+    """``child``: a supervisor's worker process, shown as ``setqueue-worker[1]`` or ``"child": 1``."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(service, child))
@@ -50,7 +47,7 @@ def configure_logging(level: str, fmt: str, service: str, stream: Any = None, *,
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # redis-py and urllib3-style libraries are chatty at DEBUG; keep them at WARNING unless asked.
+    # redis-py is chatty at DEBUG.
     logging.getLogger("redis").setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
@@ -61,5 +58,5 @@ def flush_logs() -> None:
 
 
 def plural(n: int, noun: str) -> str:
-    """``1 job``, ``3 jobs``: a count and its noun, for log lines."""
+    """``1 job``, ``3 jobs``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,23 +1,15 @@
 """Periodic jobs: named cron schedules whose runs the cleaner enqueues.
 
-``SCHEDULES`` declares them, ``name=cron expression`` separated by ``;`` (or newlines), or
-``@path`` of a file with one ``name=cron expression`` a line (blank lines and ``#`` comments
-ignored). Expressions are standard 5-field cron (minute hour day-of-month month day-of-week) or
-one of ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``, ``@monthly``, ``@yearly``,
-``@annually``, in UTC, parsed by croniter.
+``SCHEDULES``: ``name=cron`` entries separated by ``;`` or newlines, or ``@path`` of a file of them
+(blank lines and ``#`` comments ignored); 5-field cron or ``@hourly`` etc., in UTC (croniter). The
+schedules in force live in Redis (``setqueue:{Q}:schedules``): a cleaner registers its SCHEDULES at
+start, ``setqueue schedules add|remove`` changes them, every cleaner reads them afresh each round.
 
-The schedules in force live in Redis with the queue (``setqueue:{Q}:schedules``, name -> expression):
-a cleaner registers those of its SCHEDULES when it starts, ``add_schedule`` and ``remove_schedule``
-(and ``setqueue schedules add|remove``) change them without any environment, and every cleaner
-creates the runs of what is registered there, read afresh each round.
-
-The run of slot ``t`` of schedule ``name`` is the job ``<name>@<t, ISO 8601 UTC>`` (e.g.
-``report@2026-11-23T16:00:00Z``) with the payload ``{"schedule": name, "slot": "<t>"}``. Each
-cleaner round creates only the run of each schedule's latest slot at or before now (the Redis
-clock), in one script call that also records that slot in ``setqueue:{Q}:periodic``: a run is
-created once however many cleaners run, a slot is never created again once a later one was, and
-after downtime only the latest missed slot runs. A schedule seen for the first time records its
-slot without a run: its first run is its next slot.
+The run of slot ``t`` of ``name`` is the job ``<name>@<t, ISO 8601 UTC>`` with the payload
+``{"schedule": name, "slot": "<t>"}``. A round creates only each schedule's latest slot at or before
+now (Redis clock), in one script that also records it in ``setqueue:{Q}:periodic``: a run is created
+once however many cleaners run, never after a later slot, and after downtime only the latest missed
+slot runs. A schedule seen first records its slot without a run.
 """
 
 from __future__ import annotations
@@ -40,7 +32,6 @@ KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", 
 
 
 def iso(t: float) -> str:
-    """Unix seconds as ISO 8601 UTC to the second: ``2026-11-23T16:00:00Z``."""
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -49,18 +40,17 @@ def _utc(t: float) -> datetime.datetime:
 
 
 def latest_slot(expr: str, now: float) -> float:
-    """The latest time (Unix seconds, a whole minute) at or before ``now`` that ``expr`` matches."""
+    """The latest time (a whole minute) at or before ``now`` that ``expr`` matches."""
     after_this_minute = math.floor(now / 60) * 60 + 60
     return float(croniter(expr, _utc(after_this_minute)).get_prev(float))  # get_prev: strictly before
 
 
 def next_slot(expr: str, now: float) -> float:
-    """The first time (Unix seconds) after ``now`` that ``expr`` matches."""
     return float(croniter(expr, _utc(now)).get_next(float))
 
 
 def check_cron(expr: str) -> str:
-    """``expr`` if it is a 5-field cron expression (or a keyword) that matches some time; else ValueError."""
+    """``expr`` normalised if it is a cron expression that matches some time; else ValueError."""
     if expr.startswith("@"):
         if expr.lower() not in KEYWORDS:
             raise ValueError(f"{expr!r} is not one of {', '.join(KEYWORDS)}")
@@ -79,8 +69,6 @@ def check_cron(expr: str) -> str:
 
 @dataclass(frozen=True)
 class Schedule:
-    """One named schedule: its runs are the jobs ``<name>@<slot>``."""
-
     name: str
     expr: str
 
@@ -98,8 +86,7 @@ class Schedule:
 
 
 def parse_schedules(raw: str) -> tuple[Schedule, ...]:
-    """The schedules that ``SCHEDULES`` declares: ``name=cron;name2=cron``, or ``@path`` of a file
-    with one ``name=cron`` a line. ValueError (one line) if anything is wrong."""
+    """What ``SCHEDULES`` declares; ValueError (one line) if anything is wrong."""
     raw = raw.strip()
     where = ""
     if raw.startswith("@"):
@@ -134,14 +121,12 @@ def parse_schedules(raw: str) -> tuple[Schedule, ...]:
 
 
 def redis_now(client: redis.Redis) -> float:
-    """The Redis clock (TIME) in Unix seconds: the queue's only clock."""
     seconds, micros = client.time()
     return float(seconds) + micros / 1_000_000
 
 
 def due_runs(schedules: tuple[Schedule, ...], now: float) -> list[tuple[str, int, str, str | None]]:
-    """The run of each schedule's latest slot at or before ``now`` (Unix seconds, the Redis clock),
-    as ``Queue.create_periodic_runs`` takes them: (name, slot in ms, run id, payload)."""
+    """Each schedule's latest slot at or before ``now`` as ``Queue.create_periodic_runs`` takes it."""
     runs: list[tuple[str, int, str, str | None]] = []
     for schedule in schedules:
         slot = schedule.latest_slot(now)
@@ -158,30 +143,25 @@ def check_name(name: str) -> str:
 
 
 def add_schedule(queue: Shard, name: str, expr: str) -> Schedule:
-    """Register (or change) the periodic job ``name`` of ``queue`` (one unsharded queue): from the
-    next round on, every cleaner of the queue creates its runs. ValueError (one line) for a bad
-    name or expression, before anything is written."""
+    """Register (or change) a periodic job of an unsharded queue; ValueError before writing if bad."""
     schedule = Schedule(check_name(name), check_cron(expr.strip()))
     queue.redis.hset(queue.keys.schedules, schedule.name, schedule.expr)
     return schedule
 
 
 def register(queue: Shard, schedules: tuple[Schedule, ...]) -> None:
-    """Register these schedules (already checked: SCHEDULES), changing those of the same names."""
     if schedules:
         queue.redis.hset(queue.keys.schedules, mapping={s.name: s.expr for s in schedules})
 
 
 def remove_schedule(queue: Shard, name: str) -> bool:
-    """Stop the periodic job ``name`` (its last slot stays recorded, so adding it back later does
-    not run a missed slot at once). False if no such schedule was registered. Any name Redis can
-    hold may be removed (one written by other means too); ValueError for one it cannot (not UTF-8)."""
+    """False if not registered. Its last slot stays recorded: added back, it does not run a missed slot
+    at once. Any name Redis can hold may be removed; ValueError if not UTF-8."""
     return bool(queue.redis.hdel(queue.keys.schedules, check_utf8("schedule name", name)))
 
 
 def registered(queue: Shard) -> tuple[tuple[Schedule, ...], list[str]]:
-    """The schedules in force (by name), and a line for each entry that is not a valid one
-    (written to Redis by other means): it is left out, never a reason to stop."""
+    """The schedules in force, and a line for each invalid entry (left out, never a reason to stop)."""
     raw: dict[str, str] = queue.redis.hgetall(queue.keys.schedules)  # type: ignore[assignment]
     schedules: list[Schedule] = []
     problems: list[str] = []

@@ -1,15 +1,10 @@
-"""Redis under memory pressure: its eviction policy and how full it is, as the services, the
-``setqueue`` command and ``setqueue doctor`` read them.
+"""Redis under memory pressure: its eviction policy and how full it is (every master of a cluster).
 
-A queue must never lose keys to eviction: with any ``maxmemory-policy`` but ``noeviction`` a full
-Redis drops keys to make room, ``todos`` or ``in_progress`` among them, and jobs vanish without an
-error (BullMQ warns about it at start; Sidekiq lost jobs to it). With ``noeviction`` a full Redis
-refuses the writes that would grow it (``OOM command not allowed``) instead; what each script does
-then is stated on its first line (``#!lua flags=allow-oom`` or ``#!lua``) and in docs/guide.md.
-
-The policy and the memory are read with ``INFO memory`` (which a least-privilege user may run:
-``CONFIG GET`` would also hand out the passwords), falling back to ``CONFIG GET``; a user allowed
-neither gets "unknown", never an error. On a Redis Cluster every master is read.
+With any ``maxmemory-policy`` but ``noeviction`` a full Redis drops keys, ``todos`` or ``in_progress``
+among them, and jobs vanish without an error; with ``noeviction`` it refuses the writes that would
+grow it (docs/guide.md says what each script does then). Read with ``INFO memory`` (allowed to a
+least-privilege user; ``CONFIG GET`` would hand out passwords), falling back to ``CONFIG GET``; a
+user allowed neither gets "unknown", never an error.
 """
 
 from __future__ import annotations
@@ -25,24 +20,21 @@ from setqueue.client import ClusterAwareRedis
 
 NOEVICTION = "noeviction"
 
-# The values of the gauges while nothing could be read.
-UNKNOWN = -1.0
+UNKNOWN = -1.0  # the gauges while nothing could be read
 
 
 @dataclass(frozen=True)
 class NodeMemory:
-    """One Redis (one master of a cluster): its policy and the memory counted against maxmemory."""
+    """One Redis (one master of a cluster)."""
 
     node: str  # host:port
     policy: str
-    counted: int | None  # used_memory less what Redis does not count for eviction (replication, AOF
-    # buffers); None when only CONFIG GET could be read
+    counted: int | None  # used_memory less what eviction does not count; None from CONFIG GET
     maxmemory: int  # 0: no limit
 
     @property
     def ratio(self) -> float | None:
-        """Counted memory / maxmemory (0 without maxmemory): 1 or more and Redis refuses the
-        writes that grow it. None when unknown."""
+        """Counted / maxmemory (0 without one): 1 or more and Redis refuses writes that grow it."""
         if self.counted is None:
             return None
         return self.counted / self.maxmemory if self.maxmemory else 0.0
@@ -54,8 +46,7 @@ class NodeMemory:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """What the Redis behind a client says about its memory; ``unknown`` says why nothing could
-    be read (the nodes are then empty)."""
+    """``unknown``: why nothing could be read (no nodes then)."""
 
     nodes: tuple[NodeMemory, ...] = ()
     unknown: str | None = None
@@ -66,14 +57,12 @@ class MemoryReport:
 
     @property
     def noeviction(self) -> float:
-        """The gauge setqueue_redis_noeviction: 1 every master is noeviction, 0 one evicts, -1 unknown."""
         if self.unknown is not None or not self.nodes:
             return UNKNOWN
         return 0.0 if self.evicting else 1.0
 
     @property
     def used_ratio(self) -> float:
-        """The gauge setqueue_redis_memory_used_ratio: the fullest master's, 0 without maxmemory, -1 unknown."""
         ratios = [node.ratio for node in self.nodes]
         if self.unknown is not None or not ratios or None in ratios:
             return UNKNOWN
@@ -81,11 +70,10 @@ class MemoryReport:
 
     @property
     def full(self) -> bool:
-        """Redis refuses the writes that grow it (an enqueue) now."""
         return self.used_ratio >= 1
 
     def eviction_warning(self, where: str) -> str | None:
-        """One line when a master evicts (or when nobody could tell), else None."""
+        """One line when a master evicts (or nobody could tell)."""
         if self.unknown is not None:
             return (
                 f"cannot tell whether Redis at {where} evicts keys ({self.unknown}): make sure its "
@@ -102,7 +90,7 @@ class MemoryReport:
 
 
 def masters(client: Any) -> list[tuple[str, redis.Redis]]:
-    """(host:port, client) of the Redis behind ``client``, or of each master of its cluster."""
+    """(host:port, client) of the Redis behind ``client``, or of each master."""
     cluster = client.cluster_client() if isinstance(client, ClusterAwareRedis) else None
     if cluster is None and isinstance(client, RedisCluster):
         cluster = client
@@ -117,7 +105,6 @@ def masters(client: Any) -> list[tuple[str, redis.Redis]]:
 
 
 def _read_node(where: str, node: redis.Redis) -> NodeMemory:
-    """INFO memory, or CONFIG GET when INFO is not allowed; NoPermissionError if neither is."""
     try:
         info: dict[str, Any] = node.info("memory")  # type: ignore[assignment]
         policy = str(info["maxmemory_policy"])
@@ -129,9 +116,7 @@ def _read_node(where: str, node: redis.Redis) -> NodeMemory:
 
 
 def read_memory(client: Any) -> MemoryReport:
-    """The eviction policy and memory of the Redis behind ``client`` (every master of a cluster).
-    A user allowed neither INFO nor CONFIG GET gets a report that says so; an unreachable Redis
-    raises as any call does."""
+    """An unreachable Redis raises as any call does."""
     nodes = []
     for where, node in masters(client):
         try:

@@ -1,10 +1,6 @@
-"""TLS on the wire: what a failed connection to a rediss:// Redis (or a redis:// URL to a Redis that
-speaks TLS) means, in one line, so that a service stops at start with exit code 3 and the command
-says what to fix, instead of both waiting for a Redis that will never let them in.
-
-A rediss:// connection verifies the server's certificate (its chain against REDIS_TLS_CA_FILE or
-the system's CAs, and its host name): ``setqueue.client.tls_options``. A handshake that fails is no
-outage, so it is not resent (``setqueue.client.tls_failure``).
+"""What a failed connection to a rediss:// Redis (or a redis:// URL to a Redis that speaks TLS)
+means, in one line, so that a service stops with exit code 3 instead of waiting for a Redis that
+will never let it in. A failed handshake is no outage: it is not resent (``client.tls_failure``).
 """
 
 from __future__ import annotations
@@ -18,22 +14,21 @@ from redis import exceptions as rexc
 
 from setqueue.client import redact_url, tls_failure
 
-# OpenSSL's words -> what they mean for the user, the first that matches.
+_UNTRUSTED = "the server's certificate is not signed by a CA we trust (set REDIS_TLS_CA_FILE"
+_PLAIN = "the server does not speak TLS: use a redis:// URL"
+# OpenSSL's words -> what they mean; the first match wins.
 _REASONS = (
     ("certificate has expired", "the server's certificate has expired"),
     ("certificate is not yet valid", "the server's certificate is not valid yet"),
     ("hostname mismatch", "the server's certificate is not for this host name"),
     ("ip address mismatch", "the server's certificate is not for this address"),
-    (
-        "unable to get local issuer certificate",
-        "the server's certificate is not signed by a CA we trust (set REDIS_TLS_CA_FILE to its CA)",
-    ),
-    ("self-signed certificate", "the server's certificate is not signed by a CA we trust (set REDIS_TLS_CA_FILE)"),
-    ("self signed certificate", "the server's certificate is not signed by a CA we trust (set REDIS_TLS_CA_FILE)"),
+    ("unable to get local issuer certificate", _UNTRUSTED + " to its CA)"),
+    ("self-signed certificate", _UNTRUSTED + ")"),
+    ("self signed certificate", _UNTRUSTED + ")"),
     ("certificate required", "the server asks for a client certificate (REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE)"),
-    ("wrong version number", "the server does not speak TLS: use a redis:// URL"),
-    ("record layer failure", "the server does not speak TLS: use a redis:// URL"),
-    ("packet length too long", "the server does not speak TLS: use a redis:// URL"),
+    ("wrong version number", _PLAIN),
+    ("record layer failure", _PLAIN),
+    ("packet length too long", _PLAIN),
 )
 
 
@@ -46,7 +41,7 @@ def _what(error: ssl.SSLError) -> str:
 
 
 def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether the server at host:port completes a TLS handshake (its certificate not checked)."""
+    """Whether host:port completes a TLS handshake (certificate not checked)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -60,7 +55,6 @@ def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 def speaks_plain_redis(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether the server at host:port answers a plain-text PING (any Redis reply)."""
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout) as raw:
         raw.sendall(b"PING\r\n")
         return raw.recv(1)[:1] in (b"+", b"-")
@@ -68,9 +62,7 @@ def speaks_plain_redis(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 def tls_refusal(error: Exception, url: str) -> str | None:
-    """One line when ``error`` (from a call to ``url``) is TLS getting in the way: a handshake that
-    failed, a redis:// URL to a Redis that speaks TLS, or a rediss:// URL to one that does not.
-    None for anything else (an outage)."""
+    """One line when ``error`` is TLS in the way (a failed handshake, the wrong scheme); else None."""
     where = redact_url(url)
     failure = tls_failure(error)
     if failure is not None:
