@@ -52,8 +52,8 @@ def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 class CompositeQueue:
-    """A queue made of ``members``: options read from the first shard, waiting and sweeping on all, each
-    lease to its member (``_member_of``), each id to its holder (``_holders_of``)."""
+    """A queue made of ``members``: options read from the first shard; leases go to ``_member_of``,
+    ids to ``_holders_of``."""
 
     name: str
     members: Sequence[JobQueue]

@@ -22,14 +22,14 @@ class Lease:
     token: str
     attempt: int
     payload: str | None
-    enqueued_at: float | None  # Redis clock, seconds since the epoch; None if enqueued by other means
-    claimed_at: float  # Redis clock
+    enqueued_at: float | None  # Unix seconds, as all times here by the Redis clock; None: unknown
+    claimed_at: float
     priority: int = 0  # -10 to 10, higher runs first
-    queue: str = ""  # the name of the queue it came from
-    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
-    timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
-    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
-    # Keeps the handler's progress reports (bound by the queue it was claimed from).
+    queue: str = ""  # the queue it came from
+    max_attempts: int | None = None  # the job's own (None: the queue's)
+    timeout: float | None = None  # the job's own (None: the worker's; 0: none)
+    trace_parent: str | None = None  # of the span that enqueued it
+    # Keeps progress reports (bound by the queue it was claimed from).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -123,27 +123,27 @@ TRACEBACK_MARK = "\nTraceback (most recent call last):\n"
 @dataclass(frozen=True, slots=True)
 class JobInfo:
     id: str
-    queue: str  # the name of the queue that holds it (a sharded queue's name, not its shard's)
-    state: str  # todos, in_progress, done, failed or scheduled
-    priority: int | None  # -10 to 10; None: not known (a job in done)
-    attempts: int | None  # claims so far (0: never claimed); None: not known
+    queue: str  # a sharded queue's name, not its shard's
+    state: str  # one of keys.STATES
+    priority: int | None  # None: not known (a job in done)
+    attempts: int | None  # claims so far; None: not known
     payload: str | None
-    error: str | None  # the reason of its last failure (first line: repr of the exception)
-    enqueued_at: float | None  # Redis clock, seconds; None: not known
-    done_at: float | None  # when it was acked into done
-    due_at: float | None  # scheduled: when it becomes claimable (Unix seconds, Redis clock)
-    finished_at: float | None  # when it reached done or failed
+    error: str | None  # its last failure's reason (first line: repr of the exception)
+    enqueued_at: float | None  # Unix seconds, as all times here by the Redis clock
+    done_at: float | None
+    due_at: float | None  # scheduled: when it becomes claimable
+    finished_at: float | None  # when it ended
     lock_token: str | None
     lock_ttl_seconds: float | None
-    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
-    timeout: float | None = None  # seconds; the job's own (None: the worker's)
+    max_attempts: int | None = None  # the job's own (None: the queue's)
+    timeout: float | None = None  # the job's own (None: the worker's)
     traceback: str | None = None  # of its last failure, when the handler raised
-    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it, until it is acked
-    history: tuple[HistoryEntry, ...] = ()  # its transitions off the happy path, oldest first
-    progress: Progress | None = None  # what its handler last said
-    result: Any = None  # what its handler returned, while kept (see result_kept)
-    result_kept: bool = False  # a result is kept: False for none, or one gone
-    group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
+    trace_parent: str | None = None  # until it is acked
+    history: tuple[HistoryEntry, ...] = ()  # oldest first
+    progress: Progress | None = None
+    result: Any = None  # while kept
+    result_kept: bool = False  # False for none, or one gone
+    group: str | None = None  # until it is done or cancelled
 
 
 class PermanentJobError(Exception):

@@ -76,9 +76,9 @@ class WorkerTracing:
         self._jobs = _Kept()  # a job that succeeded -> its own span, until its ack
 
     def recording(self) -> bool:
-        """Whether spans go anywhere (a provider given, or an SDK configured). API-only no-op spans still cost
-        about a tenth of a no-op job's CPU, so then calls run bare. Until an SDK appears, looked up again
-        every SDK_CHECK_SECONDS (the look-up reads the environment: too dear per job)."""
+        """Whether spans go anywhere (a provider given, or an SDK configured). Without, even no-op spans cost
+        about a tenth of a no-op job's CPU, so calls run bare; the SDK look-up (reading the environment) is
+        repeated every SDK_CHECK_SECONDS."""
         if self._sdk:
             return True
         now = time.monotonic()

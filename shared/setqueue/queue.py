@@ -141,6 +141,12 @@ def _check_seconds(name: str, value: float) -> float:
     return float(value)
 
 
+def _check_whole(name: str, value: int, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    return value
+
+
 class Queue:
     """One named queue in one Redis (or one Redis Cluster slot).
 
@@ -176,12 +182,10 @@ class Queue:
             raise ValueError("request_ttl_seconds must be at least 1")
         if wake_cap < 1:
             raise ValueError("wake_cap must be at least 1")
-        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int) or wait_replicas < 0:
-            raise ValueError(f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}")
+        _check_whole("wait_replicas", wait_replicas, 0)
         if not (isinstance(wait_timeout_seconds, int | float) and 0.001 <= wait_timeout_seconds < math.inf):
             raise ValueError(f"wait_timeout_seconds must be at least 0.001 and finite, got {wait_timeout_seconds!r}")
-        if isinstance(payload_max_bytes, bool) or not isinstance(payload_max_bytes, int) or payload_max_bytes < 1:
-            raise ValueError(f"payload_max_bytes must be a whole number >= 1, got {payload_max_bytes!r}")
+        _check_whole("payload_max_bytes", payload_max_bytes, 1)
         _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
         _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
@@ -204,9 +208,7 @@ class Queue:
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
         self.result_ttl_seconds = _check_seconds("result_ttl_seconds", result_ttl_seconds)
-        if isinstance(result_max_bytes, bool) or not isinstance(result_max_bytes, int) or result_max_bytes < 1:
-            raise ValueError(f"result_max_bytes must be a whole number >= 1, got {result_max_bytes!r}")
-        self.result_max_bytes = result_max_bytes
+        self.result_max_bytes = _check_whole("result_max_bytes", result_max_bytes, 1)
         self.wait_replicas = wait_replicas
         self.wait_timeout_seconds = float(wait_timeout_seconds)
         wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
@@ -496,10 +498,10 @@ class Queue:
         pipe.sismember(k.failed, job_id)
         pipe.zscore(k.scheduled, job_id)
         pipe.sismember(k.cancelled, job_id)
-        for hash_key in (k.priorities, k.attempts, k.payloads, k.errors, k.owners, k.finished, k.options):
+        for hash_key in (k.priorities, k.attempts, k.payloads, k.errors, k.owners, k.finished, k.options, k.history):
             pipe.hget(hash_key, job_id)
-        for hash_key in (k.history, k.progress, k.results):
-            pipe.hget(hash_key, job_id)
+        pipe.hget(k.progress, job_id)
+        pipe.hget(k.results, job_id)
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
         pipe.zscore(k.grouped, job_id)

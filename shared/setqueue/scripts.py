@@ -341,7 +341,6 @@ class QueueScripts:
         job_options: str = "",
         group: str = "",
     ) -> int:
-        """enqueue.lua: how many of the (id, payload) jobs were new."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -399,7 +398,6 @@ class QueueScripts:
         return leases, header
 
     def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[int]:
-        """renew.lua: per lease 1 extended, 0 lost, 2 lost to a cancel."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         args: list[Any] = [lease_ms, *listed]
         for lease in leases:
@@ -448,7 +446,6 @@ class QueueScripts:
         wake_cap: int,
         request_id: str | None = None,
     ) -> list[str]:
-        """fail.lua: per (lease, mode, reason, delay ms) its outcome: retried, dead, released or stale."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
@@ -487,14 +484,13 @@ class QueueScripts:
         return list(requeued), list(dead), int(trimmed), int(promoted)
 
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
-        """requeue_failed.lua: how many of ``ids`` moved back to todos."""
         keys = self._keys("requeue_failed", request=self._request(None))
         args = [request_ttl_ms, wake_cap, identity(), *ids]
         moved: int = json.loads(self.by_name["requeue_failed"].call(keys, args))[0]
         return moved
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        """delete.lua: the state ``job_id`` was in, or None. ``token``: its owner as read (None: none)."""
+        """The state ``job_id`` was in, or None; ``token``: its owner as read (None: none). Likewise ``cancel``."""
         keys = self._keys("delete", request=self._request(None), lock=self.k.lock(token or "-"))
         args = [request_ttl_ms, job_id, token or "", wake_cap]
         state: str | None = json.loads(self.by_name["delete"].call(keys, args))[0]
@@ -523,18 +519,15 @@ class QueueScripts:
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        """cancel.lua: the state ``job_id`` was in, or None. ``token``: its owner as read (None: none)."""
         keys = self._keys("cancel", request=self._request(None), lock=self.k.lock(token or "-"))
         args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel, wake_cap]
         state: str | None = json.loads(self.by_name["cancel"].call(keys, args))[0]
         return state or None
 
     def set_limits(self, what: str, value: str, *, wake_cap: int) -> bool:
-        """set_limits.lua: pause, resume or set ``what`` to ``value`` ("" removes); whether anything changed."""
         return bool(self.by_name["set_limits"].call(self._keys("set_limits"), [wake_cap, what, value]))
 
     def list_groups(self, most: int) -> tuple[int, list[tuple[str, int, int, str]]]:
-        """list_groups.lua: the group count, and up to ``most`` (name, waiting, running, state)."""
         reply = self.by_name["list_groups"].call(self._keys("list_groups"), [most])
         rows = [
             (text(name), int(waiting), int(running), text(state))
@@ -543,14 +536,12 @@ class QueueScripts:
         return int(reply[0]), rows
 
     def progress(self, lease: Held, fraction: float, message: str) -> bool:
-        """progress.lua: False when the claim no longer owns the job."""
         keys = self._keys("progress")
         return bool(self.by_name["progress"].call(keys, [lease.id, lease.token, repr(fraction), message]))
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
     ) -> tuple[list[str], list[str]]:
-        """periodic.lua: names whose run was created, and names seen for the first time."""
         keys = self._keys("periodic", request=self._request(None))
         args: list[Any] = [request_ttl_ms, wake_cap]
         for name, slot_ms, run_id, payload in runs:

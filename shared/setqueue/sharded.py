@@ -166,8 +166,8 @@ class ShardedQueue(CompositeQueue):
     # -- flow control: each shard enforces its share
 
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
-        """As ``Queue.set_rate`` for the whole queue: each shard enforces 1/N (burst rounded up), in its own
-        slot; ids spread evenly, so the shares add up while every shard has work."""
+        """As ``Queue.set_rate`` for the whole queue: each shard enforces 1/N in its own slot (burst rounded
+        up); ids spread evenly, so the shares add up while every shard has work."""
         shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_rate(None if shared is None else shared.split(len(self._shards)))
@@ -181,8 +181,7 @@ class ShardedQueue(CompositeQueue):
         rate: Rate | str | None = None,
         burst: int | None = None,
     ) -> None:
-        """As ``Queue.set_group_limits``: each shard enforces 1/N of the rate and the whole concurrency (up
-        to N x concurrency in all)."""
+        """As ``Queue.set_group_limits``: each shard enforces 1/N of the rate and the whole concurrency."""
         shared = Rate.given(rate, burst)
         for shard in self._shards:
             shard.set_group_limits(

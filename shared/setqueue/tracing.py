@@ -1,7 +1,6 @@
-"""Traces from enqueue to the worker: the side that costs nothing without OpenTelemetry and imports
-none of it (the ``setqueue[otel]`` glue is ``setqueue.otel_context`` and ``setqueue.otel``).
-``current_trace_parent()`` is the ``traceparent`` ``enqueue`` stores in the job's options; an app
-that never imported ``opentelemetry.trace`` is in no span, so it costs one dict look-up then."""
+"""Traces from enqueue to the worker, at no cost without OpenTelemetry: this module imports none of
+it (the glue is ``setqueue.otel_context`` and ``setqueue.otel``). An app that never imported
+``opentelemetry.trace`` is in no span: ``current_trace_parent()`` then costs one dict look-up."""
 
 from __future__ import annotations
 

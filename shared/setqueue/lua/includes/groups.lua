@@ -26,7 +26,6 @@ local function member_id(member, group)
   return string.sub(member, #group + 17)
 end
 
--- take_turns: the groups join the back of groups_ready, in order.
 local function take_turns(G, groups)
   if #groups == 0 then return end
   local last = redis.call('HINCRBY', G.flow, 'turn', #groups)
@@ -37,9 +36,8 @@ local function take_turns(G, groups)
   redis.call('ZADD', G.ready, unpack(scored))
 end
 
--- line_up: the ids join the line at the given ranks: grouped ones their group's line (the group
--- takes a turn if it had none waiting), the rest todos. groups[j]: id j's group (false: none; nil:
--- look up).
+-- line_up: ids join at their ranks, grouped ones in their group's line (a group with none waiting
+-- takes a turn). groups[j]: id j's group (false: none; nil: look up).
 local function line_up(G, todos, ids, ranks, groups)
   if #ids == 0 then return end
   groups = groups or redis.call('HMGET', G.group_of, unpack(ids))
@@ -69,7 +67,7 @@ local function line_up(G, todos, ids, ranks, groups)
   end
 end
 
--- join_back: the ids join the back of their priority's line (priorities: a table or one number).
+-- join_back: to the back of their priority's line (priorities: a table or one number).
 local function join_back(G, todos, seq, ids, priorities, groups)
   if #ids == 0 then return end
   local first = take_places(seq, #ids)
@@ -82,8 +80,7 @@ local function join_back(G, todos, seq, ids, priorities, groups)
   line_up(G, todos, ids, ranks, groups)
 end
 
--- leave_line: take a waiting id out of the line; whether it was waiting. An emptied group leaves
--- the line of groups.
+-- leave_line: whether the id was waiting (now out); an emptied group leaves the line of groups.
 local function leave_line(G, todos, id)
   if redis.call('ZREM', todos, id) == 1 then return true end
   local rank = redis.call('ZSCORE', G.grouped, id)
@@ -100,8 +97,8 @@ local function leave_line(G, todos, id)
   return true
 end
 
--- left_progress: the ids left in_progress; groups count down, and a full one takes a turn again.
--- forget: the ids are over, forget their group. Returns how many groups took a turn (to wake).
+-- left_progress: groups count their jobs down, a full one takes a turn again; forget: drop their
+-- group too. Returns how many groups took a turn (to wake).
 local function left_progress(G, ids, forget)
   if #ids == 0 then return 0 end
   local groups = redis.call('HMGET', G.group_of, unpack(ids))

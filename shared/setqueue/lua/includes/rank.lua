@@ -13,12 +13,11 @@ local function priority_of(rank)
   return TOP_PRIORITY - math.floor(tonumber(rank) / RANK_BAND)
 end
 
--- take_places: the first of n fresh consecutive places.
 local function take_places(seq, n)
   return redis.call('INCRBY', seq, n) - n + 1
 end
 
--- join_line: ids join the back of todos in order (priorities: a table or one number). One ZADD.
+-- join_line: ids join the back of todos in order (priorities: a table or one number).
 local function join_line(todos, seq, ids, priorities)
   if #ids == 0 then return end
   local first = take_places(seq, #ids)
