@@ -1,6 +1,5 @@
-"""Least privilege: the library, services and CLI under a user with exactly ``setqueue acl-rule``.
-The ACL LOG must stay empty (not even a refusal a client ignores); a user without a command it needs
-gets one line naming it and exit code 3."""
+"""Everything under a user with exactly ``setqueue acl-rule``: the ACL LOG stays empty (not even a
+refusal a client ignores); a user lacking a command gets one line naming it and exit 3."""
 
 from __future__ import annotations
 

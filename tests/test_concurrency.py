@@ -1,5 +1,5 @@
-"""Several real worker processes, two of them SIGKILLed mid-job, and a cleaner: every id ends in
-done, and a job ran more than once only when its lease was lost (its worker died)."""
+"""Real workers, two SIGKILLed mid-job, and a cleaner: every id ends in done, and a job ran twice only
+when its lease was lost."""
 
 from __future__ import annotations
 
@@ -57,8 +57,7 @@ def test_killed_workers_lose_nothing(
 ) -> None:
     q = make_queue(lease_seconds=1.0, max_attempts=100)
     q.enqueue([f"job-{i}" for i in range(JOBS)])
-    # The two doomed workers take 0.2 s a job, so the kill (right after they report a claim)
-    # lands mid-job; the two survivors are fast.
+    # The doomed take 0.2 s a job, so a kill right after a claim lands mid-job; the survivors are fast.
     workers = [Worker(redis_url, queue_name, lease=1.0, job_seconds=t) for t in (0.2, 0.2, 0.002, 0.002)]
     doomed = workers[:2]
     requeued: list[str] = []

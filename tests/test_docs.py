@@ -1,5 +1,4 @@
-"""The README is the front door and docs/ the rest of the house: keep their commands, settings,
-metrics, keys, CLI, links and code map true to the code."""
+"""The README and docs/ stay true to the code: settings, metrics, keys, CLI, links and code map."""
 
 from __future__ import annotations
 

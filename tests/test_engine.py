@@ -1,5 +1,5 @@
-"""The worker engine as real processes: concurrency, timeouts, hand-back, zombies, shutdown. Runs are
-counted from the handler's execution log (tests/support/jobs.py), not from the queue's view."""
+"""The worker engine: concurrency, timeouts, hand-back, zombies, shutdown; runs counted from the
+handler's execution log, not the queue's view."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""Flow control with real worker processes on a real Redis, counting starts from the handler's side
-(tests.support.jobs' execution log): the queue's rate across workers, a group's concurrency, groups
-taking turns, pause and resume, limits changed live with the CLI, and idle workers that do not spin.
-"""
+"""Flow control with real workers, starts counted from the handler's side: rates, group concurrency
+and turns, pause and resume, limits changed live, and idle workers that do not spin."""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -21,30 +20,26 @@ from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.waits import redis_clock, wait_until
 
-HANDLER = "tests.support.jobs:handle"
+
+@pytest.fixture
+def log(tmp_path: Path) -> ExecutionLog:
+    return ExecutionLog(tmp_path / "exec.log")
 
 
-def start_workers(  # noqa: PLR0917 - the test's own fixtures, in their order
-    procs: list[Proc], tmp_path: Path, url: str, queue: str, log: ExecutionLog, n: int, **settings: object
-) -> list[Proc]:
-    workers = [
-        Proc.start(
-            "worker",
-            tmp_path,
-            name=f"worker-{i}",
-            REDIS_URL=url,
-            QUEUE_NAME=queue,
-            JOB_HANDLER=HANDLER,
-            EXEC_LOG=log.path,
-            LOG_LEVEL="WARNING",
-            **settings,
-        )
-        for i in range(n)
-    ]
-    procs += workers
-    for worker in workers:
-        worker.wait_ready()
-    return workers
+@pytest.fixture
+def start_workers(
+    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, log: ExecutionLog
+) -> Callable[..., list[Proc]]:
+    def start(n: int, **settings: object) -> list[Proc]:
+        env = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "EXEC_LOG": log.path, "LOG_LEVEL": "WARNING"}
+        env |= {"JOB_HANDLER": "tests.support.jobs:handle", **settings}
+        workers = [Proc.start("worker", tmp_path, name=f"worker-{i}", **env) for i in range(n)]
+        procs.extend(workers)
+        for worker in workers:
+            worker.wait_ready()
+        return workers
+
+    return start
 
 
 def start_times(log: ExecutionLog, prefix: str = "") -> list[float]:
@@ -52,7 +47,7 @@ def start_times(log: ExecutionLog, prefix: str = "") -> list[float]:
 
 
 def most_in_a_second(times: list[float]) -> int:
-    """The most starts in any window of one second (each window starting at a start)."""
+    """The most starts in any one-second window beginning at a start."""
     best, first = 0, 0
     for last, at in enumerate(times):
         while at - times[first] >= 1.0:
@@ -77,30 +72,28 @@ def run_cli(redis_url: str, queue: str, *args: str) -> tuple[int, str]:
 
 
 def test_a_rate_holds_across_four_workers_of_ten_slots(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.01-{i}" for i in range(800)])
     assert run_cli(redis_url, queue_name, "limit", "--rate", "50/s")[0] == 0  # burst 5: a tenth
-    log = ExecutionLog(tmp_path / "exec.log")
-    start_workers(procs, tmp_path, redis_url, queue_name, log, 4, CONCURRENCY=10)
+    workers = start_workers(4, CONCURRENCY=10)
     wait_until(lambda: len(start_times(log)) >= 500, 30, "500 starts (ten seconds at 50/s)")
     times = start_times(log)
     assert most_in_a_second(times) <= 50 + 5, most_in_a_second(times)
     assert all(count == 1 for count in log.starts().values())
-    held = sum(worker.metric('setqueue_claims_held_total{reason="rate"}') for worker in procs)
+    held = sum(worker.metric('setqueue_claims_held_total{reason="rate"}') for worker in workers)
     assert held > 0
     queue.close()
 
 
 def test_a_group_runs_at_most_its_concurrency_while_slots_are_free(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     queue.set_group_limits(concurrency=2)
     queue.enqueue([f"sleep-0.1-{i}" for i in range(30)], group="tenant-42")
-    log = ExecutionLog(tmp_path / "exec.log")
-    workers = start_workers(procs, tmp_path, redis_url, queue_name, log, 4, CONCURRENCY=10)
+    workers = start_workers(4, CONCURRENCY=10)
     wait_until(lambda: sum(log.ends().values()) == 30, 60, "all 30 jobs done")
     assert most_at_once(log, "sleep") == 2
     assert sum(worker.metric('setqueue_claims_held_total{reason="group"}') for worker in workers) > 0
@@ -109,21 +102,19 @@ def test_a_group_runs_at_most_its_concurrency_while_slots_are_free(
 
 
 def test_a_small_group_is_served_before_a_big_one_has_run_twice_the_slots(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
 ) -> None:
     workers, slots = 4, 10
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.005-a{i}" for i in range(2000)], group="A")
-    log = ExecutionLog(tmp_path / "exec.log")
-    start_workers(procs, tmp_path, redis_url, queue_name, log, workers, CONCURRENCY=slots)
+    start_workers(workers, CONCURRENCY=slots)
     wait_until(lambda: len(start_times(log, "sleep-0.005-a")) >= 100, 30, "group A running")
     enqueued_at = time.time()  # the handlers' clock: the same machine's
     queue.enqueue([f"sleep-0.005-b{i}" for i in range(10)], group="B")
     wait_until(lambda: len(start_times(log, "sleep-0.005-b")) == 10, 30, "every B job started")
     last_b = max(start_times(log, "sleep-0.005-b"))
     a_meanwhile = [at for at in start_times(log, "sleep-0.005-a") if enqueued_at < at < last_b]
-    # Within that bound: the A jobs the workers had claimed already (prefetched: at most
-    # CLAIM_BATCH each), then A and B taking turns.
+    # The A jobs prefetched already (at most CLAIM_BATCH a worker), then A and B taking turns.
     print(f"A started {len(a_meanwhile)} jobs while B's 10 started (bound {2 * workers * slots})")
     assert len(a_meanwhile) < 2 * workers * slots, len(a_meanwhile)
     assert len(start_times(log, "sleep-0.005-a")) < 2000  # B did not wait for A's backlog
@@ -131,16 +122,15 @@ def test_a_small_group_is_served_before_a_big_one_has_run_twice_the_slots(
 
 
 def test_after_pause_returns_no_job_starts_and_resume_starts_them_at_once(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.05-{i}" for i in range(400)])
-    log = ExecutionLog(tmp_path / "exec.log")
-    workers = start_workers(procs, tmp_path, redis_url, queue_name, log, 2, CONCURRENCY=5)
+    workers = start_workers(2, CONCURRENCY=5)
     wait_until(lambda: len(start_times(log)) >= 20, 30, "jobs running")
     code, out = run_cli(redis_url, queue_name, "pause")
     assert code == 0 and "paused" in out
-    # What was claimed before pause returned may still start (it left the line already); nothing else.
+    # Only what was claimed before pause returned may still start.
     claimed_before = set(queue.redis.zrange(queue.keys.in_progress, 0, -1)) | set(
         queue.redis.smembers(queue.keys.done)  # type: ignore[arg-type]
     )
@@ -162,13 +152,12 @@ def test_after_pause_returns_no_job_starts_and_resume_starts_them_at_once(
 
 
 def test_a_limit_changed_with_the_cli_takes_effect_on_running_workers(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     assert run_cli(redis_url, queue_name, "push", "--group", "g", *[f"sleep-0.5-{i}" for i in range(60)])[0] == 0
     assert run_cli(redis_url, queue_name, "limit", "--group-concurrency", "1")[0] == 0
-    log = ExecutionLog(tmp_path / "exec.log")
-    start_workers(procs, tmp_path, redis_url, queue_name, log, 2, CONCURRENCY=5)
+    start_workers(2, CONCURRENCY=5)
     wait_until(lambda: len(start_times(log)) >= 2, 30, "the group running one at a time")
     assert most_at_once(log, "sleep") == 1
     changed_at = redis_clock(queue.redis)
@@ -190,15 +179,15 @@ def test_a_limit_changed_with_the_cli_takes_effect_on_running_workers(
 
 @pytest.fixture
 def quiet_redis() -> Iterator[RedisServer]:
-    """A redis-server of its own: its command count is this test's workers' alone."""
+    """Its own redis-server: its command count is this test's alone."""
     server = RedisServer().start()
     yield server
     server.cleanup()
 
 
 def calls_per_second(server: RedisServer, seconds: float) -> float:
-    """Commands clients sent to ``server`` per second over ``seconds`` of its clock, as MONITOR
-    shows them: those a script ran inside Redis are not calls, nor are this measure's own."""
+    """Commands per second clients sent over ``seconds`` of its clock, per MONITOR; not a script's own
+    calls inside Redis, nor this measure's."""
     client = redis.Redis.from_url(server.url)
     ours = str(client.client_info()["addr"])
     monitor = subprocess.Popen(["redis-cli", "-p", str(server.port), "monitor"], stdout=subprocess.PIPE, text=True)
@@ -215,7 +204,7 @@ def calls_per_second(server: RedisServer, seconds: float) -> float:
 
 @pytest.mark.parametrize("limit", ["paused", "rate", "group"])
 def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
-    procs: list[Proc], tmp_path: Path, quiet_redis: RedisServer, queue_name: str, limit: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, quiet_redis: RedisServer, queue_name: str, limit: str
 ) -> None:
     url = quiet_redis.url
     queue = Queue.from_url(url, queue_name)
@@ -229,10 +218,9 @@ def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
         queue.set_group_limits(concurrency=1)
         queue.enqueue([f"stuck-{i}" for i in range(100)], group="g")
     queue.redis.delete(queue.keys.wake)  # the enqueue's wake-ups: a worker starting now needs none
-    log = ExecutionLog(tmp_path / "exec.log")
-    [worker] = start_workers(procs, tmp_path, url, queue_name, log, 1, CONCURRENCY=10)
+    [worker] = start_workers(1, CONCURRENCY=10, REDIS_URL=url)
     held = f'setqueue_claims_held_total{{reason="{limit}"}}'
-    # Past its start (its first claims, a job run and acked): idle rounds held back, one a second.
+    # Past its start: idle rounds held back, one a second.
     wait_until(lambda: worker.metric(held) >= 4, 30, "four claims held back")
     rate = calls_per_second(quiet_redis, 3)
     print(f"idle worker held back ({limit}): {rate:.1f} Redis calls a second")
@@ -244,17 +232,8 @@ def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
 def test_the_creator_spreads_its_ids_over_groups(
     procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
-    creator = Proc.start(
-        "creator",
-        tmp_path,
-        REDIS_URL=redis_url,
-        QUEUE_NAME=queue_name,
-        CREATE_TOTAL=30,
-        CREATE_BATCH=5,
-        CREATE_RATE=0,
-        CREATE_GROUPS=3,
-        CREATE_ID_PREFIX="c",
-    )
+    env: dict[str, Any] = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "CREATE_TOTAL": 30, "CREATE_BATCH": 5}
+    creator = Proc.start("creator", tmp_path, CREATE_RATE=0, CREATE_GROUPS=3, CREATE_ID_PREFIX="c", **env)
     procs.append(creator)
     assert creator.wait(30) == 0
     queue = Queue.from_url(redis_url, queue_name)

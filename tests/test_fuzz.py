@@ -1,6 +1,5 @@
-"""Fuzzing every setting of every service and every `setqueue` argument (hypothesis): a service starts
-(and exits 0 on SIGTERM) or exits 2 or 3 with one line on stderr, never a traceback; a refused input
-writes nothing. Settings are parsed in-process for many values, real processes run a sample."""
+"""Fuzzing every setting and `setqueue` argument: a service starts (and exits 0 on SIGTERM) or exits 2
+or 3 with one line, never a traceback; a refused input writes nothing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Periodic jobs (SCHEDULES): the slot rule, cleaners creating each run once however many run at once
-(one catch-up after a pause, never an old slot again), and `setqueue schedules`. The periodic step
-takes ``now`` as a parameter, so slots a minute apart are stepped through without waiting."""
+"""Periodic jobs (SCHEDULES): each run created once however many cleaners run, and `setqueue schedules`.
+The periodic step takes ``now``, so slots a minute apart are stepped through without waiting."""
 
 from __future__ import annotations
 

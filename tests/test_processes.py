@@ -32,18 +32,20 @@ RESTARTS = "setqueue_worker_process_restarts_total"
 PROCESSES = "setqueue_worker_processes"
 
 
-def start_workers(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, **settings: Any
-) -> tuple[Proc, ExecutionLog]:
-    log = ExecutionLog(tmp_path / "executions.log")
-    settings.setdefault("PROCESSES", 2)
-    settings.setdefault("JOB_HANDLER", "tests.support.jobs:handle")
-    settings.setdefault("IDLE_WAIT_SECONDS", 0.1)
-    p = Proc.start(
-        "worker", tmp_path, name="supervisor", REDIS_URL=redis_url, QUEUE_NAME=queue_name, EXEC_LOG=log.path, **settings
-    )
-    procs.append(p)
-    return p, log
+Start = Callable[..., tuple[Proc, ExecutionLog]]
+
+
+@pytest.fixture
+def start_workers(procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str) -> Start:
+    def start(**settings: Any) -> tuple[Proc, ExecutionLog]:
+        log = ExecutionLog(tmp_path / "executions.log")
+        defaults = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "PROCESSES": 2, "IDLE_WAIT_SECONDS": 0.1}
+        env = defaults | {"JOB_HANDLER": "tests.support.jobs:handle", "EXEC_LOG": log.path, **settings}
+        p = Proc.start("worker", tmp_path, name="supervisor", **env)
+        procs.append(p)
+        return p, log
+
+    return start
 
 
 def child_pids(supervisor: Proc, count: int = 2) -> list[int]:
@@ -101,10 +103,10 @@ def test_processes_takes_a_number_or_auto() -> None:
 
 @pytest.mark.slow
 def test_two_processes_run_every_job_once_and_metrics_sum_them(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+    start_workers: Start, make_queue: Callable[..., Queue]
 ) -> None:
     q = make_queue()
-    supervisor, log = start_workers(procs, tmp_path, redis_url, queue_name, CONCURRENCY=2, CLAIM_BATCH=2)
+    supervisor, log = start_workers(CONCURRENCY=2, CLAIM_BATCH=2)
     pids = child_pids(supervisor)
     # 200 jobs of 20 ms on 2 x 2 slots: a second or more of work for both processes.
     ids = [f"sleep-0.02-{n}" for n in range(200)]
@@ -136,15 +138,19 @@ def test_two_processes_run_every_job_once_and_metrics_sum_them(
 
 @pytest.mark.slow
 def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+    start_workers: Start,
+    procs: list[Proc],
+    tmp_path: Path,
+    redis_url: str,
+    queue_name: str,
+    *,
+    make_queue: Callable[..., Queue],
 ) -> None:
     q = make_queue()
     env: dict[str, Any] = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "LEASE_SECONDS": 2, "MAX_ATTEMPTS": 5}
     cleaner = Proc.start("cleaner", tmp_path, SWEEP_INTERVAL=0.2, **env)
     procs.append(cleaner)
-    supervisor, log = start_workers(
-        procs, tmp_path, redis_url, queue_name, CONCURRENCY=2, CLAIM_BATCH=2, LEASE_SECONDS=2, MAX_ATTEMPTS=5
-    )
+    supervisor, log = start_workers(CONCURRENCY=2, CLAIM_BATCH=2, LEASE_SECONDS=2, MAX_ATTEMPTS=5)
     pids = child_pids(supervisor)
     ids = [f"sleep-0.5-{n}" for n in range(40)]
     q.enqueue(ids)
@@ -191,13 +197,9 @@ def test_a_killed_process_is_replaced_and_its_jobs_come_back_through_the_cleaner
 
 
 @pytest.mark.slow
-def test_sigterm_drains_every_process_and_exits_0(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
-) -> None:
+def test_sigterm_drains_every_process_and_exits_0(start_workers: Start, make_queue: Callable[..., Queue]) -> None:
     q = make_queue()
-    supervisor, log = start_workers(
-        procs, tmp_path, redis_url, queue_name, CONCURRENCY=2, CLAIM_BATCH=2, SHUTDOWN_GRACE_SECONDS=30
-    )
+    supervisor, log = start_workers(CONCURRENCY=2, CLAIM_BATCH=2, SHUTDOWN_GRACE_SECONDS=30)
     pids = child_pids(supervisor)
     ids = [f"sleep-1-{n}" for n in range(40)]
     q.enqueue(ids)
@@ -234,11 +236,9 @@ def locked_url(server: RedisServer, password: str) -> str:
 
 
 @pytest.mark.slow
-def test_redis_refusing_the_password_is_one_line_and_exit_3(
-    procs: list[Proc], tmp_path: Path, locked_redis: RedisServer, queue_name: str
-) -> None:
+def test_redis_refusing_the_password_is_one_line_and_exit_3(start_workers: Start, locked_redis: RedisServer) -> None:
     # The supervisor checks once before any child starts: one line, as a lone worker says it.
-    supervisor, _ = start_workers(procs, tmp_path, locked_url(locked_redis, "wrong"), queue_name)
+    supervisor, _ = start_workers(REDIS_URL=locked_url(locked_redis, "wrong"))
     assert supervisor.wait(30) == 3, supervisor.log()
     lines = supervisor.log().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("setqueue-worker: Redis at redis://:***@"), lines
@@ -246,12 +246,10 @@ def test_redis_refusing_the_password_is_one_line_and_exit_3(
 
 
 @pytest.mark.slow
-def test_a_process_refused_by_redis_at_start_stops_the_supervisor_with_3(
-    procs: list[Proc], tmp_path: Path, queue_name: str
-) -> None:
+def test_a_process_refused_by_redis_at_start_stops_the_supervisor_with_3(start_workers: Start) -> None:
     server = RedisServer(args=["--requirepass", "right"]).start()
     try:
-        supervisor, _ = start_workers(procs, tmp_path, locked_url(server, "right"), queue_name)
+        supervisor, _ = start_workers(REDIS_URL=locked_url(server, "right"))
         pids = child_pids(supervisor)
         # The password changes under the running workers (their connections stay logged in); a
         # process starting now is refused, and would be again: no restart loop.
@@ -278,13 +276,9 @@ def handle(lease):
 
 
 @pytest.mark.slow
-def test_processes_that_keep_crashing_make_it_give_up_with_1(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
-) -> None:
+def test_processes_that_keep_crashing_make_it_give_up_with_1(start_workers: Start, tmp_path: Path) -> None:
     (tmp_path / "crashing.py").write_text(CRASHING)
-    supervisor, _ = start_workers(
-        procs, tmp_path, redis_url, queue_name, JOB_HANDLER="crashing:handle", PYTHONPATH=str(tmp_path)
-    )
+    supervisor, _ = start_workers(JOB_HANDLER="crashing:handle", PYTHONPATH=str(tmp_path))
     assert supervisor.wait(90) == 1, supervisor.log()
     text = supervisor.log()
     assert re.search(r"worker process \d \(pid \d+\) exited with code 1 after 5 restarts within 60s: giving up", text)

@@ -1,5 +1,5 @@
-"""The registry of live workers (setqueue.registry): records that expire on their own, an index that
-is trimmed, and real worker processes that register, describe what they hold, and leave."""
+"""The registry of live workers: records that expire, an index that is trimmed, real workers that
+register what they hold and leave."""
 
 from __future__ import annotations
 

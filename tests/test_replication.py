@@ -1,6 +1,5 @@
-"""WAIT_REPLICAS on one Redis with a real replica: every write a call reports is on the replica when
-the call returns; a write no replica confirmed in time raises NotReplicated, and sending the call
-again (the same request id) applies it once."""
+"""WAIT_REPLICAS with a real replica: a reported write is on the replica when the call returns; an
+unconfirmed one raises NotReplicated, and resending it (same request id) applies it once."""
 
 from __future__ import annotations
 

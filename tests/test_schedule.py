@@ -1,5 +1,4 @@
-"""The fifth state, scheduled: delayed enqueue, retry backoff, RetryLater, against a real redis-server.
-Times are compared on the Redis clock (the one the queue uses); waits poll with generous deadlines."""
+"""The scheduled state: delayed enqueue, retry backoff, RetryLater; times on the Redis clock."""
 
 from __future__ import annotations
 
@@ -107,7 +106,7 @@ def test_a_handler_raising_retry_later_waits_that_long_and_an_idle_worker_wakes_
         if lease.attempt == 1:
             raise RetryLater(2)
 
-    # IDLE_WAIT_SECONDS=60: without waking for the due time the retry would wait a minute.
+    # Without waking for the due time the retry would wait IDLE_WAIT_SECONDS.
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name, METRICS_PORT=0, IDLE_WAIT_SECONDS=60)
     service = WorkerService(WorkerSettings.from_env(env), handler=handler)
     q = service.queue.shards[0]

@@ -1,7 +1,5 @@
-"""TLS: the library, services and CLI against a TLS-only redis-server whose certificate is verified
-against a CA made here. Each way it goes wrong (wrong CA, redis:// to the TLS port, an expired
-certificate, rediss:// to a plain port) is one line and exit 3, never a wait; a TLS file that does
-not fit is a bad setting (exit 2)."""
+"""TLS against a TLS-only redis-server verified with a CA made here: each mistake is one line and exit 3,
+never a wait; a TLS file that does not fit is a bad setting (exit 2)."""
 
 from __future__ import annotations
 
