@@ -69,15 +69,8 @@ class CodeTree:
         paths = [*extra_path, str(self.root / "shared"), str(self.root), os.environ.get("PYTHONPATH", "")]
         return {**os.environ, "PYTHONPATH": os.pathsep.join(paths).rstrip(os.pathsep)}
 
-    def as_dict(self) -> dict[str, str]:
-        return {"root": str(self.root), "label": self.label, "ref": self.ref, "sha": self.sha}
-
 
 CURRENT = CodeTree(REPO)
-
-
-def checkout_state() -> dict[str, Any]:
-    return {"head": git("rev-parse", "HEAD"), "code_changed": bool(git("status", "--porcelain", "shared", "worker"))}
 
 
 def worktree(ref: str) -> CodeTree:

@@ -67,24 +67,6 @@ class Cell:
     trials: int
 
 
-class Sampler:
-    """Reads the counter; marks the ends of the window the costs per job are measured over."""
-
-    def __init__(self, server: Server, nodes: dict[str, redis.Redis], workers: Workers) -> None:
-        self.server, self.nodes, self.workers = server, nodes, workers
-        self.gets = 0  # the bench's own GETs of the counter: not the queue's commands
-
-    def count(self) -> int:
-        self.gets += 1
-        return self.server.counter()
-
-    def mark(self) -> dict[str, Any]:
-        done = self.count()
-        nodes = {name: snapshot(client) for name, client in self.nodes.items()}
-        cpu = tree_cpu_seconds(self.workers.pids())
-        return {"done": done, "gets": self.gets, "nodes": nodes, "cpu": cpu, "server": snapshot(self.server.r)}
-
-
 def costs(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
     jobs = last["done"] - first["done"]
     bench = delta(first["server"], last["server"], {"get": last["gets"] - first["gets"]})
@@ -116,21 +98,38 @@ def steady_rate(samples: list[tuple[float, int]], jobs: int) -> float | None:
     return (k_end - k0) / (t_end - t0) if t_end > t0 else None
 
 
-def drain(sampler: Sampler, jobs: int, max_seconds: float) -> dict[str, Any]:
-    """Sample the counter until every job ran, the time limit passed or nothing moved for STALL_SECONDS."""
+def drain(server: Server, nodes: dict[str, redis.Redis], procs: Workers, jobs: int, limit: float) -> dict[str, Any]:
+    """Sample the counter until every job ran, the time limit passed or nothing moved for STALL_SECONDS;
+    mark the ends of the window the costs per job are measured over."""
+    gets = 0  # the bench's own GETs of the counter: not the queue's commands
+
+    def count() -> int:
+        nonlocal gets
+        gets += 1
+        return server.counter()
+
+    def mark() -> dict[str, Any]:
+        return {
+            "done": count(),
+            "gets": gets,
+            "nodes": {name: snapshot(client) for name, client in nodes.items()},
+            "cpu": tree_cpu_seconds(procs.pids()),
+            "server": snapshot(server.r),
+        }
+
     spawned = last_move = time.perf_counter()
     samples: list[tuple[float, int]] = []
     first = None
     while True:
-        now, done = time.perf_counter(), sampler.count()
+        now, done = time.perf_counter(), count()
         if samples and done != samples[-1][1]:
             last_move = now
         samples.append((now - spawned, done))
         if first is None and done > 0:
-            first = sampler.mark()
-        stalled = now - last_move > STALL_SECONDS or not sampler.workers.alive()
-        if done >= jobs or now - spawned > max_seconds or stalled:
-            return {"samples": samples, "first": first, "last": sampler.mark(), "stalled": stalled}
+            first = mark()
+        stalled = now - last_move > STALL_SECONDS or not procs.alive()
+        if done >= jobs or now - spawned > limit or stalled:
+            return {"samples": samples, "first": first, "last": mark(), "stalled": stalled}
         time.sleep(SAMPLE_EVERY)
 
 
@@ -144,28 +143,18 @@ def trial(server: Server, system: System, workers: int, cell: Cell, logs: Path) 
     enqueue_s = time.perf_counter() - t0
     procs = Workers(system.commands(workers), logs, f"{system.name}-w{workers}")
     try:
-        d = drain(Sampler(server, system.queue_servers(), procs), jobs, cell.max_seconds)
+        d = drain(server, system.queue_servers(), procs, jobs, cell.max_seconds)
     finally:
         procs.stop()
     samples, first, last = d["samples"], d["first"], d["last"]
     executed, complete = server.counter(), last["done"] >= jobs
-    res: dict[str, Any] = {
-        "system": system.name,
-        "workers": workers,
-        "jobs": jobs,
-        "load_1min": round(load, 2),
-        "complete": complete,
-        "stalled": d["stalled"],
-        "executed": executed,
-        "duplicates": max(0, executed - jobs),
-        "missing": max(0, jobs - executed) if complete or d["stalled"] else 0,  # a time limit proves nothing
-        "enqueue_jobs_per_s": jobs / enqueue_s,
-        "startup_seconds": next((t for t, k in samples if k > 0), None),
-        "window_seconds": samples[-1][0],
-        "drain_jobs_per_s": (jobs if complete else last["done"])
-        / next((t for t, k in samples if k >= jobs), samples[-1][0]),
-        "steady_jobs_per_s": steady_rate(samples, jobs),
-    }
+    res: dict[str, Any] = {"system": system.name, "workers": workers, "jobs": jobs, "load_1min": round(load, 2)}
+    res |= {"complete": complete, "stalled": d["stalled"], "executed": executed, "duplicates": max(0, executed - jobs)}
+    res["missing"] = max(0, jobs - executed) if complete or d["stalled"] else 0  # a time limit proves nothing
+    res |= {"enqueue_jobs_per_s": jobs / enqueue_s, "startup_seconds": next((t for t, k in samples if k > 0), None)}
+    ended = next((t for t, k in samples if k >= jobs), samples[-1][0])
+    res |= {"window_seconds": samples[-1][0], "drain_jobs_per_s": (jobs if complete else last["done"]) / ended}
+    res["steady_jobs_per_s"] = steady_rate(samples, jobs)
     if first is not None and last["done"] > first["done"]:
         res.update(costs(first, last))
     if complete:

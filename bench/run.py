@@ -18,7 +18,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import due_latency
 import memory
-from common import BENCH, REPO, Context, checkout_state, log, machine, worktree
+from common import BENCH, REPO, Context, git, log, machine, worktree
 from matrices import cluster, cpu, io, noop
 from systems import PEERS
 
@@ -84,8 +84,11 @@ def measure(module: ModuleType, a: argparse.Namespace, ctx: Context) -> bool:
         "title": module.TITLE,
         "command": " ".join(["bash bench/run", *sys.argv[1:]]),
         "args": vars(a),
-        "code": checkout_state(),
-        "baseline": ctx.baseline.as_dict() if ctx.baseline else None,
+        "code": {
+            "head": git("rev-parse", "HEAD"),
+            "code_changed": bool(git("status", "--porcelain", "shared", "worker")),
+        },
+        "baseline": {**vars(ctx.baseline), "root": str(ctx.baseline.root)} if ctx.baseline else None,
         "machine_before": machine(),
         "redis_py": redis.__version__,
     }

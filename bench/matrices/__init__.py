@@ -1,1 +1,0 @@
-"""The matrices, one module each: cpu, io, cluster. See run.py for what a module provides."""

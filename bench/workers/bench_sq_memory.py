@@ -26,13 +26,9 @@ def reading(r: redis.Redis, before: int, jobs: int) -> dict[str, Any]:
     for key in sorted(r.scan_iter(match=PREFIX + "*", count=1000)):
         kind = str(r.type(key))
         size = {"set": r.scard, "zset": r.zcard, "hash": r.hlen, "list": r.llen}.get(kind)
-        keys[key.removeprefix(PREFIX)] = {
-            "type": kind,
-            "count": size(key) if size else 1,
-            "bytes": int(r.memory_usage(key, samples=0) or 0),
-        }
-    used = int(r.info("memory")["used_memory"]) - before
-    by_keys = sum(k["bytes"] for k in keys.values()) / jobs
+        n, size_bytes = size(key) if size else 1, int(r.memory_usage(key, samples=0) or 0)
+        keys[key.removeprefix(PREFIX)] = {"type": kind, "count": n, "bytes": size_bytes}
+    used, by_keys = int(r.info("memory")["used_memory"]) - before, sum(k["bytes"] for k in keys.values()) / jobs
     return {
         "used_memory_delta": used,
         "bytes_per_job": used / jobs,
