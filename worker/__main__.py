@@ -1,9 +1,5 @@
-"""`python -m worker` (or `setqueue-worker`): the worker service. Settings come from the environment
-(``--help`` lists them; docs/reference.md explains them).
-
-PROCESSES=1 (the default) runs the worker in this process. PROCESSES=N>1 makes this process the
-supervisor of N such workers (``worker.supervisor``); each of them runs this same entry point with
-PROCESSES=1, told by its environment that it is a child (``ChildRole``)."""
+"""`python -m worker` (or `setqueue-worker`): the worker service, or with PROCESSES>1 the supervisor
+of that many (``worker.supervisor``), whose children run this entry point too (``ChildRole``)."""
 
 from setqueue.runtime.logs import configure_logging
 from setqueue.runtime.service import EXIT_SETTING, load_settings, serve, usage
@@ -16,7 +12,7 @@ SUMMARY = "The worker of setqueue: claims jobs, runs them with JOB_HANDLER, acks
 
 
 def main() -> int:
-    # What setqueue.runtime.service.main does for every service, with the choice of PROCESSES.
+    # setqueue.runtime.service.main, with the choice of PROCESSES.
     code = usage(PROGRAM, SUMMARY, None)
     if code is not None:
         return code

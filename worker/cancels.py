@@ -1,9 +1,7 @@
-"""How a worker learns at once that a job it runs was cancelled: cancel.lua publishes the id on
-the queue's cancel channel (one per shard), and a listener thread here hears it and stops the job.
-A message can be missed (the connection dropped at that moment); the lease keeper's next renewal
-finds the job cancelled anyway (renew.lua answers so), at most LEASE_SECONDS/3 later. A Redis
-user that may not subscribe is no outage: the listener says so once through ``on_refused`` (the
-worker stops with exit code 3, as for any command its ACL rule lacks) and listens no more."""
+"""cancel.lua publishes a cancelled id on the shard's cancel channel; a listener thread here stops
+the job. A missed message (a dropped connection) is caught by the next lease renewal, at most
+LEASE_SECONDS/3 later. A user the ACL forbids to subscribe is said once through ``on_refused``
+(the worker exits 3) and the listener stops."""
 
 from __future__ import annotations
 
@@ -18,13 +16,10 @@ from setqueue.runtime.acl import explain_refusal
 from setqueue.runtime.backoff import Backoff
 from setqueue.scripts import text
 
-# How long one wait for a message lasts: the listener looks at its stop flag this often.
-LISTEN_SLICE_SECONDS = 1.0
+LISTEN_SLICE_SECONDS = 1.0  # how often the listener looks at its stop flag
 
 
 class CancelListener:
-    """Calls ``on_cancel(job_id)`` for each id published on ``channels``, from its own thread."""
-
     def __init__(
         self,
         client: redis.Redis,
@@ -60,7 +55,7 @@ class CancelListener:
                     if message is not None and message.get("type") == "message":
                         self.on_cancel(text(message["data"]))
             except Exception as exc:
-                if self._stop.is_set():  # the worker closed the client under us: it is stopping
+                if self._stop.is_set():  # the worker closed the client: it is stopping
                     return
                 refused = explain_refusal(exc)
                 if refused is not None:  # no retry helps
@@ -69,9 +64,9 @@ class CancelListener:
                     else:
                         self.log.error("the cancel listener stops: %s", refused)
                     return
-                if isinstance(exc, redis.RedisError):  # Redis away: listen again; renewals cover the gap
+                if isinstance(exc, redis.RedisError):  # renewals cover the gap
                     self.log.debug("cancel listener: %s; listening again", exc)
-                else:  # never die silently: renewals still find cancelled jobs, but say so
+                else:
                     self.log.exception("the cancel listener failed; listening again")
                 self._stop.wait(backoff.next())
             finally:

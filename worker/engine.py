@@ -1,18 +1,11 @@
-"""Where the worker's jobs run: CONCURRENCY slots fed from a small buffer of claimed jobs.
+"""Where the worker's jobs run: CONCURRENCY slots (threads, or one asyncio loop for an ``async
+def`` handler) fed from a FIFO buffer of claimed jobs; ``wanted`` is the claim policy.
 
-A plain function handler runs on CONCURRENCY threads; an ``async def`` handler runs on one asyncio
-event loop (its own thread) with up to CONCURRENCY jobs in flight. Either way:
-
-- claimed jobs wait in a FIFO buffer (``put``) and a free slot takes the oldest; ``wanted`` is the
-  claim policy: how many jobs the worker should claim now for its free slots and the buffer;
-- every running job is a ``Running`` record with its deadline, so the supervisor (the worker's
-  main thread) can time it out whatever the handler does: ``interrupt`` raises ``JobTimeout`` in
-  the job's thread (best effort, as Dramatiq's TimeLimit: a thread blocked in C code, such as
-  ``time.sleep``, only sees it when it comes back to Python) or cancels the job's task;
-- a job whose slot has not come back a while after its timeout is a zombie: its slot stays taken.
-
-The engine knows nothing of Redis: it calls ``finish(record, error)`` when a job returns or raises,
-and the worker decides what that means (ack, fail, or nothing when the job was timed out already).
+Each running job is a ``Running`` record with a deadline, so the supervisor can time it out
+whatever the handler does: ``interrupt`` raises ``JobTimeout`` in its thread (best effort: a thread
+blocked in C code, such as ``time.sleep``, sees it only back in Python) or cancels its task. A slot
+not back a while after its timeout is a zombie. No Redis here: ``finish`` reports each end and the
+worker decides what it means.
 """
 
 from __future__ import annotations
@@ -29,20 +22,17 @@ from typing import Any
 
 from setqueue.jobs import JobCancelled, JobTimeout, Lease
 
-# finish(record, error, value): a job returned ``value`` (error None) or raised ``error``.
 Finish = Callable[["Running", BaseException | None, Any], None]
 
 PREFETCH_WINDOW_SECONDS = 1.0  # claim beyond the free slots only while a job started this recently
 
 
 def is_async(function: Callable[..., Any]) -> bool:
-    """An ``async def`` function, or an object whose ``__call__`` is one."""
     call = getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException]) -> bool:
-    """Ask CPython to raise ``exception`` in that thread at its next Python instruction."""
     done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
     if done > 1:  # more than one thread state touched: undo, as the C API asks
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
@@ -52,17 +42,15 @@ def raise_in_thread(thread_id: int, exception: type[BaseException]) -> bool:
 
 @dataclass(eq=False)
 class Running:
-    """One job in a slot."""
-
     lease: Lease
     started: float = 0.0  # monotonic
-    deadline: float = float("inf")  # monotonic; inf = no timeout
+    deadline: float = float("inf")
     thread_id: int | None = None
     task: asyncio.Task[Any] | None = None
-    timed_out: float | None = None  # monotonic time the supervisor gave up on it
+    timed_out: float | None = None  # when the supervisor gave up on it
     zombie: bool = False
     abandoned: bool = False  # handed back at the end of a shutdown: its outcome no longer counts
-    cancelled: bool = False  # the job was cancelled while it ran: its outcome no longer counts
+    cancelled: bool = False  # cancelled while it ran: its outcome no longer counts
 
 
 @dataclass
@@ -73,15 +61,15 @@ class Buffered:
 
 @dataclass
 class Slots:
-    """The buffer and the running jobs, under one lock; counts the worker reads to decide a claim."""
+    """The buffer and the running jobs, under one lock."""
 
     concurrency: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     buffer: collections.deque[Buffered] = field(default_factory=collections.deque)
     running: dict[int, Running] = field(default_factory=dict)  # id(record) -> record
     zombies: int = 0
-    closed: bool = False  # no job starts any more (shutdown)
-    last_start: float = 0.0  # monotonic time the latest job started
+    closed: bool = False  # no job starts any more
+    last_start: float = 0.0
 
     def __post_init__(self) -> None:
         self.work = threading.Condition(self.lock)  # a job was buffered (or the engine closed)
@@ -89,13 +77,12 @@ class Slots:
 
     @property
     def free(self) -> int:
-        """Slots neither running a job nor lost to a zombie (call with the lock held)."""
+        """Call with the lock held (a zombie's job is still in ``running``)."""
         return self.concurrency - len(self.running)
 
 
 class Engine:
-    """Runs claimed jobs in CONCURRENCY slots: threads for a plain handler, an event loop for an
-    async one. ``put`` buffers jobs; ``finish`` is called from the job's thread (or the loop)."""
+    """``finish`` is called from the job's thread (or the loop)."""
 
     def __init__(
         self,
@@ -106,22 +93,18 @@ class Engine:
         claim_batch: int | None = None,
     ) -> None:
         self.handler = handler
-        self.timeout = timeout  # seconds; 0 = none
+        self.timeout = timeout  # 0: none
         self.finish = finish
         self.slots = Slots(concurrency)
         self.claim_batch = claim_batch if claim_batch is not None else concurrency
-        # A job's end wakes the claimer only when the buffer is this low (where ``wanted`` would
-        # claim again): waking it on every job cost 11% of an I/O-bound worker's CPU in a profile,
-        # for claims it then skipped.
+        # A job's end wakes the claimer only when the buffer is this low (where ``wanted`` claims
+        # again): waking it on every job cost 11% of an I/O-bound worker's CPU, for nothing.
         self.low_water = max(1, self.claim_batch // 2)
         self.asynchronous = is_async(handler)
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    # -- start and stop ------------------------------------------------------------------------
-
     def start(self, configure: Callable[[], Any] | None = None) -> None:
-        """Start the slots; ``configure`` (the handler module's configure_worker, bound to the
-        settings) runs first, on the event loop when it is a coroutine function."""
+        """``configure`` runs first, on the event loop when it is a coroutine function."""
         if self.asynchronous:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="job-loop", daemon=True).start()
@@ -134,13 +117,13 @@ class Engine:
                 threading.Thread(target=self._slot, name=f"job-slot-{n + 1}", daemon=True).start()
 
     def run_coroutine(self, awaitable: Awaitable[Any]) -> Any:
-        """Run it to its end on the job loop (or on a loop of its own when there is none)."""
+        """On the job loop, or on a loop of its own when there is none."""
         if self._loop is None:
             return asyncio.run(_awaited(awaitable))
         return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop).result()
 
     def close(self) -> list[Lease]:
-        """No job starts any more; returns the buffered (unstarted) leases, now out of the buffer."""
+        """No job starts any more; returns the buffered leases, now out of the buffer."""
         with self.slots.lock:
             self.slots.closed = True
             left = [b.lease for b in self.slots.buffer]
@@ -153,14 +136,11 @@ class Engine:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
-    # -- the buffer ----------------------------------------------------------------------------
-
     def wanted(self, stop: threading.Event, *, prefetch: bool = True) -> int:
         """How many jobs to claim now: the free slots, plus up to ``claim_batch`` buffered while jobs
-        keep starting (one started within PREFETCH_WINDOW_SECONDS; not without ``prefetch``), at
-        most ``claim_batch`` per call, and not for a handful (half a batch) while the buffer still
-        covers the free slots. Waits up to a second for room; 0 then (ask again), or once closed or
-        ``stop`` is set."""
+        keep starting (within PREFETCH_WINDOW_SECONDS; only with ``prefetch``), at most
+        ``claim_batch``, and not under half a batch while the buffer covers the free slots. Waits up
+        to a second for room; 0 then, or once closed or ``stop`` is set."""
         batch, slots = self.claim_batch, self.slots
         with slots.lock:
             for _ in range(10):
@@ -186,8 +166,7 @@ class Engine:
             self._loop.call_soon_threadsafe(self._pump)
 
     def take_stale(self, older_than: float) -> list[Lease]:
-        """Buffered leases claimed before ``older_than`` (monotonic), out of the buffer: they have
-        waited for a slot too long and go back to the queue."""
+        """Buffered leases claimed before ``older_than``, out of the buffer (they go back)."""
         stale: list[Lease] = []
         with self.slots.lock:
             buffer = self.slots.buffer
@@ -197,18 +176,16 @@ class Engine:
                 self.slots.room.notify_all()
         return stale
 
-    # -- a thread slot -------------------------------------------------------------------------
-
     def _slot(self) -> None:
         while True:
             try:
                 if not self._serve_one():
                     return
             except (JobTimeout, JobCancelled):
-                continue  # an interruption that landed between two jobs: the job it was meant for is over
+                continue  # landed between two jobs: the job it was meant for is over
 
     def _serve_one(self) -> bool:
-        """Take the oldest buffered job and run it; False once the engine is closed."""
+        """Run the oldest buffered job; False once closed."""
         slots = self.slots
         with slots.lock:
             while not slots.buffer and not slots.closed:
@@ -220,23 +197,23 @@ class Engine:
         value: Any = None
         try:
             value = self.handler(record.lease)
-            if inspect.isawaitable(value):  # a plain function that hands back a coroutine: await it
+            if inspect.isawaitable(value):  # a plain function that returned a coroutine
                 value = self.run_coroutine(value)
         except (JobTimeout, JobCancelled) as exc:
             error = exc
-        except Exception as exc:  # the handler is user code: any exception fails the attempt
+        except Exception as exc:  # user code: any exception fails the attempt
             error = exc
         try:
             self._end(record, error, value)
         except (JobTimeout, JobCancelled) as exc:  # raised just as its job returned: the job is over
             self._end(record, exc, None)
-        if record.zombie:  # came back after all: this thread may serve again
+        if record.zombie:  # came back after all: this thread serves again
             with slots.lock:
                 slots.zombies -= 1
         return True
 
     def _start(self, buffered: Buffered, thread_id: int | None) -> Running:
-        """Call with the lock held: the job leaves the buffer for a slot."""
+        """Call with the lock held."""
         now = time.monotonic()
         lease = buffered.lease
         timeout = self.timeout if lease.timeout is None else lease.timeout  # the job's own wins
@@ -251,15 +228,13 @@ class Engine:
             self.slots.running.pop(id(record), None)
             if len(self.slots.buffer) <= self.low_water:
                 self.slots.room.notify()
-            # A timed-out job was failed by the supervisor already; an abandoned one handed back.
+            # The supervisor already failed a timed-out job and handed back an abandoned one.
             counts = record.timed_out is None and not record.abandoned and not record.cancelled
         if counts:
             self.finish(record, error, value)
 
-    # -- the async slots -----------------------------------------------------------------------
-
     def _pump(self) -> None:
-        """On the loop: start buffered jobs while slots are free."""
+        """On the loop: start buffered jobs in the free slots."""
         assert self._loop is not None
         slots = self.slots
         with slots.lock:
@@ -279,10 +254,8 @@ class Engine:
         self._end(record, error, value)
         self._pump()
 
-    # -- the supervisor's view -----------------------------------------------------------------
-
     def overdue(self, now: float) -> list[Running]:
-        """Running jobs past their deadline that were not timed out yet, now marked timed out."""
+        """Running jobs newly past their deadline, now marked timed out."""
         late: list[Running] = []
         with self.slots.lock:
             for record in self.slots.running.values():
@@ -292,16 +265,14 @@ class Engine:
         return late
 
     def interrupt(self, record: Running, exception: type[BaseException] = JobTimeout) -> None:
-        """Stop a job: ``exception`` in its thread (a timeout: JobTimeout), or cancel its task."""
         if record.task is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(record.task.cancel)
         elif record.thread_id is not None:
             raise_in_thread(record.thread_id, exception)
 
     def cancel(self, job_id: str) -> tuple[list[Lease], list[Lease]]:
-        """Stop the job ``job_id`` wherever it is in this engine (its run no longer counts): the
-        leases it had running (JobCancelled raised in its thread, or its task cancelled) and the
-        ones it had waiting in the buffer, now out of it."""
+        """Stop ``job_id`` here (its run no longer counts): (running leases, interrupted; buffered
+        leases, now out of the buffer)."""
         with self.slots.lock:
             running = [
                 r for r in self.slots.running.values() if r.lease.id == job_id and not (r.cancelled or r.abandoned)
@@ -316,7 +287,7 @@ class Engine:
         return [r.lease for r in running], [b.lease for b in waiting]
 
     def new_zombies(self, now: float, after: float) -> int:
-        """Mark timed-out jobs still running ``after`` seconds later as zombies; how many are now."""
+        """Mark jobs still running ``after`` seconds past their timeout as zombies; returns the count."""
         with self.slots.lock:
             for record in self.slots.running.values():
                 if record.timed_out is not None and not record.zombie and now - record.timed_out >= after:
@@ -325,8 +296,7 @@ class Engine:
             return self.slots.zombies
 
     def abandon_running(self) -> list[Lease]:
-        """Close the engine and give up on every running job: whatever they do from now on is not
-        reported (the caller hands them back). Returns their leases."""
+        """Close, and give up on the running jobs (no longer reported; the caller hands them back)."""
         with self.slots.lock:
             self.slots.closed = True
             self.slots.buffer.clear()
@@ -338,7 +308,6 @@ class Engine:
             return left
 
     def running_leases(self) -> list[Lease]:
-        """Leases of running jobs the supervisor has not given up on."""
         with self.slots.lock:
             return [r.lease for r in self.slots.running.values() if r.timed_out is None and not r.cancelled]
 

@@ -1,5 +1,4 @@
-"""What the worker says of a job that failed: its traceback, kept with the job's error (bounded) and
-logged at WARNING, without flooding the log when many jobs fail the same way."""
+"""A failed job's traceback: kept with its error (bounded) and logged, without flooding the log."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from dataclasses import dataclass, field
 
 from setqueue.jobs import TRACEBACK_MARK, JobTimeout, Lease
 
-# How much of a failure the queue keeps with the job (Redis memory per failed job is bounded).
 MOST_REASON_CHARS = 500
 MOST_TRACEBACK_CHARS = 3_000
 # The same failure again within this long is counted, not logged; the count is logged after.
@@ -18,8 +16,7 @@ REPEAT_WINDOW_SECONDS = 60.0
 
 
 def handler_traceback(error: BaseException) -> str:
-    """The traceback of an exception a handler raised, from the handler's frame down (the engine's
-    own frame, which called it, left out), at most MOST_TRACEBACK_CHARS (its end: where it was raised)."""
+    """From the handler's frame down, at most MOST_TRACEBACK_CHARS (its end: where it was raised)."""
     tb = error.__traceback__
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -31,7 +28,7 @@ def handler_traceback(error: BaseException) -> str:
 
 
 def failure_reason(error: BaseException) -> str:
-    """The error kept with a failed job: ``repr(error)``, then its traceback (``inspect`` shows it)."""
+    """``repr(error)``, then its traceback."""
     if isinstance(error, JobTimeout):
         return "timeout: JobTimeout raised by the handler"
     reason = repr(error)[:MOST_REASON_CHARS]
@@ -41,7 +38,7 @@ def failure_reason(error: BaseException) -> str:
 
 
 def where(error: BaseException) -> str:
-    """Where a failure was raised: ``file:line`` of its deepest frame (what makes two alike)."""
+    """``file:line`` of the deepest frame: what makes two failures alike."""
     frames = traceback.extract_tb(error.__traceback__)
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
 
@@ -55,9 +52,8 @@ class _Repeats:
 
 @dataclass
 class FailureLog:
-    """Logs the first failure of each kind (exception type and where it was raised) with its
-    traceback; the same kind again within REPEAT_WINDOW_SECONDS is counted, and the count is logged
-    as one line when the window ends (``flush``)."""
+    """Logs the first failure of each kind (type, ``where``); the same kind again within the window
+    is counted, and ``flush`` logs the count when the window ends."""
 
     log: logging.Logger
     window: float = REPEAT_WINDOW_SECONDS
@@ -73,15 +69,10 @@ class FailureLog:
             return
         self._seen[kind] = _Repeats(now)
         self.log.warning(
-            "job %s (attempt %d) failed, %s: %s",
-            lease.id,
-            lease.attempt,
-            outcome,
-            handler_traceback(error).rstrip(),
+            "job %s (attempt %d) failed, %s: %s", lease.id, lease.attempt, outcome, handler_traceback(error).rstrip()
         )
 
     def flush(self) -> None:
-        """Say how many failures of each kind were not logged, once their window is over."""
         now = time.monotonic()
         for kind, seen in list(self._seen.items()):
             if now - seen.first_seen < self.window:

@@ -1,10 +1,6 @@
-"""The worker's heartbeat: its record in the registry of live workers (``setqueue.registry``).
-
-A thread of its own wakes every WORKER_HEARTBEAT_SECONDS, takes a snapshot of the worker (slots
-busy, jobs held) and writes it with a TTL of three beats: one pipelined round trip per named queue.
-It never blocks the supervisor or the claimer; a Redis error is logged once per outage and the
-next beat tries again (an expired record only hides the worker from the console meanwhile). A
-clean stop removes the record; a killed worker's expires by itself.
+"""The worker's record in the registry of live workers (``setqueue.registry``), written by a thread
+of its own every WORKER_HEARTBEAT_SECONDS with a TTL of three beats. A Redis error is logged once
+per outage; a clean stop removes the record, a killed worker's expires.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ import redis
 from setqueue.registry import MOST_HELD_LISTED, WorkerRecord, beat, leave
 from setqueue.version import __version__
 
-BEATS_TO_LIVE = 3  # a record expires after this many beats without a new one
+BEATS_TO_LIVE = 3
 
 log = logging.getLogger("setqueue.worker.heartbeat")
 
@@ -30,7 +26,6 @@ Snapshot = Callable[[], tuple[int, list[list[str]]]]  # () -> (slots busy, [queu
 
 
 def new_worker_id() -> str:
-    """host-pid-random: unique per process, readable on the console."""
     host = "".join(c if c.isalnum() or c in ".-" else "-" for c in socket.gethostname())[:100] or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
@@ -66,7 +61,6 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
-        """Stop beating and leave the registry (best effort: else the record expires by itself)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -96,7 +90,7 @@ class Heartbeat:
     def beat_now(self) -> None:
         try:
             beat(self.client, self.queue_names, self.record(), self._ttl_ms)
-        except Exception as exc:  # Redis down, or anything else: never let the thread die
+        except Exception as exc:  # never let the thread die
             if not self._failing:
                 log.warning("heartbeat failed (%s); the next one tries again", exc)
             self._failing = True

@@ -1,21 +1,14 @@
 """The worker: claim jobs for free slots, run them CONCURRENCY at a time, ack or fail them.
 
-Three kinds of thread (``worker.engine`` has the slots):
+Threads: the claimer claims for the free slots (plus up to CLAIM_BATCH buffered while jobs keep
+starting) and blocks on the wake-up list when the queue is empty; the slots (``worker.engine``) run
+jobs; the supervisor (main thread), every TICK_SECONDS, acks finished jobs in batches, fails failed
+ones, times jobs out, hands back buffered jobs that waited a third of the lease, counts zombies.
 
-- the **claimer** claims when slots are free (at most CLAIM_BATCH per call, and while jobs keep
-  starting up to CLAIM_BATCH more as a prefetch buffer), and blocks on the wake-up list when the
-  queue is empty;
-- the **slots** (CONCURRENCY threads, or one event loop for an ``async def`` handler) run jobs;
-- the **supervisor**, the main thread, every TICK_SECONDS: acks finished jobs in batches, fails
-  failed ones, times out jobs past JOB_TIMEOUT_SECONDS, hands back buffered jobs that waited
-  HANDBACK (a third of the lease) without a slot, counts zombie slots, and runs the shutdown.
-
-Shutdown (first SIGTERM/SIGINT): stop claiming; ack what finished, then hand back the unstarted
-jobs at once; let running jobs finish within SHUTDOWN_GRACE_SECONDS, acking as they do; when the
-grace ends, ack what finished and only then hand back the jobs still running (no attempt used),
-and exit 0. A second signal exits at once. A finished job is never run again because of a
-shutdown. When more than half of the slots are zombies the worker shuts down the same way and
-exits with EXIT_ZOMBIES so that its supervisor (compose ``restart``) starts a fresh process.
+Shutdown (first SIGTERM/SIGINT): stop claiming; ack what finished, hand back the unstarted jobs;
+let running jobs finish within SHUTDOWN_GRACE_SECONDS; then ack what finished and only then hand
+back those still running (no attempt used); exit 0. A second signal exits at once. A finished job
+never runs again because of a shutdown. Over half the slots zombies: the same, exit EXIT_ZOMBIES.
 """
 
 from __future__ import annotations
@@ -57,14 +50,12 @@ from worker.heartbeat import Heartbeat
 from worker.standin import StandIn
 from worker.tracing import worker_tracing
 
-TICK_SECONDS = 0.05  # the supervisor's period: ack batching window, timeout and hand-back precision
+TICK_SECONDS = 0.05
 ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
-ZOMBIE_AFTER_SECONDS = 1.0  # a job still running this long after its timeout makes its slot a zombie
+ZOMBIE_AFTER_SECONDS = 1.0  # still running this long after its timeout: a zombie slot
 BACKSTOP_SECONDS = 10.0  # past the grace: exit even if Redis never answered the last acks
 EXIT_ZOMBIES = 4
-
-# BLPOP must return before redis-py's socket timeout (30 s) would fire on the idle connection.
-MAX_BLOCK_SECONDS = 20.0
+MAX_BLOCK_SECONDS = 20.0  # under redis-py's 30 s socket timeout
 
 
 T = TypeVar("T")
@@ -75,16 +66,12 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     role = "worker"
 
     def __init__(
-        self,
-        settings: WorkerSettings,
-        queue: JobQueue | None = None,
-        handler: Callable[[Lease], Any] | None = None,
+        self, settings: WorkerSettings, queue: JobQueue | None = None, handler: Callable[[Lease], Any] | None = None
     ) -> None:
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(settings.job_handler)
         self._configure = self._configure_hook(settings)
         super().__init__(settings, WorkerMetrics(new_registry(), settings.queue_names), queue)
-        # Traces (setqueue.otel) when OpenTelemetry is installed: spans around claims, jobs and acks.
         self.tracing = worker_tracing()
         handler, self._claim, self._ack_many = self.handler, self.queue.claim, self.queue.ack_many
         if self.tracing is not None:
@@ -99,7 +86,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         )
         channels = [shard.keys.cancel_channel for shard in self.queue.shards]
         self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log, self.refuse)
-        self.heartbeat = None  # the registry of live workers, which the console shows
+        self.heartbeat = None
         if settings.worker_heartbeat_seconds > 0:
             names = [q.name for q in self.queue.queues]
             self.heartbeat = Heartbeat(
@@ -110,24 +97,23 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 snapshot=self._snapshot,
                 handler=settings.job_handler,
             )
-        # The audit covers one unsharded queue (the cleaner refuses AUDIT with more).
         shards = self.queue.shards
         self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None
-        self._move_targets: dict[str, JobQueue] = {}  # the queues handlers moved jobs to
+        self._move_targets: dict[str, JobQueue] = {}
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
-        self._returned: list[Any] = []  # what their handlers returned, in the same order
+        self._returned: list[Any] = []  # their handlers' values, in the same order
         self._fails: list[tuple[Lease, BaseException]] = []
-        self._durations: list[tuple[str, float]] = []  # (queue, seconds) of jobs that ended
+        self._durations: list[tuple[str, float]] = []  # (queue, seconds)
         self.failures = FailureLog(self.log)
         self.standin = StandIn(self.queue, settings.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
         self._handback_seconds = settings.lease_seconds / 3
         self._shutting_down = False
-        self._stopped = threading.Event()  # run() has returned: the backstop stands down
+        self._stopped = threading.Event()  # run() returned: the backstop stands down
         self._exit_code = 0
         self.metrics.worker_slots.set(settings.concurrency)
-        # What flow control held back, counted under the queue's name (a shard reports its own).
+        # Flow control's holds are counted under the queue's name, not the shard's.
         self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
         for shard in self.queue.shards:
             shard.on_held = self._held
@@ -137,7 +123,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         return max(60.0, 3 * self.settings.idle_wait_seconds)
 
     def _snapshot(self) -> tuple[int, list[list[str]]]:
-        """(slots busy, [queue, id] of the jobs held) for the heartbeat."""
         return self.engine.counts()[1], [[lease.queue, lease.id] for lease in self.keeper.held()]
 
     def _renewed(self, count: int) -> None:
@@ -150,13 +135,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.metrics.leases_lost.labels(lease.queue).inc()
 
     def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
-        """``configure_worker`` of the module JOB_HANDLER names (the function may have been imported
-        into it from elsewhere), if it has one. It may be ``async def``."""
+        """The handler module's ``configure_worker`` (sync or async), if any."""
         name = settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
         hook = getattr(sys.modules.get(name or ""), "configure_worker", None)
         return hook if callable(hook) else None
-
-    # -- the supervisor (main thread) ---------------------------------------------------------
 
     def run(self) -> int:
         s = self.settings
@@ -175,8 +157,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.cancels.start()
         if self.heartbeat is not None:
             self.heartbeat.start()
-        claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
-        claimer.start()
+        threading.Thread(target=self._claim_loop, name="claimer", daemon=True).start()
         grace_ends = float("inf")
         try:
             while True:
@@ -189,7 +170,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 if self._shutting_down and (not self.engine.running_leases() or now >= grace_ends):
                     break
                 time.sleep(TICK_SECONDS)
-            self._end_shutdown(grace_over=time.monotonic() >= grace_ends)
+            self._end_shutdown()
         finally:
             self._stopped.set()
             self.cancels.stop()
@@ -215,12 +196,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             return
         stale = self.engine.take_stale(now - self._handback_seconds)
         if stale:
-            self._flush(now, force=True)  # nothing is released before what finished is acked
-            self.log.info(
-                "handing back %s that waited %.1fs without a free slot",
-                plural(len(stale), "job"),
-                self._handback_seconds,
-            )
+            self._flush(now, force=True)  # ack what finished before releasing anything
+            jobs, waited = plural(len(stale), "job"), self._handback_seconds
+            self.log.info("handing back %s that waited %.1fs without a free slot", jobs, waited)
             self._release(stale)
         self._flush(now, force=self._shutting_down)
         self.failures.flush()
@@ -240,8 +218,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
         limit = "its own timeout" if lease.timeout is not None else "JOB_TIMEOUT_SECONDS"
         self._fail(lease, f"timeout: the job ran longer than {limit} ({timeout:g}s)")
-
-    # -- jobs that ended (called from the slots) ---------------------------------------------------
 
     def _job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
         duration = time.monotonic() - record.started
@@ -282,11 +258,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if returned is not None and self.settings.result_ttl_seconds > 0 and any(v is not None for v in returned):
             leases, results_of = self._keepable(leases, returned)
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
-        # The work is done: keep trying through an outage (the shutdown backstop still applies).
+        # Done work: retry through an outage (the shutdown backstop still applies).
         results = self._resendable(
             lambda rid: self._ack_many(leases, results=results_of, request_id=rid), "ack", until_stopped=False
         )
-        # One pass, per queue: acked, stale, and the end-to-end times (usually a single queue).
         per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
         for lease, result in zip(leases, results, strict=True):
             counts, seconds = per_queue.get(lease.queue) or per_queue.setdefault(lease.queue, ([0, 0], []))
@@ -304,9 +279,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             m.end_to_end_seconds.observe_many(seconds, queue)
 
     def _keepable(self, leases: list[Lease], returned: list[Any]) -> tuple[list[Lease], list[Any]]:
-        """The leases to ack and what their handlers returned, to keep. A value that cannot be
-        kept (neither bytes nor JSON-serialisable, or over RESULT_MAX_BYTES) fails its job, not
-        retried: the reason says why, and nothing of it is half-written."""
+        """The leases to ack, with their values. A value that cannot be kept (not bytes nor JSON, or
+        over RESULT_MAX_BYTES) fails its job for good, and nothing of it is half-written."""
         acked: list[Lease] = []
         values: list[Any] = []
         for lease, value in zip(leases, returned, strict=True):
@@ -320,14 +294,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             values.append(value)
         return acked, values
 
-    # -- cancelled jobs (from the cancel listener and the lease keeper's threads) --------------------
-
     def _lease_cancelled(self, lease: Lease) -> None:
         self._cancelled(lease.id)
 
     def _cancelled(self, job_id: str) -> None:
-        """Stop job ``job_id`` if this worker runs it or holds it unstarted: it was cancelled (in
-        Redis it already is; whatever the run does now is not reported)."""
+        """Stop a cancelled job (already so in Redis) running or buffered here; its run is not reported."""
         running, waiting = self.engine.cancel(job_id)
         if not running and not waiting:
             return
@@ -339,9 +310,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.info("job %s cancelled: %s", job_id, "stopping it" if running else "dropped before it started")
 
     def _move(self, lease: Lease, move: MoveTo) -> None:
-        """The handler moved the job: into the other queue first, then acked here (at least once)."""
+        """Into the other queue first, then acked here (at least once)."""
         target = self._move_targets.get(move.queue)
-        if target is None:  # opened once, on this worker's client
+        if target is None:
             s = self.settings
             target = open_queue(
                 s.redis_url, move.queue, shards=s.queue_shards, client=self.queue.redis, **self.queue_options
@@ -375,15 +346,12 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, first_line)
         return outcome
 
-    # -- the claimer thread -----------------------------------------------------------------------
-
     def _claim_loop(self) -> None:
         s = self.settings
         block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         try:
             while not self.stop_event.is_set():
-                # No prefetch under a rate or group limits: a job claimed ahead would count against
-                # them (a start, a group's slot) before it starts.
+                # No prefetch under flow limits: a job claimed ahead counts against them before it starts.
                 limited = any(shard.flow_limited for shard in self.queue.shards)
                 count = self.engine.wanted(self.stop_event, prefetch=not limited)
                 if count == 0:
@@ -401,12 +369,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                     self._release(leases)
         except Stopping:
             pass
-        except Exception:  # never die silently: the supervisor would wait for jobs that never come
+        except Exception:  # else the supervisor would wait for jobs that never come
             self.log.exception("the claimer failed; stopping")
             self._exit_code = 1
             self.request_stop()
-
-    # -- shutdown ---------------------------------------------------------------------------------
 
     def on_stop_requested(self) -> None:
         threading.Thread(target=self._backstop, name="shutdown-backstop", daemon=True).start()
@@ -419,25 +385,21 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self.log.info("stopping: handing back %s not started yet", plural(len(unstarted), "job"))
             self._release(unstarted)
 
-    def _end_shutdown(self, *, grace_over: bool) -> None:
-        # In this order: what is still running is given up on (a job ending from now on is not
-        # acked), every job that finished is acked, and only then do the given-up ones go back.
+    def _end_shutdown(self) -> None:
+        # In this order: give up on the running jobs (no ack from now on), ack every finished one,
+        # and only then hand the given-up ones back.
         running = self.engine.abandon_running()
         self._flush(time.monotonic(), force=True)
         if running:
-            self.log.warning(
-                "shutdown grace of %gs is over with %s still running: handing them back",
-                self.settings.shutdown_grace_seconds,
-                plural(len(running), "job"),
-            )
+            grace, jobs = self.settings.shutdown_grace_seconds, plural(len(running), "job")
+            self.log.warning("shutdown grace of %gs is over with %s still running: handing them back", grace, jobs)
             if self.audit is not None:
-                # Before the hand-back: a run that may still end here, and the run elsewhere, are
-                # then both explained (a record for a run that never happens is harmless).
-                with contextlib.suppress(Exception):  # best effort, like _release: Redis may be down
+                # Before the hand-back, so that both this run and the next one are explained.
+                with contextlib.suppress(Exception):  # best effort: Redis may be down
                     self.audit.lease_lost([lease.id for lease in running])
             self._release(running)
         if running or self.engine.counts()[2]:
-            # Threads still in a handler: do not wait for them (they are daemons; exit now).
+            # Threads still in a handler (daemons): exit without them.
             self.keeper.stop()
             if self.heartbeat is not None:
                 self.heartbeat.stop()
@@ -445,7 +407,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             os._exit(self._exit_code)
 
     def _backstop(self) -> None:
-        """If the supervisor is stuck (Redis gone while it acks), exit anyway after the grace."""
+        """Exit after the grace even if the supervisor is stuck (Redis gone while it acks)."""
         if self._stopped.wait(self.settings.shutdown_grace_seconds + BACKSTOP_SECONDS):
             return
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
@@ -453,10 +415,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         os._exit(self._exit_code or 1)
 
     def _resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
-        """``self.retry`` of ``call(request_id)`` with one request id across the retries: a call
-        that applied but whose reply an outage lost reports what it did when retried (an ack:
-        acked, not stale; a claim: its leases, not a second claim while they wait for their lease to
-        run out). Only while Redis still keeps that call's result: after half of that, a fresh id."""
+        """``self.retry`` of ``call(request_id)`` with one request id across retries, so that a call
+        whose reply an outage lost reports what it did (an ack: acked, not stale; a claim: its
+        leases, not a second claim). A fresh id after half the time Redis keeps the result."""
         request_id, since = new_request_id(), time.monotonic()
 
         def attempt() -> T:
@@ -468,7 +429,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         return self.retry(attempt, what, until_stopped=until_stopped)
 
     def _observe_queue_wait(self, leases: list[Lease]) -> None:
-        """Queue wait per queue and priority: one histogram batch for each (usually one a claim)."""
         waits = _grouped(
             ((lease.queue, lease.priority), wait) for lease in leases if (wait := lease.queue_wait_seconds) is not None
         )
@@ -481,11 +441,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.keeper.drop(leases)
         try:
             outcomes = self.queue.release(leases)
-        except Exception as exc:  # Redis down: the leases expire and the cleaner requeues the jobs
+        except Exception as exc:  # Redis down: the leases expire and the cleaner requeues
+            jobs = plural(len(leases), "job")
             self.log.warning(
-                "could not hand back %s (%s); the cleaner requeues them when their lease expires",
-                plural(len(leases), "job"),
-                exc,
+                "could not hand back %s (%s); the cleaner requeues them when their lease expires", jobs, exc
             )
             return
         released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]
@@ -496,13 +455,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
 
 
 def _count(counter: PromCounter, leases: list[Lease]) -> None:
-    """``counter`` (labelled by queue) up by the leases of each queue."""
     for queue, n in Counter(lease.queue for lease in leases).items():
         counter.labels(queue).inc(n)
 
 
 def _grouped(pairs: Iterable[tuple[K, float]]) -> dict[K, list[float]]:
-    """The values of ``(key, value)`` pairs, by key (for one histogram batch per label set)."""
     grouped: dict[K, list[float]] = {}
     for key, value in pairs:
         grouped.setdefault(key, []).append(value)

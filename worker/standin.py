@@ -1,12 +1,6 @@
-"""A worker that stands in for a missing cleaner: whatever runs, no expired claim stays stuck.
-
-The cleaner sweeps every SWEEP_INTERVAL and each sweep stamps the queue (``setqueue:{Q}:swept``).
-A worker looks at that stamp every few seconds; when nobody has swept a queue (or shard) for
-STANDIN_SWEEP_SECONDS, counting from the worker's own start when nobody ever did, it sweeps the
-queue itself, logs a warning saying that no cleaner runs, and counts it
-(``setqueue_standin_sweeps_total``). Sweeping is safe from any number of processes at once, so a
-worker and a late cleaner never get in each other's way. ``setqueue_seconds_since_sweep`` shows the
-stamp's age either way.
+"""A worker stands in for a missing cleaner: when no one has swept a queue (or shard) for
+STANDIN_SWEEP_SECONDS (each sweep stamps it; counting from the worker's start if never), it sweeps
+it, warns and counts it. Sweeping is safe from any number of processes, a late cleaner included.
 """
 
 from __future__ import annotations
@@ -19,12 +13,11 @@ from setqueue.interface import JobQueue
 from setqueue.runtime.logs import plural
 from setqueue.runtime.metrics import WorkerMetrics
 
-# How often a worker looks at the stamps, at the most (and at least four times in the window).
-LOOK_EVERY_SECONDS = 5.0
+LOOK_EVERY_SECONDS = 5.0  # at most; and at least four times in the window
 
 
 class StandIn:
-    """Sweeps ``queue`` when nobody has for ``after`` seconds (0: never); ``tick`` from the supervisor."""
+    """``after`` 0: never; ``tick`` from the supervisor."""
 
     def __init__(self, queue: JobQueue, after: float, metrics: WorkerMetrics, log: logging.Logger) -> None:
         self.queue = queue
@@ -44,12 +37,12 @@ class StandIn:
                 self._look(named, now)
         except TRANSIENT_REDIS_ERRORS as exc:  # the supervisor's own calls wait out the outage
             self.log.debug("could not look at the sweep stamps: %s", exc)
-        except Exception:  # a stand-in's trouble must never stop the worker: say it, try next time
+        except Exception:  # never stops the worker
             self.log.exception("the stand-in sweep failed; trying again in %.0fs", self.every)
 
     def _look(self, queue: JobQueue, now: float) -> None:
         ages = [shard.seconds_since_sweep() for shard in queue.shards]
-        up = now - self.started  # nobody ever swept: count from this worker's start
+        up = now - self.started
         age = max(up if a is None else a for a in ages)
         self.metrics.seconds_since_sweep.labels(queue.name).set(age)
         if age < self.after:

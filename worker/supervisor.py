@@ -1,36 +1,24 @@
-"""PROCESSES=N>1: one worker command that uses every core. ``python -m worker`` becomes this small
-supervisor, which starts N single-process workers (``worker.service``, exactly what PROCESSES=1
-runs) and keeps them running.
+"""PROCESSES=N>1: ``python -m worker`` becomes a supervisor of N single-process workers
+(``worker.service``, what PROCESSES=1 runs), so CPU-bound handlers use every core (the GIL) under one
+container, one /metrics and one /healthz. A child is ``sys.executable -m worker`` with PROCESSES=1
+and a private metrics socket, not a ``multiprocessing`` spawn: a fresh interpreter is a lone worker
+(its own signals, connections and threads, nothing inherited from a fork), Popen gives the exit
+code or signal straight, and nothing is pickled.
 
-Why processes: one Python process runs Python code on one core at a time (the GIL), so CPU-bound
-handlers need several processes; running them under one command keeps one container, one
-/metrics and one /healthz. Each child is ``sys.executable -m worker`` with the same environment
-but PROCESSES=1 and a private metrics socket, rather than a ``multiprocessing`` spawn: a fresh
-interpreter is what a lone worker is (its own signals, Redis connections and threads, nothing
-inherited from a fork), Popen gives the exit code or the killing signal straight, and there is
-nothing to pickle.
-
-- **Crashes.** A child that exits without being asked to (a crash, a signal from elsewhere, exit 4
-  for zombie slots) is restarted after 0.25 s, doubling with each restart of that child within the
-  last minute, with one log line. Its claimed jobs come back through the cleaner when their lease
-  runs out, as with any dead worker. A child that exits 2 (a bad setting) or 3 (Redis refuses us)
-  would do so again: the others are stopped and the supervisor exits with that code. A child
-  restarted RESTARTS_PER_WINDOW times within RESTART_WINDOW_SECONDS that exits again makes it
-  give up the same way, with exit code 1, so that whatever runs it (compose, systemd) can act.
-- **Signals.** SIGTERM or SIGINT is passed on to every child, which drains as a lone worker does
-  (SHUTDOWN_GRACE_SECONDS); the supervisor exits 0 once all exited cleanly. A second signal is
-  passed on too (the children exit at once) and the supervisor exits with 128 + its number. The
-  children run in their own process group, so that a Ctrl-C in a terminal reaches them once,
-  through the supervisor, and not twice; a child whose supervisor is gone (SIGKILL) sees its
-  parent change and stops itself gracefully.
-- **Metrics.** Each child serves /metrics and /healthz on a socket of 127.0.0.1 that the supervisor
-  bound for it (no other process can take the port in between). The supervisor's /metrics on
-  METRICS_PORT scrapes them when it is scraped and combines each sample over the children (and
-  its own process_* figures): a sum, except where a sum would be wrong (``LEAST``, ``MOST``; the
-  table in docs/reference.md). The counters of a child that exited are kept at their last scraped
-  values and added to its successors', so that no summed counter goes down on a restart. Its own
-  ``setqueue_worker_processes`` and ``setqueue_worker_process_restarts_total`` come with them.
-  /healthz is 200 while every child is running and answers 200 itself.
+- **Crashes.** A child that exits unasked (crash, signal, exit 4 for zombies) is restarted after
+  0.25 s, doubling with each restart within the last minute; its claimed jobs come back through
+  the cleaner. Exit 2 (bad setting) or 3 (Redis refuses us) would recur: the others are stopped and
+  the supervisor exits with that code; so it does, with 1, once a child restarted
+  RESTARTS_PER_WINDOW times within RESTART_WINDOW_SECONDS exits again (compose, systemd can act).
+- **Signals.** SIGTERM/SIGINT is passed on to every child, which drains as a lone worker does; exit
+  0 once all exited cleanly. A second signal is passed on too (the children exit at once) and the
+  supervisor exits 128 + its number. The children have their own process group so that a terminal's
+  Ctrl-C reaches them once, through us; a child whose supervisor is gone (SIGKILL) stops gracefully.
+- **Metrics.** Each child serves /metrics and /healthz on a 127.0.0.1 socket the supervisor bound
+  for it (no other process can take the port in between). Our /metrics scrapes them when scraped
+  and combines each sample: a sum, except ``LEAST`` and ``MOST`` (docs/reference.md). An exited
+  child's counters are kept as last scraped and added to its successors', so no summed counter goes
+  down on a restart. /healthz is 200 while every child runs and answers 200.
 """
 
 from __future__ import annotations
@@ -67,33 +55,30 @@ from setqueue.runtime.metrics import SupervisorMetrics
 from setqueue.runtime.service import EXIT_REDIS, EXIT_SETTING, refusal
 from setqueue.runtime.settings import SettingError, WorkerSettings
 
-# Set in a child's environment only, by its supervisor: "<index> <metrics socket fd> <supervisor
-# pid>". Not a setting: nobody sets it by hand.
+# "<index> <metrics socket fd> <supervisor pid>", set by the supervisor in a child's environment.
 CHILD_ENV = "SETQUEUE_WORKER_CHILD"
 
-TICK_SECONDS = 0.1  # how often the supervisor looks at its children
-RESTART_BASE_SECONDS = 0.25  # the first restart's delay; it doubles with each within the window
+TICK_SECONDS = 0.1
+RESTART_BASE_SECONDS = 0.25
 RESTART_WINDOW_SECONDS = 60.0
-RESTARTS_PER_WINDOW = 5  # a child restarted this often within the window that exits again: give up
+RESTARTS_PER_WINDOW = 5
 SCRAPE_TIMEOUT_SECONDS = 5.0
 PARENT_CHECK_SECONDS = 1.0
 FATAL = {EXIT_SETTING: "a bad setting", EXIT_REDIS: "Redis refuses us"}  # it would only do it again
 
-# How a sample several processes report combines into the supervisor's: a sum (counters, histogram
-# buckets, counts and sums, and gauges that count things: jobs held or running, slots, memory,
-# open files), except these. docs/reference.md has the same table.
+# Samples of several processes are summed, except these.
 LEAST = {
     "setqueue_redis_up",  # 0 if any child cannot reach Redis
     "process_start_time_seconds",  # the supervisor's start: the first
     "process_max_fds",  # a limit of each process, not a total: the tightest
 }
-MOST = {"setqueue_seconds_since_sweep"}  # the same Redis time, looked at at different moments: the stalest
+MOST = {"setqueue_seconds_since_sweep"}  # the same stamp seen at different moments: the stalest
 ACCUMULATING = ("counter", "histogram", "summary")  # what a child's successor carries on from
 
 
 @dataclass(frozen=True)
 class ChildRole:
-    """What a worker process learns from the supervisor that started it (``CHILD_ENV``)."""
+    """What a child learns from its supervisor (``CHILD_ENV``)."""
 
     index: int
     metrics_fd: int
@@ -114,8 +99,7 @@ class ChildRole:
         return socket.socket(fileno=self.metrics_fd)
 
     def watch_parent(self) -> None:
-        """Stop this process gracefully (as SIGTERM does) once its supervisor is gone, so that a
-        SIGKILLed supervisor leaves no workers behind: they finish their jobs and exit."""
+        """SIGTERM this process once its supervisor is gone: a SIGKILLed one leaves no workers behind."""
 
         def watch() -> None:
             while os.getppid() == self.parent:
@@ -128,14 +112,14 @@ class ChildRole:
 
 @dataclass
 class Child:
-    """One of the N places: the process in it now (None between a crash and its restart)."""
+    """One of the N places; ``process`` is None between a crash and its restart."""
 
     index: int
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
-    restart_at: float | None = None  # when the next process starts after a crash
+    restart_at: float | None = None
     restarts: deque[float] = field(default_factory=deque)  # monotonic times of its recent crashes
-    told: int = 0  # how many of the supervisor's stop signals its process was given
+    told: int = 0  # how many of the stop signals its process was given
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -148,16 +132,14 @@ class Supervisor:
         self.log = logging.getLogger("setqueue.worker.supervisor")
         self.children = [Child(i) for i in range(settings.processes)]
         self.metrics = SupervisorMetrics(CollectorRegistry())
-        self.metrics.registry.register(_Combined(self))
+        self.metrics.registry.register(self)  # a collector: the children's samples, combined when scraped
         self._own = ProcessCollector(registry=None)
         self._lock = threading.Lock()  # the children's samples: read by the HTTP threads
-        self._scraped: dict[int, list[Metric]] = {}  # child index -> what its process last served
-        self._retired: list[Metric] = []  # the counters of children that exited, as last scraped
-        self._signals = 0  # stop signals received
+        self._scraped: dict[int, list[Metric]] = {}  # child index -> what it last served
+        self._retired: list[Metric] = []  # exited children's counters, as last scraped
+        self._signals = 0
         self._asked: list[int] = []  # signals to pass on to every child: a drain, then an exit at once
         self._exit_code = 0
-
-    # -- the main loop ------------------------------------------------------------------------
 
     def run(self) -> int:
         s = self.settings
@@ -165,14 +147,13 @@ class Supervisor:
         if s.metrics_port:
             try:
                 server = MetricsServer(s.metrics_port, self.metrics.registry, self.health, host=s.metrics_host)
-            except OSError as exc:  # as a lone worker says it (setqueue.runtime.service.serve)
+            except OSError as exc:  # as setqueue.runtime.service.serve says it
                 name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
                 self._say(f"invalid setting {name}: cannot listen on {s.metrics_host}:{s.metrics_port}: {exc}")
                 return EXIT_SETTING
             server.start()
         try:
-            # What Redis says of the settings, once, before any child starts: one line and exit 2 or
-            # 3 rather than N children saying it. Children check again (the password may change).
+            # Once before any child starts: one line and exit 2 or 3, not N. Children check again.
             code = self._check_redis()
             if code is not None:
                 return code
@@ -193,7 +174,7 @@ class Supervisor:
             self.log.info("started %d worker processes: pids %s", len(started), " ".join(started))
             code = self._supervise()
         finally:
-            for child in self.children:  # only after an unexpected error: never leave one running
+            for child in self.children:  # after an unexpected error: never leave one running
                 if child.running() and child.process is not None:
                     child.process.send_signal(signal.SIGTERM)
             if server is not None:
@@ -225,7 +206,7 @@ class Supervisor:
         return bool(self._asked)
 
     def _start(self, child: Child) -> None:
-        # Bound here, listened on there: the port is the child's from this moment.
+        # Bound here, listened on there: the port is the child's from now.
         listener = socket.create_server(("127.0.0.1", 0))
         child.port = listener.getsockname()[1]
         role = ChildRole(child.index, listener.fileno(), os.getpid())
@@ -256,51 +237,38 @@ class Supervisor:
             last = self._scraped.pop(child.index, [])
             self._retired = combine([self._retired, [f for f in last if _accumulates(f)]])
         how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        who = f"worker process {child.index} (pid {process.pid}) {how}"
         if self.stopping:
-            # Asked to stop: 0 is a clean drain; so is dying of the SIGTERM or SIGINT passed on before
-            # the child had installed its handlers (it had claimed nothing yet). After a second
-            # signal the children exit with 128 + its number, as asked.
+            # A clean drain: 0, or dying of the signal passed on before its handlers were installed
+            # (nothing claimed yet). After a second signal they exit 128 + its number, as asked.
             if code not in (0, -signal.SIGTERM, -signal.SIGINT) and len(self._asked) < 2 and self._exit_code == 0:
-                self.log.error("worker process %d (pid %d) %s while stopping", child.index, process.pid, how)
+                self.log.error("%s while stopping", who)
                 self._exit_code = code if code > 0 else 1
             return
         if code in FATAL:
-            self.log.error(
-                "worker process %d (pid %d) %s (%s): not restarting it; stopping the others",
-                child.index,
-                process.pid,
-                how,
-                FATAL[code],
-            )
+            self.log.error("%s (%s): not restarting it; stopping the others", who, FATAL[code])
             self._stop_all(code)
             return
         while child.restarts and child.restarts[0] < now - RESTART_WINDOW_SECONDS:
             child.restarts.popleft()
         if len(child.restarts) >= RESTARTS_PER_WINDOW:
-            self.log.error(
-                "worker process %d (pid %d) %s after %d restarts within %gs: giving up; stopping the others",
-                child.index,
-                process.pid,
-                how,
-                len(child.restarts),
-                RESTART_WINDOW_SECONDS,
-            )
+            n, window = len(child.restarts), RESTART_WINDOW_SECONDS
+            self.log.error("%s after %d restarts within %gs: giving up; stopping the others", who, n, window)
             self._stop_all(1)
             return
         delay = RESTART_BASE_SECONDS * 2 ** len(child.restarts)
         child.restarts.append(now)
         child.restart_at = now + delay
-        self.log.warning("worker process %d (pid %d) %s: restarting it in %.2fs", child.index, process.pid, how, delay)
+        self.log.warning("%s: restarting it in %.2fs", who, delay)
 
     def _stop_all(self, code: int) -> None:
-        """Give up: every child drains as on SIGTERM, then the supervisor exits with ``code``."""
+        """Every child drains as on SIGTERM, then the supervisor exits with ``code``."""
         self._exit_code = code
         if not self._asked:
             self._asked.append(signal.SIGTERM)
         self._pass_on()
 
     def _pass_on(self) -> None:
-        """Give every running child the stop signals it has not had yet, in order."""
         for child in self.children:
             process = child.process
             if process is None or process.poll() is not None:
@@ -352,10 +320,7 @@ class Supervisor:
     def _say(self, line: str) -> None:
         print(f"{self.program}: {line}", file=sys.stderr, flush=True)
 
-    # -- /metrics and /healthz ---------------------------------------------------------------------
-
     def collect(self) -> list[Metric]:
-        """The children's samples combined, with the supervisor's own process_* figures."""
         live: list[list[Metric]] = []
         for child in self.children:
             process = child.process
@@ -367,7 +332,7 @@ class Supervisor:
                     continue
                 if got is not None and got[0] == 200:
                     self._scraped[child.index] = list(text_string_to_metric_families(got[1]))
-                # A child that did not answer this time counts as it last did, so no sum goes down.
+                # No answer this time: as it last did, so no sum goes down.
                 live.append(self._scraped.get(child.index, []))
         with self._lock:
             retired = self._retired
@@ -397,18 +362,7 @@ class Supervisor:
         return ok, body
 
 
-class _Combined:
-    """The registry's view of the children (a custom collector: combined when scraped)."""
-
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.supervisor = supervisor
-
-    def collect(self) -> Iterable[Metric]:
-        return self.supervisor.collect()
-
-
 def _get(port: int, path: str) -> tuple[int, str] | None:
-    """A child's answer on 127.0.0.1:``port``, or None if it gives none."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=SCRAPE_TIMEOUT_SECONDS) as response:
             return response.status, response.read().decode()
@@ -426,7 +380,6 @@ def _signal_name(signum: int) -> str:
 
 
 def _status(got: tuple[int, str] | None) -> str:
-    """The status a child's /healthz gives ("ok", "stuck", "redis_unreachable"), or why none."""
     if got is None:
         return "unreachable"
     try:
@@ -452,8 +405,7 @@ def _add(a: float, b: float) -> float:
 
 
 def combine(sources: Sequence[Iterable[Metric]]) -> list[Metric]:
-    """The families of several processes as one: each sample (name and labels) combined by its
-    ``_rule``; families and samples in the order first seen."""
+    """Several processes' families as one, each sample combined by ``_rule``, in the order first seen."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for source in sources:

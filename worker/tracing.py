@@ -1,5 +1,4 @@
-"""The worker's traces: ``setqueue.otel``'s spans when OpenTelemetry is installed, else nothing at all
-(not even an import), so that a worker without the extra ``setqueue[otel]`` runs exactly as before."""
+"""The worker's traces: ``setqueue.otel``'s spans when OpenTelemetry is installed, else not even an import."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ if TYPE_CHECKING:  # pragma: no cover - for the type checker only
 
 
 def worker_tracing() -> WorkerTracing | None:
-    """The worker's tracing glue, or None when OpenTelemetry is not installed. Installed but with no
-    SDK configured, OpenTelemetry's own no-op tracer runs."""
+    """None without OpenTelemetry; installed with no SDK configured, its no-op tracer runs."""
     if not otel_installed():
         return None
     from setqueue.otel import WorkerTracing  # noqa: PLC0415 - loaded only when installed
