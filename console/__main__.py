@@ -1,9 +1,5 @@
 """``python -m console`` / ``setqueue-console``: the operator console on CONSOLE_HOST:CONSOLE_PORT.
-
-It reads REDIS_URL (one Redis or any node of a Redis Cluster) and shows every queue it finds there;
-QUEUE_NAME's queues come first. A bad setting is one line on stderr and exit code 2, a Redis that
-refuses the URL's password exit code 3, as for the services; SIGTERM or SIGINT stops it.
-"""
+Exit codes and signals as for the services."""
 
 from __future__ import annotations
 
@@ -33,7 +29,6 @@ log = logging.getLogger("setqueue.console")
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening socket, or OSError (the caller names the setting at fault)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -48,9 +43,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class _Signals:
-    """The services' signals: the first SIGTERM or SIGINT stops the console gracefully and it exits 0
-    (uvicorn's own handlers would raise the signal again, and the process would die by it); a second
-    exits at once with 128 + its number. Installed first thing, before Redis is asked."""
+    """As the services: the first SIGTERM/SIGINT stops gracefully, exit 0 (uvicorn's handlers would
+    re-raise it and die by it); a second exits 128 + its number. Installed before Redis is asked."""
 
     def __init__(self) -> None:
         self.server: uvicorn.Server | None = None
@@ -77,48 +71,49 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     code = usage(PROGRAM, "The operator console: queues, jobs, dead letters and workers in a browser.", argv)
     if code is not None:
         return code
-    settings = load_settings(ConsoleSettings, PROGRAM, env)
-    if settings is None:
+    s = load_settings(ConsoleSettings, PROGRAM, env)
+    if s is None:
         return EXIT_SETTING
-    configure_logging(settings.log_level, settings.log_format, PROGRAM)
+    configure_logging(s.log_level, s.log_format, PROGRAM)
     signals = _Signals()
-    options = {k: v for k, v in settings.queue_options().items() if k != "name"}
-    client = connect(settings.redis_url)
+    options = {k: v for k, v in s.queue_options().items() if k != "name"}
+    client = connect(s.redis_url)
     try:
-        refused = refusal(open_queue(settings.redis_url, settings.queue_names[0], client=client, **options))
+        refused = refusal(open_queue(s.redis_url, s.queue_names[0], client=client, **options))
     except SettingError as exc:
-        print(f"{PROGRAM}: {exc}", file=sys.stderr, flush=True)
+        _say(str(exc))
         return EXIT_SETTING
     if refused is not None:
-        where = redact_url(settings.redis_url)
-        print(f"{PROGRAM}: Redis at {where} refused us: {refused}", file=sys.stderr, flush=True)
+        _say(f"Redis at {redact_url(s.redis_url)} refused us: {refused}")
         return EXIT_REDIS
     try:
-        sock = listen(settings.console_host, settings.console_port)
+        sock = listen(s.console_host, s.console_port)
     except OSError as exc:
         name = "CONSOLE_PORT" if exc.errno == errno.EADDRINUSE else "CONSOLE_HOST"
-        where = f"{settings.console_host}:{settings.console_port}"
-        print(f"{PROGRAM}: invalid setting {name}: cannot listen on {where}: {exc}", file=sys.stderr, flush=True)
+        _say(f"invalid setting {name}: cannot listen on {s.console_host}:{s.console_port}: {exc}")
         return EXIT_SETTING
-    catalog = Catalog(client, settings.redis_url, settings.queue_names, settings.queue_shards, options)
-    guard = Guard(settings.console_token)
-    app = build_app(catalog, guard, settings.redis_url)
+    guard = Guard(s.console_token)
+    app = build_app(Catalog(client, s.redis_url, s.queue_names, s.queue_shards, options), guard, s.redis_url)
     log.info(
         "%s on http://%s:%d (redis=%s, %s)",
         PROGRAM,
-        settings.console_host,
-        settings.console_port,
-        redact_url(settings.redis_url),
+        s.console_host,
+        s.console_port,
+        redact_url(s.redis_url),
         "read-only: no CONSOLE_TOKEN" if guard.read_only else "actions for those who sign in with CONSOLE_TOKEN",
     )
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False)
     signals.server = _Server(config)
-    if not signals.stopping:  # (a signal during the start: stop before serving)
+    if not signals.stopping:  # a signal came during the start
         signals.server.run(sockets=[sock])
     sock.close()
     client.close()
     log.info("%s stopped", PROGRAM)
     return 0
+
+
+def _say(line: str) -> None:
+    print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,5 @@
-"""The console's web app: Starlette routes rendering Jinja2 templates (static/live.js refreshes a
-few parts: an element with ``data-live`` is replaced by its URL's answer every 2 s).
-
-Routes (every page works without JavaScript; the script only refreshes the live tables):
-
-- GET ``/``: the queues, per queue and shard: todos by priority, scheduled, in progress, done,
-  failed, done per minute;
-- GET ``/queues/{name}``: one queue: its shards, throughput, workers, flow control and job groups,
-  search by id;
-- GET ``/queues/{name}/jobs/{state}``: a page of its jobs in one state (``?page=``, or for failed
-  ``?cursor=``; ``?shard=``);
-- GET ``/queues/{name}/job?id=``: one job (``Queue.inspect``): its progress, result and history;
-- POST ``/queues/{name}/actions``: requeue, cancel or delete one job, or all dead letters; pause,
-  resume, set the queue's rate limit or a job group's limits;
-- GET ``/workers``: the live workers (``setqueue.registry``);
-- GET and POST ``/login``, POST ``/logout``: sign in with CONSOLE_TOKEN;
-- GET ``/healthz``: 200 while Redis answers.
+"""The console's web app: Starlette routes (``build_app``) rendering Jinja2 templates. Every page
+works without JavaScript; static/live.js only refreshes the elements with ``data-live``.
 """
 
 from __future__ import annotations
@@ -39,7 +24,6 @@ from starlette.templating import Jinja2Templates
 
 from console.data import (
     LIST_STATES,
-    PAGE_SIZE,
     THROUGHPUT_MINUTES,
     BadInput,
     Catalog,
@@ -61,9 +45,8 @@ from setqueue.version import __version__
 HERE = Path(__file__).parent
 log = logging.getLogger("setqueue.console")
 
-CANCELLABLE = ("todos", "scheduled", "in_progress")  # the states a job may be cancelled in
-# How many dead letters one "delete all" click deletes (each with the library's atomic delete).
-DELETE_ALL_MOST = 1000
+CANCELLABLE = ("todos", "scheduled", "in_progress")
+DELETE_ALL_MOST = 1000  # dead letters one "delete all" click deletes
 REQUEUE_ALL_MOST = 10_000
 NOTICES = {
     "requeued": "Requeued {n} dead letter{s}.",
@@ -109,8 +92,6 @@ def _number(value: Any) -> str:
 
 
 class Console:
-    """The app's state: the catalog of queues, the guard, the templates."""
-
     def __init__(self, catalog: Catalog, guard: Guard, redis_url: str) -> None:
         self.catalog = catalog
         self.guard = guard
@@ -119,9 +100,8 @@ class Console:
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), auto_reload=False
         )
         env.filters.update(utc=_utc, ago=_ago, number=_number, trace_id=trace_id)
+        env.globals["columns"] = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")
         self.templates = Jinja2Templates(env=env)
-
-    # -- rendering ------------------------------------------------------------------------------
 
     def session(self, request: Request) -> Session | None:
         return self.guard.session(request.cookies.get(COOKIE))
@@ -150,8 +130,6 @@ class Console:
     def error(self, request: Request, status: int, title: str, detail: str) -> Response:
         return self.render(request, "error.html", status, title=title, detail=detail, code=status)
 
-    # -- pages ----------------------------------------------------------------------------------
-
     async def queues(self, request: Request) -> Response:
         views = [self.catalog.overview(ref) for ref in self.catalog.discover()]
         template = "_queues_table.html" if request.query_params.get("partial") else "queues.html"
@@ -175,15 +153,11 @@ class Console:
         shard = parse_shard(params.get("shard"), ref.shards)
         number, cursor = parse_page(params.get("page")), parse_cursor(params.get("cursor"))
         page = self.catalog.job_page(ref, state, shard, number, cursor)
-        return self.render(request, "jobs.html", ref=ref, jobs=page, states=LIST_STATES, page_size=PAGE_SIZE)
+        return self.render(request, "jobs.html", ref=ref, jobs=page, states=LIST_STATES)
 
     async def job(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
-        job_id = _strict_query(request).get("id", [""])[0]
-        try:
-            validate_job_id(job_id)
-        except (TypeError, ValueError) as exc:
-            raise BadInput(str(exc)[:300]) from None
+        job_id = _job_id(_strict_query(request).get("id", [""])[0])
         info = self.catalog.open(ref).inspect(job_id)
         if info is None:
             raise NotFound(f"queue {ref.name} knows no job {job_id[:200]!r}")
@@ -203,8 +177,6 @@ class Console:
         except redis.RedisError:
             up = False
         return JSONResponse({"status": "ok" if up else "redis_unreachable"}, status_code=200 if up else 503)
-
-    # -- signing in -----------------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
@@ -237,10 +209,8 @@ class Console:
         response.delete_cookie(COOKIE)
         return response
 
-    # -- actions --------------------------------------------------------------------------------
-
     async def action(self, request: Request) -> Response:
-        if request.method != "POST":  # (else GET would fall through to the queue page of "<name>/actions")
+        if request.method != "POST":  # else GET would show the queue "<name>/actions"
             raise HTTPException(405)
         _same_origin(request)
         ref = self.catalog.ref(request.path_params["name"])
@@ -253,11 +223,7 @@ class Console:
         queue = self.catalog.open(ref)
         who = _client(request)
         if what in ("requeue", "delete", "cancel"):
-            job_id = _field(form, "id") or ""
-            try:
-                validate_job_id(job_id)
-            except (TypeError, ValueError) as exc:
-                raise BadInput(str(exc)[:300]) from None
+            job_id = _job_id(_field(form, "id") or "")
             if what == "requeue":
                 n = queue.requeue_failed([job_id])
                 log.info("console action requeue: queue %s, job %r: %d requeued (by %s)", ref.name, job_id, n, who)
@@ -320,9 +286,16 @@ class Console:
         return RedirectResponse(f"{path}?{kept + '&' if kept else ''}{urlencode({'notice': notice})}", status_code=303)
 
 
+def _job_id(job_id: str) -> str:
+    try:
+        validate_job_id(job_id)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(str(exc)[:300]) from None
+    return job_id
+
+
 def _result_view(info: JobInfo, gone: bool) -> tuple[str, str]:
-    """(kind, text) of a job's result for its page: "json" or "bytes" with the value kept, else
-    "gone", "none" or "pending" with a few words."""
+    """(kind, text): "json" or "bytes" with the value kept, else "gone", "none" or "pending"."""
     if info.result_kept:
         if isinstance(info.result, bytes):
             return "bytes", f"{len(info.result):,} bytes: {info.result[:2000]!r}"
@@ -337,9 +310,8 @@ def _result_view(info: JobInfo, gone: bool) -> tuple[str, str]:
 
 
 def _rate_field(form: Any) -> Rate | None:
-    """The form's ``rate`` (``100/s``, ``6000/min``; empty, "none" or the CLI's "off": no limit)
-    and optional ``burst``, as ``Rate.parse`` reads them; BadInput when either is wrong, or a burst
-    comes without a rate (as the CLI's ``limit`` refuses it)."""
+    """The form's ``rate`` (empty, "none" or "off": no limit) and ``burst``, or BadInput (also for a
+    burst without a rate, as the CLI's ``limit`` refuses it)."""
     text = (_field(form, "rate") or "").strip()
     burst_text = (_field(form, "burst") or "").strip()
     if text.lower() in ("", "none", OFF):
@@ -353,7 +325,6 @@ def _rate_field(form: Any) -> Rate | None:
 
 
 def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:
-    """Delete up to ``most`` dead letters, each with the library's atomic ``delete``."""
     queue = catalog.open(ref)
     deleted = 0
     for shard in queue.shards:
@@ -366,8 +337,7 @@ def _delete_failed(catalog: Catalog, ref: Any, most: int) -> int:
 
 
 def _strict_query(request: Request) -> dict[str, list[str]]:
-    """The query string's fields, or BadInput when it is not UTF-8 (Starlette would make the bad
-    bytes into replacement characters: an id that looks found-able but is not what was sent)."""
+    """BadInput when not UTF-8 (Starlette would put in replacement characters: not the id sent)."""
     raw = request.scope.get("query_string", b"").decode("latin-1")
     try:
         return parse_qs(raw, keep_blank_values=True, encoding="utf-8", errors="strict")
@@ -385,7 +355,7 @@ def _client(request: Request) -> str:
 
 
 def _same_origin(request: Request) -> None:
-    """A POST from another site's page is refused (on top of the SameSite cookie and the CSRF token)."""
+    """Refuse a POST from another site's page (besides the SameSite cookie and the CSRF token)."""
     origin = request.headers.get("origin")
     if origin and origin != "null":
         host = request.headers.get("host", "")

@@ -1,17 +1,7 @@
-"""What the console reads from Redis, always in bounded steps: no command here costs more than
-O(log N + page) on a queue of N jobs, and none reads a whole set.
-
-- ``Catalog``: the queues there are (one SCAN pass for a few key names, cached a few seconds), and
-  each opened once as a ``JobQueue`` on the console's one client;
-- ``shard_overview``: a shard's counts (``stats.lua``: ZCARD, SCARD and a ZCOUNT per priority) and
-  its throughput (ZCOUNT of ``done_log`` by minute);
-- ``job_page``: one page of a state's jobs: ZRANGE by index for todos, in_progress and scheduled;
-  for done, ZREVRANGE of ``done_log`` from an offset (newest first: cancelled jobs share that log,
-  for one retention, and are skipped, reading at most DONE_READS ranges a page); an SSCAN cursor
-  for failed and cancelled (a set has no order); then one pipeline for the page's details;
-- ``flow``: flow control (``limits()``: two hash reads; ``groups()``: the first GROUPS_SHOWN
-  groups in line, ``list_groups.lua``, O(GROUPS_SHOWN log G));
-- the workers: ``setqueue.registry``, one pipeline per queue.
+"""What the console reads from Redis, in bounded steps: no command costs more than O(log N + page)
+on a queue of N jobs, and none reads a whole set. Pages: ZRANGE by index for todos, in_progress and
+scheduled; ZREVRANGE of ``done_log`` for done; an SSCAN cursor for failed and cancelled; then one
+pipeline for the page's details.
 """
 
 from __future__ import annotations
@@ -37,11 +27,11 @@ from setqueue.scripts import text
 from setqueue.sharded import shard_of
 
 PAGE_SIZE = 50
-DONE_READS = 20  # ranges of done_log read at most for one page of done (each PAGE_SIZE long)
+DONE_READS = 20  # most ranges of done_log read for one page of done
 THROUGHPUT_MINUTES = 15
-GROUPS_SHOWN = 50  # job groups listed on a queue's page, those taking turns first
+GROUPS_SHOWN = 50
 DISCOVERY_SECONDS = 5.0  # how long one SCAN's list of queues is used
-# The key names that tell a queue is there (one SCAN pass matches them all: see Catalog.discover).
+# The key names that tell a queue is there (one SCAN pattern matches them all).
 MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
 _KEY = re.compile(r"setqueue:\{([^{}]+)\}:(\w+)")
 _SHARD = re.compile(r"(.+)~(\d+)")
@@ -49,12 +39,10 @@ LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed", "cancelled
 SET_STATES = ("failed", "cancelled")  # paged by SSCAN cursor
 
 
-class NotFound(LookupError):
-    """What a URL names is not there (an unknown queue, id, state or page)."""
+class NotFound(LookupError): ...
 
 
-class BadInput(ValueError):
-    """What a URL or form gives cannot be right (an id with a line break, a page of -1)."""
+class BadInput(ValueError): ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +55,7 @@ class QueueRef:
 class ShardView:
     name: str  # the shard's queue name (the queue's own for an unsharded one)
     stats: dict[str, Any]
-    done_per_minute: list[int]  # oldest minute first, THROUGHPUT_MINUTES of them; the last is this minute so far
+    done_per_minute: list[int]  # oldest first; the last is this minute so far
 
 
 @dataclass
@@ -85,7 +73,7 @@ class QueueView:
 
 @dataclass
 class FlowView:
-    limits: Limits  # the whole queue's (a sharded queue's shares scaled back: ShardedQueue.limits)
+    limits: Limits  # the whole queue's
     groups: list[GroupInfo]  # at most GROUPS_SHOWN
 
 
@@ -106,15 +94,14 @@ class JobPage:
     shard: int
     rows: list[JobRow]
     total: int
-    page: int | None  # for ordered states
+    page: int | None
     pages: int | None
     cursor: int | None  # failed, cancelled: this page's cursor
     next_cursor: int | None  # failed, cancelled: the next page's (None: this is the last)
 
 
 def parse_page(raw: str | None) -> int:
-    """A page number from a URL: 1 when absent; BadInput when not a whole number >= 1."""
-    if raw is None or raw == "":
+    if not raw:
         return 1
     if not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
         raise BadInput(f"page must be a whole number from 1, not {raw[:40]!r}")
@@ -122,7 +109,7 @@ def parse_page(raw: str | None) -> int:
 
 
 def parse_cursor(raw: str | None) -> int:
-    if raw is None or raw == "":
+    if not raw:
         return 0
     if not raw.isdigit() or len(raw) > 20 or int(raw) >= 2**64:
         raise BadInput(f"cursor must be a whole number below 2^64 (from a page of this list), not {raw[:40]!r}")
@@ -130,7 +117,7 @@ def parse_cursor(raw: str | None) -> int:
 
 
 def parse_shard(raw: str | None, shards: int) -> int:
-    if raw is None or raw == "":
+    if not raw:
         return 0
     if not raw.isdigit() or len(raw) > 5:
         raise BadInput(f"shard must be a whole number, not {raw[:40]!r}")
@@ -140,32 +127,30 @@ def parse_shard(raw: str | None, shards: int) -> int:
 
 
 class Catalog:
-    """The queues of one Redis (or Redis Cluster): discovered by SCAN, opened on one client."""
+    """The queues of one Redis (or Cluster): found by SCAN, opened on one client."""
 
     def __init__(
         self, client: redis.Redis, url: str, named: Sequence[str], shards: int, options: dict[str, Any] | None = None
     ) -> None:
         self.client = client
-        self.options = options or {}  # Queue's options (WAIT_REPLICAS, ...) for the queues it opens
+        self.options = options or {}
         self.url = url
-        self.named = list(named)  # QUEUE_NAME's: listed first, even before they hold anything
+        self.named = list(named)  # QUEUE_NAME's: listed first, even empty
         self.named_shards = shards
         self._lock = threading.Lock()
         self._found: list[QueueRef] = []
         self._found_at = -math.inf
         self._opened: dict[QueueRef, JobQueue] = {}
 
-    # -- which queues there are ----------------------------------------------------------------
-
     def _scan(self) -> list[str]:
-        """The keys whose last part starts with s, d, f or w (MARKS, and a few others), in one pass."""
+        """The keys whose last part starts with s, d, f or w (MARKS, and others)."""
         pattern = "setqueue:{*}:[sdfw]*"
         cluster = self.client.cluster_client() if isinstance(self.client, ClusterAwareRedis) else None
         source: Any = cluster if cluster is not None else self.client
         return [text(k) for k in source.scan_iter(match=pattern, count=1000)]
 
     def discover(self) -> list[QueueRef]:
-        """Every queue found (QUEUE_NAME's first, then by name), cached for DISCOVERY_SECONDS."""
+        """QUEUE_NAME's first, then by name."""
         with self._lock:
             if time.monotonic() - self._found_at < DISCOVERY_SECONDS:
                 return self._found
@@ -186,7 +171,7 @@ class Catalog:
                 shard_counts[base] = max(shard_counts.get(base, 0), index + 1)
             else:
                 plain.add(name)
-        for name in declared:  # the number a sharded queue was opened with
+        for name in declared:
             stored = self.client.get(QueueKeys(name).shards)
             if stored is not None and 1 < int(stored) <= MAX_SHARDS:
                 shard_counts[name] = int(stored)
@@ -203,7 +188,6 @@ class Catalog:
         return ordered
 
     def ref(self, name: str) -> QueueRef:
-        """The queue of that name, or NotFound (also for a name no queue can have)."""
         try:
             validate_queue_name(name)
         except ValueError as exc:
@@ -220,8 +204,6 @@ class Catalog:
                 queue = open_queue(self.url, ref.name, shards=ref.shards, client=self.client, **self.options)
                 self._opened[ref] = queue
             return queue
-
-    # -- overview --------------------------------------------------------------------------------
 
     def overview(self, ref: QueueRef, *, with_workers: bool = True) -> QueueView:
         queue = self.open(ref)
@@ -242,8 +224,6 @@ class Catalog:
         names = [r.name for r in (self.discover() if refs is None else refs)]
         return all_live_workers(self.client, names)
 
-    # -- pages of jobs ---------------------------------------------------------------------------
-
     def job_page(self, ref: QueueRef, state: str, shard_index: int, page: int, cursor: int) -> JobPage:
         if state not in LIST_STATES:
             raise NotFound(f"no state {state[:40]!r}: the states are {', '.join(LIST_STATES)}")
@@ -256,9 +236,7 @@ class Catalog:
 
 
 def result_gone(queue: JobQueue, job_id: str) -> bool:
-    """Whether a done job had a result kept that is gone now (past RESULT_TTL_SECONDS): its
-    finished record ends in ":1" (lua/includes/finish.lua). ``JobInfo.result_kept`` says only
-    whether one is kept now."""
+    """Whether a done job had a result that expired: its finished record ends in ":1" (finish.lua)."""
     shards = queue.shards
     shard = shards[shard_of(job_id, len(shards))] if len(shards) > 1 else shards[0]
     record = shard.redis.hget(shard.keys.finished, job_id)
@@ -271,7 +249,6 @@ def _redis_ms(client: redis.Redis) -> int:
 
 
 def shard_overview(shard: Shard, now_ms: int) -> ShardView:
-    """A shard's stats and its done per minute over the last THROUGHPUT_MINUTES (ZCOUNT of done_log)."""
     stats = shard.stats()
     minute = 60_000
     start = now_ms - now_ms % minute - (THROUGHPUT_MINUTES - 1) * minute
@@ -338,9 +315,8 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
 
 
 def _done_page(shard: Shard, shard_index: int, offset: int) -> JobPage:
-    """A page of done jobs, newest first, from ``offset`` into done_log (its cursor): done_log
-    holds the cancelled jobs too (they share the retention), so ranges of PAGE_SIZE are read, and
-    the ids not in done skipped, until a page is full, the log ends or DONE_READS ranges were read."""
+    """Newest first, from ``offset`` into done_log, which holds the cancelled jobs too: ranges are
+    read and the ids not in done skipped until a page is full, the log ends or DONE_READS ranges."""
     k = shard.keys
     total = int(shard.redis.scard(k.done))  # type: ignore[arg-type]
     rows: list[JobRow] = []
@@ -368,13 +344,12 @@ def _done_page(shard: Shard, shard_index: int, offset: int) -> JobPage:
 
 
 def _set_page(shard: Shard, state: str, shard_index: int, cursor: int) -> JobPage:
-    """A page of failed or cancelled jobs: SSCAN from ``cursor``, then one pipeline of details."""
     k = shard.keys
     key = k.failed if state == "failed" else k.cancelled
     total = int(shard.redis.scard(key))  # type: ignore[arg-type]
     rows: list[JobRow] = []
     next_cursor = cursor
-    # SSCAN returns about COUNT ids a call (sometimes none): call until a page is full or the end.
+    # SSCAN returns about COUNT ids a call, sometimes none.
     for _ in range(20):
         next_cursor, members = shard.redis.sscan(key, next_cursor, count=PAGE_SIZE)  # type: ignore[misc]
         rows += [JobRow(text(m)) for m in members]

@@ -1,14 +1,8 @@
-"""Who may act: read-only unless CONSOLE_TOKEN is set; then an operator signs in with the token and
-every form carries a CSRF token bound to that sign-in.
+"""Who may act: nobody without CONSOLE_TOKEN (every POST is refused); else whoever signs in with it.
 
-- Without CONSOLE_TOKEN the console only reads: every POST is refused (403) and no form is shown.
-- Signing in (POST /login with the token, compared in constant time) gives a session cookie
-  ``<session id>.<issued>.<signature>`` (HMAC-SHA256 under a key made of the token and a secret
-  drawn at start), HttpOnly and SameSite=Strict, valid for SESSION_SECONDS. A restart, or another
-  token, ends every session.
-- Each form holds ``csrf`` = HMAC(key, "csrf:" + session id): an action needs a valid session and
-  its CSRF token, and a POST whose Origin is another site is refused. A stale token (from an
-  earlier session) is refused like a missing one, and nothing changes.
+The session cookie is ``<id>.<issued>.<HMAC-SHA256>`` under a key of the token and a secret drawn
+at start (a restart or another token ends every session), HttpOnly, SameSite=Strict, valid for
+SESSION_SECONDS. Each form holds ``csrf`` = HMAC(key, "csrf:" + session id).
 """
 
 from __future__ import annotations
@@ -23,8 +17,7 @@ COOKIE = "setqueue_console"
 SESSION_SECONDS = 12 * 3600
 
 
-class Refused(PermissionError):
-    """An action that may not run: no token configured, not signed in, or a bad CSRF token."""
+class Refused(PermissionError): ...
 
 
 @dataclass(frozen=True)
@@ -50,12 +43,10 @@ class Guard:
         return bool(self.token) and hmac.compare_digest(given.encode(), self.token.encode())
 
     def new_session(self) -> str:
-        """The cookie value of a new session."""
         sid, issued = secrets.token_urlsafe(18), int(time.time())
         return f"{sid}.{issued}.{self._sign(f'{sid}.{issued}')}"
 
     def session(self, cookie: str | None) -> Session | None:
-        """The session a cookie proves, or None (absent, forged, expired, or no token configured)."""
         if self.read_only or not cookie or cookie.count(".") != 2:
             return None
         sid, issued, signature = cookie.split(".")
@@ -69,7 +60,6 @@ class Guard:
         return "" if session is None else self._sign(f"csrf:{session.id}")
 
     def authorize(self, session: Session | None, csrf: str | None) -> None:
-        """Raise Refused unless this form may act."""
         if self.read_only:
             raise Refused("this console is read-only: start it with CONSOLE_TOKEN set to enable actions")
         if session is None:
