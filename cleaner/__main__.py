@@ -1,5 +1,4 @@
-"""`python -m cleaner` (or `setqueue-cleaner`): the cleaner service. Settings come from the environment
-(``--help`` lists them; docs/reference.md explains them)."""
+"""`python -m cleaner` (or `setqueue-cleaner`): the cleaner service."""
 
 from cleaner.service import CleanerService
 from setqueue.runtime.service import main as run_service

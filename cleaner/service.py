@@ -1,10 +1,6 @@
-"""The cleaner's main loop: every SWEEP_INTERVAL, requeue the jobs whose lease expired (their
-worker died or hung past the lease), apply the retention of done, create the runs of periodic jobs
-that are due (SCHEDULES), and publish the queue depth.
-
-With AUDIT=true it also records the ids whose lease it found lost, and every AUDIT_INTERVAL starts
-an audit of every created id (``setqueue.runtime.audit``), AUDIT_IDS_PER_ROUND ids a round, whose findings
-it exports as the setqueue_audit_* gauges."""
+"""The cleaner: every SWEEP_INTERVAL, requeue jobs whose lease expired, trim done, create due
+periodic runs (SCHEDULES), publish the queue depth; with AUDIT, record lost leases and audit every
+created id (``setqueue.runtime.audit``) each AUDIT_INTERVAL, into the setqueue_audit_* gauges."""
 
 from __future__ import annotations
 
@@ -21,9 +17,7 @@ from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import CleanerSettings, SettingError
 
 MAX_SWEEP_ROUNDS = 100  # sweeps back to back while each one hits SWEEP_BATCH
-# Bounds the Redis work of one round's audit step (40 pipelined chunks of 500 ids): a larger queue
-# is audited over several rounds.
-AUDIT_IDS_PER_ROUND = 20_000
+AUDIT_IDS_PER_ROUND = 20_000  # bounds one round's audit work: a larger queue takes several rounds
 
 
 class CleanerService(Service[CleanerSettings, CleanerMetrics]):
@@ -32,16 +26,14 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
     def __init__(self, settings: CleanerSettings, queue: JobQueue | None = None) -> None:
         try:
             schedules = parse_schedules(settings.schedules)
-        except ValueError as exc:  # checked with the settings already; a @file may have changed since
+        except ValueError as exc:  # a @file may have changed since the settings were checked
             raise SettingError("SCHEDULES", str(exc)) from None
         metrics = CleanerMetrics(
             new_registry(), [s.name for s in schedules], audit=settings.audit, queues=settings.queue_names
         )
         super().__init__(settings, metrics, queue)
-        # What it sweeps and counts, one named queue at a time (a sharded one is one).
-        self.served = self.queue.queues
-        # Periodic runs go to QUEUE_NAME's first queue (as the creator's jobs do), and the audit reads
-        # one queue's keys: both need a queue that is not sharded.
+        self.served = self.queue.queues  # one named queue at a time (a sharded one is one)
+        # Periodic runs go to QUEUE_NAME's first queue and the audit reads one queue's keys: unsharded.
         first = self.served[0].shards
         single = self.queue.shards[0] if len(self.queue.shards) == 1 else None
         if schedules and len(first) != 1:
@@ -50,8 +42,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         if settings.audit and single is None:
             self.close()
             raise SettingError("AUDIT", "needs QUEUE_NAME to name one queue with QUEUE_SHARDS=1, for now")
-        self.schedules = schedules  # SCHEDULES: registered with the queue at the first round
-        # QUEUE_NAME's first queue, unsharded: where the schedules in force and their runs live.
+        self.schedules = schedules  # registered at the first round
         self.periodic_home = first[0] if len(first) == 1 else None
         self._registered = not schedules
         self._problems_said: set[str] = set()
@@ -61,7 +52,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         if single is not None and settings.audit:
             self.audit_log = AuditRecorder(single.redis, single.keys)
             self.auditor = Auditor(single.redis, single.keys, retention=settings.trims_done)
-        self._audit: AuditPass | None = None  # the audit under way
+        self._audit: AuditPass | None = None
         self._next_audit_at = time.monotonic()
 
     @property
@@ -86,7 +77,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
                     self.audit_step()
                 next_at += s.sweep_interval
                 now = time.monotonic()
-                next_at = max(next_at, now)  # after a slow sweep or an outage: do not try to catch up
+                next_at = max(next_at, now)  # after a slow sweep or an outage: no catching up
                 self.stop_event.wait(next_at - now)
         except Stopping:
             pass
@@ -129,9 +120,8 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             self.log.debug("sweep: dropped %d old ids from done", trimmed)
 
     def create_periodic_runs(self, now: float | None = None) -> list[str]:
-        """Enqueue the run of each registered schedule's latest slot at or before ``now`` (default:
-        the Redis clock) unless it (or a later one) was created already, by this cleaner or another.
-        SCHEDULES is registered first, once. Returns the run ids this call created."""
+        """Enqueue each registered schedule's latest run at or before ``now`` (default: Redis's clock)
+        unless it or a later one exists; returns the run ids created."""
         home = self.periodic_home
         if home is None:
             return []
@@ -176,8 +166,7 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
                 m.todos_by_priority.labels(queue.name, str(priority)).set(by_priority.get(priority, 0))
 
     def audit_step(self) -> None:
-        """With AUDIT on: go on with the audit under way, or start one if AUDIT_INTERVAL has passed
-        since the last one started; publish its findings once it has seen every created id."""
+        """Advance the audit under way (or start one each AUDIT_INTERVAL); publish it once done."""
         auditor, gauges = self.auditor, self.metrics.audit
         if auditor is None or gauges is None:
             return

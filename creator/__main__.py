@@ -1,5 +1,4 @@
-"""`python -m creator` (or `setqueue-creator`): the creator service. Settings come from the environment
-(``--help`` lists them; docs/reference.md explains them)."""
+"""`python -m creator` (or `setqueue-creator`): the creator service."""
 
 from creator.service import CreatorService
 from setqueue.runtime.service import main as run_service

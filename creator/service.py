@@ -1,11 +1,6 @@
-"""The creator's main loop: enqueue ``<prefix>-<n>`` ids (or ids read from stdin).
-
-Ids go out at CREATE_RATE per second in batches of at most CREATE_BATCH, on a monotonic schedule;
-the creator stops after CREATE_TOTAL (0 = never) or at the end of stdin. A batch that hit a Redis
-error is sent again (enqueue is idempotent: an id the queue knows is not added twice).
-
-With AUDIT=true, after each batch of generated ids it records how far it got (``setqueue.runtime.audit``):
-the auditor then knows every id it made. Ids from stdin are not recorded.
+"""The creator: enqueue ``<prefix>-<n>`` ids (or stdin's) at CREATE_RATE, in batches of at most
+CREATE_BATCH, until CREATE_TOTAL (0: never) or stdin's end. A batch that hit a Redis error is sent
+again (enqueue is idempotent). With AUDIT, it records how far the generated ids got.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
 
     def __init__(self, settings: CreatorSettings, queue: JobQueue | None = None, stdin: TextIO | None = None) -> None:
         super().__init__(settings, CreatorMetrics(new_registry(), settings.queue_names[0]), queue)
-        self.target = self.queue  # serves_several is False: QUEUE_NAME's first queue only
+        self.target = self.queue
         self.stdin = stdin
         self.prefix = settings.create_id_prefix or f"run-{secrets.token_hex(4)}"
         self.sent = 0
@@ -63,8 +58,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
     def run(self) -> int:
         s = self.settings
         rate = s.create_rate
-        # Small rates send small batches often rather than one big batch now and then: aim at no
-        # more than about 20 calls per second, and never more than CREATE_BATCH ids per call.
+        # Small rates: small batches often, about 20 calls a second at most.
         chunk = s.create_batch if rate == 0 else min(s.create_batch, max(1, math.ceil(rate / 20)))
         ids = self._ids()
         source = "ids from stdin" if s.create_from_stdin else f"ids {self.prefix}-<n>"
@@ -78,7 +72,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
             s.create_batch,
         )
         started = time.monotonic()
-        origin = started  # the schedule: id number k is due at origin + k / rate
+        origin = started  # id number k is due at origin + k / rate
         exhausted = False
         batch: list[str] = []
         try:
@@ -89,7 +83,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
                     now = time.monotonic()
                     due = math.floor((now - origin) * rate) - self.sent
                     if due > rate + s.create_batch:
-                        # Far behind (a Redis outage): do not burst to catch up on more than ~1 s.
+                        # Far behind (an outage): catch up on ~1 s at most.
                         origin = now - (self.sent + min(rate, s.create_batch)) / rate
                         due = math.floor((now - origin) * rate) - self.sent
                     if due < chunk:
@@ -116,8 +110,7 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
 
     def _send(self, batch: list[str]) -> None:
         groups = self.settings.create_groups
-        # With CREATE_GROUPS, batches go to the groups in turn (a resend keeps its group: an id
-        # already known is left alone wherever it waits).
+        # Batches go to the groups in turn (a resend keeps its group).
         group = f"group-{self._batches % groups + 1}" if groups else None
         self._batches += 1
         added = self.retry(lambda: self.target.enqueue(batch, group=group), "enqueue")
@@ -128,8 +121,8 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
         if added < len(batch):
             self.metrics.jobs_duplicate.inc(len(batch) - added)
         if self.audit is not None:
-            # Generated ids are numbered from 1 in the order sent: the last one sent is number `sent`.
-            # Recorded after the enqueue: dying in between leaves ids unaudited, never falsely lost.
+            # Ids are numbered from 1 in the order sent. Recorded after the enqueue: dying in between
+            # leaves ids unaudited, never falsely lost.
             audit = self.audit
             try:
                 self.retry(lambda: audit.created(self.prefix, self.sent), "audit")
