@@ -61,7 +61,7 @@ def refusals(admin: redis.Redis) -> list[Any]:
     return [(e.get("reason"), e.get("object"), e.get("username")) for e in admin.acl_log()]  # type: ignore[union-attr]
 
 
-def test_the_rule_is_what_acl_rule_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_rule_is_what_acl_rule_prints() -> None:
     out = io.StringIO()
     assert cli_main(["acl-rule", "worker-user"], out=out) == 0
     assert out.getvalue().strip() == setuser("worker-user")

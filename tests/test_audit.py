@@ -218,7 +218,7 @@ def test_the_creator_records_the_ids_it_made(redis_url: str, queue_name: str, cl
 
 
 @pytest.fixture
-def audited_demo(queue: Queue, recorder: AuditRecorder) -> Iterator[Callable[[float], None]]:
+def audited_demo(recorder: AuditRecorder) -> Iterator[Callable[[float], None]]:
     """The demo handler recording its runs, at a given FAIL_RATE; restored after."""
     before = demo._settings
     yield lambda fail_rate: demo.configure(0, 0, fail_rate, audit=recorder)

@@ -87,7 +87,7 @@ def test_delete(cli: Cli, queue: Queue) -> None:
     assert queue.stats()["todos"] == 0
 
 
-def test_bad_url_and_queue_are_usage_errors(queue_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_url_and_queue_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--redis-url", "not-a-url", "stats"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "REDIS_URL" in err
@@ -124,7 +124,7 @@ def test_unreachable_redis_exits_3_without_traceback() -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "secret" not in result.stderr
 
 
-def test_python_m_setqueue_reads_the_environment(redis_url: str, queue_name: str, queue: Queue) -> None:
+def test_python_m_setqueue_reads_the_environment(redis_url: str, queue_name: str) -> None:
     env = base_env(REDIS_URL=redis_url, QUEUE_NAME=queue_name)
     result = run_cli("push", env=env, stdin="x\ny\n")
     assert (result.returncode, result.stdout) == (0, "2 new, 0 already known\n"), result.stderr

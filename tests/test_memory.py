@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,10 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])  # type: ignore[index]
 
 
+def fill_up(admin: redis.Redis) -> None:
+    admin.config_set("maxmemory", used_memory(admin) // 2)
+
+
 def full(client: redis.Redis) -> bool:
     info: dict[str, Any] = client.info("memory")  # type: ignore[assignment]
     limit = int(info["maxmemory"])
@@ -55,11 +59,15 @@ def admin(tight: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-def ready(procs: list[Proc], role: str, tmp_path: Path, **settings: Any) -> Proc:
-    proc = Proc.start(role, tmp_path, **settings)
-    procs.append(proc)
-    proc.wait_ready()
-    return proc
+@pytest.fixture
+def ready(procs: list[Proc], tmp_path: Path) -> Callable[..., Proc]:
+    def start(role: str, **settings: Any) -> Proc:
+        proc = Proc.start(role, tmp_path, **settings)
+        procs.append(proc)
+        proc.wait_ready()
+        return proc
+
+    return start
 
 
 def cli(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -95,17 +103,17 @@ def test_a_full_redis_refuses_what_adds_work_whole_and_runs_what_finishes_or_fre
     q.ack(rest[0])  # in done, older than the retention: the sweep trims it
     assert q.fail(rest[1], "boom", retry=False) is FailOutcome.DEAD
     before = queue_members(admin, q.keys)
-    admin.config_set("maxmemory", used_memory(admin) // 2)  # full at once
+    fill_up(admin)
     assert full(admin)
 
-    with pytest.raises(redis.OutOfMemoryError):
-        q.enqueue(["new-1", "new-2"])
-    with pytest.raises(redis.OutOfMemoryError):
-        q.enqueue({f"big-{n}": "x" * 100 for n in range(600)})  # two script calls: the first is refused
-    with pytest.raises(redis.OutOfMemoryError):
-        q.requeue_failed()
-    with pytest.raises(redis.OutOfMemoryError):
-        q.create_periodic_runs([("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)])
+    for refused in (
+        lambda: q.enqueue(["new-1", "new-2"]),
+        lambda: q.enqueue({f"big-{n}": "x" * 100 for n in range(600)}),  # two script calls: the first is refused
+        q.requeue_failed,
+        lambda: q.create_periodic_runs([("tick", 60_000, "tick@1970-01-01T00:01:00Z", None)]),
+    ):
+        with pytest.raises(redis.OutOfMemoryError):
+            refused()
     assert queue_members(admin, q.keys) == before, "a refused script wrote something"
     assert not admin.exists(q.keys.periodic)
 
@@ -135,7 +143,7 @@ def test_a_full_redis_acks_without_results_cancels_and_drops_progress_reports(
     q = Queue.from_url(tight.url, "life")
     q.enqueue({"a": "pa", "b": "pb", "c": "pc", "d": "pd", "w": "pw"})
     a, b, c, d = q.claim(4)
-    admin.config_set("maxmemory", used_memory(admin) // 2)
+    fill_up(admin)
     assert full(admin)
 
     assert a.progress(0.5, "halfway") is True  # dropped, not raised; the lease still owns the job
@@ -177,13 +185,13 @@ def test_a_cancelled_job_leaves_nothing_once_the_retention_drops_it(tight: Redis
 
 @pytest.mark.slow
 def test_a_full_redis_does_not_stall_the_cleaner(
-    tight: RedisServer, admin: redis.Redis, tmp_path: Path, procs: list[Proc]
+    tight: RedisServer, admin: redis.Redis, ready: Callable[..., Proc]
 ) -> None:
     """Periodic runs (and the audit) wait for room; the sweeps, which free memory, go on."""
     env = _env(tight)
     Queue.from_url(tight.url, env["QUEUE_NAME"]).enqueue(["a"])
-    admin.config_set("maxmemory", used_memory(admin) // 2)
-    cleaner = ready(procs, "cleaner", tmp_path, SWEEP_INTERVAL=0.1, SCHEDULES="tick=* * * * *", **env)
+    fill_up(admin)
+    cleaner = ready("cleaner", SWEEP_INTERVAL=0.1, SCHEDULES="tick=* * * * *", **env)
     wait_until(lambda: "periodic runs wait until it has room" in cleaner.log(), 30, "the periodic step skipped")
     swept = cleaner.metric("setqueue_last_sweep_timestamp_seconds")
     wait_until(lambda: cleaner.metric("setqueue_last_sweep_timestamp_seconds") > swept, 30, "another sweep")
@@ -196,7 +204,11 @@ def test_a_full_redis_does_not_stall_the_cleaner(
 
 @pytest.mark.slow
 def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
-    tight: RedisServer, admin: redis.Redis, tmp_path: Path, procs: list[Proc], capsys: pytest.CaptureFixture[str]
+    tight: RedisServer,
+    admin: redis.Redis,
+    tmp_path: Path,
+    ready: Callable[..., Proc],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Redis fills up with done ids under a running backlog: enqueues are refused cleanly (CLI exit 3,
     the creator waits), the backlog is done while full, the cleaner's retention frees memory and
@@ -208,16 +220,8 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     backlog = [f"gate-{n}" for n in range(40)]
     open_queue(url, name).enqueue(backlog)
     common: dict[str, Any] = {"REDIS_URL": url, "LEASE_SECONDS": 5, "EXEC_LOG": log.path, "GATE": gate}
-    worker = Proc.start(
-        "worker",
-        tmp_path,
-        QUEUE_NAME=name,
-        JOB_HANDLER="tests.support.jobs:handle_async",
-        CONCURRENCY=40,
-        CLAIM_BATCH=40,
-        **common,
-    )
-    procs.append(worker)
+    handler = "tests.support.jobs:handle_async"
+    worker = ready("worker", QUEUE_NAME=name, JOB_HANDLER=handler, CONCURRENCY=40, CLAIM_BATCH=40, **common)
     wait_until(lambda: len(log.starts()) == len(backlog), 30, "the backlog to be running")
 
     # Fill Redis with another queue's done ids, which the cleaner's retention will trim.
@@ -237,7 +241,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     code, _, err = cli("--redis-url", url, "--queue", name, "push", "late-1", "late-2", capsys=capsys)
     assert code == 3 and "out of memory" in err and len(err.strip().splitlines()) == 1, err
     assert open_queue(url, name).inspect("late-1") is None
-    creator = ready(procs, "creator", tmp_path, QUEUE_NAME=name, CREATE_ID_PREFIX="made", CREATE_RATE=50, **common)
+    creator = ready("creator", QUEUE_NAME=name, CREATE_ID_PREFIX="made", CREATE_RATE=50, **common)
     wait_until(lambda: creator.metric("setqueue_redis_out_of_memory") == 1, 30, "the creator to be refused")
     assert creator.metric("setqueue_redis_up") == 1  # Redis answers: not an outage
     assert "out of memory" in creator.log()
@@ -249,9 +253,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     assert worker.metric('setqueue_jobs_completed_total{outcome="success"}') == len(backlog)
 
     cleaner = ready(
-        procs,
         "cleaner",
-        tmp_path,
         QUEUE_NAME=f"{name},{filler}",
         DONE_MAX_AGE_SECONDS=1,
         SWEEP_INTERVAL=0.2,
@@ -279,7 +281,7 @@ def test_read_memory_of_one_redis(tight: RedisServer, admin: redis.Redis) -> Non
     report = read_memory(client)
     assert report.noeviction == 0 and "allkeys-lru" in (report.eviction_warning("here") or "")
     admin.config_set("maxmemory-policy", "noeviction")
-    admin.config_set("maxmemory", used_memory(admin) // 2)
+    fill_up(admin)
     assert read_memory(client).full
     client.close()
 
@@ -305,14 +307,14 @@ def _env(server: RedisServer, **settings: Any) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
-    tmp_path: Path, procs: list[Proc], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ready: Callable[..., Proc], capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = RedisServer(args=["--maxmemory-policy", "allkeys-lru"]).start()
     try:
         env = _env(server)
         for role in ("worker", "creator", "cleaner"):
             extra: dict[str, Any] = {"CREATE_RATE": 1} if role == "creator" else {}
-            proc = ready(procs, role, tmp_path, **env, **extra)
+            proc = ready(role, **env, **extra)
             wait_until(lambda p=proc: p.metric("setqueue_redis_noeviction", -1) == 0, 30, f"{role}'s gauge")  # type: ignore[misc]
             said = [line for line in proc.log().splitlines() if "evicts keys" in line]
             assert len(said) == 1 and "allkeys-lru" in said[0] and "ERROR" in said[0], proc.log()
@@ -334,10 +336,10 @@ def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
 
 @pytest.mark.slow
 def test_on_noeviction_the_gauge_reads_1_and_nothing_is_said(
-    tight: RedisServer, tmp_path: Path, procs: list[Proc], capsys: pytest.CaptureFixture[str]
+    tight: RedisServer, ready: Callable[..., Proc], capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = _env(tight, REQUIRE_NOEVICTION="true")
-    cleaner = ready(procs, "cleaner", tmp_path, **env)
+    cleaner = ready("cleaner", **env)
     wait_until(lambda: cleaner.metric("setqueue_redis_noeviction", -1) == 1, 30, "the gauge")
     assert cleaner.metric("setqueue_redis_memory_used_ratio", -1) == 0  # no maxmemory
     assert "evicts" not in cleaner.log()
@@ -347,12 +349,12 @@ def test_on_noeviction_the_gauge_reads_1_and_nothing_is_said(
 
 @pytest.mark.slow
 def test_a_user_who_may_not_read_the_policy_gets_unknown_not_a_crash(
-    tight: RedisServer, admin: redis.Redis, tmp_path: Path, procs: list[Proc]
+    tight: RedisServer, admin: redis.Redis, tmp_path: Path, ready: Callable[..., Proc]
 ) -> None:
     admin.acl_setuser("svc", enabled=True, passwords=["+pw"], **_rule_without("info"))
     url = tight.url.replace("redis://", "redis://svc:pw@")
     env = {"REDIS_URL": url, "QUEUE_NAME": f"ev-{uuid.uuid4().hex[:6]}"}
-    cleaner = ready(procs, "cleaner", tmp_path, **env)
+    cleaner = ready("cleaner", **env)
     wait_until(lambda: "cannot tell whether Redis" in cleaner.log(), 30, "the warning")
     assert cleaner.metric("setqueue_redis_noeviction", 0) == -1 and cleaner.alive()
     strict = Proc.start("cleaner", tmp_path, name="strict", REQUIRE_NOEVICTION="true", **env)
@@ -373,7 +375,7 @@ def _rule_without(command: str) -> dict[str, Any]:
 def test_doctor_on_a_full_redis_says_so(
     tight: RedisServer, admin: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    admin.config_set("maxmemory", used_memory(admin) // 2)
+    fill_up(admin)
     code, out, _ = cli("--redis-url", tight.url, "--queue", "doc", "doctor", capsys=capsys)
     lines = out.splitlines()
     assert code == 1 and [line.split(":")[0].split()[-1] for line in lines] == [

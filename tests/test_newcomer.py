@@ -329,7 +329,7 @@ def test_log_lines_count_in_words() -> None:
     assert (plural(1, "job"), plural(3, "job"), plural(0, "old id")) == ("1 job", "3 jobs", "0 old ids")
 
 
-def test_payloads_are_text_bytes_or_json(queue: Queue, client: redis.Redis) -> None:
+def test_payloads_are_text_bytes_or_json(queue: Queue) -> None:
     queue.enqueue({"text": "hello", "bytes": "café".encode(), "json": {"amount": 100, "to": ["ann"]}, "n": 7})
     leases = {lease.id: lease for lease in queue.claim(10)}
     assert leases["text"].payload == "hello" and leases["bytes"].payload == "café"

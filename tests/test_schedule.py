@@ -28,7 +28,7 @@ def claim_one(q: Queue, timeout: float = 30) -> Lease:
     return leases[0]
 
 
-def test_a_delayed_job_is_claimed_once_due_and_not_before(queue: Queue, client: redis.Redis) -> None:
+def test_a_delayed_job_is_claimed_once_due_and_not_before(queue: Queue) -> None:
     assert queue.enqueue(["later"], delay=1.0) == 1
     info = queue.inspect("later")
     assert info is not None and info.state == "scheduled" and info.due_at is not None
@@ -97,7 +97,7 @@ def test_fail_with_a_delay_and_an_expired_lease_requeues_at_once(
 
 
 def test_a_handler_raising_retry_later_waits_that_long_and_an_idle_worker_wakes_for_it(
-    redis_url: str, queue_name: str, client: redis.Redis
+    redis_url: str, queue_name: str
 ) -> None:
     ran: list[tuple[str, int, float]] = []
 
