@@ -65,7 +65,6 @@ def header(data: dict[str, Any], title: str, about: list[str]) -> list[str]:
     return [
         f"# {title}\n",
         f"- run: {m0['date']}, commit {code['head'][:12]}{changed}, {data['seconds']:.0f} s: `{data['command']}`",
-        *([f"- {data['note']}"] if data.get("note") else []),
         f"- machine: {m0['nproc']} cores, {m0['platform']}; {versions}",
         f"- load average (1, 5, 15 min): before {m0['load_avg']}, after {m1['load_avg']}{steal}",
         *(f"- {line}" for line in about),

@@ -33,9 +33,7 @@ class Tally:
     """No-op jobs not yet added to COUNTER. A forked child starts afresh (os.register_at_fork): no getpid."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pending = 0
-        self.flushing = False  # the flusher thread runs
+        self.forked()
 
     def add(self) -> None:
         with self.lock:
@@ -47,7 +45,7 @@ class Tally:
         atexit.register(self.flush)
 
     def forked(self) -> None:
-        self.lock, self.pending, self.flushing = threading.Lock(), 0, False
+        self.lock, self.pending, self.flushing = threading.Lock(), 0, False  # flushing: the flusher thread runs
 
     def flush(self) -> None:
         with self.lock:
