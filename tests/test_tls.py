@@ -176,21 +176,14 @@ def test_a_rediss_url_to_a_plain_redis_is_found_out(redis_server: RedisServer) -
     assert tls_refusal(redis.TimeoutError("Timeout reading"), redis_server.url) is None  # an outage
 
 
+TLS = "rediss://localhost:6379/0"
 BAD_FILES = {
     "a CA file with a redis:// URL": ("redis://localhost:6379/0", {"REDIS_TLS_CA_FILE": "ca"}, "REDIS_TLS_CA_FILE"),
-    "a CA file that is not there": ("rediss://localhost:6379/0", {"REDIS_TLS_CA_FILE": "/nope"}, "REDIS_TLS_CA_FILE"),
-    "a CA file that holds a key": (
-        "rediss://localhost:6379/0",
-        {"REDIS_TLS_CA_FILE": "client_key"},
-        "REDIS_TLS_CA_FILE",
-    ),
-    "a key without its certificate": (
-        "rediss://localhost:6379/0",
-        {"REDIS_TLS_KEY_FILE": "client_key"},
-        "REDIS_TLS_KEY_FILE",
-    ),
+    "a CA file that is not there": (TLS, {"REDIS_TLS_CA_FILE": "/nope"}, "REDIS_TLS_CA_FILE"),
+    "a CA file that holds a key": (TLS, {"REDIS_TLS_CA_FILE": "client_key"}, "REDIS_TLS_CA_FILE"),
+    "a key without its certificate": (TLS, {"REDIS_TLS_KEY_FILE": "client_key"}, "REDIS_TLS_KEY_FILE"),
     "a certificate with another's key": (
-        "rediss://localhost:6379/0",
+        TLS,
         {"REDIS_TLS_CERT_FILE": "client_cert", "REDIS_TLS_KEY_FILE": "server_key"},
         "REDIS_TLS_KEY_FILE",
     ),
