@@ -20,66 +20,44 @@ from setqueue.runtime.settings import DEMO_HANDLER, CleanerSettings, CreatorSett
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.procs import base_env
 
-COMMON = [
-    ("REDIS_URL", "not-a-url"),
-    ("REDIS_URL", "http://localhost:6379"),
-    ("REDIS_URL", "redis://localhost:notaport/0"),
-    ("QUEUE_NAME", "has space"),
-    ("QUEUE_NAME", "emails,emails"),
-    ("QUEUE_NAME", "emails,,reports"),
-    ("QUEUE_SHARDS", "0"),
-    ("QUEUE_SHARDS", "-2"),
-    ("QUEUE_SHARDS", "5000"),
-    ("QUEUE_SHARDS", "many"),
-    ("METRICS_HOST", "not a host!"),
-    ("METRICS_HOST", ""),
-    ("LEASE_SECONDS", "-1"),
-    ("LEASE_SECONDS", "soon"),
-    ("MAX_ATTEMPTS", "0"),
-    ("METRICS_PORT", "99999"),
-    ("LOG_LEVEL", "LOUD"),
-    ("LOG_FORMAT", "xml"),
-]
-ONLY = {
-    "creator": [("CREATE_RATE", "abc"), ("CREATE_RATE", "-5"), ("CREATE_BATCH", "0"), ("CREATE_FROM_STDIN", "maybe")],
-    "worker": [
-        ("JOB_HANDLER", "nope:nothing"),
-        ("JOB_HANDLER", "setqueue.runtime.demo:missing"),
-        ("JOB_HANDLER", "no-colon"),
-        ("CLAIM_BATCH", "0"),
-        ("CONCURRENCY", "0"),
-        ("CONCURRENCY", "-3"),
-        ("CONCURRENCY", "1e9"),
-        ("CONCURRENCY", "inf"),
-        ("CONCURRENCY", "lots"),
-        ("PROCESSES", "0"),
-        ("PROCESSES", "-1"),
-        ("PROCESSES", "abc"),
-        ("PROCESSES", "1e9"),
-        ("PROCESSES", ""),
-        ("PROCESSES", "257"),
-        ("JOB_TIMEOUT_SECONDS", "-1"),
-        ("JOB_TIMEOUT_SECONDS", "inf"),
-        ("JOB_TIMEOUT_SECONDS", "nan"),
-        ("JOB_TIMEOUT_SECONDS", "1e300"),
-        ("JOB_TIMEOUT_SECONDS", "soon"),
-        ("FAIL_RATE", "2"),
-        ("WORK_SECONDS", "-1"),
-        ("SHUTDOWN_GRACE_SECONDS", "x"),
-    ],
-    "cleaner": [
-        ("SWEEP_INTERVAL", "0"),
-        ("SWEEP_BATCH", "many"),
-        ("SCHEDULES", "report=61 * * * *"),  # a bad cron expression
-        ("SCHEDULES", "report=0 0 30 2 *"),  # one that matches no date
-        ("SCHEDULES", "report=* * * * * *"),  # seconds: not supported
-        ("SCHEDULES", "report 0 * * * *"),  # not name=cron
-        ("SCHEDULES", "a@b=0 * * * *"),  # a name that is no job-id prefix
-        ("SCHEDULES", "x=0 * * * *;x=5 * * * *"),  # a name twice
-        ("SCHEDULES", "@/no/such/schedules/file"),
-    ],
+COMMON = {
+    "REDIS_URL": ["not-a-url", "http://localhost:6379", "redis://localhost:notaport/0"],
+    "QUEUE_NAME": ["has space", "emails,emails", "emails,,reports"],
+    "QUEUE_SHARDS": ["0", "-2", "5000", "many"],
+    "METRICS_HOST": ["not a host!", ""],
+    "LEASE_SECONDS": ["-1", "soon"],
+    "MAX_ATTEMPTS": ["0"],
+    "METRICS_PORT": ["99999"],
+    "LOG_LEVEL": ["LOUD"],
+    "LOG_FORMAT": ["xml"],
 }
-CASES = [(service, name, value) for service in ONLY for name, value in COMMON + ONLY[service]]
+ONLY = {
+    "creator": {"CREATE_RATE": ["abc", "-5"], "CREATE_BATCH": ["0"], "CREATE_FROM_STDIN": ["maybe"]},
+    "worker": {
+        "JOB_HANDLER": ["nope:nothing", "setqueue.runtime.demo:missing", "no-colon"],
+        "CLAIM_BATCH": ["0"],
+        "CONCURRENCY": ["0", "-3", "1e9", "inf", "lots"],
+        "PROCESSES": ["0", "-1", "abc", "1e9", "", "257"],
+        "JOB_TIMEOUT_SECONDS": ["-1", "inf", "nan", "1e300", "soon"],
+        "FAIL_RATE": ["2"],
+        "WORK_SECONDS": ["-1"],
+        "SHUTDOWN_GRACE_SECONDS": ["x"],
+    },
+    "cleaner": {
+        "SWEEP_INTERVAL": ["0"],
+        "SWEEP_BATCH": ["many"],
+        "SCHEDULES": [
+            "report=61 * * * *",  # a bad cron expression
+            "report=0 0 30 2 *",  # one that matches no date
+            "report=* * * * * *",  # seconds: not supported
+            "report 0 * * * *",  # not name=cron
+            "a@b=0 * * * *",  # a name that is no job-id prefix
+            "x=0 * * * *;x=5 * * * *",  # a name twice
+            "@/no/such/schedules/file",
+        ],
+    },
+}
+CASES = [(s, n, v) for s in ONLY for n, values in (COMMON | ONLY[s]).items() for v in values]
 
 
 def run_service(module: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
