@@ -1,5 +1,5 @@
-"""Connecting to Redis (one Redis or any Redis Cluster node, found out on the first command; a
-queue's keys share one hash tag, so it lives in one slot), transient errors, and the idle wait."""
+"""Connecting to Redis (one Redis or any Cluster node, found out on the first command), transient
+errors, and the idle wait."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ Client: TypeAlias = redis.Redis | RedisCluster
 # "Redis is not there right now": wait and resend (every script is safe to resend).
 TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
     rexc.ConnectionError,  # includes BusyLoadingError, auth errors, ClusterUnavailable
-    rexc.TimeoutError,  # includes setqueue.NotReplicated (WAIT_REPLICAS not confirmed in time)
-    rexc.ReadOnlyError,  # talking to a replica during a failover
-    rexc.TryAgainError,  # a cluster slot being migrated
-    rexc.ClusterError,  # failing over: ClusterDownError, MasterDownError, endless redirections
+    rexc.TimeoutError,  # includes NotReplicated
+    rexc.ReadOnlyError,  # a replica during a failover
+    rexc.TryAgainError,  # a slot being migrated
+    rexc.ClusterError,  # ClusterDownError, MasterDownError, endless redirections
     rexc.AskError,  # includes MovedError the cluster client could not follow
     rexc.OutOfMemoryError,  # maxmemory with noeviction: writes refused until space frees up
 )
@@ -68,7 +68,7 @@ class ClusterUnavailable(redis.ConnectionError):
 
 @contextlib.contextmanager
 def _cluster_reachability() -> Iterator[None]:
-    """Turn redis-py's non-RedisError reports of an unmappable cluster into ClusterUnavailable; other
+    """redis-py's non-RedisError reports of an unmappable cluster as ClusterUnavailable; other
     RedisClusterExceptions (cross-slot, ...) are bugs and pass through."""
     try:
         yield
@@ -270,8 +270,8 @@ def tls_options(
     return options
 
 
-# No CLIENT SETINFO on connect: a least-privilege user is not granted it (Redis 7.0 refuses an ACL
-# rule naming it), and each refusal fills the ACL LOG. redis-py 8: driver_info=None; before: lib_*.
+# No CLIENT SETINFO: a least-privilege user lacks it (Redis 7.0 refuses an ACL rule naming it) and
+# each refusal fills the ACL LOG. redis-py 8: driver_info=None; before: lib_*.
 NO_CLIENT_SETINFO: dict[str, Any] = (
     {"driver_info": None}
     if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
@@ -289,11 +289,11 @@ def connect(
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
 ) -> ClusterAwareRedis:
-    """The client ``Queue.from_url`` uses (see ``ClusterAwareRedis``; nothing connects before the first command).
+    """The client ``Queue.from_url`` uses (see ``ClusterAwareRedis``).
 
-    It resends after a connection error or timeout (``retries`` times, with backoff; scripts are safe
-    to resend), and socket timeouts stop a call hanging on a dead connection. rediss:// verifies the
-    server (``tls_options``); a failed TLS handshake is not resent."""
+    It resends after a connection error or timeout (``retries`` times, with backoff), and socket
+    timeouts stop a call hanging on a dead connection. rediss:// verifies the server
+    (``tls_options``); a failed TLS handshake is not resent."""
     tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # unix:// refuses the TCP keepalive argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
@@ -461,7 +461,7 @@ class EndedListener:
                 self._subscribed.set()
                 self._wake(None)
                 return
-            except Exception:  # the subscription dropped (or the client closed): look again, resubscribe
+            except Exception:  # dropped (or closed): waiters look again; resubscribe
                 self._subscribed.clear()
                 self._wake(None)
                 if not self._closed:

@@ -57,7 +57,7 @@ class CompositeQueue:
 
     name: str
     members: Sequence[JobQueue]
-    _waiter: ClusterWaiter | None = None  # made by the first wait on a Redis Cluster
+    _waiter: ClusterWaiter | None = None  # made by a first wait on a Cluster
 
     def _member_of(self, lease: Lease) -> JobQueue:
         raise NotImplementedError
@@ -249,7 +249,7 @@ class CompositeQueue:
     def ping(self, *, record: bool = False) -> bool:
         return all([m.ping(record=record) for m in self.members])
 
-    # -- flow control: every shard alike (a sharded queue splits its rates: setqueue.sharded)
+    # -- flow control: every shard alike (ShardedQueue splits rates)
 
     def pause(self) -> bool:
         paused = [shard.pause() for shard in self.shards]

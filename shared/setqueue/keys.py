@@ -203,7 +203,7 @@ class QueueKeys:
     def swept(self) -> str:
         return self.prefix + "swept"
 
-    # -- flow control (setqueue.flow; lua/claim.lua enforces it, docs/guide.md#flow-control)
+    # -- flow control (setqueue.flow)
 
     @property
     def flow(self) -> str:
@@ -249,7 +249,7 @@ class QueueKeys:
     def wake(self) -> str:
         return self.prefix + "wake"
 
-    # -- the registry of live workers (setqueue.registry; the console reads it)
+    # -- the registry of live workers (setqueue.registry)
 
     @property
     def workers(self) -> str:

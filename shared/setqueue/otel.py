@@ -19,8 +19,7 @@ from setqueue.jobs import AckResult, JobTimeout, Lease, MoveTo, RetryLater
 from setqueue.version import __version__
 
 SYSTEM = "setqueue"
-# Span contexts kept between a job's spans (its claim's, then its own until its ack), oldest dropped
-# first so a job never acked cannot keep one forever.
+# Span contexts kept between a job's spans, oldest dropped first: a job never acked keeps none forever.
 KEPT_CONTEXTS = 100_000
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -70,8 +69,8 @@ class WorkerTracing:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("setqueue", __version__, tracer_provider=tracer_provider)
-        self._sdk = tracer_provider is not None  # spans are recorded (once true, for good)
-        self._check_at = 0.0  # when to look for an SDK again (monotonic seconds)
+        self._sdk = tracer_provider is not None  # once true, for good
+        self._check_at = 0.0  # monotonic time of the next SDK look-up
         self._claims = _Kept()  # a claimed job -> its claim's span
         self._jobs = _Kept()  # a job that succeeded -> its own span, until its ack
 

@@ -198,13 +198,13 @@ class Queue:
         self.wake_cap = wake_cap
         self.retry_backoff_seconds = float(retry_backoff_seconds)
         self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
-        self.next_due: float | None = None  # after a claim short of jobs: when more could be claimed
+        self.next_due: float | None = None  # after a short claim: when more could be claimed
         self._next_due_seen = 0.0  # monotonic time of that claim
         # As the last claim found it: a rate or group limits (claim only for free slots).
         self.flow_limited = False
         self.on_held: Callable[[str, str], None] | None = None  # (queue name, "paused"|"rate"|"group")
         self._lease_ms = max(1, round(lease_seconds * 1000))
-        self.request_ttl_seconds = float(request_ttl_seconds)  # a call's result is kept this long for a resend
+        self.request_ttl_seconds = float(request_ttl_seconds)
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
         self.result_ttl_seconds = _check_seconds("result_ttl_seconds", result_ttl_seconds)
@@ -218,8 +218,7 @@ class Queue:
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
-        """A plain queue on a new client for ``url`` (redis, rediss, unix; one Redis or any Cluster node;
-        see ``setqueue.client.connect``). For a sharded or composite queue use ``setqueue.open_queue``."""
+        """A plain queue on a new client for ``url`` (``setqueue.client.connect``); any kind: ``open_queue``."""
         return cls(connect(url), name, **options)
 
     @property
@@ -443,9 +442,8 @@ class Queue:
     # -- the cleaner
 
     def sweep(self, limit: int = 1000) -> SweepResult:
-        """Requeue (or dead-letter) in_progress ids whose lock is gone, examining up to ``limit``.
-
-        Resumes the ZSCAN where the last call stopped; also applies done's age retention."""
+        """Requeue (or dead-letter) in_progress ids whose lock is gone, examining up to ``limit`` from where
+        the last call's ZSCAN stopped; also applies done's age retention."""
         k = self.keys
         requeued: list[str] = []
         dead: list[str] = []
@@ -491,7 +489,7 @@ class Queue:
         """Everything the queue knows about one id, or None."""
         validate_job_id(job_id)
         k = self.keys
-        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
+        pipe = SnapshotReads(self.redis)
         pipe.zscore(k.todos, job_id)
         pipe.zscore(k.in_progress, job_id)
         pipe.sismember(k.done, job_id)
@@ -562,7 +560,7 @@ class Queue:
         )
 
     def history(self, job_id: str) -> list[HistoryEntry]:
-        """The job's off-happy-path transitions, oldest first (the last ten); empty if none or unknown."""
+        """The job's off-happy-path transitions, oldest first (the last ten)."""
         return list(_history(self.redis.hget(self.keys.history, validate_job_id(job_id))))
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> bool:
@@ -732,7 +730,7 @@ class Queue:
         )
 
     def groups(self, most: int = 100) -> list[GroupInfo]:
-        """Groups with jobs waiting or in progress (at most ``most``, turn-takers first) with counts, state, limits."""
+        """Groups with jobs waiting or running (at most ``most``, turn-takers first), with state and limits."""
         if most < 1:
             raise ValueError("most must be at least 1")
         _total, rows = self._scripts.list_groups(min(most, 10_000))
@@ -743,12 +741,12 @@ class Queue:
         ]
 
     def seconds_since_sweep(self) -> float | None:
-        """How long ago anyone swept this queue (Redis clock; None: not within a day): a day less the stamp's TTL."""
+        """Seconds since anyone swept this queue (Redis clock; None: not within a day)."""
         ttl_ms = self.redis.pttl(self.keys.swept)
         return None if ttl_ms < 0 else (SWEPT_STAMP_MS - ttl_ms) / 1000  # type: ignore[operator]
 
     def ping(self, *, record: bool = False) -> bool:
-        """Redis answers and the queue was not opened sharded (else OptionError). ``record``: for sharded queues."""
+        """Redis answers and the queue was not opened sharded (else OptionError)."""
         answered = bool(self.redis.ping())
         sharded = self.redis.get(self.keys.shards)
         if sharded is not None and int(sharded) != 1:

@@ -16,9 +16,9 @@ from setqueue.keys import QueueKeys
 
 # Index entries are kept this long after their last beat.
 INDEX_KEEP_MS = 3_600_000
-# The most job ids one record lists (held_count is always whole).
+# Most job ids one record lists (held_count is whole).
 MOST_HELD_LISTED = 100
-# The most workers one read of an index returns (most recently seen first).
+# Most workers one index read returns.
 MOST_READ = 1000
 WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
@@ -33,10 +33,10 @@ class WorkerRecord:
     queues: list[str]
     slots: int  # CONCURRENCY
     busy: int  # slots running a job now
-    held: list[list[str]]  # [queue, id] of jobs it holds (running, waiting, not acked), at most 100
-    held_count: int  # how many it holds in all
+    held: list[list[str]]  # [queue, id] of jobs it holds, at most MOST_HELD_LISTED
+    held_count: int
     started_at: float  # Unix seconds, the worker's clock
-    seen_at: float  # the beat that wrote this record (Unix seconds, the worker's clock)
+    seen_at: float  # this beat's time
     handler: str = ""
     version: str = ""
     heartbeat_seconds: float = 0.0

@@ -102,8 +102,8 @@ def load(name: str, read: Callable[[str], str] = _read_packaged) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Contract:
-    keys: tuple[str, ...]  # the names of KEYS[1], KEYS[2], ...
-    args: tuple[str, ...]  # the names of ARGV[1], ARGV[2], ...
+    keys: tuple[str, ...]  # the names of KEYS[1], ...
+    args: tuple[str, ...]
     key_tail: str | None  # the constant starting a variable-length list in KEYS (at len(keys) + 1)
     arg_tail: str | None
 
@@ -238,7 +238,7 @@ class Script:
         self.name = name
         self._client = client
         self._wait = None if name in READ_ONLY else wait
-        self.source = SOURCES[name] if source is None else source  # another first line of the same script
+        self.source = SOURCES[name] if source is None else source  # e.g. another first line
         self.contract = CONTRACTS[name]
         self._keys = len(self.contract.keys)
         self._args = len(self.contract.args)
@@ -281,8 +281,7 @@ L = TypeVar("L")
 
 @dataclass(frozen=True, slots=True)
 class ClaimHeader:
-    """A claim's reply besides its jobs: Redis clock (s), when more could be claimed (None: wait to be
-    woken), what flow control held back, whether the queue has a rate or group limits."""
+    """A claim's reply besides its jobs (see claim.lua's Returns), times in seconds."""
 
     now: float
     next_at: float | None
@@ -291,8 +290,7 @@ class ClaimHeader:
 
 
 def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
-    """The claims list (lua/includes/claims.lua): token -> claim number, the lock keys in that order,
-    and ``T, token, ...``."""
+    """The claims list (lua/includes/claims.lua): token -> claim number, lock keys, ``T, token, ...``."""
     numbers: dict[str, int] = {}
     for token in tokens:
         numbers.setdefault(token, len(numbers) + 1)
@@ -300,8 +298,8 @@ def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], lis
 
 
 class QueueScripts:
-    """One wrapper per script of one queue: builds ARGV in header order and decodes the reply (the
-    header's "Returns"). KEYS come from header and layout. One script call each; batching is the caller's."""
+    """One wrapper per script of one queue: ARGV in header order, the reply decoded. KEYS come from header
+    and layout. One script call each; batching is the caller's."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys

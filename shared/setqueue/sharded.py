@@ -46,7 +46,7 @@ class ShardedQueue(CompositeQueue):
         self.members = list(shards)
         self._shards = list(shards)
         self._next = 0  # the shard the next claim starts at
-        self._wake = QueueKeys(name).wake  # idle workers' list on a Redis Cluster
+        self._wake = QueueKeys(name).wake  # on a Cluster (wake_keys)
 
     @property
     def queues(self) -> Sequence[JobQueue]:
@@ -160,7 +160,7 @@ class ShardedQueue(CompositeQueue):
             leases += queue.claim(count - len(leases), request_id=part_id(request_id, queue.name))
             if len(leases) == count:
                 break
-        # The handler sees the queue's name, not the shard's.
+        # Handlers see the queue's name.
         return [dataclasses.replace(lease, queue=self.name) for lease in leases]
 
     # -- flow control: each shard enforces its share

@@ -1,7 +1,6 @@
 #!lua flags=allow-oom
--- delete.lua: remove one job entirely, whatever its state, with its bookkeeping; its claim's lock
--- counts one less, and a worker running it finds its lease stale. A grouped job leaves its group's
--- line or counts it down.
+-- delete.lua: remove one job and its bookkeeping, whatever its state; its claim's lock counts one
+-- less (a worker running it finds its lease stale); a grouped job leaves its line or counts down.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] attempts KEYS[8] payloads KEYS[9] errors KEYS[10] done_log
 -- KEYS[11] lock (of the claim that owned the id as the caller read owners; any lock key if none)

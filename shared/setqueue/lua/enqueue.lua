@@ -1,6 +1,6 @@
 #!lua
--- enqueue.lua: add ids at the back of their priority's line (todos, or their group's line), in the
--- order given, or to scheduled when due later; an id the queue already knows is left alone.
+-- enqueue.lua: add ids at the back of their priority's line (todos or their group's), in order, or
+-- to scheduled if due later; a known id is left alone.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
 -- KEYS[13] cancelled KEYS[14] flow KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of

@@ -1,8 +1,7 @@
 #!lua
--- periodic.lua: the cleaner's periodic jobs. Each schedule's latest-slot run is created at most
--- once, however many cleaners call at once: periodic keeps each schedule's latest slot (ms), and a
--- run is created only for a later one, in the step that records it. A schedule seen first gets its
--- slot recorded and no run. A run whose id the queue knows is not added again.
+-- periodic.lua: the cleaner's periodic jobs. periodic keeps each schedule's latest slot (ms); a run
+-- is created only for a later slot, in the step that records it, so once however many cleaners
+-- call. A schedule seen first gets its slot recorded, no run; a known id is not added again.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] scheduled
 -- KEYS[7] pending KEYS[8] payloads KEYS[9] wake KEYS[10] periodic KEYS[11] seq KEYS[12] cancelled
 -- KEYS[13] grouped

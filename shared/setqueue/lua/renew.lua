@@ -1,8 +1,7 @@
 #!lua flags=allow-oom
--- renew.lua: extend the leases the caller still holds: owners names its token and the claim's lock
--- exists; one PEXPIRE extends a whole claim. A gone lock is never re-created: the lease is lost and
--- someone else may own the id. A loss by cancellation says so, for the worker to stop. Idempotent:
--- no request record.
+-- renew.lua: extend the leases the caller still holds (owners names its token, the lock exists);
+-- one PEXPIRE per claim. A gone lock is never re-created: the lease is lost, someone else may own
+-- the id. A loss by cancellation says so. Idempotent: no request record.
 -- KEYS[1] owners KEYS[2] cancelled KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] lease_ms  ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number
 -- Returns an array: 1 extended, 0 lost, 2 lost because the job was cancelled

@@ -1,8 +1,7 @@
 #!lua flags=allow-oom
--- set_limits.lua: change flow control (setqueue.flow): pause, resume, the rate, the groups' default
--- limits or one group's own, and wake idle workers so claims see it at once. A change sends every
--- group set aside (full or resting) back to the line of groups to be weighed against the new
--- limits; removing the rate drops its state.
+-- set_limits.lua: change flow control (setqueue.flow) and wake idle workers so claims see it at
+-- once. A change sends every group set aside (full, resting) back to the line of groups, to be
+-- weighed against the new limits; removing the rate drops its state.
 -- KEYS[1] flow KEYS[2] group_limits KEYS[3] groups_ready KEYS[4] groups_resting KEYS[5] groups_full
 -- KEYS[6] wake
 -- ARGV[1] wake_cap  ARGV[2] what ("pause", "resume", "rate", "group_concurrency", "group_rate" or

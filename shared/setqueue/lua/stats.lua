@@ -1,14 +1,12 @@
 #!lua flags=no-writes
--- stats.lua: sizes of the six states, todos per priority, the oldest pending job's age and flow
--- control, in one snapshot by the Redis clock.
+-- stats.lua: one snapshot of the queue's figures by the Redis clock.
 -- KEYS[1] todos KEYS[2] in_progress KEYS[3] done KEYS[4] failed KEYS[5] pending KEYS[6] scheduled
 -- KEYS[7] cancelled KEYS[8] results KEYS[9] grouped (waiting jobs with a group: part of todos)
 -- KEYS[10] flow KEYS[11] groups_ready KEYS[12] groups_resting KEYS[13] groups_full KEYS[14] group_running
 -- No ARGV.
--- Returns an array: [todos (grouped or not), in_progress, done, failed, oldest pending age ms (0:
--- none), scheduled, cancelled, results kept, paused 1/0, grouped waiting jobs, groups waiting, of
--- which resting, of which full, groups running], then priority, todos count per non-empty priority,
--- highest first
+-- Returns an array: [todos (grouped too), in_progress, done, failed, oldest pending age ms (0:
+-- none), scheduled, cancelled, results kept, paused 1/0, grouped waiting, groups waiting, resting,
+-- full, running], then priority, todos count, per non-empty priority, highest first
 local todos, in_progress, done, failed, pending, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, results, grouped, flow = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local groups_ready, groups_resting, groups_full, group_running = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
