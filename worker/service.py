@@ -68,37 +68,31 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def __init__(
         self, settings: WorkerSettings, queue: JobQueue | None = None, handler: Callable[[Lease], Any] | None = None
     ) -> None:
+        s = settings
         self._from_setting = handler is None
-        self.handler = handler if handler is not None else load_handler(settings.job_handler)
-        self._configure = self._configure_hook(settings)
-        super().__init__(settings, WorkerMetrics(new_registry(), settings.queue_names), queue)
+        self.handler = handler if handler is not None else load_handler(s.job_handler)
+        self._configure = self._configure_hook(s)
+        super().__init__(settings, WorkerMetrics(new_registry(), s.queue_names), queue)
         self.tracing = worker_tracing()
         handler, self._claim, self._ack_many = self.handler, self.queue.claim, self.queue.ack_many
         if self.tracing is not None:
             handler = self.tracing.wrap(self.handler)
             self._claim = self.tracing.claiming(self.queue.claim, self.queue.name)
             self._ack_many = self.tracing.acking(self.queue.ack_many, self.queue.name)
-        self.engine = Engine(
-            handler, settings.concurrency, settings.job_timeout_seconds, self._job_ended, settings.claim_batch
-        )
+        self.engine = Engine(handler, s.concurrency, s.job_timeout_seconds, self._job_ended, s.claim_batch)
         self.keeper = LeaseKeeper(
             self.queue, on_renewed=self._renewed, on_lost=self._lost, on_cancelled=self._lease_cancelled
         )
         channels = [shard.keys.cancel_channel for shard in self.queue.shards]
         self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log, self.refuse)
         self.heartbeat = None
-        if settings.worker_heartbeat_seconds > 0:
+        if (every := s.worker_heartbeat_seconds) > 0:
             names = [q.name for q in self.queue.queues]
             self.heartbeat = Heartbeat(
-                self.queue.redis,
-                names,
-                settings.worker_heartbeat_seconds,
-                slots=settings.concurrency,
-                snapshot=self._snapshot,
-                handler=settings.job_handler,
+                self.queue.redis, names, every, slots=s.concurrency, snapshot=self._snapshot, handler=s.job_handler
             )
         shards = self.queue.shards
-        self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if settings.audit and len(shards) == 1 else None
+        self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if s.audit and len(shards) == 1 else None
         self._move_targets: dict[str, JobQueue] = {}
         self._ended_lock = threading.Lock()
         self._acks: list[Lease] = []  # finished jobs not acked yet
@@ -106,13 +100,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._fails: list[tuple[Lease, BaseException]] = []
         self._durations: list[tuple[str, float]] = []  # (queue, seconds)
         self.failures = FailureLog(self.log)
-        self.standin = StandIn(self.queue, settings.standin_sweep_seconds, self.metrics, self.log)
+        self.standin = StandIn(self.queue, s.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
-        self._handback_seconds = settings.lease_seconds / 3
+        self._handback_seconds = s.lease_seconds / 3
         self._shutting_down = False
         self._stopped = threading.Event()  # run() returned: the backstop stands down
         self._exit_code = 0
-        self.metrics.worker_slots.set(settings.concurrency)
+        self.metrics.worker_slots.set(s.concurrency)
         # Flow control's holds are counted under the queue's name, not the shard's.
         self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
         for shard in self.queue.shards:
