@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -122,24 +123,14 @@ def cleaners(redis_url: str, queue_name: str) -> Iterator[Cleaners]:
 
 
 def all_at_once(services: list[CleanerService], now: float) -> list[str]:
-    barrier = threading.Barrier(len(services))
-    created: list[list[str]] = [[] for _ in services]
-    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(services))  # every cleaner's periodic step at the same moment
 
-    def one(i: int) -> None:
-        try:
-            barrier.wait(10)
-            created[i] = services[i].create_periodic_runs(now)
-        except BaseException as exc:
-            errors.append(exc)
+    def one(service: CleanerService) -> list[str]:
+        barrier.wait(10)
+        return service.create_periodic_runs(now)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(services))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
-    return [run_id for ids in created for run_id in ids]
+    with ThreadPoolExecutor(len(services)) as pool:
+        return [run_id for ids in pool.map(one, services) for run_id in ids]
 
 
 def runs_by(service: CleanerService, schedule: str) -> float:
