@@ -151,6 +151,10 @@ def test_a_jobs_whole_life_works_under_the_rule(admin: redis.Redis, user_url: st
     assert refusals(admin) == []
 
 
+def cli(url: str, name: str, *argv: str) -> int:
+    return cli_main(["--redis-url", url, "--queue", name, *argv], stdin=io.StringIO(""), out=io.StringIO())
+
+
 def _service_env(url: str, name: str, **more: Any) -> dict[str, Any]:
     return {"REDIS_URL": url, "QUEUE_NAME": name, "LEASE_SECONDS": 2, "AUDIT": "true", **more}
 
@@ -184,7 +188,7 @@ def test_every_service_and_command_works_under_the_rule(
         ["cancel", "ended"],
         ["result", "ended", "--wait", "5s"],
     ):
-        code = cli_main(["--redis-url", user_url, "--queue", name, *argv], stdin=io.StringIO(""), out=io.StringIO())
+        code = cli(user_url, name, *argv)
         err = capsys.readouterr().err
         assert code in (0, 1, 4) and "refused" not in err and "may not" not in err, (argv, code, err)
 
@@ -204,7 +208,7 @@ def test_every_service_and_command_works_under_the_rule(
 
     wait_until(reported, 30, "the progress report")
     for job_id in ("spin-1", "progress-1"):
-        code = cli_main(["--redis-url", user_url, "--queue", life, "cancel", job_id], out=io.StringIO())
+        code = cli(user_url, life, "cancel", job_id)
         assert code == 0, capsys.readouterr().err
     wait_until(lambda: [e for e, *_ in log.events()].count("cancelled") == 2, 10, "the two runs stopped")
     assert [entry.kind for entry in runs.history("spin-1")] == ["cancelled"]
@@ -246,7 +250,7 @@ def test_a_user_without_a_command_it_needs_is_one_line_naming_it_and_exit_3(
     assert len(said) == 1 and says in said[0], err
     assert time.monotonic() - started < 60  # not a retry loop
     if command == "evalsha":
-        code = cli_main(["--redis-url", url, "--queue", name, "push", "a"], out=io.StringIO())
+        code = cli(url, name, "push", "a")
         err = capsys.readouterr().err
         assert code == 3 and len(err.splitlines()) == 1 and "may not run EVALSHA" in err, err
 
@@ -256,9 +260,9 @@ def test_result_for_a_user_who_may_not_subscribe_is_one_line_and_exit_3(
 ) -> None:
     url = add_user(admin, "less-subscribe", without=("subscribe",))
     name = f"acl-{uuid.uuid4().hex[:6]}"
-    assert cli_main(["--redis-url", url, "--queue", name, "push", "a"], out=io.StringIO()) == 0
+    assert cli(url, name, "push", "a") == 0
     started = time.monotonic()
-    code = cli_main(["--redis-url", url, "--queue", name, "result", "a", "--wait", "60s"], out=io.StringIO())
+    code = cli(url, name, "result", "a", "--wait", "60s")
     err = capsys.readouterr().err
     assert code == 3 and len(err.splitlines()) == 1 and "may not run SUBSCRIBE" in err, err
     assert time.monotonic() - started < 30  # told, not left to wait out --wait
