@@ -238,21 +238,27 @@ def test_three_cleaner_processes_started_together_create_the_catch_up_run_once(
 # -- setqueue schedules
 
 
-def schedules_cli(redis_url: str, queue_name: str, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(["--redis-url", redis_url, "--queue", queue_name, "schedules", *args], out=out)
-    return code, out.getvalue()
+Schedules = Callable[..., tuple[int, str]]
 
 
-def test_cli_lists_names_expressions_and_next_runs(
-    redis_url: str, queue_name: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The schedules live in Redis: the CLI lists them without SCHEDULES of its own."""
+@pytest.fixture
+def schedules(redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch) -> Schedules:
+    """`setqueue schedules` on this test's queue, with no SCHEDULES of its own."""
     monkeypatch.delenv("SCHEDULES", raising=False)
-    assert schedules_cli(redis_url, queue_name, "add", "report", "0 * * * *")[0] == 0
-    assert schedules_cli(redis_url, queue_name, "add", "newyear", "0 0 1 1 *")[0] == 0
+
+    def run(*args: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main(["--redis-url", redis_url, "--queue", queue_name, "schedules", *args], out=out), out.getvalue()
+
+    return run
+
+
+def test_cli_lists_names_expressions_and_next_runs(schedules: Schedules, queue: Queue) -> None:
+    """The schedules live in Redis: the CLI lists them without SCHEDULES of its own."""
+    assert schedules("add", "report", "0 * * * *")[0] == 0
+    assert schedules("add", "newyear", "0 0 1 1 *")[0] == 0
     queue.redis.hset(queue.keys.periodic, "report", round(utc("2026-11-23T16:00:00") * 1000))
-    code, out = schedules_cli(redis_url, queue_name)
+    code, out = schedules()
     now = redis_now(queue.redis)
     assert code == 0
     header, newyear, report = (line.split() for line in out.splitlines())
@@ -260,7 +266,7 @@ def test_cli_lists_names_expressions_and_next_runs(
     assert report == ["report", "0", "*", "*", "*", "*", "2026-11-23T16:00:00Z", iso(next_slot("0 * * * *", now))]
     assert newyear == ["newyear", "0", "0", "1", "1", "*", "-", iso(next_slot("0 0 1 1 *", now))]
 
-    code, out = schedules_cli(redis_url, queue_name, "--json")
+    code, out = schedules("--json")
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0
     assert [(r["name"], r["cron"], r["last_slot"]) for r in rows] == [
@@ -268,22 +274,17 @@ def test_cli_lists_names_expressions_and_next_runs(
         ("report", "0 * * * *", "2026-11-23T16:00:00Z"),
     ]
     assert rows[0]["next_run"].endswith("-01-01T00:00:00Z")
-    assert schedules_cli(redis_url, queue_name, "remove", "newyear") == (0, "removed newyear\n")
-    assert [line.split()[0] for line in schedules_cli(redis_url, queue_name)[1].splitlines()] == ["NAME", "report"]
+    assert schedules("remove", "newyear") == (0, "removed newyear\n")
+    assert [line.split()[0] for line in schedules()[1].splitlines()] == ["NAME", "report"]
 
 
 def test_cli_without_schedules_and_with_a_bad_one(
-    redis_url: str,
-    queue_name: str,
-    client: redis.Redis,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    schedules: Schedules, queue_name: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("SCHEDULES", raising=False)
-    assert schedules_cli(redis_url, queue_name) == (0, f"no periodic jobs in queue {queue_name}\n")
+    assert schedules() == (0, f"no periodic jobs in queue {queue_name}\n")
     capsys.readouterr()
     for bad in (["add", "report", "0 25 * * *"], ["add", "bad name", "@daily"], ["remove", "nothing"]):
-        assert schedules_cli(redis_url, queue_name, *bad)[0] in (1, 2)
+        assert schedules(*bad)[0] in (1, 2)
         err = capsys.readouterr().err
         assert err.startswith("setqueue: ") and err.count("\n") == 1, err
     assert client.keys(f"setqueue:{{{queue_name}}}:*") == []
