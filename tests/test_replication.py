@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import os
 import signal
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,6 +17,7 @@ from setqueue.keys import QueueKeys
 from setqueue.replication import NotReplicated
 from setqueue.runtime.cli import main as cli_main
 from tests.support import RedisServer
+from tests.support.waits import wait_until
 
 
 class Primary:
@@ -27,11 +27,8 @@ class Primary:
         self.master = RedisServer().start()
         self.replica = RedisServer(args=["--replicaof", "127.0.0.1", str(self.master.port)]).start()
         self.replica_client = redis.Redis.from_url(self.replica.url, decode_responses=True)
-        deadline = time.monotonic() + 30
-        while self.replica_client.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the replica did not connect to its master")
-            time.sleep(0.05)
+        client = self.replica_client
+        wait_until(lambda: client.info("replication").get("master_link_status") == "up", 30, "the replica's link")
 
     def pause_replica(self) -> None:
         assert self.replica.process is not None
