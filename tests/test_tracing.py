@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +22,7 @@ from setqueue.tracing import current_trace_parent, trace_id
 from tests.support.otel import sdk_spans
 from tests.support.procs import base_env
 from tests.support.redis_server import REPO_ROOT
-from tests.support.waits import wait_until
+from tests.support.waits import wait_until, wait_until_leases_expire
 from worker.service import WorkerService
 
 
@@ -189,7 +188,7 @@ def test_a_traced_job_keeps_its_own_timeout_and_the_sweep_its_max_attempts(
         short.enqueue(["lost-1"], max_attempts=1)
     (lease,) = short.claim(1)
     assert lease.trace_parent is not None and lease.max_attempts == 1
-    time.sleep(0.4)  # its lease expires, never renewed
+    wait_until_leases_expire(short, [lease])  # never renewed
     assert short.sweep().dead_lettered == ["lost-1"]
 
 
