@@ -55,17 +55,13 @@ class Workers:
         return self.start_worker(self.queue_name, **settings)
 
     def cli(self, *argv: str) -> tuple[int, str]:
-        return cli(self.redis_url, self.queue_name, *argv)
+        out = io.StringIO()
+        return cli_main(["--redis-url", self.redis_url, "--queue", self.queue_name, *argv], out=out), out.getvalue()
 
 
 @pytest.fixture
 def workers(start_worker: Callable[..., Proc], tmp_path: Path, redis_url: str, queue_name: str) -> Workers:
     return Workers(start_worker, tmp_path, redis_url, queue_name)
-
-
-def cli(redis_url: str, queue_name: str, *argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    return cli_main(["--redis-url", redis_url, "--queue", queue_name, *argv], out=out), out.getvalue()
 
 
 # -- results
