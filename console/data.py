@@ -1,7 +1,5 @@
-"""What the console reads from Redis, in bounded steps: no command costs more than O(log N + page)
-on a queue of N jobs, and none reads a whole set. Pages: ZRANGE by index for todos, in_progress and
-scheduled; ZREVRANGE of ``done_log`` for done; an SSCAN cursor for failed and cancelled; then one
-pipeline for the page's details.
+"""What the console reads from Redis, in bounded steps (docs/console.md has each read's cost): no
+command costs more than O(log N + page) on a queue of N jobs, and none reads a whole set.
 """
 
 from __future__ import annotations

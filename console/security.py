@@ -1,8 +1,6 @@
-"""Who may act: nobody without CONSOLE_TOKEN (every POST is refused); else whoever signs in with it.
-
-The session cookie is ``<id>.<issued>.<HMAC-SHA256>`` under a key of the token and a secret drawn
-at start (a restart or another token ends every session), HttpOnly, SameSite=Strict, valid for
-SESSION_SECONDS. Each form holds ``csrf`` = HMAC(key, "csrf:" + session id).
+"""Who may act: nobody without CONSOLE_TOKEN; else whoever signs in with it (docs/console.md). The
+session cookie is ``<id>.<issued>.<HMAC>`` under a key of the token and a secret drawn at start, so
+a restart or another token ends every session; each form's ``csrf`` is HMAC(key, "csrf:" + id).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Where the worker's jobs run: CONCURRENCY slots (threads, or one asyncio loop for an ``async
-def`` handler) fed from a FIFO buffer of claimed jobs; ``wanted`` is the claim policy.
-
-Each running job is a ``Running`` record with a deadline, so the supervisor can time it out
-whatever the handler does: ``interrupt`` raises ``JobTimeout`` in its thread (best effort: a thread
-blocked in C code, such as ``time.sleep``, sees it only back in Python) or cancels its task. A slot
-not back a while after its timeout is a zombie. No Redis here: ``finish`` reports each end and the
-worker decides what it means.
+"""Where the worker's jobs run: CONCURRENCY slots (threads, or one asyncio loop for an ``async def``
+handler) fed from a FIFO buffer of claimed jobs; ``wanted`` is the claim policy. Each running job has
+a deadline so that the supervisor can interrupt it whatever the handler does. No Redis here:
+``finish`` reports each end and the worker decides what it means.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""The worker: claim jobs for free slots, run them CONCURRENCY at a time, ack or fail them.
-
-Threads: the claimer claims for the free slots (plus up to CLAIM_BATCH buffered while jobs keep
-starting) and blocks on the wake-up list when the queue is empty; the slots (``worker.engine``) run
-jobs; the supervisor (main thread), every TICK_SECONDS, acks finished jobs in batches, fails failed
-ones, times jobs out, hands back buffered jobs that waited a third of the lease, counts zombies.
-
-Shutdown (first SIGTERM/SIGINT): stop claiming; ack what finished, hand back the unstarted jobs;
-let running jobs finish within SHUTDOWN_GRACE_SECONDS; then ack what finished and only then hand
-back those still running (no attempt used); exit 0. A second signal exits at once. A finished job
-never runs again because of a shutdown. Over half the slots zombies: the same, exit EXIT_ZOMBIES.
+"""The worker: a claimer thread, the slots (``worker.engine``) and the supervisor (main thread), which
+acks, fails, times out, hands back and shuts down (docs/guide.md, "How a worker runs jobs"). What
+finished is always acked before anything is handed back, so a shutdown never runs a finished job again.
 """
 
 from __future__ import annotations
@@ -388,7 +380,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             grace, jobs = self.settings.shutdown_grace_seconds, plural(len(running), "job")
             self.log.warning("shutdown grace of %gs is over with %s still running: handing them back", grace, jobs)
             if self.audit is not None:
-                # Before the hand-back, so that both this run and the next one are explained.
+                # Before the hand-back, so that both this run and the next are explained (a spare record is harmless).
                 with contextlib.suppress(Exception):  # best effort: Redis may be down
                     self.audit.lease_lost([lease.id for lease in running])
             self._release(running)

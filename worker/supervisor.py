@@ -1,24 +1,10 @@
-"""PROCESSES=N>1: ``python -m worker`` becomes a supervisor of N single-process workers
-(``worker.service``, what PROCESSES=1 runs), so CPU-bound handlers use every core (the GIL) under one
-container, one /metrics and one /healthz. A child is ``sys.executable -m worker`` with PROCESSES=1
-and a private metrics socket, not a ``multiprocessing`` spawn: a fresh interpreter is a lone worker
-(its own signals, connections and threads, nothing inherited from a fork), Popen gives the exit
-code or signal straight, and nothing is pickled.
-
-- **Crashes.** A child that exits unasked (crash, signal, exit 4 for zombies) is restarted after
-  0.25 s, doubling with each restart within the last minute; its claimed jobs come back through
-  the cleaner. Exit 2 (bad setting) or 3 (Redis refuses us) would recur: the others are stopped and
-  the supervisor exits with that code; so it does, with 1, once a child restarted
-  RESTARTS_PER_WINDOW times within RESTART_WINDOW_SECONDS exits again (compose, systemd can act).
-- **Signals.** SIGTERM/SIGINT is passed on to every child, which drains as a lone worker does; exit
-  0 once all exited cleanly. A second signal is passed on too (the children exit at once) and the
-  supervisor exits 128 + its number. The children have their own process group so that a terminal's
-  Ctrl-C reaches them once, through us; a child whose supervisor is gone (SIGKILL) stops gracefully.
-- **Metrics.** Each child serves /metrics and /healthz on a 127.0.0.1 socket the supervisor bound
-  for it (no other process can take the port in between). Our /metrics scrapes them when scraped
-  and combines each sample: a sum, except ``LEAST`` and ``MOST`` (docs/reference.md). An exited
-  child's counters are kept as last scraped and added to its successors', so no summed counter goes
-  down on a restart. /healthz is 200 while every child runs and answers 200.
+"""PROCESSES=N>1: ``python -m worker`` supervises N single-process workers (what it does: docs/guide.md,
+"Using every core"). A child is ``sys.executable -m worker`` with PROCESSES=1, not a
+``multiprocessing`` spawn: a fresh interpreter is a lone worker (its own signals, connections and
+threads, nothing inherited from a fork), Popen gives the exit code or signal straight, nothing is
+pickled. Each serves /metrics on a 127.0.0.1 socket we bound for it (no other process can take the
+port in between); our /metrics combines theirs when scraped, and an exited child's counters are
+added to its successors' so that no summed counter goes down on a restart.
 """
 
 from __future__ import annotations
