@@ -10,7 +10,7 @@ import redis
 
 from setqueue import Queue
 from tests.support import RedisServer
-from tests.support.console import ConsoleProc
+from tests.support.console import ConsoleProc, StartConsole, StartWorker
 from tests.support.procs import Proc
 
 
@@ -24,7 +24,7 @@ def procs() -> Iterator[list[Proc]]:
 
 
 @pytest.fixture
-def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., ConsoleProc]:
+def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> StartConsole:
     def start(**settings: object) -> ConsoleProc:
         console = ConsoleProc.start_console(tmp_path, redis_url, name=f"console-{len(procs)}", **settings)
         procs.append(console)
@@ -34,7 +34,7 @@ def start_console(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> Callable[..., Proc]:
+def start_worker(tmp_path: Path, procs: list[Proc], redis_url: str) -> StartWorker:
     """A worker running tests.support.jobs:handle (logged in exec.log), beating every 0.5 s."""
 
     def start(queue_name: str, **settings: object) -> Proc:

@@ -102,25 +102,18 @@ def test_the_whole_api_through_any_node_with_queues_on_every_master(cluster: Red
         entry = next(r for m, replicas in topology.items() if m != master for r in replicas)  # another's replica
         other_entry = next(m for m in topology if m != master)
         q = Queue.from_url(cluster.url(entry), name, lease_seconds=0.2, max_attempts=2, retry_backoff_seconds=0)
-        other = Queue.from_url(cluster.url(other_entry), name)
-        try:
+        with contextlib.closing(q), contextlib.closing(Queue.from_url(cluster.url(other_entry), name)) as other:
             exercise_the_whole_api(q, other)
             assert isinstance(q.redis, ClusterAwareRedis) and q.redis.cluster_client() is not None
             placed = keys_by_master(cluster, q.keys.prefix)
             assert placed[master] > 0 and sum(placed.values()) == placed[master], (name, master, placed)
-        finally:
-            q.close()
-            other.close()
 
 
 def test_a_plain_redis_stays_a_plain_client(redis_url: str, queue_name: str) -> None:
-    q = Queue.from_url(redis_url, queue_name)
-    try:
+    with contextlib.closing(Queue.from_url(redis_url, queue_name)) as q:
         assert q.enqueue(["a"]) == 1
         assert isinstance(q.redis, ClusterAwareRedis) and q.redis.cluster_client() is None
         assert q.inspect("a") is not None
-    finally:
-        q.close()
 
 
 def test_the_cli_through_a_node_that_does_not_hold_the_queue(

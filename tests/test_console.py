@@ -11,24 +11,31 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from setqueue import JobQueue, Queue, open_queue
+from setqueue import Queue, open_queue
 from setqueue.client import connect
 from setqueue.registry import WorkerRecord, beat
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
-from tests.support.console import Answer, Browserless, ConsoleProc
+from tests.support.console import (
+    STATES,
+    Browserless,
+    ConsoleProc,
+    StartConsole,
+    StartWorker,
+    counts,
+    dead_letters,
+)
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until
 
 TOKEN = "console-test-token"
-STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
 FORGED = "0" * 64
 
 
@@ -41,10 +48,6 @@ def state_counts(page: str, queue: str) -> dict[str, int]:
 
 def page_ids(page: str) -> list[str]:
     return [html.unescape(i) for i in re.findall(r'<tr data-id="([^"]*)">', page)]
-
-
-def without_age(stats: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in stats.items() if k in STATES}
 
 
 def state_of(queue: Queue, job_id: str) -> str | None:
@@ -66,21 +69,7 @@ def every_page(client: Browserless, path: str, most: int, says: str = "") -> lis
     return seen
 
 
-def dead_letters(queue: JobQueue, ids: list[str]) -> None:
-    """With an error and a traceback each."""
-    queue.enqueue(ids)
-    left = len(ids)
-    while left:
-        leases = queue.claim(left)
-        left -= len(leases)
-        for lease in leases:
-            reason = f"ValueError('no {lease.id}')\nTraceback (most recent call last):\nValueError"
-            queue.fail(lease, reason, retry=False)
-
-
-def test_the_queues_page_shows_what_stats_says(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
-) -> None:
+def test_the_queues_page_shows_what_stats_says(start_console: StartConsole, redis_url: str, queue_name: str) -> None:
     plain = open_queue(redis_url, queue_name, retry_backoff_seconds=0)
     dead_letters(plain, ["x1", "x2"])
     plain.enqueue([f"a{i}" for i in range(30)])
@@ -93,13 +82,13 @@ def test_the_queues_page_shows_what_stats_says(
     console = start_console(QUEUE_NAME=queue_name)
     page = console.client().get("/")
     assert page.status == 200
-    assert state_counts(page.body, queue_name) == without_age(plain.stats())
-    assert state_counts(page.body, f"{queue_name}-s") == without_age(sharded.stats())
+    assert state_counts(page.body, queue_name) == counts(plain)
+    assert state_counts(page.body, f"{queue_name}-s") == counts(sharded)
     assert ">+7: 2<" in page.body  # todos by priority: 6, less 4 claimed
     # static/live.js swaps in what the data-live URL returns.
     partial = console.client().get("/?partial=1")
     assert partial.body.startswith('<div id="queues" data-live="/?partial=1">') and "<html" not in partial.body
-    assert state_counts(partial.body, queue_name) == without_age(plain.stats())
+    assert state_counts(partial.body, queue_name) == counts(plain)
     assert '<script src="/static/live.js" defer>' in page.body
     assert "data-live" in console.client().get("/static/live.js").body
     one = console.client().get(f"/queues/{queue_name}-s")
@@ -109,7 +98,7 @@ def test_the_queues_page_shows_what_stats_says(
 
 
 def test_pages_of_jobs_follow_the_line_and_the_cursor(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0)
     dead_letters(queue, [f"dead/{i} &<odd>" for i in range(130)])
@@ -181,12 +170,10 @@ def actions(queue_name: str) -> list[dict[str, str]]:
     ]
 
 
-def test_a_read_only_console_refuses_every_action(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
-) -> None:
+def test_a_read_only_console_refuses_every_action(start_console: StartConsole, redis_url: str, queue_name: str) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     dead_letters(queue, ["d1", "d2", "d3"])
-    before = without_age(queue.stats())
+    before = counts(queue)
     client = start_console(QUEUE_NAME=queue_name).client()  # no CONSOLE_TOKEN
     page = client.get(f"/queues/{queue_name}/jobs/failed")
     assert "read-only" in page.body and 'data-action="requeue"' not in page.body
@@ -194,17 +181,17 @@ def test_a_read_only_console_refuses_every_action(
         answer = client.post(f"/queues/{queue_name}/actions", {**fields, "csrf": FORGED})
         assert answer.status == 403 and "read-only" in answer.error_detail()
     assert client.sign_in("anything").status == 403
-    assert without_age(queue.stats()) == before
+    assert counts(queue) == before
 
 
 def test_actions_need_a_session_and_its_csrf_token(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     dead_letters(queue, ["d1", "d2", "d3", "d4"])
     console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
     url = f"/queues/{queue_name}/actions"
-    before = without_age(queue.stats())
+    before = counts(queue)
 
     stranger = console.client()  # never signed in
     for fields in actions(queue_name):
@@ -214,8 +201,7 @@ def test_actions_need_a_session_and_its_csrf_token(
     assert wrong.sign_in("not-the-token").status == 403
     assert wrong.csrf(f"/queues/{queue_name}/jobs/failed") == ""
 
-    operator = console.client()
-    assert operator.sign_in(TOKEN).status == 303
+    operator = console.operator(TOKEN)
     csrf = operator.csrf(f"/queues/{queue_name}/jobs/failed")
     assert len(csrf) == 64
     requeue = {"action": "requeue", "id": "d1", "back": f"/queues/{queue_name}/jobs/failed"}
@@ -226,10 +212,9 @@ def test_actions_need_a_session_and_its_csrf_token(
     elsewhere = operator.post(url, {**requeue, "csrf": csrf}, headers={"Origin": "http://evil.example"})
     assert elsewhere.status == 403 and "evil.example" in elsewhere.error_detail()
     # Another operator's CSRF token is not this session's.
-    other = console.client()
-    other.sign_in(TOKEN)
+    other = console.operator(TOKEN)
     assert other.post(url, {**requeue, "csrf": csrf}).status == 403
-    assert without_age(queue.stats()) == before, "a refused action changed something"
+    assert counts(queue) == before, "a refused action changed something"
 
     done = operator.post(url, {**requeue, "csrf": csrf})
     assert done.status == 303 and "notice=requeued%3A1" in done.location
@@ -245,7 +230,7 @@ def test_actions_need_a_session_and_its_csrf_token(
     assert state_of(queue, "d3") == "failed"
     fresh = operator.csrf("/")
     assert operator.post(url, {"action": "requeue-all", "csrf": fresh}).status == 303
-    assert without_age(queue.stats())["failed"] == 0
+    assert counts(queue)["failed"] == 0
     assert operator.post(url, {"action": "nonsense", "csrf": fresh}).status == 400
     assert operator.post(url, {"action": "delete", "id": "x\ny", "csrf": fresh}).status == 400
     bad_back = operator.post(url, {"action": "requeue-all", "csrf": fresh, "back": "//evil.example/"})
@@ -257,10 +242,9 @@ def test_actions_need_a_session_and_its_csrf_token(
 
 
 def test_cancelled_jobs_have_their_count_and_their_pages(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
-    """Counted on the queues and queue pages, paged by cursor, and left out of done's pages (done_log
-    holds both, for one retention)."""
+    """Left out of done's pages (done_log holds both, for one retention)."""
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue(["ok-1", "ok-2"])
     queue.ack_many(queue.claim(2))
@@ -270,8 +254,8 @@ def test_cancelled_jobs_have_their_count_and_their_pages(
     for job_id in [*cancelled, "later"]:
         assert queue.cancel(job_id) in ("todos", "scheduled")
     client = start_console(QUEUE_NAME=queue_name).client()
-    counts = state_counts(client.get("/").body, queue_name)
-    assert counts == without_age(queue.stats()) and counts["cancelled"] == 71 and counts["done"] == 2
+    shown = state_counts(client.get("/").body, queue_name)
+    assert shown == counts(queue) and shown["cancelled"] == 71 and shown["done"] == 2
     assert f'href="/queues/{queue_name}/jobs/cancelled"' in client.get(f"/queues/{queue_name}").body
     done = client.get(f"/queues/{queue_name}/jobs/done")
     assert sorted(page_ids(done.body)) == ["ok-1", "ok-2"] and '<span id="total">2</span>' in done.body
@@ -285,11 +269,7 @@ def test_cancelled_jobs_have_their_count_and_their_pages(
 
 
 def test_cancel_needs_the_token_and_stops_a_running_job(
-    start_console: Callable[..., ConsoleProc],
-    start_worker: Callable[..., Proc],
-    tmp_path: Path,
-    redis_url: str,
-    queue_name: str,
+    start_console: StartConsole, start_worker: StartWorker, tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
     """A running job's page shows its progress; Cancel is refused without a session and its CSRF
     token, then cancels it: the page and history say so, naming the worker, which stops running it."""
@@ -307,8 +287,7 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
     assert '<progress max="1" value="0.5">' in page.body and "50 %" in page.body and "halfway" in page.body
     assert 'data-action="cancel"' not in page.body and "to requeue, cancel or delete" in page.body
     assert stranger.post(url, {**cancel, "csrf": FORGED}).status == 403
-    operator = console.client()
-    operator.sign_in(TOKEN)
+    operator = console.operator(TOKEN)
     assert 'data-action="cancel"' in operator.get(job).body
     csrf = operator.csrf(job)
     assert operator.post(url, cancel).status == 403  # no CSRF token
@@ -335,7 +314,7 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
 
 
 def test_a_job_page_shows_its_result_or_why_there_is_none(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     kept = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0)
     kept.enqueue(["json-1", "bytes-1", "none-1", "fail-1", "waits-1"])
@@ -367,20 +346,19 @@ def test_a_job_page_shows_its_result_or_why_there_is_none(
 
 
 def test_delete_all_takes_every_dead_letter_of_every_shard(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     queue = open_queue(redis_url, queue_name, shards=3, retry_backoff_seconds=0)
     dead_letters(queue, [f"d{i}" for i in range(25)])
     queue.enqueue(["alive"])
-    operator = start_console(QUEUE_NAME=queue_name, QUEUE_SHARDS=3, CONSOLE_TOKEN=TOKEN).client()
-    operator.sign_in(TOKEN)
+    operator = start_console(QUEUE_NAME=queue_name, QUEUE_SHARDS=3, CONSOLE_TOKEN=TOKEN).operator(TOKEN)
     answer = operator.post(f"/queues/{queue_name}/actions", {"action": "delete-all", "csrf": operator.csrf()})
     assert answer.status == 303 and "deleted%3A25" in answer.location
-    assert without_age(queue.stats()) == {**dict.fromkeys(STATES, 0), "todos": 1}
+    assert counts(queue) == {**dict.fromkeys(STATES, 0), "todos": 1}
 
 
 def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: Path, procs: list[Proc]) -> None:
-    """One SCAN pass per master finds sharded and plain queues and a worker's record, from one URL."""
+    """One SCAN pass per master, from one node's URL."""
     nodes = RedisClusterNodes().start()
     try:
         url = nodes.url()
@@ -396,8 +374,8 @@ def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: P
         procs.append(console)
         browser = console.client()
         page = browser.get("/")
-        assert state_counts(page.body, "wide") == without_age(wide.stats())
-        assert state_counts(page.body, "plain") == without_age(plain.stats())
+        assert state_counts(page.body, "wide") == counts(wide)
+        assert state_counts(page.body, "plain") == counts(plain)
         assert page.body.index('data-queue="plain"') < page.body.index('data-queue="wide"'), "QUEUE_NAME's first"
         assert "(6 shards)" in page.body
         shard = browser.get("/queues/wide/jobs/todos?shard=5")
@@ -408,18 +386,11 @@ def test_on_a_redis_cluster_the_console_finds_every_queue_and_worker(tmp_path: P
         nodes.cleanup()
 
 
-def timed(client: Browserless, path: str) -> tuple[Answer, float]:
-    started = time.perf_counter()
-    answer = client.get(path)
-    return answer, time.perf_counter() - started
-
-
 @pytest.mark.slow
 def test_a_queue_of_a_million_jobs_pages_from_redis_ranges(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
-    """1,000,000 jobs in todos: every page is a bounded range read. The times are printed (for
-    docs/console.md), never asserted."""
+    """The times are printed (for docs/console.md), never asserted."""
     queue = Queue.from_url(redis_url, queue_name)
     dead_letters(queue, [f"dead-{n}" for n in range(1000)])
     for start in range(0, 1_000_000, 500):
@@ -435,7 +406,9 @@ def test_a_queue_of_a_million_jobs_pages_from_redis_ranges(
         "a job": f"/queues/{queue_name}/job?id=job-999999",
     }
     for what, path in pages.items():
-        answer, seconds = timed(client, path)
+        started = time.perf_counter()
+        answer = client.get(path)
+        seconds = time.perf_counter() - started
         assert answer.status == 200, (what, answer.error_detail())
         print(f"1M-job queue: {what} ({path}) rendered in {seconds * 1000:.1f} ms")
     assert state_counts(client.get("/").body, queue_name)["todos"] == 1_000_000
@@ -445,7 +418,7 @@ def test_a_queue_of_a_million_jobs_pages_from_redis_ranges(
 
 
 def test_the_console_starts_and_stops_as_the_services_do(
-    start_console: Callable[..., ConsoleProc], tmp_path: Path, redis_url: str
+    start_console: StartConsole, tmp_path: Path, redis_url: str
 ) -> None:
     console = start_console()
     console.signal(signal.SIGTERM)
@@ -474,7 +447,7 @@ RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd
 
 
 def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     """The queue page shows flow control; pause, resume, rate and group limits act only with a
     session and its CSRF token; a bad rate or concurrency gets 400 and changes nothing."""
@@ -495,8 +468,7 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
     assert stranger.post(url, {"action": "pause", "csrf": FORGED}).status == 403
     assert queue.limits().paused is False
 
-    operator = console.client()
-    operator.sign_in(TOKEN)
+    operator = console.operator(TOKEN)
     csrf = operator.csrf(page_path)
     assert operator.post(url, {"action": "pause"}).status == 403  # no CSRF token
     assert queue.limits().paused is False

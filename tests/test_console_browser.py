@@ -4,7 +4,7 @@ to tests/.screenshots/ (docs/console.md shows copies)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +13,13 @@ import pytest
 from setqueue import JobQueue, Queue, open_queue
 from tests.support import RedisServer
 from tests.support.browser import chromium, screenshot
-from tests.support.console import ConsoleProc
+from tests.support.console import STATES, ConsoleProc, StartConsole, StartWorker, counts, dead_letters
 from tests.support.jobs import ExecutionLog
-from tests.support.procs import Proc
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TOKEN = "browser-test-token"
-STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")
 
 
 def by_css(driver: Any, selector: str) -> Any:
@@ -52,20 +50,13 @@ def shown_counts(driver: Any, queue: str) -> dict[str, int]:
     return {s: int(by_css(driver, f'{row} td[data-state="{s}"]').text.replace(",", "")) for s in STATES}
 
 
-def counts(queue: JobQueue) -> dict[str, int]:
-    stats = queue.stats()
-    return {s: stats[s] for s in STATES}
-
-
 def ids_on_page(driver: Any, selector: str, attribute: str) -> set[str]:
     return {row.get_attribute(attribute) for row in all_css(driver, selector)}
 
 
-def dead_letters(queue: JobQueue, ids: list[str]) -> None:
-    queue.enqueue(ids)
-    for lease in queue.claim(len(ids)):
-        trace = 'Traceback (most recent call last):\n  File "shop/charge.py", line 12, in charge\nValueError: card'
-        queue.fail(lease, f"ValueError('card declined for {lease.id}')\n{trace}", retry=False)
+def card_declined(queue: JobQueue, ids: list[str]) -> None:
+    trace = 'Traceback (most recent call last):\n  File "shop/charge.py", line 12, in charge\nValueError: card'
+    dead_letters(queue, ids, "ValueError('card declined for {id}')\n" + trace)
 
 
 def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
@@ -90,10 +81,10 @@ def redis_url(own_redis: RedisServer) -> str:
 
 
 def test_the_queues_page_shows_the_counts_of_stats(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
+    start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
     queue = open_queue(redis_url, queue_name, retry_backoff_seconds=0)
-    dead_letters(queue, ["charge-17", "charge-23"])
+    card_declined(queue, ["charge-17", "charge-23"])
     queue.enqueue([f"mail-{n}" for n in range(240)])
     queue.enqueue({f"report-{n}": {"month": n} for n in range(1, 13)}, priority=5)
     queue.enqueue(["reminder-1", "reminder-2"], delay=3600)
@@ -128,10 +119,7 @@ def test_the_queues_page_shows_the_counts_of_stats(
 
 
 def test_requeue_a_dead_letter_and_watch_it_reach_done(
-    start_console: Callable[..., ConsoleProc],
-    start_worker: Callable[..., Proc],
-    redis_url: str,
-    queue_name: str,
+    start_console: StartConsole, start_worker: StartWorker, redis_url: str, queue_name: str
 ) -> None:
     from opentelemetry import trace  # noqa: PLC0415
 
@@ -140,7 +128,7 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
     sdk_spans()  # spans with real ids
     queue = Queue.from_url(redis_url, queue_name)
     with trace.get_tracer("shop").start_as_current_span("POST /checkout") as checkout:
-        dead_letters(queue, ["charge-17", "charge-23", "charge-42"])
+        card_declined(queue, ["charge-17", "charge-23", "charge-42"])
     console = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
     start_worker(queue_name)
     with chromium() as driver:
@@ -169,11 +157,7 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
 
 
 def test_cancel_a_running_job_and_see_it_in_its_history(
-    start_console: Callable[..., ConsoleProc],
-    start_worker: Callable[..., Proc],
-    tmp_path: Path,
-    redis_url: str,
-    queue_name: str,
+    start_console: StartConsole, start_worker: StartWorker, tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
     """A running job's progress shows; Cancel (confirmed) stops it; its history names the worker."""
     queue = Queue.from_url(redis_url, queue_name)
@@ -200,23 +184,16 @@ def test_cancel_a_running_job_and_see_it_in_its_history(
     assert counts(queue) == {"todos": 0, "scheduled": 0, "in_progress": 0, "done": 0, "failed": 0, "cancelled": 1}
 
 
-def test_without_the_token_no_action_runs(
-    start_console: Callable[..., ConsoleProc], redis_url: str, queue_name: str
-) -> None:
+def test_without_the_token_no_action_runs(start_console: StartConsole, redis_url: str, queue_name: str) -> None:
     queue = Queue.from_url(redis_url, queue_name)
-    dead_letters(queue, ["charge-17", "charge-23"])
+    card_declined(queue, ["charge-17", "charge-23"])
     before = counts(queue)
-    forge = """
-        const form = document.createElement('form');
-        form.method = 'post';
-        form.action = arguments[0];
+    forge = """const form = document.createElement('form'); form.method = 'post'; form.action = arguments[0];
         for (const [name, value] of Object.entries(arguments[1])) {
-            const input = document.createElement('input');
-            input.name = name; input.value = value; form.appendChild(input);
+            const input = document.createElement('input'); input.name = name; input.value = value;
+            form.appendChild(input);
         }
-        document.body.appendChild(form);
-        form.submit();
-    """
+        document.body.appendChild(form); form.submit();"""
     action = f"/queues/{queue_name}/actions"
     read_only = start_console(QUEUE_NAME=queue_name)
     guarded = start_console(QUEUE_NAME=queue_name, CONSOLE_TOKEN=TOKEN)
@@ -248,10 +225,7 @@ def test_without_the_token_no_action_runs(
 
 
 def test_the_workers_page_lists_live_workers_and_drops_a_killed_one(
-    start_console: Callable[..., ConsoleProc],
-    start_worker: Callable[..., Proc],
-    redis_url: str,
-    queue_name: str,
+    start_console: StartConsole, start_worker: StartWorker, redis_url: str, queue_name: str
 ) -> None:
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-60-{n}" for n in range(4)])

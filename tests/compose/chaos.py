@@ -1,12 +1,7 @@
 """The chaos run (``scripts/chaos --minutes N``): the reference stack under random faults, judged by
 its own audit.
 
-AUDIT on and no retention of done (an id in no state is lost, never trimmed); one fault (FAULTS, in
-shuffled rounds; the first round always completes) every few seconds, the cleaner's audit gauges read
-after each; then restore, drain, a final audit, and the verdict to out/chaos/ and ``--summary``.
-With ``appendfsync everysec`` a SIGKILLed Redis loses the writes it postponed for a slow fsync, so a
-probe INCRed right before each SIGKILL tells whether acknowledged writes were lost; such ids still
-count as lost. Plain Python (no pytest): ``tests/compose/test_chaos.py`` runs a short one.
+HOW_THE_AUDIT_KNOWS says what the verdict rests on. Plain Python: ``tests/compose/test_chaos.py`` runs a short one.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from python_on_whales.exceptions import DockerException
 
 from setqueue.runtime.audit import AuditReport
 from tests.compose.observability import REPO
-from tests.compose.stack import Stack, WaitTimeout, image_overrides, running_stack
+from tests.compose.stack import Stack, WaitTimeout, running_stack
 
 SERVICES = ["redis", "creator", "worker", "cleaner"]
 FAULTS = {
@@ -86,7 +81,7 @@ class Plan:
         return {
             "AUDIT": "true",
             "AUDIT_INTERVAL": "5",
-            "DONE_MAX_COUNT": "0",  # no retention: every id stays where the audit can see it
+            "DONE_MAX_COUNT": "0",  # no retention: an id in no state is lost, never trimmed
             "DONE_MAX_AGE_SECONDS": "0",
             "CREATE_RATE": f"{self.create_rate:g}",
             "CREATE_TOTAL": str(self.jobs),
@@ -264,6 +259,7 @@ class Chaos:
         self.say(line)
 
     def inject_for(self, seconds: float) -> None:
+        """A fault every few seconds, FAULTS in shuffled rounds; the first round always completes."""
         end = self.started + seconds
         round_left: list[str] = []
         rounds = 0
@@ -364,6 +360,8 @@ class Chaos:
         self.note(f"Redis SIGTERM, started again: answering after {time.monotonic() - started:.1f}s")
 
     def redis_sigkill(self) -> None:
+        """``appendfsync everysec`` loses the writes Redis postponed for a slow fsync: the probe, written
+        last, tells whether acknowledged writes were lost (their ids still count as lost)."""
         (redis,) = self.stack.containers("redis")
         first_start = redis.state.started_at
         created = int(self.stack.redis("HGET", self.stack.key("audit:created"), self.plan.id_prefix) or 0)
@@ -438,9 +436,10 @@ def _state(container: Any) -> tuple[bool, Any]:
 def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], None] = print) -> Verdict:
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     docker = docker if docker is not None else DockerClient()
-    settings = {**image_overrides(), **plan.settings()}
     say(f"chaos: {plan.minutes:g} min, {plan.jobs} jobs, seed {plan.seed}; starting the stack")
-    with running_stack(docker, settings, plan.queue_name, services=SERVICES, project_prefix="setqueue-chaos") as stack:
+    with running_stack(
+        docker, plan.settings(), plan.queue_name, services=SERVICES, project_prefix="setqueue-chaos"
+    ) as stack:
         chaos = Chaos(stack, plan, say)
         chaos.scale(plan.workers)
         chaos.inject_for(plan.minutes * 60)

@@ -9,12 +9,13 @@ import contextlib
 import json
 import os
 import time
+import unittest.mock
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,7 +88,6 @@ class Stack:
     prometheus_url: str
     queue_name: str
     redis_service: str = "redis"  # the service redis() runs redis-cli in
-    notes: list[str] = field(default_factory=list)
 
     def prom_api(self, path: str, **params: str) -> dict[str, Any]:
         url = f"{self.prometheus_url}{path}"
@@ -194,20 +194,6 @@ class Stack:
 
 
 @contextlib.contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
-
-
-@contextlib.contextmanager
 def running_stack(
     docker: DockerClient,
     settings: dict[str, str],
@@ -218,10 +204,11 @@ def running_stack(
     compose_file: Path = COMPOSE_FILE,
     redis_service: str = "redis",
 ) -> Iterator[Stack]:
-    """Build and start ``services`` with ``settings`` as Compose variables; always tear down."""
+    """Build and start ``services`` with ``settings`` (over image_overrides()) as Compose variables; always
+    tear down."""
     project = f"{project_prefix}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     port = free_port()
-    env = {"QUEUE_NAME": queue_name, "PROMETHEUS_PORT": str(port), **settings}
+    env = {"QUEUE_NAME": queue_name, "PROMETHEUS_PORT": str(port), **image_overrides(), **settings}
     client = DockerClient(
         compose_files=[compose_file],
         compose_project_name=project,
@@ -230,7 +217,7 @@ def running_stack(
     stack = Stack(client, project, env, f"http://127.0.0.1:{port}", queue_name, redis_service)
     # Compose reads the process environment (which beats any .env file): ours for the stack's life,
     # so every compose call (up, scale, restart) sees the same values.
-    with environment(env):
+    with unittest.mock.patch.dict(os.environ, env):
         try:
             client.compose.up(services=list(services), build=True, detach=True, wait=True, wait_timeout=240, quiet=True)
             yield stack

@@ -14,7 +14,7 @@ import pytest
 from python_on_whales import DockerClient
 
 from tests.compose.observability import CLUSTER_COMPOSE_FILE
-from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, image_overrides, running_stack
+from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, running_stack
 
 pytestmark = pytest.mark.compose
 
@@ -37,7 +37,7 @@ SETTINGS = {
 def stack(docker: DockerClient) -> Iterator[Stack]:
     with running_stack(
         docker,
-        {**image_overrides(), **SETTINGS},
+        SETTINGS,
         queue_name=QUEUE,
         services=[*NODES, INIT, "creator", "worker", "cleaner", "prometheus"],
         project_prefix="setqueue-cluster-test",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from python_on_whales import DockerClient
 
-from tests.compose.stack import Stack, image_overrides, running_stack
+from tests.compose.stack import Stack, running_stack
 from tests.support import free_port
 
 pytestmark = pytest.mark.compose
@@ -22,9 +22,7 @@ WORKERS = 2
 def stack(docker: DockerClient) -> Iterator[Stack]:
     port = str(free_port())
     services = ["redis", "creator", "worker", "console"]
-    with running_stack(
-        docker, {**image_overrides(), **SETTINGS, "CONSOLE_PORT": port}, "compose-console", services=services
-    ) as s:
+    with running_stack(docker, {**SETTINGS, "CONSOLE_PORT": port}, "compose-console", services=services) as s:
         yield s
 
 

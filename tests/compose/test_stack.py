@@ -19,7 +19,7 @@ from tests.compose.observability import (
     metric_names,
     substitute_grafana_variables,
 )
-from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, image_overrides, running_stack
+from tests.compose.stack import EVERY_JOB_ENDS_IN_DONE, Stack, running_stack
 
 pytestmark = pytest.mark.compose
 
@@ -40,7 +40,7 @@ CREATOR_DONE_TOO_SOON = "the creator already finished: raise CREATE_TOTAL so it 
 
 @pytest.fixture(scope="module")
 def stack(docker: DockerClient) -> Iterator[Stack]:
-    with running_stack(docker, {**image_overrides(), **SETTINGS}, queue_name="compose-test") as s:
+    with running_stack(docker, SETTINGS, queue_name="compose-test") as s:
         yield s
 
 
@@ -112,30 +112,28 @@ def test_jobs_flow_from_creator_to_done(stack: Stack) -> None:
 # -- monitoring, while the creator still creates
 
 
+def problems(stack: Stack, queries: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with each (where, PromQL): an error, or no data unless it is a condition (which may
+    filter everything out) whose series exist."""
+    found = []
+    for where, expr in queries:
+        answer = stack.query(expr)
+        if answer["status"] != "success":
+            found.append(f"{where}: {answer.get('errorType')}: {answer.get('error')}")
+        elif not answer["data"]["result"]:
+            if not is_filter(expr):
+                found.append(f"{where}: no data for {expr}")
+            else:
+                found += [f"{where}: no series {n}" for n in metric_names(expr) if not stack.values(f"count({n})")]
+    return found
+
+
 def test_every_dashboard_query_is_valid_and_returns_data(stack: Stack) -> None:
     assert stack.creator_running(), CREATOR_DONE_TOO_SOON
     queries = [(where, substitute_grafana_variables(expr)) for where, expr in dashboard_queries(load_dashboard())]
     assert queries
-
-    def problems() -> list[str]:
-        found = []
-        for where, expr in queries:
-            answer = stack.query(expr)
-            if answer["status"] != "success":
-                found.append(f"{where}: {answer.get('errorType')}: {answer.get('error')}")
-            elif not answer["data"]["result"]:
-                if not is_filter(expr):
-                    found.append(f"{where}: no data for {expr}")
-                else:  # a condition may filter everything out; what it looks at must exist
-                    found.extend(
-                        f"{where}: no series {name}"
-                        for name in metric_names(expr)
-                        if not stack.values(f"count({name})")
-                    )
-        return found
-
     # Rates need two scrapes, the histograms a job or two.
-    stack.wait(problems, lambda p: not p, "every dashboard query to return data", timeout=60)
+    stack.wait(lambda: problems(stack, queries), lambda p: not p, "every dashboard query to return data", timeout=60)
 
 
 def test_queue_wait_p99_tracks_the_oldest_pending_age_under_a_growing_backlog(stack: Stack) -> None:
@@ -174,15 +172,7 @@ def test_every_alert_rule_is_loaded_evaluates_and_parses(stack: Stack) -> None:
     )
     assert all(r["health"] == "ok" for r in evaluated.values()), evaluated
 
-    for rule in rules:
-        expr = rule["expr"]
-        answer = stack.query(expr)
-        assert answer["status"] == "success", f"{rule['alert']}: {answer.get('error')}"
-        if not answer["data"]["result"]:  # healthy: the condition filters everything out
-            assert is_filter(expr), f"{rule['alert']}: empty result, yet it is no condition"
-            for name in metric_names(expr):
-                assert stack.values(f"count({name})"), f"{rule['alert']} looks at {name}, which has no series"
-
+    assert not problems(stack, [(rule["alert"], rule["expr"]) for rule in rules])  # healthy: conditions filter all out
     firing = stack.values('count(ALERTS{alertstate="firing"})')
     assert not firing, "alerts fire on a healthy stack: " + json.dumps(stack.query('ALERTS{alertstate="firing"}'))
 

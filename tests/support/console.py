@@ -8,15 +8,35 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from setqueue import JobQueue
 from tests.support.procs import Proc, base_env
 from tests.support.redis_server import free_port
 from tests.support.waits import wait_until
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]*)"')
+STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
+FAILURE = "ValueError('no {id}')\nTraceback (most recent call last):\nValueError"
+
+
+def counts(queue: JobQueue) -> dict[str, int]:
+    stats = queue.stats()
+    return {s: stats[s] for s in STATES}
+
+
+def dead_letters(queue: JobQueue, ids: list[str], error: str = FAILURE) -> None:
+    """``error`` (its {id} filled in) each, with a traceback."""
+    queue.enqueue(ids)
+    left = len(ids)
+    while left:
+        leases = queue.claim(left)
+        left -= len(leases)
+        for lease in leases:
+            queue.fail(lease, error.format(id=lease.id), retry=False)
 
 
 @dataclass
@@ -87,3 +107,13 @@ class ConsoleProc(Proc):
 
     def client(self) -> Browserless:
         return Browserless(self.url)
+
+    def operator(self, token: str) -> Browserless:
+        """A client signed in with ``token``."""
+        client = self.client()
+        assert client.sign_in(token).status == 303
+        return client
+
+
+StartConsole = Callable[..., ConsoleProc]
+StartWorker = Callable[..., Proc]

@@ -1,10 +1,8 @@
 """The soak run (``scripts/soak --minutes N``): the three services at a steady rate for a long time,
 with the retention on, to show that nothing in Redis or in the processes grows without bound.
 
-Every ``--interval`` seconds it samples Redis's memory, the size of every key family of the queue
-(variable parts folded: ``req:*``) and each process's RSS; the verdict is each series' least-squares
-slope after the warm-up (docs/soak.md says how it is judged). Raw samples go to out/soak/<time>/.
-Plain Python (no pytest): ``tests/test_soak.py`` runs a short one through ``run()``.
+The verdict is each series' least-squares slope after the warm-up (``markdown`` says how it is judged).
+Plain Python: ``tests/test_soak.py`` runs a short one.
 """
 
 from __future__ import annotations
@@ -231,20 +229,11 @@ class Soak:
             "LOG_LEVEL": "WARNING",
         }
         self.procs.append(Proc.start("cleaner", self.out, SWEEP_INTERVAL=2, SCHEDULES=p.schedules, **common))
+        work = {"CONCURRENCY": p.concurrency, "WORK_SECONDS": p.work_seconds, "FAIL_RATE": p.fail_rate, **common}
         for n in range(p.workers):
+            backoff = {"RETRY_BACKOFF_SECONDS": 1, "RETRY_BACKOFF_MAX_SECONDS": 30}
             self.procs.append(
-                Proc.start(
-                    "worker",
-                    self.out,
-                    name=f"worker-{n + 1}",
-                    CONCURRENCY=p.concurrency,
-                    WORK_SECONDS=p.work_seconds,
-                    WORK_JITTER=0.5,
-                    FAIL_RATE=p.fail_rate,
-                    RETRY_BACKOFF_SECONDS=1,
-                    RETRY_BACKOFF_MAX_SECONDS=30,
-                    **common,
-                )
+                Proc.start("worker", self.out, name=f"worker-{n + 1}", WORK_JITTER=0.5, **backoff, **work)
             )
         self.procs.append(Proc.start("creator", self.out, CREATE_RATE=p.rate, CREATE_ID_PREFIX="soak", **common))
         for proc in self.procs:
@@ -252,25 +241,13 @@ class Soak:
 
     def sample(self, at: float) -> Sample:
         assert self.server is not None
-        client = redis.Redis(port=self.server.port, socket_timeout=30)
-        try:
+        with redis.Redis(port=self.server.port, socket_timeout=30) as client:
             memory = client.info("memory")
             families, family_keys, keys = key_families(client)
-        finally:
-            client.close()
         rss = {proc.name: rss_of(proc.process.pid) for proc in self.procs}
-        redis_pid = self.server.process.pid if self.server.process is not None else 0
+        redis_rss = rss_of(self.server.process.pid if self.server.process is not None else 0)
         completed = sum(_completed(proc) for proc in self.procs if proc.module == "worker")
-        return Sample(
-            at=round(at, 3),
-            used_memory=int(memory["used_memory"]),
-            redis_rss=rss_of(redis_pid),
-            keys=keys,
-            families=families,
-            family_keys=family_keys,
-            rss=rss,
-            completed=completed,
-        )
+        return Sample(round(at, 3), int(memory["used_memory"]), redis_rss, keys, families, family_keys, rss, completed)
 
     def run(self) -> list[Sample]:
         p = self.plan
@@ -465,15 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=defaults.interval, help="seconds between samples")
     parser.add_argument("--summary", action="store_true", help="write docs/soak.md and docs/soak.png")
     args = parser.parse_args(argv)
-    plan = dataclasses.replace(
-        defaults,
-        minutes=args.minutes,
-        rate=args.rate,
-        workers=args.workers,
-        retention=args.retention,
-        request_ttl=args.request_ttl,
-        interval=args.interval,
-    )
+    given = ("minutes", "rate", "workers", "retention", "request_ttl", "interval")
+    plan = dataclasses.replace(defaults, **{name: getattr(args, name) for name in given})
     print(f"soak: {plan.minutes:g} minutes, slopes after {plan.warmup:.0f}s; raw data in {OUT}", file=sys.stderr)
     verdict = run(plan)
     out = OUT / verdict.started_at
