@@ -72,9 +72,8 @@ def run_cli(redis_url: str, queue: str, *args: str) -> tuple[int, str]:
 
 
 def test_a_rate_holds_across_four_workers_of_ten_slots(
-    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue, redis_url: str, queue_name: str
 ) -> None:
-    queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.01-{i}" for i in range(800)])
     assert run_cli(redis_url, queue_name, "limit", "--rate", "50/s")[0] == 0  # burst 5: a tenth
     workers = start_workers(4, CONCURRENCY=10)
@@ -84,13 +83,11 @@ def test_a_rate_holds_across_four_workers_of_ten_slots(
     assert all(count == 1 for count in log.starts().values())
     held = sum(worker.metric('setqueue_claims_held_total{reason="rate"}') for worker in workers)
     assert held > 0
-    queue.close()
 
 
 def test_a_group_runs_at_most_its_concurrency_while_slots_are_free(
-    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue
 ) -> None:
-    queue = Queue.from_url(redis_url, queue_name)
     queue.set_group_limits(concurrency=2)
     queue.enqueue([f"sleep-0.1-{i}" for i in range(30)], group="tenant-42")
     workers = start_workers(4, CONCURRENCY=10)
@@ -98,14 +95,12 @@ def test_a_group_runs_at_most_its_concurrency_while_slots_are_free(
     assert most_at_once(log, "sleep") == 2
     assert sum(worker.metric('setqueue_claims_held_total{reason="group"}') for worker in workers) > 0
     wait_until(lambda: queue.groups() == [], 10, "the group's last jobs acked")
-    queue.close()
 
 
 def test_a_small_group_is_served_before_a_big_one_has_run_twice_the_slots(
-    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue
 ) -> None:
     workers, slots = 4, 10
-    queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.005-a{i}" for i in range(2000)], group="A")
     start_workers(workers, CONCURRENCY=slots)
     wait_until(lambda: len(start_times(log, "sleep-0.005-a")) >= 100, 30, "group A running")
@@ -118,13 +113,11 @@ def test_a_small_group_is_served_before_a_big_one_has_run_twice_the_slots(
     print(f"A started {len(a_meanwhile)} jobs while B's 10 started (bound {2 * workers * slots})")
     assert len(a_meanwhile) < 2 * workers * slots, len(a_meanwhile)
     assert len(start_times(log, "sleep-0.005-a")) < 2000  # B did not wait for A's backlog
-    queue.close()
 
 
 def test_after_pause_returns_no_job_starts_and_resume_starts_them_at_once(
-    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue, redis_url: str, queue_name: str
 ) -> None:
-    queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"sleep-0.05-{i}" for i in range(400)])
     workers = start_workers(2, CONCURRENCY=5)
     wait_until(lambda: len(start_times(log)) >= 20, 30, "jobs running")
@@ -148,13 +141,11 @@ def test_after_pause_returns_no_job_starts_and_resume_starts_them_at_once(
     wait_until(lambda: len(start_times(log)) > started, 5, "a start after resume")
     first_after = min(at for at in start_times(log) if at > resumed_at - 0.001)
     assert first_after - resumed_at < 1.0
-    queue.close()
 
 
 def test_a_limit_changed_with_the_cli_takes_effect_on_running_workers(
-    start_workers: Callable[..., list[Proc]], log: ExecutionLog, redis_url: str, queue_name: str
+    start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue, redis_url: str, queue_name: str
 ) -> None:
-    queue = Queue.from_url(redis_url, queue_name)
     assert run_cli(redis_url, queue_name, "push", "--group", "g", *[f"sleep-0.5-{i}" for i in range(60)])[0] == 0
     assert run_cli(redis_url, queue_name, "limit", "--group-concurrency", "1")[0] == 0
     start_workers(2, CONCURRENCY=5)
@@ -174,7 +165,6 @@ def test_a_limit_changed_with_the_cli_takes_effect_on_running_workers(
 
     when = wait_until(four_running, 10, "four of the group running at once")
     assert when is not None and when - changed_at < 1.0
-    queue.close()
 
 
 @pytest.fixture
@@ -230,13 +220,11 @@ def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
 
 
 def test_the_creator_spreads_its_ids_over_groups(
-    procs: list[Proc], tmp_path: Path, redis_url: str, queue_name: str
+    procs: list[Proc], tmp_path: Path, queue: Queue, redis_url: str, queue_name: str
 ) -> None:
     env: dict[str, Any] = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "CREATE_TOTAL": 30, "CREATE_BATCH": 5}
     creator = Proc.start("creator", tmp_path, CREATE_RATE=0, CREATE_GROUPS=3, CREATE_ID_PREFIX="c", **env)
     procs.append(creator)
     assert creator.wait(30) == 0
-    queue = Queue.from_url(redis_url, queue_name)
     assert {(g.name, g.waiting) for g in queue.groups()} == {("group-1", 10), ("group-2", 10), ("group-3", 10)}
     assert queue.inspect("c-6") is not None and queue.inspect("c-6").group == "group-2"  # type: ignore[union-attr]
-    queue.close()

@@ -84,10 +84,9 @@ def test_a_worker_registers_what_it_holds_and_leaves_on_sigterm(
 
 
 def test_heartbeat_zero_registers_nothing(
-    tmp_path: Path, procs: list[Proc], redis_url: str, client: redis.Redis, queue_name: str
+    tmp_path: Path, procs: list[Proc], redis_url: str, client: redis.Redis, queue: Queue
 ) -> None:
-    Queue.from_url(redis_url, queue_name).enqueue(["a"])
-    worker = Proc.start("worker", tmp_path, REDIS_URL=redis_url, QUEUE_NAME=queue_name, WORKER_HEARTBEAT_SECONDS=0)
-    procs.append(worker)
-    wait_until(lambda: Queue.from_url(redis_url, queue_name).stats()["done"] == 1, 20, "the job to be done")
-    assert not client.exists(QueueKeys(queue_name).workers)
+    queue.enqueue(["a"])
+    procs.append(Proc.start("worker", tmp_path, REDIS_URL=redis_url, QUEUE_NAME=queue.name, WORKER_HEARTBEAT_SECONDS=0))
+    wait_until(lambda: queue.stats()["done"] == 1, 20, "the job to be done")
+    assert not client.exists(queue.keys.workers)
