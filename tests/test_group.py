@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from cleaner.service import CleanerService
 from setqueue import FailOutcome, Lease, MoveTo, Queue, open_queue
@@ -179,7 +180,7 @@ def test_a_cleaner_of_several_queues_creates_periodic_runs_in_the_first(redis_ur
     ],
 )
 def test_what_needs_one_unsharded_queue_is_refused_with_one_line_and_exit_2(
-    redis_url: str, queue_name: str, tmp_path: Path, setting: str, extra: dict[str, str]
+    redis_url: str, queue_name: str, client: redis.Redis, tmp_path: Path, *, setting: str, extra: dict[str, str]
 ) -> None:
     given = {key: value.replace("{q}", queue_name) for key, value in extra.items()}
     env = {"REDIS_URL": redis_url, "QUEUE_NAME": queue_name, "METRICS_PORT": "0", **given}
@@ -187,6 +188,4 @@ def test_what_needs_one_unsharded_queue_is_refused_with_one_line_and_exit_2(
     assert cleaner.wait(30) == 2
     [line] = cleaner.log().strip().splitlines()
     assert f"invalid setting {setting}: needs" in line
-    client = Queue.from_url(redis_url, queue_name).redis
     assert not list(client.scan_iter(match=f"setqueue:{{{queue_name}*"))
-    client.close()

@@ -357,9 +357,11 @@ async def handle(lease):
 """
 
 
-def test_an_async_handler_runs_and_its_failure_fails_the_job(tmp_path: Path, redis_url: str, queue_name: str) -> None:
+def test_an_async_handler_runs_and_its_failure_fails_the_job(
+    tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
+) -> None:
     (tmp_path / "asyncjobs.py").write_text(ASYNC_JOBS)
-    q = Queue.from_url(redis_url, name=queue_name)
+    q = make_queue()
     q.enqueue(["a", "b", "c"])
     env = env_of(redis_url, queue_name, MAX_ATTEMPTS=1, JOB_HANDLER="asyncjobs:handle")
     with worker_process([sys.executable, "-m", "worker"], env, tmp_path) as worker:
@@ -369,7 +371,6 @@ def test_an_async_handler_runs_and_its_failure_fails_the_job(tmp_path: Path, red
         assert info is not None and "fails once it has run" in (info.error or "")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
-    q.close()
 
 
 @contextlib.contextmanager
@@ -411,12 +412,12 @@ def handle(lease):
 
 
 def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory(
-    tmp_path: Path, redis_url: str, queue_name: str
+    tmp_path: Path, redis_url: str, queue_name: str, make_queue: Callable[..., Queue]
 ) -> None:
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "myjobs.py").write_text(MY_JOBS)
-    q = Queue.from_url(redis_url, name=queue_name)
+    q = make_queue()
     q.enqueue(["a", "b"])
     command = str(Path(sys.executable).parent / "setqueue-worker")
     env = env_of(redis_url, queue_name, JOB_HANDLER="myjobs:handle")
@@ -426,7 +427,6 @@ def test_the_setqueue_worker_command_imports_handlers_from_the_current_directory
         assert sorted(p.name for p in jobs.glob("*.ran")) == ["a.ran", "b.ran"]
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
-    q.close()
 
 
 def reachable(host: str, port: int) -> bool:
