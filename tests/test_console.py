@@ -24,6 +24,7 @@ from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
 from tests.support.console import (
     STATES,
+    Answer,
     Browserless,
     ConsoleProc,
     StartConsole,
@@ -296,6 +297,10 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
 
     answer = operator.post(url, {**cancel, "csrf": csrf})
     assert answer.status == 303 and "notice=cancelled%3A1" in answer.location
+
+    def cancels(job_id: str) -> Answer:
+        return operator.post(url, {"action": "cancel", "id": job_id, "csrf": csrf})
+
     page = operator.get(answer.location.replace(console.url, ""))
     assert 'id="job-state">cancelled<' in page.body and "Cancelled 1 job" in page.body
     assert '<tr data-kind="cancelled">' in page.body and "in in_progress; held by" in page.body
@@ -303,11 +308,10 @@ def test_cancel_needs_the_token_and_stops_a_running_job(
     runs = ExecutionLog(tmp_path / "exec.log")
     wait_until(lambda: any(e[:2] == ("cancelled", "progress-1") for e in runs.events()), 15, "the worker to stop it")
 
-    scheduled = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
-    assert scheduled.status == 303 and state_of(queue, "wait-1") == "cancelled"
-    again = operator.post(url, {"action": "cancel", "id": "wait-1", "csrf": csrf})
+    assert cancels("wait-1").status == 303 and state_of(queue, "wait-1") == "cancelled"
+    again = cancels("wait-1")
     assert again.status == 303 and "notice=not-cancelled" in again.location
-    assert operator.post(url, {"action": "cancel", "id": "nobody", "csrf": csrf}).status == 404
+    assert cancels("nobody").status == 404
     log = console.log()
     assert "console action cancel: queue" in log and "'progress-1' was in_progress" in log
     assert "'wait-1' was scheduled" in log and "'wait-1' was cancelled" in log
@@ -470,43 +474,43 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
 
     operator = console.operator(TOKEN)
     csrf = operator.csrf(page_path)
+
+    def act(action: str, **fields: str) -> Answer:
+        return operator.post(url, {"action": action, "csrf": csrf, **fields})
+
     assert operator.post(url, {"action": "pause"}).status == 403  # no CSRF token
     assert queue.limits().paused is False
-    paused = operator.post(url, {"action": "pause", "csrf": csrf, "back": page_path})
+    paused = act("pause", back=page_path)
     assert paused.status == 303 and "notice=paused%3A1" in paused.location
     assert queue.limits().paused and queue.claim(10) == []
     shown = operator.get(paused.location.replace(console.url, "")).body
     assert '<strong class="bad">paused</strong>' in shown and 'data-action="resume"' in shown
     assert 'class="bad paused">paused<' in operator.get("/").body
-    again = operator.post(url, {"action": "pause", "csrf": csrf, "back": page_path})
-    assert "notice=was-paused" in again.location
-    assert "notice=resumed%3A1" in operator.post(url, {"action": "resume", "csrf": csrf}).location
+    assert "notice=was-paused" in act("pause", back=page_path).location
+    assert "notice=resumed%3A1" in act("resume").location
     assert not queue.limits().paused
 
-    assert operator.post(url, {"action": "rate", "rate": "50/s", "burst": "5", "csrf": csrf}).status == 303
+    assert act("rate", rate="50/s", burst="5").status == 303
     rate = queue.limits().rate
     assert rate is not None and (rate.count, rate.period_ms, rate.burst) == (50, 1000, 5)
     assert "50/s (burst 5)" in operator.get(page_path).body
     before = queue.limits()
     for bad in ({"rate": "fast"}, {"rate": "50/s", "burst": "-1"}, {"rate": "10/fortnight"}, {"burst": "5"}):
-        answer = operator.post(url, {"action": "rate", "csrf": csrf, **bad})
+        answer = act("rate", **bad)
         assert answer.status == 400 and "rate" in answer.error_detail()
     for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"group": "x\ny", "concurrency": "2"}):
-        assert operator.post(url, {"action": "group-limits", "csrf": csrf, **bad}).status == 400
+        assert act("group-limits", **bad).status == 400
     assert queue.limits() == before
 
-    set_b = {"action": "group-limits", "group": "tenant-b", "concurrency": "2", "rate": "10/min", "csrf": csrf}
-    assert operator.post(url, set_b).status == 303
+    assert act("group-limits", group="tenant-b", concurrency="2", rate="10/min").status == 303
     own = queue.limits().groups["tenant-b"]
     assert own.concurrency == 2 and own.rate is not None and own.rate.count == 10
-    default = {"action": "group-limits", "concurrency": "3", "csrf": csrf}
-    assert operator.post(url, default).status == 303 and queue.limits().group_default.concurrency == 3
-    cleared = {"action": "group-limits", "group": "tenant-b", "csrf": csrf}
-    assert operator.post(url, cleared).status == 303 and "tenant-b" not in queue.limits().groups
-    assert operator.post(url, {"action": "rate", "rate": "", "csrf": csrf}).status == 303
+    assert act("group-limits", concurrency="3").status == 303 and queue.limits().group_default.concurrency == 3
+    assert act("group-limits", group="tenant-b").status == 303 and "tenant-b" not in queue.limits().groups
+    assert act("rate", rate="").status == 303
     assert queue.limits().rate is None
     queue.set_rate("5/s")
-    assert operator.post(url, {"action": "rate", "rate": "off", "csrf": csrf}).status == 303
+    assert act("rate", rate="off").status == 303
     assert queue.limits().rate is None
     log = console.log()
     assert f"console action pause: queue {queue_name}: done" in log and "no change" in log
