@@ -158,6 +158,13 @@ OPTIONS = ["--payload", "--jsonl", "--delay", "--at", "--priority", "--shards", 
 OPTIONS += ["--watch", "--help", "-", "add", "remove", "--max-attempts", "--timeout", "--wait"]
 
 
+def run(argv: list[str], stdin: str) -> int:
+    try:
+        return cli_main(argv, stdin=io.StringIO(stdin), out=io.StringIO())
+    except SystemExit as exit_:  # argparse's own exit (--help prints and exits 0)
+        return exit_.code if isinstance(exit_.code, int) else 2
+
+
 @st.composite
 def command_lines(draw: st.DrawFn) -> tuple[list[str], str]:
     argv = draw(st.lists(st.sampled_from(COMMANDS), max_size=1))
@@ -176,10 +183,7 @@ def test_any_command_line_is_a_result_or_one_line_and_a_refusal_writes_nothing(
         return
     queue = f"cli-{uuid.uuid4().hex[:8]}"
     full = ["--redis-url", redis_url, "--queue", queue, *argv]
-    try:
-        code = cli_main(full, stdin=io.StringIO(stdin), out=io.StringIO())
-    except SystemExit as exit_:  # argparse's own exit (--help prints and exits 0)
-        code = exit_.code if isinstance(exit_.code, int) else 2
+    code = run(full, stdin)
     err = capsys.readouterr().err
     assert code in (0, 1, 2, 3), (argv, code, err)
     assert "Traceback" not in err, (argv, err)
@@ -226,10 +230,7 @@ def test_any_bytes_in_any_argument_is_a_result_or_one_line(
     queue = f"cli-{uuid.uuid4().hex[:8]}"
     argv = [value if word == "X" else word for word in slot]
     full = ["--redis-url", redis_url, "--queue", queue, *argv] if slot[0] != "--redis-url" else argv
-    try:
-        code = cli_main(full, stdin=io.StringIO(""), out=io.StringIO())
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 2
+    code = run(full, "")
     err = capsys.readouterr().err
     assert code in (0, 1, 2, 3), (argv, code, err)
     if code != 0:
