@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +52,23 @@ def tls_env(pki: Pki, **more: Any) -> dict[str, str]:
     return {"REDIS_TLS_CA_FILE": str(pki.ca), **{k: str(v) for k, v in more.items()}}
 
 
-def cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str], *argv: str
-) -> tuple[int, str, str]:
-    for name in ("REDIS_TLS_CA_FILE", "REDIS_TLS_CERT_FILE", "REDIS_TLS_KEY_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    out = io.StringIO()
-    code = cli_main(list(argv), stdin=io.StringIO(""), out=out)
-    return code, out.getvalue(), capsys.readouterr().err
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The command on ``url`` with only ``env``'s TLS settings: (exit code, stdout, stderr)."""
+
+    def run(env: dict[str, str], url: str, *argv: str, queue: str = "q") -> tuple[int, str, str]:
+        for name in ("REDIS_TLS_CA_FILE", "REDIS_TLS_CERT_FILE", "REDIS_TLS_KEY_FILE"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        out = io.StringIO()
+        code = cli_main(["--redis-url", url, "--queue", queue, *argv], stdin=io.StringIO(""), out=out)
+        return code, out.getvalue(), capsys.readouterr().err
+
+    return run
 
 
 def run_service(module: str, env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
@@ -96,13 +103,12 @@ def test_a_client_certificate_for_a_redis_that_asks_for_one(mutual_server: TlsRe
 
 
 @pytest.mark.slow
-def test_the_services_and_the_command_over_tls(  # noqa: PLR0917 (fixtures)
+def test_the_services_and_the_command_over_tls(
     tls_server: TlsRedisServer,
     pki: Pki,
     tmp_path: Path,
     procs: list[Proc],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     name = f"tls-{uuid.uuid4().hex[:6]}"
     env = {"REDIS_URL": tls_server.url, "QUEUE_NAME": name, **tls_env(pki)}
@@ -115,9 +121,9 @@ def test_the_services_and_the_command_over_tls(  # noqa: PLR0917 (fixtures)
     worker = procs[0]
     status, body = worker.healthz() or (0, {})
     assert status == 200 and body["redis"] == "up"
-    code, out, err = cli(monkeypatch, capsys, tls_env(pki), "--redis-url", tls_server.url, "--queue", name, "push", "x")
+    code, out, err = cli(tls_env(pki), tls_server.url, "push", "x", queue=name)
     assert (code, out, err) == (0, "1 new, 0 already known\n", "")
-    code, out, _ = cli(monkeypatch, capsys, tls_env(pki), "--redis-url", tls_server.url, "--queue", name, "doctor")
+    code, out, _ = cli(tls_env(pki), tls_server.url, "doctor", queue=name)
     assert out.startswith("ok    redis: ") and "over TLS" in out.splitlines()[0], out
     for proc in procs:
         assert "Traceback" not in proc.log()
@@ -135,35 +141,30 @@ def test_a_tls_mistake_is_one_line_and_exit_3(
     tls_server: TlsRedisServer,
     pki: Pki,
     case: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     url_of, ca_of, says = WRONG[case]
     url = getattr(tls_server, url_of)
     env = {"REDIS_TLS_CA_FILE": str(getattr(pki, ca_of))} if ca_of else {}
-    code, out, err = cli(monkeypatch, capsys, env, "--redis-url", url, "--queue", "q", "stats")
+    code, out, err = cli(env, url, "stats")
     assert code == 3 and out == "" and len(err.splitlines()) == 1 and says in err, err
     service_code, lines = run_service("cleaner", {"REDIS_URL": url, **env})
     assert service_code == 3 and len(lines) == 1 and says in lines[0], lines
 
 
-def test_an_expired_certificate_is_one_line_and_exit_3(
-    expired_server: TlsRedisServer, pki: Pki, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_expired_certificate_is_one_line_and_exit_3(expired_server: TlsRedisServer, pki: Pki, cli: Cli) -> None:
     env = tls_env(pki)
-    code, _, err = cli(monkeypatch, capsys, env, "--redis-url", expired_server.url, "--queue", "q", "push", "a")
+    code, _, err = cli(env, expired_server.url, "push", "a")
     assert code == 3 and len(err.splitlines()) == 1 and "certificate has expired" in err, err
     service_code, lines = run_service("worker", {"REDIS_URL": expired_server.url, **env})
     assert service_code == 3 and len(lines) == 1 and "certificate has expired" in lines[0], lines
 
 
-def test_a_redis_that_asks_for_a_client_certificate_says_so(
-    mutual_server: TlsRedisServer, pki: Pki, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, err = cli(monkeypatch, capsys, tls_env(pki), "--redis-url", mutual_server.url, "--queue", "q", "stats")
+def test_a_redis_that_asks_for_a_client_certificate_says_so(mutual_server: TlsRedisServer, pki: Pki, cli: Cli) -> None:
+    code, _, err = cli(tls_env(pki), mutual_server.url, "stats")
     assert code == 3 and len(err.splitlines()) == 1, err
     both = tls_env(pki, REDIS_TLS_CERT_FILE=pki.client_cert, REDIS_TLS_KEY_FILE=pki.client_key)
-    code, out, err = cli(monkeypatch, capsys, both, "--redis-url", mutual_server.url, "--queue", "q", "stats")
+    code, out, err = cli(both, mutual_server.url, "stats")
     assert code == 0 and "todos" in out, err
 
 
@@ -191,13 +192,11 @@ BAD_FILES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FILES), ids=list(BAD_FILES))
-def test_tls_files_that_do_not_fit_are_a_bad_setting(
-    pki: Pki, case: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_tls_files_that_do_not_fit_are_a_bad_setting(pki: Pki, case: str, cli: Cli) -> None:
     url, files, named = BAD_FILES[case]
     paths = {"ca": pki.ca, "client_key": pki.client_key, "client_cert": pki.client_cert, "server_key": pki.server_key}
     env = {name: str(paths.get(value, value)) for name, value in files.items()}
     service_code, lines = run_service("creator", {"REDIS_URL": url, **env})
     assert service_code == 2 and len(lines) == 1 and named in lines[0], lines
-    code, _, err = cli(monkeypatch, capsys, env, "--redis-url", url, "--queue", "q", "stats")
+    code, _, err = cli(env, url, "stats")
     assert code == 2 and len(err.splitlines()) == 1 and named in err, err
