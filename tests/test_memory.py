@@ -70,10 +70,17 @@ def ready(procs: list[Proc], tmp_path: Path) -> Callable[..., Proc]:
     return start
 
 
-def cli(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    out = io.StringIO()
-    code = cli_main(list(argv), stdin=io.StringIO(""), out=out)
-    return code, out.getvalue(), capsys.readouterr().err
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    def run(url: str, queue: str, *argv: str) -> tuple[int, str, str]:
+        out = io.StringIO()
+        code = cli_main(["--redis-url", url, "--queue", queue, *argv], stdin=io.StringIO(""), out=out)
+        return code, out.getvalue(), capsys.readouterr().err
+
+    return run
 
 
 def test_every_script_states_what_it_does_when_redis_is_out_of_memory() -> None:
@@ -208,7 +215,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     admin: redis.Redis,
     tmp_path: Path,
     ready: Callable[..., Proc],
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     """Redis fills up with done ids under a running backlog: enqueues are refused cleanly (CLI exit 3,
     the creator waits), the backlog is done while full, the cleaner's retention frees memory and
@@ -238,7 +245,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
         batch += 1
     assert full(admin)
 
-    code, _, err = cli("--redis-url", url, "--queue", name, "push", "late-1", "late-2", capsys=capsys)
+    code, _, err = cli(url, name, "push", "late-1", "late-2")
     assert code == 3 and "out of memory" in err and len(err.strip().splitlines()) == 1, err
     assert open_queue(url, name).inspect("late-1") is None
     creator = ready("creator", QUEUE_NAME=name, CREATE_ID_PREFIX="made", CREATE_RATE=50, **common)
@@ -264,7 +271,7 @@ def test_a_full_queue_recovers_without_an_operator_and_loses_or_repeats_nothing(
     wait_until(lambda: 0 <= cleaner.metric("setqueue_redis_memory_used_ratio") < 1, 30, "the gauge to see room")
     wait_until(lambda: creator.metric("setqueue_jobs_created_total") > 0, 60, "the creator to enqueue again")
     assert creator.metric("setqueue_redis_out_of_memory") == 0
-    code, out, err = cli("--redis-url", url, "--queue", name, "push", "late-1", capsys=capsys)
+    code, out, err = cli(url, name, "push", "late-1")
     assert (code, out) == (0, "1 new, 0 already known\n"), err
 
     starts, ends = log.starts(), log.ends()
@@ -307,7 +314,7 @@ def _env(server: RedisServer, **settings: Any) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
-    tmp_path: Path, ready: Callable[..., Proc], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ready: Callable[..., Proc], cli: Cli
 ) -> None:
     server = RedisServer(args=["--maxmemory-policy", "allkeys-lru"]).start()
     try:
@@ -318,10 +325,10 @@ def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
             wait_until(lambda p=proc: p.metric("setqueue_redis_noeviction", -1) == 0, 30, f"{role}'s gauge")  # type: ignore[misc]
             said = [line for line in proc.log().splitlines() if "evicts keys" in line]
             assert len(said) == 1 and "allkeys-lru" in said[0] and "ERROR" in said[0], proc.log()
-        code, out, err = cli("--redis-url", server.url, "--queue", env["QUEUE_NAME"], "stats", capsys=capsys)
+        code, out, err = cli(server.url, env["QUEUE_NAME"], "stats")
         assert code == 0 and "todos" in out
         assert err.count("\n") == 1 and "evicts keys" in err and "allkeys-lru" in err
-        code, out, _ = cli("--redis-url", server.url, "--queue", env["QUEUE_NAME"], "doctor", capsys=capsys)
+        code, out, _ = cli(server.url, env["QUEUE_NAME"], "doctor")
         assert code == 1 and any(line.startswith("FAIL  eviction:") for line in out.splitlines()), out
 
         # Made fatal: exit 3, one line, before any work.
@@ -336,14 +343,14 @@ def test_services_and_the_cli_say_when_redis_evicts_and_the_gauge_reads_0(
 
 @pytest.mark.slow
 def test_on_noeviction_the_gauge_reads_1_and_nothing_is_said(
-    tight: RedisServer, ready: Callable[..., Proc], capsys: pytest.CaptureFixture[str]
+    tight: RedisServer, ready: Callable[..., Proc], cli: Cli
 ) -> None:
     env = _env(tight, REQUIRE_NOEVICTION="true")
     cleaner = ready("cleaner", **env)
     wait_until(lambda: cleaner.metric("setqueue_redis_noeviction", -1) == 1, 30, "the gauge")
     assert cleaner.metric("setqueue_redis_memory_used_ratio", -1) == 0  # no maxmemory
     assert "evicts" not in cleaner.log()
-    code, _, err = cli("--redis-url", tight.url, "--queue", env["QUEUE_NAME"], "stats", "--json", capsys=capsys)
+    code, _, err = cli(tight.url, env["QUEUE_NAME"], "stats", "--json")
     assert code == 0 and err == ""
 
 
@@ -372,24 +379,22 @@ def _rule_without(command: str) -> dict[str, Any]:
     }
 
 
-def test_doctor_on_a_full_redis_says_so(
-    tight: RedisServer, admin: redis.Redis, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_doctor_on_a_full_redis_says_so(tight: RedisServer, admin: redis.Redis, cli: Cli) -> None:
     fill_up(admin)
-    code, out, _ = cli("--redis-url", tight.url, "--queue", "doc", "doctor", capsys=capsys)
+    code, out, _ = cli(tight.url, "doc", "doctor")
     lines = out.splitlines()
     assert code == 1 and [line.split(":")[0].split()[-1] for line in lines] == [
         "redis", "eviction", "memory", "persistence", "scripts", "cleaner",
     ]  # fmt: skip
     assert lines[2].startswith("FAIL  memory: out of memory"), lines
     admin.config_set("maxmemory", 0)
-    code, out, _ = cli("--redis-url", tight.url, "--queue", "doc", "doctor", capsys=capsys)
+    code, out, _ = cli(tight.url, "doc", "doctor")
     assert code == 0 and not any(line.startswith("FAIL") for line in out.splitlines()), out
     assert json.dumps(out)  # printable
 
 
 @pytest.mark.slow
-def test_on_a_cluster_every_master_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+def test_on_a_cluster_every_master_is_read(cli: Cli) -> None:
     cluster = RedisClusterNodes(masters=3, replicas=0).start()
     try:
         q = open_queue(cluster.url(), "mem", shards=3)
@@ -401,7 +406,7 @@ def test_on_a_cluster_every_master_is_read(capsys: pytest.CaptureFixture[str]) -
         admin.close()
         report = read_memory(q.redis)
         assert report.noeviction == 0 and [node.node for node in report.evicting] == [f"127.0.0.1:{evicting}"]
-        code, out, _ = cli("--redis-url", cluster.url(), "--queue", "mem", "--shards", "3", "doctor", capsys=capsys)
+        code, out, _ = cli(cluster.url(), "mem", "--shards", "3", "doctor")
         assert code == 1 and f"FAIL  eviction: maxmemory-policy volatile-lru on 127.0.0.1:{evicting}" in out, out
         assert "a Redis Cluster of 3 masters" in out
         q.close()
