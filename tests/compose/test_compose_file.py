@@ -4,6 +4,7 @@ Needs the docker CLI with Compose v2, no engine."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +16,9 @@ from tests.compose.observability import CLUSTER_COMPOSE_FILE, COMPOSE_FILE, REPO
 
 pytestmark = pytest.mark.compose
 
-VARIABLES = [
-    *("REDIS_PASSWORD", "REDIS_SERVICE_PASSWORD", "GRAFANA_ADMIN_PASSWORD"),
-    *("PROMETHEUS_PORT", "GRAFANA_PORT", "PROMETHEUS_RETENTION"),
-    *("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "QUEUE_NAME", "LOG_LEVEL", "LOG_FORMAT"),
-    *("LEASE_SECONDS", "MAX_ATTEMPTS", "DONE_MAX_COUNT", "DONE_MAX_AGE_SECONDS"),
-    *("CREATE_RATE", "CREATE_TOTAL", "CREATE_BATCH", "CREATE_ID_PREFIX"),
-    *("CLAIM_BATCH", "CONCURRENCY", "JOB_TIMEOUT_SECONDS", "JOB_HANDLER", "IDLE_WAIT_SECONDS"),
-    *("WORK_SECONDS", "WORK_JITTER", "FAIL_RATE"),
-    *("SWEEP_INTERVAL", "SWEEP_BATCH", "AUDIT", "AUDIT_INTERVAL", "CONSOLE_PORT", "CONSOLE_TOKEN"),
-]
+TEXT = COMPOSE_FILE.read_text() + CLUSTER_COMPOSE_FILE.read_text()
+# Every variable the files read: ${NAME...}, and environment entries passed through (NAME: with no value).
+VARIABLES = set(re.findall(r"\$\{(\w+)", TEXT)) | set(re.findall(r"^\s+([A-Z][A-Z0-9_]*):\s*$", TEXT, re.M))
 
 
 NODES = [f"redis-{n}" for n in range(1, 7)]
