@@ -137,16 +137,16 @@ class Verdict:
     @property
     def problems(self) -> list[str]:
         f = self.final
-        found = []
-        if f.lost:
-            found.append(f"{f.lost} ids lost: {', '.join(f.lost_ids[:10])}")
-        if f.in_two_states:
-            found.append(f"{f.in_two_states} ids in two states: {', '.join(f.two_state_ids[:10])}")
-        if f.unexplained_duplicates:
-            found.append(f"{f.unexplained_duplicates} ids ran twice unexplained: {', '.join(f.unexplained_ids[:10])}")
-        if f.unrecorded_reclaims:
-            ids = ", ".join(f.unrecorded_ids[:10])
-            found.append(f"{f.unrecorded_reclaims} ids lost a lease their history does not show: {ids}")
+        found = [
+            f"{count} ids {what}: {', '.join(ids[:10])}"
+            for count, ids, what in (
+                (f.lost, f.lost_ids, "lost"),
+                (f.in_two_states, f.two_state_ids, "in two states"),
+                (f.unexplained_duplicates, f.unexplained_ids, "ran twice unexplained"),
+                (f.unrecorded_reclaims, f.unrecorded_ids, "lost a lease their history does not show"),
+            )
+            if count
+        ]
         if f.created != self.plan.jobs:
             found.append(f"the audit knows {f.created} of the {self.plan.jobs} ids the creator was to make")
         if not self.drained:
@@ -158,16 +158,15 @@ class Verdict:
         return not self.problems
 
     def markdown(self) -> str:
-        f, p = self.final, self.plan
+        f, p, s = self.final, self.plan, self.plan.settings()
         lines = [
             f"# Chaos run, {self.started}",
             "",
             f"{p.minutes:g} minutes of faults against redis, creator, {p.workers} workers (1 to {p.max_workers}) "
             f"and the cleaner: the creator making {p.create_rate:g} jobs/s ({p.jobs:,} in all, in "
-            f"{p.settings()['CREATE_GROUPS']} job groups taking turns), "
-            f"{p.settings()['WORK_SECONDS']} s per job, FAIL_RATE {p.settings()['FAIL_RATE']}, "
-            f"MAX_ATTEMPTS {p.settings()['MAX_ATTEMPTS']}, LEASE_SECONDS {p.lease_seconds:g}; a fault every "
-            f"{p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}.",
+            f"{s['CREATE_GROUPS']} job groups taking turns), {s['WORK_SECONDS']} s per job, "
+            f"FAIL_RATE {s['FAIL_RATE']}, MAX_ATTEMPTS {s['MAX_ATTEMPTS']}, LEASE_SECONDS {p.lease_seconds:g}; "
+            f"a fault every {p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}.",
             "",
             "| fault | injected |",
             "|---|---:|",
