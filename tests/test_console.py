@@ -34,7 +34,7 @@ from tests.support.console import (
 )
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc, base_env
-from tests.support.waits import wait_until
+from tests.support.waits import wait_for_redis_clock, wait_until
 
 TOKEN = "console-test-token"
 FORGED = "0" * 64
@@ -328,7 +328,7 @@ def test_a_job_page_shows_its_result_or_why_there_is_none(
     short = Queue.from_url(redis_url, f"{queue_name}-ttl", result_ttl_seconds=0.2)
     short.enqueue(["gone-1"])
     short.ack(short.claim(1)[0], {"n": 1})
-    time.sleep(0.3)
+    wait_for_redis_clock(short.redis, 0.3)
     short.sweep()  # drops results past their time
     client = start_console(QUEUE_NAME=queue_name).client()
 
