@@ -1,15 +1,12 @@
-"""PROCESSES=N>1: ``python -m worker`` supervises N single-process workers (what it does: docs/guide.md,
-"Using every core"). A child is ``sys.executable -m worker`` with PROCESSES=1, not a
-``multiprocessing`` spawn: a fresh interpreter is a lone worker (its own signals, connections and
-threads, nothing inherited from a fork), Popen gives the exit code or signal straight, nothing is
-pickled. Each serves /metrics on a 127.0.0.1 socket we bound for it (no other process can take the
-port in between); our /metrics combines theirs when scraped, and an exited child's counters are
-added to its successors' so that no summed counter goes down on a restart.
+"""PROCESSES=N>1: ``python -m worker`` supervises N single-process workers (docs/guide.md, "Using every
+core"). A child is ``sys.executable -m worker`` with PROCESSES=1, not a ``multiprocessing`` spawn: a
+fresh interpreter inherits nothing from a fork (signals, connections, threads), Popen gives the exit
+code or signal straight, nothing is pickled. Each serves /metrics on a 127.0.0.1 socket we bound for
+it, so no other process can take the port in between.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -38,7 +35,7 @@ from setqueue.factory import open_queue
 from setqueue.runtime.httpd import MetricsServer
 from setqueue.runtime.logs import flush_logs
 from setqueue.runtime.metrics import SupervisorMetrics
-from setqueue.runtime.service import EXIT_REDIS, EXIT_SETTING, refusal
+from setqueue.runtime.service import EXIT_REDIS, EXIT_SETTING, cannot_listen, refusal
 from setqueue.runtime.settings import SettingError, WorkerSettings
 
 # "<index> <metrics socket fd> <supervisor pid>", set by the supervisor in a child's environment.
@@ -52,13 +49,9 @@ SCRAPE_TIMEOUT_SECONDS = 5.0
 PARENT_CHECK_SECONDS = 1.0
 FATAL = {EXIT_SETTING: "a bad setting", EXIT_REDIS: "Redis refuses us"}  # it would only do it again
 
-# Samples of several processes are summed, except these.
-LEAST = {
-    "setqueue_redis_up",  # 0 if any child cannot reach Redis
-    "process_start_time_seconds",  # the supervisor's start: the first
-    "process_max_fds",  # a limit of each process, not a total: the tightest
-}
-MOST = {"setqueue_seconds_since_sweep"}  # the same stamp seen at different moments: the stalest
+# Samples of several processes are summed, except these (why: docs/reference.md, "One /metrics").
+LEAST = {"setqueue_redis_up", "process_start_time_seconds", "process_max_fds"}
+MOST = {"setqueue_seconds_since_sweep"}
 ACCUMULATING = ("counter", "histogram", "summary")  # what a child's successor carries on from
 
 
@@ -133,9 +126,8 @@ class Supervisor:
         if s.metrics_port:
             try:
                 server = MetricsServer(s.metrics_port, self.metrics.registry, self.health, host=s.metrics_host)
-            except OSError as exc:  # as setqueue.runtime.service.serve says it
-                name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
-                self._say(f"invalid setting {name}: cannot listen on {s.metrics_host}:{s.metrics_port}: {exc}")
+            except OSError as exc:
+                self._say(cannot_listen(s, exc))
                 return EXIT_SETTING
             server.start()
         try:

@@ -1,15 +1,9 @@
-"""Periodic jobs: named cron schedules whose runs the cleaner enqueues.
+"""Periodic jobs: named cron schedules whose runs the cleaner enqueues (docs/guide.md, "Periodic jobs").
 
 ``SCHEDULES``: ``name=cron`` entries separated by ``;`` or newlines, or ``@path`` of a file of them
-(blank lines and ``#`` comments ignored); 5-field cron or ``@hourly`` etc., in UTC (croniter). The
-schedules in force live in Redis (``setqueue:{Q}:schedules``): a cleaner registers its SCHEDULES at
-start, ``setqueue schedules add|remove`` changes them, every cleaner reads them afresh each round.
-
-The run of slot ``t`` of ``name`` is the job ``<name>@<t, ISO 8601 UTC>`` with the payload
-``{"schedule": name, "slot": "<t>"}``. A round creates only each schedule's latest slot at or before
-now (Redis clock), in one script that also records it in ``setqueue:{Q}:periodic``: a run is created
-once however many cleaners run, never after a later slot, and after downtime only the latest missed
-slot runs. A schedule seen first records its slot without a run.
+(blank lines and ``#`` comments ignored). A round creates only each schedule's latest slot at or before
+now (Redis clock), in one script that also records it: a run is created once however many cleaners
+run, never after a later slot, and after downtime only the latest missed slot runs.
 """
 
 from __future__ import annotations
@@ -32,15 +26,14 @@ KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", 
 
 
 def iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utc(t).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _utc(t: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(t, datetime.UTC)
 
 
-def latest_slot(expr: str, now: float) -> float:
-    """The latest time (a whole minute) at or before ``now`` that ``expr`` matches."""
+def latest_slot(expr: str, now: float) -> float:  # a whole minute
     after_this_minute = math.floor(now / 60) * 60 + 60
     return float(croniter(expr, _utc(after_this_minute)).get_prev(float))  # get_prev: strictly before
 
@@ -126,7 +119,7 @@ def redis_now(client: redis.Redis) -> float:
 
 
 def due_runs(schedules: tuple[Schedule, ...], now: float) -> list[tuple[str, int, str, str | None]]:
-    """Each schedule's latest slot at or before ``now`` as ``Queue.create_periodic_runs`` takes it."""
+    """Each schedule's latest slot, as ``Queue.create_periodic_runs`` takes it."""
     runs: list[tuple[str, int, str, str | None]] = []
     for schedule in schedules:
         slot = schedule.latest_slot(now)
@@ -143,7 +136,7 @@ def check_name(name: str) -> str:
 
 
 def add_schedule(queue: Shard, name: str, expr: str) -> Schedule:
-    """Register (or change) a periodic job of an unsharded queue; ValueError before writing if bad."""
+    """Of an unsharded queue; ValueError before writing if bad."""
     schedule = Schedule(check_name(name), check_cron(expr.strip()))
     queue.redis.hset(queue.keys.schedules, schedule.name, schedule.expr)
     return schedule
@@ -156,7 +149,7 @@ def register(queue: Shard, schedules: tuple[Schedule, ...]) -> None:
 
 def remove_schedule(queue: Shard, name: str) -> bool:
     """False if not registered. Its last slot stays recorded: added back, it does not run a missed slot
-    at once. Any name Redis can hold may be removed; ValueError if not UTF-8."""
+    at once. Any UTF-8 name may be removed."""
     return bool(queue.redis.hdel(queue.keys.schedules, check_utf8("schedule name", name)))
 
 

@@ -1,18 +1,11 @@
 """The runtime the three services share: signals, Redis outages, liveness, and ``main()``.
 
 A service is a ``Service`` subclass with a ``run()`` main loop; ``main()`` loads its settings (a bad
-one: one line, exit code 2, before Redis is touched), sets up logging, serves /metrics and /healthz on
-``METRICS_PORT`` and installs the signal handlers. The first SIGTERM or SIGINT stops gracefully; a
-second exits at once with 128 + the signal number.
-
-Outages: the loops call Redis through ``Service.retry``, which waits out ``TRANSIENT_REDIS_ERRORS``
-(connection, timeouts, LOADING, READONLY, OOM, failovers) with backoff, a log line a step and
-``setqueue_redis_up`` 0. A service never crashes on an outage nor skips a job: every script is
-idempotent, so a call is simply made again.
-
-/healthz answers 503 when Redis does not answer a PING (one-second timeout) or when the main loop has
-not come round for ``stall_seconds``. A worker's main loop is its supervisor, which comes round every
-few milliseconds whatever its jobs do: a long job is not a stuck worker.
+one: exit 2 before Redis is touched), serves /metrics and /healthz and installs the signal handlers
+(docs/reference.md, "Services"). Loops call Redis through ``Service.retry``, which waits out
+``TRANSIENT_REDIS_ERRORS`` (docs/guide.md, "Outages"): every script is idempotent, so a call is simply
+made again. A worker's main loop is its supervisor, which comes round every few milliseconds whatever
+its jobs do: a long job is not a stuck worker.
 """
 
 from __future__ import annotations
@@ -61,9 +54,8 @@ UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_REDIS_ERRORS, OptionError
 
 
 def refusal(queue: JobQueue, url: str = "") -> str | None:  # noqa: PLR0911 (a return a kind of refusal)
-    """Why Redis refuses this service at start (password, permission, database, TLS), or None;
-    unreachable is no refusal. SettingError for what only Redis can tell: a cluster node with a db
-    other than 0, or QUEUE_SHARDS not the number the queue was first opened with (recorded here)."""
+    """Why Redis refuses this service at start, or None (unreachable is none). SettingError for what only
+    Redis can tell: a cluster node with a db other than 0, or QUEUE_SHARDS unlike the recorded (recorded here)."""
     try:
         queue.ping(record=True)
     except OptionError as exc:
@@ -104,8 +96,7 @@ def load_settings(
 
 
 class Service(Generic[S, M]):
-    """Base of the creator, worker and cleaner. ``queue`` defaults to what the settings name (only the
-    first queue when not ``serves_several``: the creator)."""
+    """Base of the services. ``queue`` defaults to the settings' (the first only without ``serves_several``)."""
 
     role: ClassVar[str] = "service"
     serves_several: ClassVar[bool] = True
@@ -142,8 +133,7 @@ class Service(Generic[S, M]):
         raise NotImplementedError
 
     @property
-    def stall_seconds(self) -> float:
-        """/healthz: 503 when the main loop has not come round for this long."""
+    def stall_seconds(self) -> float:  # /healthz: 503 when the main loop has not come round for this long
         return 60.0
 
     def on_stop_requested(self) -> None:
@@ -184,8 +174,8 @@ class Service(Generic[S, M]):
             return False
 
     def retry(self, call: Callable[[], T], what: str, *, until_stopped: bool = True) -> T:
-        """``call()`` until it gets through Redis, waiting out transient errors. With ``until_stopped`` a
-        stop during an outage raises ``Stopping``; without, it retries until it succeeds (acks)."""
+        """``call()`` until it gets through. With ``until_stopped`` a stop during an outage raises
+        ``Stopping``; without, it retries until it succeeds (acks)."""
         never = threading.Event()
         while True:
             try:
@@ -282,8 +272,8 @@ class Service(Generic[S, M]):
             self._full.skips -= 1
 
     def check_memory(self) -> MemoryReport | None:
-        """Read and export the eviction policy and memory; log one loud line when a master evicts (or
-        nobody may tell), again only when that changes. None when Redis is unreachable."""
+        """Export the eviction policy and memory; log when a master evicts (or nobody may tell), again
+        only on a change. None when Redis is unreachable."""
         with self._memory_lock:
             try:
                 report = read_memory(self.queue.redis)
@@ -329,8 +319,7 @@ class Service(Generic[S, M]):
 
 
 def usage(program: str, summary: str, argv: Sequence[str] | None) -> int | None:
-    """A service takes only ``--help`` (the settings it reads) and ``--version``. An exit code when it
-    should not start (0 after help or version, 2 otherwise)."""
+    """``--help`` (the settings read) and ``--version`` only; an exit code when not to start."""
     role = program.removeprefix("setqueue-")
     read = [s for s in SETTINGS if s.services == "all" or role in s.services.split(",")]
     epilog = "settings (environment variables):\n" + "\n".join(
@@ -379,9 +368,13 @@ def main(
     return serve(settings, build, program)
 
 
+def cannot_listen(settings: CommonSettings, exc: OSError) -> str:
+    name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
+    return f"invalid setting {name}: cannot listen on {settings.metrics_host}:{settings.metrics_port}: {exc}"
+
+
 def memory_refusal(service: Service[Any, Any], settings: CommonSettings) -> str | None:
-    """Read the eviction policy at start. With REQUIRE_NOEVICTION, wait until Redis answers and return
-    why the service must not start (a master evicts, or nobody may tell)."""
+    """With REQUIRE_NOEVICTION, wait until Redis answers and return why not to start."""
     if not settings.require_noeviction:
         service.check_memory()  # unreachable: read once Redis answers
         return None
@@ -396,8 +389,7 @@ def memory_refusal(service: Service[Any, Any], settings: CommonSettings) -> str 
 def serve(
     settings: S, build: Callable[[S], Service[S, Any]], program: str, *, metrics_socket: socket.socket | None = None
 ) -> int:
-    """Build the service, serve /metrics, check what Redis says of the settings, run it.
-    ``metrics_socket``: a listening socket to serve /metrics on (a supervisor's child's)."""
+    """Build, serve /metrics (on ``metrics_socket`` in a supervisor's child), check Redis, run."""
     try:
         service = build(settings)
     except SettingError as exc:  # what only the service can check (e.g. the handler's kind)
@@ -422,9 +414,7 @@ def serve(
                 sock=metrics_socket,
             ).start()
         except OSError as exc:
-            name = "METRICS_PORT" if exc.errno == errno.EADDRINUSE else "METRICS_HOST"
-            where = f"{settings.metrics_host}:{settings.metrics_port}"
-            return give_up(EXIT_SETTING, f"invalid setting {name}: cannot listen on {where}: {exc}")
+            return give_up(EXIT_SETTING, cannot_listen(settings, exc))
     try:
         refused = refusal(service.queue, settings.redis_url)
     except SettingError as exc:  # what only Redis can tell: the URL names a cluster node, with db 3
