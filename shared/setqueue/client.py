@@ -110,9 +110,9 @@ class _ClusterPipeline:
 class ClusterAwareRedis(redis.Redis):
     """A ``redis.Redis`` for a URL naming one Redis or any Redis Cluster node (docs/guide.md#redis-cluster).
 
-    The first command asks the node (``HELLO``, on its own db-0 connection) whether it is in cluster
-    mode; if so every command goes through a ``RedisCluster`` made from the same URL and options. A
-    cluster URL must use TCP and db 0, else every call raises ``OptionError``."""
+    The first command asks the node (``HELLO``) whether it is in cluster mode; if so every command goes
+    through a ``RedisCluster`` from the same URL and options. A cluster URL must be TCP, db 0, else
+    every call raises ``OptionError``."""
 
     def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
         super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))
@@ -239,9 +239,7 @@ def tls_failure(error: BaseException) -> ssl.SSLError | None:
     """The TLS error behind a connection error, if any: no resend makes it succeed."""
     seen: BaseException | None = error
     for _ in range(5):
-        if seen is None:
-            return None
-        if isinstance(seen, ssl.SSLError):
+        if seen is None or isinstance(seen, ssl.SSLError):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
@@ -289,11 +287,9 @@ def connect(
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
 ) -> ClusterAwareRedis:
-    """The client ``Queue.from_url`` uses (see ``ClusterAwareRedis``).
-
-    It resends after a connection error or timeout (``retries`` times, with backoff), and socket
-    timeouts stop a call hanging on a dead connection. rediss:// verifies the server
-    (``tls_options``); a failed TLS handshake is not resent."""
+    """The client ``Queue.from_url`` uses: it resends after a connection error or timeout (``retries``
+    times, with backoff); socket timeouts stop a call hanging on a dead connection. rediss://: see
+    ``tls_options``; a failed TLS handshake is not resent."""
     tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # unix:// refuses the TCP keepalive argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
@@ -340,7 +336,7 @@ class SnapshotReads:
 
 
 def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
-    """``block(seconds)`` for at most ``timeout``, never past ``due_in`` (True at once if due)."""
+    """``block`` for at most ``timeout``, never past ``due_in`` (True at once if due)."""
     if due_in is not None:
         timeout = min(timeout, due_in)
         if timeout <= 0:
@@ -353,14 +349,13 @@ def take_wake_token(client: redis.Redis, keys: Sequence[str], timeout: float) ->
     return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
 
 
-# On a Cluster, the longest one BLPOP of a ClusterWaiter blocks (a BLPOP cannot be called off).
+# The longest one BLPOP of a ClusterWaiter blocks (a BLPOP cannot be called off).
 CLUSTER_WAKE_SLICE_SECONDS = 0.25
 
 
 class ClusterWaiter:
-    """Waits on wake lists in different Cluster slots: one BLPOP per list, each in its own thread; the
-    first token wakes the wait. Each BLPOP blocks at most CLUSTER_WAKE_SLICE_SECONDS; one still
-    blocked when a wait returns is kept, so the token it takes is seen by the next wait, not lost."""
+    """Waits on wake lists in different Cluster slots, one BLPOP thread per list; the first token wakes
+    the wait. A BLPOP still blocked when a wait returns is kept, so its token is seen next wait, not lost."""
 
     def __init__(self, client: Any, keys: Sequence[str]) -> None:
         self._client = client

@@ -152,7 +152,7 @@ class Queue:
 
     ``client``: a ``redis.Redis``, or a ``RedisCluster`` (wrapped: ``queue.redis`` is a ``redis.Redis`` either way)."""
 
-    # The defaults are declared here once: the services' settings take theirs from this signature.
+    # The only place defaults are declared: the services' settings read this signature.
     def __init__(
         self,
         client: Client,
@@ -291,7 +291,6 @@ class Queue:
             wake_cap=self.wake_cap,
             token=request_id,
         )
-        # Seconds until more could be claimed, for wait_for_work.
         self.next_due = None if header.next_at is None else max(0.0, header.next_at - header.now)
         self._next_due_seen = time.monotonic()
         self.flow_limited = header.limited
@@ -311,21 +310,8 @@ class Queue:
         queue: str,
         own: str | None,
     ) -> Lease:
-        max_attempts, timeout = parse_job_options(own)
-        return Lease(
-            job_id,
-            token,
-            attempt,
-            payload,
-            enqueued_at,
-            claimed_at,
-            priority,
-            queue,
-            max_attempts,
-            timeout,
-            trace_parent=parse_trace_parent(own),
-            reporter=self.progress,
-        )
+        fields = (job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, *parse_job_options(own))
+        return Lease(*fields, trace_parent=parse_trace_parent(own), reporter=self.progress)
 
     def due_in(self) -> float | None:
         """Seconds until more could be claimed, as the last short claim saw it (None: not known)."""
@@ -389,13 +375,10 @@ class Queue:
                     self.name,
                     sum(1 for ok, kept_text in zip(acked, texts, strict=True) if ok and kept_text),
                 )
-            for lease, ok in zip(chunk, acked, strict=True):
-                if not ok:
-                    out.append(AckResult(False, None))
-                elif lease.enqueued_at is None:
-                    out.append(AckResult(True, None))
-                else:
-                    out.append(AckResult(True, max(0.0, now - lease.enqueued_at)))
+            out += [
+                AckResult(ok, None if not ok or at is None else max(0.0, now - at))
+                for at, ok in zip((lease.enqueued_at for lease in chunk), acked, strict=True)
+            ]
         return out
 
     def fail(
@@ -702,10 +685,7 @@ class Queue:
         starts (None: no limit). Own limits replace the default wholly; both None restores it."""
         if group is not None:
             validate_group(group)
-        limits = GroupLimits(
-            None if concurrency is None else parse_concurrency(concurrency),
-            Rate.given(rate, burst),
-        )
+        limits = GroupLimits(None if concurrency is None else parse_concurrency(concurrency), Rate.given(rate, burst))
         if group is not None:
             spec = "" if limits == GroupLimits() else limits.spec()
             self._scripts.set_limits(f"group:{group}", spec, wake_cap=self.wake_cap)

@@ -1,14 +1,12 @@
-"""The Lua scripts of ``lua/`` and their Python side: the one place that knows how each is called.
+"""The Lua scripts of ``lua/`` and the one place that knows how each is called.
 
-A script's header is its contract: comments document every key, arg and the reply, then locals
-name each KEYS and ARGV entry in order (``local request, todos = KEYS[1], KEYS[2]``). A
-variable-length list starts at a named constant (``local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..]``)
-read in a loop: no body line indexes KEYS or ARGV by number or arithmetic. KEYS names are
-``QueueKeys`` properties, except the per-call ``request`` and ``lock``, so KEYS lists are built
-from header and layout; an unknown name fails the import. ``-- @include "<name>"`` inlines
-``lua/includes/<name>.lua`` once per script (after BullMQ); a missing or circular include fails the
-import. :class:`Script` checks each call's KEYS/ARGV counts; :class:`QueueScripts` builds ARGV and
-decodes replies."""
+A script's header is its contract: comments document keys, args and reply, then locals name each
+KEYS and ARGV entry in order (``local request, todos = KEYS[1], KEYS[2]``); a variable-length list
+starts at a named constant (``local FIRST_LOCK = 10  -- KEYS[FIRST_LOCK..]``). No body line indexes
+KEYS/ARGV by number or arithmetic. KEYS names are ``QueueKeys`` properties (or the per-call
+``request``, ``lock``), so KEYS lists are built from header and layout. ``-- @include "<name>"``
+inlines ``lua/includes/<name>.lua`` once per script. A broken header, unknown key or bad include
+fails the import."""
 
 from __future__ import annotations
 
@@ -116,9 +114,8 @@ _ARITHMETIC = re.compile(r"[-+*/%]")
 
 
 def parse_contract(name: str, source: str) -> Contract:
-    """The names a script's header gives KEYS and ARGV (see the module docstring): entries named in
-    order from 1, a tail constant right after the last; raises ScriptContractError otherwise, or when
-    a body line indexes KEYS/ARGV by number or anywhere by arithmetic."""
+    """The names a script's header gives KEYS and ARGV; ScriptContractError where it breaks the module
+    docstring's rules."""
     named: dict[str, list[tuple[int, str]]] = {"KEYS": [], "ARGV": []}
     tails: dict[str, tuple[str, int]] = {}
     lines = source.splitlines()
