@@ -93,8 +93,8 @@ class Engine:
         self.finish = finish
         self.slots = Slots(concurrency)
         self.claim_batch = claim_batch if claim_batch is not None else concurrency
-        # A job's end wakes the claimer only when the buffer is this low (where ``wanted`` claims
-        # again): waking it on every job cost 11% of an I/O-bound worker's CPU, for nothing.
+        # A job's end wakes the claimer only when the buffer is this low (where ``wanted`` claims again):
+        # waking it on every job costs CPU for nothing.
         self.low_water = max(1, self.claim_batch // 2)
         self.asynchronous = is_async(handler)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,7 +119,7 @@ class Engine:
         return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop).result()
 
     def close(self) -> list[Lease]:
-        """No job starts any more; returns the buffered leases, now out of the buffer."""
+        """No job starts any more; the buffered leases, now out of the buffer."""
         with self.slots.lock:
             self.slots.closed = True
             left = [b.lease for b in self.slots.buffer]
@@ -133,10 +133,8 @@ class Engine:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
     def wanted(self, stop: threading.Event, *, prefetch: bool = True) -> int:
-        """How many jobs to claim now: the free slots, plus up to ``claim_batch`` buffered while jobs
-        keep starting (within PREFETCH_WINDOW_SECONDS; only with ``prefetch``), at most
-        ``claim_batch``, and not under half a batch while the buffer covers the free slots. Waits up
-        to a second for room; 0 then, or once closed or ``stop`` is set."""
+        """How many jobs to claim now (docs/guide.md, "Slots"), not under half a batch while the buffer
+        covers the free slots. Waits up to a second for room; 0 then, or once closed or ``stop`` is set."""
         batch, slots = self.claim_batch, self.slots
         with slots.lock:
             for _ in range(10):
@@ -162,7 +160,7 @@ class Engine:
             self._loop.call_soon_threadsafe(self._pump)
 
     def take_stale(self, older_than: float) -> list[Lease]:
-        """Buffered leases claimed before ``older_than``, out of the buffer (they go back)."""
+        """Out of the buffer (they go back)."""
         stale: list[Lease] = []
         with self.slots.lock:
             buffer = self.slots.buffer
@@ -195,9 +193,7 @@ class Engine:
             value = self.handler(record.lease)
             if inspect.isawaitable(value):  # a plain function that returned a coroutine
                 value = self.run_coroutine(value)
-        except (JobTimeout, JobCancelled) as exc:
-            error = exc
-        except Exception as exc:  # user code: any exception fails the attempt
+        except (JobTimeout, JobCancelled, Exception) as exc:  # user code: any exception fails the attempt
             error = exc
         try:
             self._end(record, error, value)
@@ -208,8 +204,7 @@ class Engine:
                 slots.zombies -= 1
         return True
 
-    def _start(self, buffered: Buffered, thread_id: int | None) -> Running:
-        """Call with the lock held."""
+    def _start(self, buffered: Buffered, thread_id: int | None) -> Running:  # with the lock held
         now = time.monotonic()
         lease = buffered.lease
         timeout = self.timeout if lease.timeout is None else lease.timeout  # the job's own wins
@@ -251,7 +246,7 @@ class Engine:
         self._pump()
 
     def overdue(self, now: float) -> list[Running]:
-        """Running jobs newly past their deadline, now marked timed out."""
+        """Running jobs newly past their deadline, marked timed out."""
         late: list[Running] = []
         with self.slots.lock:
             for record in self.slots.running.values():
@@ -267,8 +262,7 @@ class Engine:
             raise_in_thread(record.thread_id, exception)
 
     def cancel(self, job_id: str) -> tuple[list[Lease], list[Lease]]:
-        """Stop ``job_id`` here (its run no longer counts): (running leases, interrupted; buffered
-        leases, now out of the buffer)."""
+        """Stop ``job_id`` here (its run no longer counts): (running leases, buffered ones now out)."""
         with self.slots.lock:
             running = [
                 r for r in self.slots.running.values() if r.lease.id == job_id and not (r.cancelled or r.abandoned)
@@ -283,7 +277,7 @@ class Engine:
         return [r.lease for r in running], [b.lease for b in waiting]
 
     def new_zombies(self, now: float, after: float) -> int:
-        """Mark jobs still running ``after`` seconds past their timeout as zombies; returns the count."""
+        """Mark jobs ``after`` seconds past their timeout as zombies; the count."""
         with self.slots.lock:
             for record in self.slots.running.values():
                 if record.timed_out is not None and not record.zombie and now - record.timed_out >= after:

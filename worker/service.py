@@ -121,7 +121,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.metrics.leases_lost.labels(lease.queue).inc()
 
     def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
-        """The handler module's ``configure_worker`` (sync or async), if any."""
         name = settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
         hook = getattr(sys.modules.get(name or ""), "configure_worker", None)
         return hook if callable(hook) else None
@@ -265,8 +264,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             m.end_to_end_seconds.observe_many(seconds, queue)
 
     def _keepable(self, leases: list[Lease], returned: list[Any]) -> tuple[list[Lease], list[Any]]:
-        """The leases to ack, with their values. A value that cannot be kept (not bytes nor JSON, or
-        over RESULT_MAX_BYTES) fails its job for good, and nothing of it is half-written."""
+        """The leases to ack, with their values. One that cannot be kept (not bytes nor JSON, or over
+        RESULT_MAX_BYTES) fails its job for good, before anything of it is written."""
         acked: list[Lease] = []
         values: list[Any] = []
         for lease, value in zip(leases, returned, strict=True):
@@ -284,7 +283,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._cancelled(lease.id)
 
     def _cancelled(self, job_id: str) -> None:
-        """Stop a cancelled job (already so in Redis) running or buffered here; its run is not reported."""
+        """Already so in Redis: stop it here, running or buffered; its run is not reported."""
         running, waiting = self.engine.cancel(job_id)
         if not running and not waiting:
             return
@@ -401,9 +400,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         os._exit(self._exit_code or 1)
 
     def _resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
-        """``self.retry`` of ``call(request_id)`` with one request id across retries, so that a call
-        whose reply an outage lost reports what it did (an ack: acked, not stale; a claim: its
-        leases, not a second claim). A fresh id after half the time Redis keeps the result."""
+        """``self.retry`` of ``call(request_id)``, one id across retries (docs/guide.md, "Resends"); a fresh
+        one after half the time Redis keeps the result."""
         request_id, since = new_request_id(), time.monotonic()
 
         def attempt() -> T:
@@ -435,14 +433,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             return
         released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]
         _count(self.metrics.jobs_released, released)
-        for queue, n in Counter(lease.queue for lease in released).items():
-            self.metrics.history_records.labels(queue, "handed back").inc(n)
+        _count(self.metrics.history_records, released, "handed back")
         self.log.info("handed %s back to todos", plural(len(released), "job"))
 
 
-def _count(counter: PromCounter, leases: list[Lease]) -> None:
+def _count(counter: PromCounter, leases: list[Lease], *labels: str) -> None:
     for queue, n in Counter(lease.queue for lease in leases).items():
-        counter.labels(queue).inc(n)
+        counter.labels(queue, *labels).inc(n)
 
 
 def _grouped(pairs: Iterable[tuple[K, float]]) -> dict[K, list[float]]:

@@ -1,19 +1,19 @@
 """Auditing a queue from Redis (AUDIT=true, chaos runs): every created id in exactly one state, none
 lost, and no job that succeeded twice without a lost lease to explain it.
 
-What the services record under ``setqueue:{Q}:audit:…``:
+What the services record under ``setqueue:{Q}:audit:…`` (docs/reference.md, "Key layout"):
 
 - **created**: the creator, after each enqueue, raises ``audit:created[<prefix>]`` to the number of
-  its last id (``<prefix>-1`` .. ``<prefix>-n``). Enqueue and record are two calls, so a creator that
-  dies between them leaves ids the audit undercounts, never calls lost. A record never goes down.
+  its last id. Enqueue and record are two calls, so a creator that dies between them leaves ids the
+  audit undercounts, never calls lost.
 - **runs**: the demo handler records each run as a success or a failure, keyed by the claim's token
   so that a record resent after a connection error counts once.
-- **lost leases**: the cleaner records the ids its sweep put back after their lease expired, and a
-  worker those it hands back still running after its shutdown grace. A run may have gone on after
-  each, so each explains one more successful run.
+- **lost leases**: ids the cleaner's sweep put back after their lease expired, and those a worker
+  hands back still running after its shutdown grace: a run may have gone on after each, so each
+  explains one more successful run.
 
 :class:`Auditor` reads those and the states in chunks, each in one MULTI so that an id is judged at
-one instant (every transition is one script: an id is never between states).
+one instant (every transition is one script).
 """
 
 from __future__ import annotations
