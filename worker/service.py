@@ -73,7 +73,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             self._ack_many = self.tracing.acking(self.queue.ack_many, self.queue.name)
         self.engine = Engine(handler, s.concurrency, s.job_timeout_seconds, self._job_ended, s.claim_batch)
         self.keeper = LeaseKeeper(
-            self.queue, on_renewed=self._renewed, on_lost=self._lost, on_cancelled=self._lease_cancelled
+            self.queue,
+            on_renewed=self.metrics.lease_renewals.inc,
+            on_lost=lambda lease: self.metrics.leases_lost.labels(lease.queue).inc(),
+            on_cancelled=lambda lease: self._cancelled(lease.id),
         )
         channels = [shard.keys.cancel_channel for shard in self.queue.shards]
         self.cancels = CancelListener(self.queue.redis, channels, self._cancelled, self.log, self.refuse)
@@ -111,14 +114,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     def _snapshot(self) -> tuple[int, list[list[str]]]:
         return self.engine.counts()[1], [[lease.queue, lease.id] for lease in self.keeper.held()]
 
-    def _renewed(self, count: int) -> None:
-        self.metrics.lease_renewals.inc(count)
-
     def _held(self, shard: str, reason: str) -> None:
         self.metrics.claims_held.labels(self._queue_of_shard.get(shard, shard), reason).inc()
-
-    def _lost(self, lease: Lease) -> None:
-        self.metrics.leases_lost.labels(lease.queue).inc()
 
     def _configure_hook(self, settings: WorkerSettings) -> Callable[[WorkerSettings], Any] | None:
         name = settings.job_handler.partition(":")[0] if self._from_setting else self.handler.__module__
@@ -278,9 +275,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             acked.append(lease)
             values.append(value)
         return acked, values
-
-    def _lease_cancelled(self, lease: Lease) -> None:
-        self._cancelled(lease.id)
 
     def _cancelled(self, job_id: str) -> None:
         """Already so in Redis: stop it here, running or buffered; its run is not reported."""

@@ -157,10 +157,6 @@ def usable_cores() -> int:
 MAX_PROCESSES = 256
 
 
-def _check_redis_url(url: str) -> None:
-    validate_redis_url(url)
-
-
 def _check_ca_file(path: str) -> None:
     if path:
         _readable(path)
@@ -211,6 +207,51 @@ def _check_schedules(raw: str) -> None:
     parse_schedules(raw)
 
 
+def validate_redis_url(url: str) -> str:
+    """Reject what redis-py would only reject on first use, or misread silently."""
+
+    def bad(problem: str) -> SettingError:
+        return SettingError("REDIS_URL", f"{url!r}{problem}")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise bad(f" is not a URL ({exc})") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise bad(" must start with redis://, rediss:// or unix://")
+    _check_url_options(url, parts.query)
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise bad(" names no socket path")
+        return url
+    if not parts.hostname:
+        raise bad(" names no host")
+    if port == 0:
+        raise bad(" has port 0")
+    db = parts.path.lstrip("/")
+    if db and not (db.isdigit() and int(db) < 2**31):
+        raise bad(": the database after the / must be a number")
+    return url
+
+
+def _check_url_options(url: str, query: str) -> None:
+    """Query options are redis-py's, each with a value its parser takes."""
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS  # noqa: PLC0415 - redis-py's own table
+
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        if name not in URL_QUERY_ARGUMENT_PARSERS and name not in ("db", "username", "password", "ssl_cert_reqs"):
+            known = ", ".join(sorted(URL_QUERY_ARGUMENT_PARSERS))
+            raise SettingError("REDIS_URL", f"{redact_url(url)!r}: unknown option {name!r} (known: {known})")
+        parse: Callable[[str], object] | None = URL_QUERY_ARGUMENT_PARSERS.get(name)  # type: ignore[assignment]
+        for value in values:
+            try:
+                if parse is not None:
+                    parse(value)
+            except (TypeError, ValueError):
+                raise SettingError("REDIS_URL", f"{redact_url(url)!r}: option {name}={value!r} is not valid") from None
+
+
 _Q = queue_default
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -219,7 +260,7 @@ SETTINGS: tuple[Setting, ...] = (
         "redis://localhost:6379/0",
         "redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
         "all",
-        check=_check_redis_url,
+        check=validate_redis_url,
     ),
     Setting("REDIS_TLS_CA_FILE", str, "", "rediss://: the server's CA (PEM)", "all", check=_check_ca_file),
     Setting("REDIS_TLS_CERT_FILE", str, "", "rediss://: a client certificate (PEM)", "all", check=_readable),
@@ -287,7 +328,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Largest payload (UTF-8 bytes)",
         "all",
         low=1,
-        high=512 * 1024 * 1024,
+        high=2**29,
     ),
     Setting("METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = none)", "all", low=0, high=65535),
     Setting("METRICS_HOST", str, "0.0.0.0", "Address of /metrics and /healthz", "all", check=_check_host),
@@ -360,7 +401,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Largest result kept; a larger one fails the job",
         "worker",
         low=1,
-        high=512 * 1024 * 1024,
+        high=2**29,
     ),
     Setting(
         "STANDIN_SWEEP_SECONDS",
@@ -410,51 +451,6 @@ def check_tls(url: str, files: TlsFiles) -> None:
         except (OSError, ssl.SSLError, ValueError) as exc:
             name = "REDIS_TLS_KEY_FILE" if key else "REDIS_TLS_CERT_FILE"
             raise SettingError(name, f"the client certificate and its key do not load together ({exc})") from None
-
-
-def validate_redis_url(url: str) -> str:
-    """Reject what redis-py would only reject on first use, or misread silently."""
-
-    def bad(problem: str) -> SettingError:
-        return SettingError("REDIS_URL", f"{url!r}{problem}")
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise bad(f" is not a URL ({exc})") from None
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise bad(" must start with redis://, rediss:// or unix://")
-    _check_url_options(url, parts.query)
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise bad(" names no socket path")
-        return url
-    if not parts.hostname:
-        raise bad(" names no host")
-    if port == 0:
-        raise bad(" has port 0")
-    db = parts.path.lstrip("/")
-    if db and not (db.isdigit() and int(db) < 2**31):
-        raise bad(": the database after the / must be a number")
-    return url
-
-
-def _check_url_options(url: str, query: str) -> None:
-    """Query options are redis-py's, each with a value its parser takes."""
-    from redis.connection import URL_QUERY_ARGUMENT_PARSERS  # noqa: PLC0415 - redis-py's own table
-
-    for name, values in parse_qs(query, keep_blank_values=True).items():
-        if name not in URL_QUERY_ARGUMENT_PARSERS and name not in ("db", "username", "password", "ssl_cert_reqs"):
-            known = ", ".join(sorted(URL_QUERY_ARGUMENT_PARSERS))
-            raise SettingError("REDIS_URL", f"{redact_url(url)!r}: unknown option {name!r} (known: {known})")
-        parse: Callable[[str], object] | None = URL_QUERY_ARGUMENT_PARSERS.get(name)  # type: ignore[assignment]
-        for value in values:
-            try:
-                if parse is not None:
-                    parse(value)
-            except (TypeError, ValueError):
-                raise SettingError("REDIS_URL", f"{redact_url(url)!r}: option {name}={value!r} is not valid") from None
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
