@@ -1,6 +1,4 @@
-"""Several named queues served as one, in strict priority of their order (docs/guide.md#several-queues):
-a claim takes what it can from the first queue, then the next. Leases go back to ``lease.queue``,
-enqueue goes to the first queue, id lookups search every queue."""
+"""Several named queues served as one (docs/guide.md#several-queues)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,8 @@ from setqueue.jobs import Lease
 
 
 class QueueGroup(CompositeQueue):
-    """Several plain or sharded queues in strict priority of their order."""
+    """Plain or sharded queues in strict priority of their order. Leases go back to ``lease.queue``; id
+    lookups search every queue."""
 
     def __init__(self, members: Sequence[JobQueue]) -> None:
         names = [m.name for m in members]

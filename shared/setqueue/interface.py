@@ -1,7 +1,5 @@
-"""One interface for every kind of queue: ``JobQueue`` (and ``Shard``, one plain queue).
-
-``Queue``, ``ShardedQueue`` and ``QueueGroup`` share these signatures; ``setqueue.open_queue`` makes
-whichever the arguments name, and the services and CLI use nothing else."""
+"""``JobQueue``, what ``Queue``, ``ShardedQueue`` and ``QueueGroup`` (whichever ``setqueue.open_queue``
+makes) share; the services and CLI use nothing else. ``Shard``: one plain queue."""
 
 from __future__ import annotations
 

@@ -46,7 +46,6 @@ class Lease:
         return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
 
     def json(self) -> Any:
-        """The payload read as JSON."""
         if self.payload is None:
             raise ValueError(f"job {self.id!r} has no payload")
         return json.loads(self.payload)
@@ -242,5 +241,4 @@ def decode_result(text: str) -> Any:
 
 class JobTimeout(BaseException):
     """Raised in a job's thread when it runs past its timeout (an async job is cancelled instead). A
-    BaseException (as Dramatiq's time limit) so ``except Exception`` does not swallow it; catch it to
-    clean up, then let it go."""
+    BaseException so ``except Exception`` does not swallow it; catch it to clean up, then let it go."""

@@ -1,9 +1,7 @@
 """The set-model work queue: todos -> in_progress -> done, plus failed (dead letters) and scheduled.
 
-Every multi-key transition is one Lua script (``lua/``), so no crash or concurrent cleaner sees a
-half-done step. Mutating scripts keep their result under a request id for ``request_ttl_seconds``,
-so a call redis-py resends returns the first result instead of applying twice. ``setqueue.scripts``
-knows how each script is called; this module batches the calls and shapes their results."""
+Each transition is one Lua script (atomic), safe to resend (docs/guide.md#resends). ``setqueue.scripts``
+knows how each is called; this module batches the calls and shapes their results."""
 
 from __future__ import annotations
 
@@ -242,13 +240,12 @@ class Queue:
         timeout: float | None = None,
         group: str | None = None,
     ) -> int:
-        """Add job ids (or a mapping id -> payload) at the back of the line, in order; returns how many were new.
+        """Add job ids (or a mapping id -> payload, docs/guide.md#the-model) at the back of the line, in
+        order; returns how many were new (a known id is not added again).
 
-        A payload is a str, UTF-8 bytes or any JSON-serialisable value, at most ``payload_max_bytes``.
-        ``priority`` (-10..10): higher first, FIFO within one. ``delay`` (seconds, Redis clock) or ``at``
-        (Unix seconds), not both, holds them in scheduled; the past means now. ``max_attempts`` and
-        ``timeout`` (0 = none) override the workers'. An id the queue knows is not added again. ``group``:
-        groups take turns (``set_group_limits``). Everything is checked before anything is sent."""
+        ``priority`` (-10..10): higher first. ``delay`` (seconds) or ``at`` (Unix seconds), not both, holds
+        them in scheduled; the past means now. ``max_attempts`` and ``timeout`` (0 = none) override the
+        workers'. ``group``: groups take turns. Everything is checked before anything is sent."""
         validate_priority(priority)
         if group is not None:
             validate_group(group)
@@ -348,10 +345,9 @@ class Queue:
     def ack_many(
         self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
     ) -> list[AckResult]:
-        """Ack a batch, one script call per MAX_IDS_PER_CALL. ``results`` (None: nothing) are kept
-        ``result_ttl_seconds`` for ``result()`` (bytes or JSON-serialisable, at most ``result_max_bytes``,
-        checked first). ``request_id`` retries a call whose reply was lost. When Redis is out of memory
-        the jobs are acked without their results."""
+        """Ack a batch, one script call per MAX_IDS_PER_CALL. ``results`` (None: nothing) are kept for
+        ``result()``, all checked first. ``request_id`` retries a call whose reply was lost. Out of
+        memory, the jobs are acked without their results."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -556,9 +552,8 @@ class Queue:
             return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
-        """Cancel a job: a waiting one never starts; a running one is cancelled at once and its worker told
-        to stop (its late ack or fail is stale). Returns the state it was in (an ended job's, unchanged),
-        or None if unknown. Idempotent."""
+        """Cancel a waiting or running job (docs/guide.md#results-cancel-history-progress); returns the state
+        it was in (an ended job's, unchanged), or None if unknown. Idempotent."""
         owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
         token = None if owner is None else _text(owner)  # type: ignore[arg-type]
         return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
@@ -566,9 +561,8 @@ class Queue:
     # -- results
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """What ``job_id``'s handler returned, waiting until it ends (``timeout``: TimeoutError; None:
-        forever) on the ended channel, not polling. Raises JobFailed (dead-lettered or cancelled),
-        ResultGone (result no longer kept), UnknownJob."""
+        """What ``job_id``'s handler returned, once it ends (TimeoutError after ``timeout``; None: wait
+        forever). Raises JobFailed (dead-lettered or cancelled), ResultGone (not kept), UnknownJob."""
         return self.results([job_id], timeout)[job_id]
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
@@ -669,8 +663,8 @@ class Queue:
         return self._scripts.set_limits("resume", "", wake_cap=self.wake_cap)
 
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
-        """At most ``rate`` starts across all workers (``Rate`` or text like ``"100/s"``; None: no limit),
-        ``burst`` at once (default: a tenth of the count); in force from the next claim."""
+        """At most ``rate`` starts across all workers (``Rate`` or ``"100/s"``; None: no limit), ``burst``
+        at once (docs/guide.md#flow-control); in force from the next claim."""
         self._scripts.set_limits("rate", _rate(rate, burst), wake_cap=self.wake_cap)
 
     def set_group_limits(

@@ -27,12 +27,10 @@ def shard_name(name: str, shard: int) -> str:
 
 
 def shard_names(name: str, shards: int) -> list[str]:
-    """``name`` for one shard, else ``name~i``."""
     return [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
 
 
 def shard_of(job_id: str, shards: int) -> int:
-    """A stable hash: CRC-32 of the UTF-8 id."""
     return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
@@ -95,16 +93,16 @@ class ShardedQueue(CompositeQueue):
     # -- waking idle workers
 
     def wake_keys(self) -> list[str]:
-        """On one Redis, every shard's list (one BLPOP). On a Cluster (no BLPOP across slots), the queue's
-        own ``setqueue:{Q}:wake``, which ``_made_claimable`` pushes to whenever jobs became claimable."""
+        """Every shard's list (one BLPOP); on a Cluster (no BLPOP across slots) the queue's own, fed by
+        ``_made_claimable``."""
         return [self._wake] if self._on_a_cluster() else super().wake_keys()
 
     def _on_a_cluster(self) -> bool:
         return on_a_cluster(self.redis)
 
     def _made_claimable(self, n: int) -> None:
-        """On a Cluster, wake up to ``n`` idle workers of any shard. Apart from the script: a lost wake-up
-        (a death in between) delays a pick-up by at most IDLE_WAIT_SECONDS, never loses a job."""
+        """On a Cluster, wake up to ``n`` idle workers of any shard. Outside the script: a lost wake-up
+        delays a pick-up by at most IDLE_WAIT_SECONDS, never loses a job."""
         if n <= 0 or not self._on_a_cluster():
             return
         cap = self.wake_cap
@@ -168,10 +166,14 @@ class ShardedQueue(CompositeQueue):
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None:
         """As ``Queue.set_rate`` for the whole queue: each shard enforces 1/N in its own slot (burst rounded
         up); ids spread evenly, so the shares add up while every shard has work."""
-        shared = Rate.given(rate, burst)
+        share = self._share(rate, burst)
         for shard in self._shards:
-            shard.set_rate(None if shared is None else shared.split(len(self._shards)))
+            shard.set_rate(share)
         self._made_claimable(self.wake_cap)
+
+    def _share(self, rate: Rate | str | None, burst: int | None) -> Rate | None:
+        shared = Rate.given(rate, burst)
+        return None if shared is None else shared.split(len(self._shards))
 
     def set_group_limits(
         self,
@@ -182,13 +184,9 @@ class ShardedQueue(CompositeQueue):
         burst: int | None = None,
     ) -> None:
         """As ``Queue.set_group_limits``: each shard enforces 1/N of the rate and the whole concurrency."""
-        shared = Rate.given(rate, burst)
+        share = self._share(rate, burst)
         for shard in self._shards:
-            shard.set_group_limits(
-                group,
-                concurrency=concurrency,
-                rate=None if shared is None else shared.split(len(self._shards)),
-            )
+            shard.set_group_limits(group, concurrency=concurrency, rate=share)
         self._made_claimable(self.wake_cap)
 
     def limits(self) -> Limits:
