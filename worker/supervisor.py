@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import signal
 import socket
@@ -375,11 +376,7 @@ def _rule(sample: str) -> Callable[[float, float], float]:
         return min
     if sample in MOST:
         return max
-    return _add
-
-
-def _add(a: float, b: float) -> float:
-    return a + b
+    return operator.add
 
 
 def combine(sources: Sequence[Iterable[Metric]]) -> list[Metric]:

@@ -89,7 +89,7 @@ def load_settings(
     settings_cls: type[S], program: str, env: Mapping[str, str] | None = None, stderr: Any = None
 ) -> S | None:
     try:
-        return settings_cls.from_env(env) if env is not None else settings_cls.from_env()  # type: ignore[return-value]
+        return settings_cls.from_env(env)  # type: ignore[return-value]
     except SettingError as exc:
         print(f"{program}: {exc}", file=stderr if stderr is not None else sys.stderr, flush=True)
         return None
