@@ -29,17 +29,14 @@ class JobQueue(Protocol):
     @property
     def request_ttl_seconds(self) -> float:
         """How long a call's result is kept for a resend with the same request id."""
-        ...
 
     @property
     def queues(self) -> Sequence[JobQueue]:
         """Itself, or a group's members."""
-        ...
 
     @property
     def shards(self) -> Sequence[Shard]:
         """Itself, its shards, or all of a group's."""
-        ...
 
     # -- producers
     def enqueue(

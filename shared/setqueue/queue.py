@@ -435,11 +435,8 @@ class Queue:
             candidates = [_text(member) for member, _rank in page]  # type: ignore[arg-type]
             if candidates or trim_pending:
                 # Owners as read: the script checks they still hold.
-                owners = (
-                    [None if o is None else _text(o) for o in self.redis.hmget(k.owners, candidates)]
-                    if candidates
-                    else []
-                )
+                read = self.redis.hmget(k.owners, candidates) if candidates else []
+                owners = [None if o is None else _text(o) for o in read]
                 page_requeued, page_dead, page_trimmed, _ = self._scripts.sweep(
                     candidates,
                     owners,
@@ -511,7 +508,8 @@ class Queue:
             attempts = 0  # never claimed yet
         token = None if owner is None else _text(owner)
         ttl_ms = self.redis.pttl(k.lock(token)) if token is not None else -2
-        max_attempts, timeout = parse_job_options(None if own is None else _text(own))
+        own = None if own is None else _text(own)
+        max_attempts, timeout = parse_job_options(own)
         reason, mark, trace = ("" if error is None else _text(error)).partition(TRACEBACK_MARK)
         return JobInfo(
             id=job_id,
@@ -530,7 +528,7 @@ class Queue:
             max_attempts=max_attempts,
             timeout=timeout,
             traceback=mark.lstrip("\n") + trace if mark else None,
-            trace_parent=parse_trace_parent(None if own is None else _text(own)),
+            trace_parent=parse_trace_parent(own),
             history=_history(history),
             progress=_progress(progress),
             result=None if result is None else decode_result(_text(result)),

@@ -237,27 +237,20 @@ class Script:
         self._wait = None if name in READ_ONLY else wait
         self.source = SOURCES[name] if source is None else source  # e.g. another first line
         self.contract = CONTRACTS[name]
-        self._keys = len(self.contract.keys)
-        self._args = len(self.contract.args)
-        self._more_keys = self.contract.key_tail is not None
-        self._more_args = self.contract.arg_tail is not None
         self._evalsha = client.register_script(self.source)
 
     def call(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
         """Run the script; raises ScriptContractError before sending when KEYS/ARGV counts do not match."""
-        if len(keys) != self._keys and not (self._more_keys and len(keys) > self._keys):
-            self._mismatch("KEYS", len(keys))
-        if len(args) != self._args and not (self._more_args and len(args) > self._args):
-            self._mismatch("ARGV", len(args))
+        c = self.contract
+        for table, given, named, tail in (("KEYS", keys, c.keys, c.key_tail), ("ARGV", args, c.args, c.arg_tail)):
+            if len(given) != len(named) and not (tail and len(given) > len(named)):
+                wanted = f"{len(named)}{' or more' if tail else ''}"
+                raise ScriptContractError(
+                    f"{self.name}.lua takes {wanted} {table} ({', '.join(named)}), given {len(given)}"
+                )
         if self._wait is not None:
             return self._wait.call(self._client, self.name, self._evalsha, keys, args)
         return self._evalsha(keys=keys, args=args)
-
-    def _mismatch(self, table: str, given: int) -> None:
-        named = self.contract.keys if table == "KEYS" else self.contract.args
-        tail = self.contract.key_tail if table == "KEYS" else self.contract.arg_tail
-        wanted = f"{len(named)}{' or more' if tail else ''}"
-        raise ScriptContractError(f"{self.name}.lua takes {wanted} {table} ({', '.join(named)}), given {given}")
 
 
 class Held(Protocol):
@@ -336,23 +329,14 @@ class QueueScripts:
         job_options: str = "",
         group: str = "",
     ) -> int:
-        args: list[Any] = [
-            request_ttl_ms,
-            wake_cap,
-            "1" if with_payloads else "0",
-            delay_ms,
-            "" if at_ms is None else at_ms,
-            priority,
-            job_options,
-            group,
-        ]
+        args: list[Any] = [request_ttl_ms, wake_cap, "1" if with_payloads else "0", delay_ms]
+        args += ["" if at_ms is None else at_ms, priority, job_options, group]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
         keys = self._keys("enqueue", request=self._request(None))
-        added: int = json.loads(self.by_name["enqueue"].call(keys, args))[0]
-        return added
+        return int(json.loads(self.by_name["enqueue"].call(keys, args))[0])
 
     def claim(
         self,
@@ -463,16 +447,8 @@ class QueueScripts:
         ids trimmed from done, ids promoted from scheduled."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
-        args: list[Any] = [
-            request_ttl_ms,
-            max_attempts,
-            wake_cap,
-            done_max_age_ms,
-            trim_limit,
-            identity(),
-            self.k.ended_channel,
-            *listed,
-        ]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, identity()]
+        args += [self.k.ended_channel, *listed]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
         requeued, dead, trimmed, promoted = json.loads(self.by_name["sweep"].call(keys, args))
@@ -481,8 +457,7 @@ class QueueScripts:
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
         keys = self._keys("requeue_failed", request=self._request(None))
         args = [request_ttl_ms, wake_cap, identity(), *ids]
-        moved: int = json.loads(self.by_name["requeue_failed"].call(keys, args))[0]
-        return moved
+        return int(json.loads(self.by_name["requeue_failed"].call(keys, args))[0])
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
         """The state ``job_id`` was in, or None; ``token``: its owner as read (None: none). Likewise ``cancel``."""
