@@ -546,14 +546,16 @@ class Queue:
         try:
             return self._scripts.progress(lease, fraction, message)
         except redis.OutOfMemoryError:
-            owner = self.redis.hget(self.keys.owners, lease.id)
-            return owner is not None and _text(owner) == lease.token  # type: ignore[arg-type]
+            return self._owner(lease.id) == lease.token
+
+    def _owner(self, job_id: str) -> str | None:
+        owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
+        return None if owner is None else _text(owner)  # type: ignore[arg-type]
 
     def cancel(self, job_id: str) -> str | None:
         """Cancel a waiting or running job (docs/guide.md#results-cancel-history-progress); returns the state
         it was in (an ended job's, unchanged), or None if unknown. Idempotent."""
-        owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
-        token = None if owner is None else _text(owner)  # type: ignore[arg-type]
+        token = self._owner(job_id)
         return self._scripts.cancel(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
 
     # -- results
@@ -645,8 +647,7 @@ class Queue:
 
     def delete(self, job_id: str) -> str | None:
         """Remove a job whatever its state; returns that state, or None if unknown."""
-        owner = self.redis.hget(self.keys.owners, validate_job_id(job_id))
-        token = None if owner is None else _text(owner)  # type: ignore[arg-type]
+        token = self._owner(job_id)
         return self._scripts.delete(job_id, token, request_ttl_ms=self._request_ttl_ms, wake_cap=self.wake_cap)
 
     # -- flow control

@@ -21,7 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from setqueue.keys import QueueKeys
+from setqueue.flow import FLOW_STATS
+from setqueue.keys import STATES, QueueKeys
 from setqueue.replication import ReplicaWait
 
 NAMES = (
@@ -461,38 +462,25 @@ class QueueScripts:
 
     def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
         """The state ``job_id`` was in, or None; ``token``: its owner as read (None: none). Likewise ``cancel``."""
-        keys = self._keys("delete", request=self._request(None), lock=self.k.lock(token or "-"))
-        args = [request_ttl_ms, job_id, token or "", wake_cap]
-        state: str | None = json.loads(self.by_name["delete"].call(keys, args))[0]
+        return self._end("delete", token, [request_ttl_ms, job_id, token or "", wake_cap])
+
+    def _end(self, name: str, token: str | None, args: list[Any]) -> str | None:
+        keys = self._keys(name, request=self._request(None), lock=self.k.lock(token or "-"))
+        state: str | None = json.loads(self.by_name[name].call(keys, args))[0]
         return state or None
 
     def stats(self) -> tuple[dict[str, int], int, dict[int, int]]:
         """stats.lua: state sizes, results kept, flow control; oldest pending age (ms); todos per priority."""
         reply = self.by_name["stats"].call(self._keys("stats"))
         todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
-        paused, grouped, groups_waiting, groups_resting, groups_full, groups_running, *by_priority = rest
-        sizes = {
-            "paused": paused,
-            "grouped_waiting": grouped,
-            "groups_waiting": groups_waiting,
-            "groups_resting": groups_resting,
-            "groups_full": groups_full,
-            "groups_running": groups_running,
-            "results_kept": results,
-            "todos": todos,
-            "in_progress": in_progress,
-            "done": done,
-            "failed": failed,
-            "scheduled": scheduled,
-            "cancelled": cancelled,
-        }
+        sizes = {**dict(zip(FLOW_STATS, rest[:6], strict=True)), "results_kept": results}
+        sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled), strict=True))
+        by_priority = rest[6:]
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        keys = self._keys("cancel", request=self._request(None), lock=self.k.lock(token or "-"))
         args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel, wake_cap]
-        state: str | None = json.loads(self.by_name["cancel"].call(keys, args))[0]
-        return state or None
+        return self._end("cancel", token, args)
 
     def set_limits(self, what: str, value: str, *, wake_cap: int) -> bool:
         return bool(self.by_name["set_limits"].call(self._keys("set_limits"), [wake_cap, what, value]))
