@@ -396,9 +396,8 @@ def on_a_cluster(client: Any) -> bool:
 
 class EndedListener:
     """One subscription to a queue's ended channel shared by its ``result()`` calls: a daemon thread
-    wakes waiters as their ids end. A waiter registers (``watch``) before it looks, so no end slips
-    between look and wait; a dropped subscription wakes everyone to look again. NOPERM is no outage:
-    the listener stops and ``watch``/``check`` raise it to every waiter."""
+    wakes waiters as their ids end; a dropped subscription wakes everyone to look again. NOPERM is no
+    outage: the listener stops and ``watch``/``check`` raise it to every waiter."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
         self._client = client

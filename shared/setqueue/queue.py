@@ -393,7 +393,7 @@ class Queue:
         return self._end_attempts([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))], request_id)[0]
 
     def backoff_delay(self, attempt: int) -> float:
-        """Uniform in [d/2, d], d = min(max, base * 2^(attempt-1)); 0 when the base is 0."""
+        """The retry delay (docs/guide.md#retries-backoff-dead-letters)."""
         if self.retry_backoff_seconds <= 0:
             return 0.0
         exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already

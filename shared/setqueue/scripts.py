@@ -57,8 +57,7 @@ _INCLUDE = re.compile(r'\s*-{2,3}\s*@include\s+"([\w-]+)"\s*')
 
 
 def resolve_includes(source: str, read_include: Callable[[str], str], origin: str) -> str:
-    """``source`` with each include line replaced by that include (resolved), once per script. Raises
-    :class:`ScriptContractError` on a malformed, missing or circular include."""
+    """``source`` with its includes inlined; ScriptContractError for a malformed, missing or circular one."""
     seen: set[str] = set()
 
     def expand(text: str, stack: tuple[str, ...]) -> list[str]:
@@ -289,8 +288,8 @@ def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], lis
 
 
 class QueueScripts:
-    """One wrapper per script of one queue: ARGV in header order, the reply decoded. KEYS come from header
-    and layout. One script call each; batching is the caller's."""
+    """One wrapper per script of one queue: KEYS from header and layout, ARGV in header order, the reply
+    decoded. One script call each; batching is the caller's."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys

@@ -130,8 +130,8 @@ class ShardedQueue(CompositeQueue):
         if group is not None:
             validate_group(group)
         by_shard: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
-        for job_id, payload in job_items(ids, self._first.payload_max_bytes):
-            by_shard[shard_of(job_id, len(self._shards))].append((job_id, payload))
+        for item in job_items(ids, self._first.payload_max_bytes):
+            by_shard[shard_of(item[0], len(self._shards))].append(item)
         added = 0
         for shard, part in by_shard.items():
             jobs: Mapping[str, str | None] | list[str] = (
