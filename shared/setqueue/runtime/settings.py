@@ -1,8 +1,10 @@
-"""Settings of the services, from environment variables, parsed once and validated.
+"""Settings of the three services, from environment variables, parsed once and validated.
 
 Each setting is declared once in ``SETTINGS``: the dataclasses below take their fields from it,
 ``default()`` gives its defaults to the CLI, and docs/reference.md lists the same names and defaults
-(a test keeps them in step). A bad value raises ``SettingError`` naming the variable (exit 2).
+(a test keeps them in step). A queue option's default comes from ``Queue``'s signature
+(``queue_default``). A bad value raises ``SettingError`` naming the variable; the services print it
+as one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -251,7 +253,7 @@ def _check_url_options(url: str, query: str) -> None:
 
 
 _Q = queue_default
-SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, services, low, high
+SETTINGS: tuple[Setting, ...] = (
     Setting(
         "REDIS_URL",
         str,
@@ -271,20 +273,26 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         "all",
         check=parse_queue_names,
     ),
-    Setting("QUEUE_SHARDS", int, "1", "Shards of a queue (the same in every service)", "all", 1, MAX_SHARDS),
+    Setting("QUEUE_SHARDS", int, "1", "Shards of a queue (the same in every service)", "all", low=1, high=MAX_SHARDS),
     Setting(
-        "LEASE_SECONDS", float, _Q("lease_seconds"), "Lease of a claimed job; renewed at a third", "all", 0.1, 86400
+        "LEASE_SECONDS",
+        float,
+        _Q("lease_seconds"),
+        "Lease of a claimed job; renewed at a third",
+        "all",
+        low=0.1,
+        high=86400,
     ),
-    Setting("MAX_ATTEMPTS", int, _Q("max_attempts"), "Claims before a job is dead-lettered", "all", 1, 1000),
-    Setting("DONE_MAX_COUNT", int, _Q("done_max_count"), "Most ids in done (0 = no limit)", "all", 0, 10**9),
+    Setting("MAX_ATTEMPTS", int, _Q("max_attempts"), "Claims before a job is dead-lettered", "all", low=1, high=1000),
+    Setting("DONE_MAX_COUNT", int, _Q("done_max_count"), "Most ids in done (0 = no limit)", "all", low=0, high=10**9),
     Setting(
         "DONE_MAX_AGE_SECONDS",
         float,
         _Q("done_max_age_seconds"),
         "Ids older than this leave done (0 = keep)",
         "all",
-        0,
-        10 * 365 * 86400,
+        low=0,
+        high=10 * 365 * 86400,
     ),
     Setting(
         "WAIT_REPLICAS",
@@ -292,8 +300,8 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         _Q("wait_replicas"),
         "Replicas that must confirm each write (WAIT), else it is resent; 0 = do not wait",
         "all",
-        0,
-        64,
+        low=0,
+        high=64,
     ),
     Setting(
         "WAIT_TIMEOUT_SECONDS",
@@ -301,8 +309,8 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         _Q("wait_timeout_seconds"),
         "How long a write waits for WAIT_REPLICAS",
         "all",
-        0.001,
-        60,
+        low=0.001,
+        high=60,
     ),
     Setting(
         "REQUEST_TTL_SECONDS",
@@ -310,11 +318,19 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         _Q("request_ttl_seconds"),
         "How long a script call's result is kept so that a resent call applies once",
         "all",
-        10,
-        3600,
+        low=10,
+        high=3600,
     ),
-    Setting("PAYLOAD_MAX_BYTES", int, _Q("payload_max_bytes"), "Largest payload (UTF-8 bytes)", "all", 1, 2**29),
-    Setting("METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = none)", "all", 0, 65535),
+    Setting(
+        "PAYLOAD_MAX_BYTES",
+        int,
+        _Q("payload_max_bytes"),
+        "Largest payload (UTF-8 bytes)",
+        "all",
+        low=1,
+        high=2**29,
+    ),
+    Setting("METRICS_PORT", int, "8000", "Port of /metrics and /healthz (0 = none)", "all", low=0, high=65535),
     Setting("METRICS_HOST", str, "0.0.0.0", "Address of /metrics and /healthz", "all", check=_check_host),
     Setting("AUDIT", bool, "false", "Chaos runs: record ids and runs, and audit them", "all"),
     Setting(
@@ -326,33 +342,33 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
     ),
     Setting("LOG_LEVEL", str, "INFO", "DEBUG, INFO, WARNING or ERROR", "all", choices=LOG_LEVELS),
     Setting("LOG_FORMAT", str, "text", "text or json", "all", choices=LOG_FORMATS),
-    Setting("CREATE_RATE", float, "50", "Jobs per second (0 = unlimited)", "creator", 0, 1e6),
-    Setting("CREATE_TOTAL", int, "0", "Jobs before it stops (0 = forever)", "creator", 0, 10**12),
-    Setting("CREATE_BATCH", int, "100", "Most ids per enqueue call", "creator", 1, 10_000),
+    Setting("CREATE_RATE", float, "50", "Jobs per second (0 = unlimited)", "creator", low=0, high=1e6),
+    Setting("CREATE_TOTAL", int, "0", "Jobs before it stops (0 = forever)", "creator", low=0, high=10**12),
+    Setting("CREATE_BATCH", int, "100", "Most ids per enqueue call", "creator", low=1, high=10_000),
     Setting("CREATE_ID_PREFIX", str, "", "Prefix of ids (default: a random run id)", "creator", check=_check_id_prefix),
-    Setting("CREATE_GROUPS", int, "0", "Job groups to spread ids over (0 = none)", "creator", 0, 1_000_000),
+    Setting("CREATE_GROUPS", int, "0", "Job groups to spread ids over (0 = none)", "creator", low=0, high=1_000_000),
     Setting("CREATE_FROM_STDIN", bool, "false", "true: enqueue the ids read from stdin", "creator"),
-    Setting("CONCURRENCY", int, "10", "Jobs one worker process runs at once", "worker", 1, 1000),
+    Setting("CONCURRENCY", int, "10", "Jobs one worker process runs at once", "worker", low=1, high=1000),
     Setting(
         "PROCESSES",
         int,
         "1",
         "Worker processes under one supervisor (auto = one per usable core)",
         "worker",
-        1,
-        MAX_PROCESSES,
+        low=1,
+        high=MAX_PROCESSES,
         auto=usable_cores,
     ),
-    Setting("CLAIM_BATCH", int, "10", "Most jobs claimed per call", "worker", 1, MAX_IDS_PER_CALL),
-    Setting("JOB_TIMEOUT_SECONDS", float, "300", "Job time limit (0 = none)", "worker", 0, 30 * 86400),
+    Setting("CLAIM_BATCH", int, "10", "Most jobs claimed per call", "worker", low=1, high=MAX_IDS_PER_CALL),
+    Setting("JOB_TIMEOUT_SECONDS", float, "300", "Job time limit (0 = none)", "worker", low=0, high=30 * 86400),
     Setting(
         "RETRY_BACKOFF_SECONDS",
         float,
         _Q("retry_backoff_seconds"),
         "Retry n waits a random time in [d/2, d], d = min(max, this * 2^(n-1)); 0 = at once",
         "worker",
-        0,
-        86400,
+        low=0,
+        high=86400,
     ),
     Setting(
         "RETRY_BACKOFF_MAX_SECONDS",
@@ -360,23 +376,23 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         _Q("retry_backoff_max_seconds"),
         "Cap of the retry backoff",
         "worker",
-        0,
-        30 * 86400,
+        low=0,
+        high=30 * 86400,
     ),
     Setting("JOB_HANDLER", str, "", f"module:function (demo: {DEMO_HANDLER})", "worker", check=_check_job_handler),
-    Setting("WORK_SECONDS", float, "0.2", "Demo: mean job duration", "worker", 0, 86400),
-    Setting("WORK_JITTER", float, "0.5", "Demo: ± this fraction", "worker", 0, 1),
-    Setting("FAIL_RATE", float, "0.0", "Demo: fraction of jobs that raise", "worker", 0, 1),
-    Setting("SHUTDOWN_GRACE_SECONDS", float, "20", "On SIGTERM, time to finish held jobs", "worker", 0, 86400),
-    Setting("IDLE_WAIT_SECONDS", float, "1", "Longest idle block before looking again", "worker", 0.01, 60),
+    Setting("WORK_SECONDS", float, "0.2", "Demo: mean job duration", "worker", low=0, high=86400),
+    Setting("WORK_JITTER", float, "0.5", "Demo: ± this fraction", "worker", low=0, high=1),
+    Setting("FAIL_RATE", float, "0.0", "Demo: fraction of jobs that raise", "worker", low=0, high=1),
+    Setting("SHUTDOWN_GRACE_SECONDS", float, "20", "On SIGTERM, time to finish held jobs", "worker", low=0, high=86400),
+    Setting("IDLE_WAIT_SECONDS", float, "1", "Longest idle block before looking again", "worker", low=0.01, high=60),
     Setting(
         "RESULT_TTL_SECONDS",
         float,
         _Q("result_ttl_seconds"),
         "How long a handler's result is kept (0 = not kept)",
         "worker",
-        0,
-        30 * 86400,
+        low=0,
+        high=30 * 86400,
     ),
     Setting(
         "RESULT_MAX_BYTES",
@@ -384,8 +400,8 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         _Q("result_max_bytes"),
         "Largest result kept; a larger one fails the job",
         "worker",
-        1,
-        2**29,
+        low=1,
+        high=2**29,
     ),
     Setting(
         "STANDIN_SWEEP_SECONDS",
@@ -393,8 +409,8 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         "60",
         "Unswept this long, a worker sweeps itself (0 = never)",
         "worker",
-        0,
-        86400,
+        low=0,
+        high=86400,
     ),
     Setting(
         "WORKER_HEARTBEAT_SECONDS",
@@ -402,15 +418,15 @@ SETTINGS: tuple[Setting, ...] = (  # numbers: name, kind, default, meaning, serv
         "2",
         "Beat of the live-worker registry (0 = do not register)",
         "worker",
-        0,
-        3600,
+        low=0,
+        high=3600,
     ),
     Setting("CONSOLE_HOST", str, "127.0.0.1", "Address the console listens on", "console", check=_check_host),
-    Setting("CONSOLE_PORT", int, "8080", "Port of the console", "console", 1, 65535),
+    Setting("CONSOLE_PORT", int, "8080", "Port of the console", "console", low=1, high=65535),
     Setting("CONSOLE_TOKEN", str, "", "Secret for actions (empty = read-only)", "console"),
-    Setting("SWEEP_INTERVAL", float, "5", "Seconds between sweeps", "cleaner", 0.01, 3600),
-    Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids per sweep", "cleaner", 1, 100_000),
-    Setting("AUDIT_INTERVAL", float, "10", "With AUDIT: seconds between audits", "cleaner", 0.1, 86400),
+    Setting("SWEEP_INTERVAL", float, "5", "Seconds between sweeps", "cleaner", low=0.01, high=3600),
+    Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids per sweep", "cleaner", low=1, high=100_000),
+    Setting("AUDIT_INTERVAL", float, "10", "With AUDIT: seconds between audits", "cleaner", low=0.1, high=86400),
     Setting("SCHEDULES", str, "", "Periodic jobs: name=cron;... (UTC) or @file", "cleaner", check=_check_schedules),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
