@@ -147,3 +147,13 @@ def test_a_worker_with_another_number_of_shards_is_refused_with_one_line(redis_u
         f"setqueue-worker: invalid setting QUEUE_SHARDS: queue {queue_name} has 4 shards, not 3: "
         "drain it (or use a new name) before changing that"
     ]
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_every_kind_of_queue_refuses_the_same_bad_arguments(redis_url: str, queue_name: str, shards: int) -> None:
+    q = open_queue(redis_url, queue_name, shards=shards)
+    q.enqueue(["a"])
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds >= 0"):
+        q.results(["a"], timeout=-1)
+    with pytest.raises(ValueError, match="limit must be a whole number >= 1"):
+        q.requeue_failed(limit=0)

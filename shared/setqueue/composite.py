@@ -16,7 +16,7 @@ from setqueue.client import ClusterWaiter, on_a_cluster, take_wake_token, until_
 from setqueue.flow import FLOW_STATS, GROUP_STATES, GroupInfo, Limits, Rate
 from setqueue.interface import JobQueue, Shard
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult, UnknownJob
-from setqueue.keys import STATES, validate_job_id
+from setqueue.keys import STATES, check_seconds, validate_job_id
 
 I = TypeVar("I")  # noqa: E741 (an item)
 K = TypeVar("K")  # a member: compared by identity
@@ -207,6 +207,8 @@ class CompositeQueue:
 
     def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
         """Member by member, on each one's subscription (the time left shrinks as it goes)."""
+        if timeout is not None:
+            check_seconds("timeout", timeout)
         wanted = list(dict.fromkeys(job_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         by_member: dict[JobQueue, list[str]] = defaultdict(list)

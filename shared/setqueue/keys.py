@@ -6,6 +6,7 @@ share one slot, where every Lua script can run."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 MAX_ID_LENGTH = 1024
@@ -23,6 +24,18 @@ STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
 
 def priority_of_rank(rank: float) -> int:
     return MAX_PRIORITY - int(rank // RANK_BAND)
+
+
+def check_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def check_whole(name: str, value: int, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    return value
 
 
 def validate_priority(priority: int) -> int:

@@ -50,7 +50,9 @@ from setqueue.keys import (
     MAX_IDS_PER_CALL,
     STATES,
     QueueKeys,
+    check_seconds,
     check_utf8,
+    check_whole,
     priority_of_rank,
     validate_group,
     validate_job_id,
@@ -133,18 +135,6 @@ def _rate(rate: Rate | str | None, burst: int | None) -> str:
     return "" if given is None else given.spec()
 
 
-def _check_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
-
-
-def _check_whole(name: str, value: int, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return value
-
-
 class Queue:
     """One named queue in one Redis (or one Redis Cluster slot).
 
@@ -180,12 +170,12 @@ class Queue:
             raise ValueError("request_ttl_seconds must be at least 1")
         if wake_cap < 1:
             raise ValueError("wake_cap must be at least 1")
-        _check_whole("wait_replicas", wait_replicas, 0)
+        check_whole("wait_replicas", wait_replicas, 0)
         if not (isinstance(wait_timeout_seconds, int | float) and 0.001 <= wait_timeout_seconds < math.inf):
             raise ValueError(f"wait_timeout_seconds must be at least 0.001 and finite, got {wait_timeout_seconds!r}")
-        _check_whole("payload_max_bytes", payload_max_bytes, 1)
-        _check_seconds("retry_backoff_seconds", retry_backoff_seconds)
-        _check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
+        check_whole("payload_max_bytes", payload_max_bytes, 1)
+        check_seconds("retry_backoff_seconds", retry_backoff_seconds)
+        check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
         self.keys = QueueKeys(name)
         self.name = name
@@ -205,8 +195,8 @@ class Queue:
         self.request_ttl_seconds = float(request_ttl_seconds)
         self._request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
-        self.result_ttl_seconds = _check_seconds("result_ttl_seconds", result_ttl_seconds)
-        self.result_max_bytes = _check_whole("result_max_bytes", result_max_bytes, 1)
+        self.result_ttl_seconds = check_seconds("result_ttl_seconds", result_ttl_seconds)
+        self.result_max_bytes = check_whole("result_max_bytes", result_max_bytes, 1)
         self.wait_replicas = wait_replicas
         self.wait_timeout_seconds = float(wait_timeout_seconds)
         wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
@@ -251,8 +241,8 @@ class Queue:
             validate_group(group)
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
-        delay_ms = 0 if delay is None else round(_check_seconds("delay", delay) * 1000)
-        at_ms = None if at is None else round(_check_seconds("at", at) * 1000)
+        delay_ms = 0 if delay is None else round(check_seconds("delay", delay) * 1000)
+        at_ms = None if at is None else round(check_seconds("at", at) * 1000)
         own = job_options(max_attempts, timeout, current_trace_parent())
         items = job_items(ids, self.payload_max_bytes)
         with_payload = isinstance(ids, Mapping)
@@ -389,7 +379,7 @@ class Queue:
         """Give up on this attempt: retried (``RETRIED``) after ``delay`` or ``backoff_delay`` while
         attempts remain, else (or with ``retry=False``) dead-lettered (``DEAD``). A stale or already
         failed lease changes nothing: ``STALE``. ``request_id`` as for ``ack_many``."""
-        seconds = self.backoff_delay(lease.attempt) if delay is None else _check_seconds("delay", delay)
+        seconds = self.backoff_delay(lease.attempt) if delay is None else check_seconds("delay", delay)
         return self._end_attempts([(lease, "retry" if retry else "dead", reason, round(seconds * 1000))], request_id)[0]
 
     def backoff_delay(self, attempt: int) -> float:
@@ -574,7 +564,7 @@ class Queue:
         share one subscription."""
         wanted = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
         if timeout is not None:
-            _check_seconds("timeout", timeout)
+            check_seconds("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         ended: dict[str, Any] = {}
         if self._ended is None:
@@ -633,6 +623,7 @@ class Queue:
         """Move dead-lettered jobs (the ids given, or all up to ``limit``) back to todos; returns how many."""
         k = self.keys
         if ids is None:
+            check_whole("limit", limit, 1)
             wanted: list[str] = []
             for job_id in self.redis.sscan_iter(k.failed, count=MAX_IDS_PER_CALL):
                 wanted.append(_text(job_id))
