@@ -205,3 +205,18 @@ def test_every_setting_is_a_field_of_a_settings_class() -> None:
     classes = (CreatorSettings, WorkerSettings, CleanerSettings, ConsoleSettings)
     fields = {f.name for cls in classes for f in dataclasses.fields(cls)}
     assert fields == {setting.field for setting in SETTINGS}
+
+
+def _tracked_files() -> list[Path]:
+    if not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    return [REPO_ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def test_a_clone_is_light() -> None:
+    """A clone is the code and one current summary per measurement, not a store of old data."""
+    files = _tracked_files()
+    assert sum(f.stat().st_size for f in files if f.is_file()) <= 1_500_000
+    long = [f for f in files if f.suffix != ".png" and f.name != "setqueue.json" and f.read_bytes().count(b"\n") > 1000]
+    assert not long, long
