@@ -297,8 +297,21 @@ class Queue:
         queue: str,
         own: str | None,
     ) -> Lease:
-        fields = (job_id, token, attempt, payload, enqueued_at, claimed_at, priority, queue, *parse_job_options(own))
-        return Lease(*fields, trace_parent=parse_trace_parent(own), reporter=self.progress)
+        max_attempts, timeout = parse_job_options(own)
+        return Lease(
+            job_id,
+            token,
+            attempt,
+            payload,
+            enqueued_at,
+            claimed_at,
+            priority,
+            queue,
+            max_attempts,
+            timeout,
+            trace_parent=parse_trace_parent(own),
+            reporter=self.progress,
+        )
 
     def due_in(self) -> float | None:
         """Seconds until more could be claimed, as the last short claim saw it (None: not known)."""
@@ -361,10 +374,9 @@ class Queue:
                     self.name,
                     sum(1 for ok, kept_text in zip(acked, texts, strict=True) if ok and kept_text),
                 )
-            out += [
-                AckResult(ok, None if not ok or at is None else max(0.0, now - at))
-                for at, ok in zip((lease.enqueued_at for lease in chunk), acked, strict=True)
-            ]
+            for lease, ok in zip(chunk, acked, strict=True):
+                waited = None if not ok or lease.enqueued_at is None else max(0.0, now - lease.enqueued_at)
+                out.append(AckResult(ok, waited))
         return out
 
     def fail(
@@ -462,10 +474,19 @@ class Queue:
         pipe.sismember(k.failed, job_id)
         pipe.zscore(k.scheduled, job_id)
         pipe.sismember(k.cancelled, job_id)
-        for hash_key in (k.priorities, k.attempts, k.payloads, k.errors, k.owners, k.finished, k.options, k.history):
+        for hash_key in (
+            k.priorities,
+            k.attempts,
+            k.payloads,
+            k.errors,
+            k.owners,
+            k.finished,
+            k.options,
+            k.history,
+            k.progress,
+            k.results,
+        ):
             pipe.hget(hash_key, job_id)
-        pipe.hget(k.progress, job_id)
-        pipe.hget(k.results, job_id)
         pipe.zscore(k.pending, job_id)
         pipe.zscore(k.done_log, job_id)
         pipe.zscore(k.grouped, job_id)

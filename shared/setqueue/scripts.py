@@ -329,8 +329,16 @@ class QueueScripts:
         job_options: str = "",
         group: str = "",
     ) -> int:
-        args: list[Any] = [request_ttl_ms, wake_cap, "1" if with_payloads else "0", delay_ms]
-        args += ["" if at_ms is None else at_ms, priority, job_options, group]
+        args: list[Any] = [
+            request_ttl_ms,
+            wake_cap,
+            "1" if with_payloads else "0",
+            delay_ms,
+            "" if at_ms is None else at_ms,
+            priority,
+            job_options,
+            group,
+        ]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
@@ -447,8 +455,16 @@ class QueueScripts:
         ids trimmed from done, ids promoted from scheduled."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
-        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, done_max_age_ms, trim_limit, identity()]
-        args += [self.k.ended_channel, *listed]
+        args: list[Any] = [
+            request_ttl_ms,
+            max_attempts,
+            wake_cap,
+            done_max_age_ms,
+            trim_limit,
+            identity(),
+            self.k.ended_channel,
+            *listed,
+        ]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
         requeued, dead, trimmed, promoted = json.loads(self.by_name["sweep"].call(keys, args))
@@ -472,9 +488,9 @@ class QueueScripts:
         """stats.lua: state sizes, results kept, flow control; oldest pending age (ms); todos per priority."""
         reply = self.by_name["stats"].call(self._keys("stats"))
         todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
-        sizes = {**dict(zip(FLOW_STATS, rest[:6], strict=True)), "results_kept": results}
+        flow, by_priority = rest[: len(FLOW_STATS)], rest[len(FLOW_STATS) :]
+        sizes = {**dict(zip(FLOW_STATS, flow, strict=True)), "results_kept": results}
         sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled), strict=True))
-        by_priority = rest[6:]
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
