@@ -564,9 +564,17 @@ class CommonSettings:
 
     def queue_options(self) -> dict[str, Any]:
         """``Queue.from_url``'s keyword arguments besides the URL (the name: the first queue's)."""
-        options = ["lease_seconds", "max_attempts", "done_max_count", "done_max_age_seconds", "wait_replicas"]
-        options += ["wait_timeout_seconds", "request_ttl_seconds", "payload_max_bytes"]
-        return {"name": self.queue_names[0], **{option: getattr(self, option) for option in options}}
+        return {
+            "name": self.queue_names[0],
+            "lease_seconds": self.lease_seconds,
+            "max_attempts": self.max_attempts,
+            "done_max_count": self.done_max_count,
+            "done_max_age_seconds": self.done_max_age_seconds,
+            "wait_replicas": self.wait_replicas,
+            "wait_timeout_seconds": self.wait_timeout_seconds,
+            "request_ttl_seconds": self.request_ttl_seconds,
+            "payload_max_bytes": self.payload_max_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -599,8 +607,13 @@ class WorkerSettings(CommonSettings):
     worker_heartbeat_seconds: float
 
     def queue_options(self) -> dict[str, Any]:
-        more = ("retry_backoff_seconds", "retry_backoff_max_seconds", "result_ttl_seconds", "result_max_bytes")
-        return {**super().queue_options(), **{option: getattr(self, option) for option in more}}
+        return {
+            **super().queue_options(),
+            "retry_backoff_seconds": self.retry_backoff_seconds,
+            "retry_backoff_max_seconds": self.retry_backoff_max_seconds,
+            "result_ttl_seconds": self.result_ttl_seconds,
+            "result_max_bytes": self.result_max_bytes,
+        }
 
 
 @dataclass(frozen=True)
