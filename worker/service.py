@@ -179,8 +179,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         stale = self.engine.take_stale(now - self._handback_seconds)
         if stale:
             self._flush(now, force=True)  # ack what finished before releasing anything
-            jobs, waited = plural(len(stale), "job"), self._handback_seconds
-            self.log.info("handing back %s that waited %.1fs without a free slot", jobs, waited)
+            self.log.info(
+                "handing back %s that waited %.1fs without a free slot",
+                plural(len(stale), "job"),
+                self._handback_seconds,
+            )
             self._release(stale)
         self._flush(now, force=self._shutting_down)
         self.failures.flush()
@@ -370,8 +373,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         running = self.engine.abandon_running()
         self._flush(time.monotonic(), force=True)
         if running:
-            grace, jobs = self.settings.shutdown_grace_seconds, plural(len(running), "job")
-            self.log.warning("shutdown grace of %gs is over with %s still running: handing them back", grace, jobs)
+            self.log.warning(
+                "shutdown grace of %gs is over with %s still running: handing them back",
+                self.settings.shutdown_grace_seconds,
+                plural(len(running), "job"),
+            )
             if self.audit is not None:
                 # Before the hand-back, so that both this run and the next are explained (a spare record is harmless).
                 with contextlib.suppress(Exception):  # best effort: Redis may be down
@@ -420,9 +426,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         try:
             outcomes = self.queue.release(leases)
         except Exception as exc:  # Redis down: the leases expire and the cleaner requeues
-            jobs = plural(len(leases), "job")
             self.log.warning(
-                "could not hand back %s (%s); the cleaner requeues them when their lease expires", jobs, exc
+                "could not hand back %s (%s); the cleaner requeues them when their lease expires",
+                plural(len(leases), "job"),
+                exc,
             )
             return
         released = [lease for lease, o in zip(leases, outcomes, strict=True) if o is FailOutcome.RELEASED]

@@ -231,8 +231,12 @@ class Supervisor:
         while child.restarts and child.restarts[0] < now - RESTART_WINDOW_SECONDS:
             child.restarts.popleft()
         if len(child.restarts) >= RESTARTS_PER_WINDOW:
-            n, window = len(child.restarts), RESTART_WINDOW_SECONDS
-            self.log.error("%s after %d restarts within %gs: giving up; stopping the others", who, n, window)
+            self.log.error(
+                "%s after %d restarts within %gs: giving up; stopping the others",
+                who,
+                len(child.restarts),
+                RESTART_WINDOW_SECONDS,
+            )
             self._stop_all(1)
             return
         delay = RESTART_BASE_SECONDS * 2 ** len(child.restarts)
