@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from console.data import (
+    COLUMN_STATES,
     LIST_STATES,
     THROUGHPUT_MINUTES,
     BadInput,
@@ -100,7 +101,7 @@ class Console:
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), auto_reload=False
         )
         env.filters.update(utc=_utc, ago=_ago, number=_number, trace_id=trace_id)
-        env.globals["columns"] = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")
+        env.globals["columns"] = COLUMN_STATES
         self.templates = Jinja2Templates(env=env)
 
     def session(self, request: Request) -> Session | None:

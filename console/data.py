@@ -34,6 +34,7 @@ MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
 _KEY = re.compile(r"setqueue:\{([^{}]+)\}:(\w+)")
 _SHARD = re.compile(r"(.+)~(\d+)")
 LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed", "cancelled")
+COLUMN_STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")  # the queue tables' order
 SET_STATES = ("failed", "cancelled")  # paged by SSCAN cursor
 
 
