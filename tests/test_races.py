@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 
 import redis
@@ -148,3 +149,21 @@ def test_after_release_and_reclaim_the_first_lease_stays_stale(
     assert not q.ack(first)
     assert q.fail(first, "late") is FailOutcome.STALE
     assert q.ack(second)
+
+
+def test_results_never_calls_a_job_unknown_as_it_is_acked(make_queue: Callable[..., Queue]) -> None:
+    """result() reads done, then pending: read apart, an ack landing between them made a job that
+    had just ended look unknown. The reads are one snapshot: jobs acked ten at a time, flat out, while
+    a producer waits for all of them."""
+    q, acker = make_queue(lease_seconds=60), make_queue(lease_seconds=60)
+    ids = [f"r{i}" for i in range(3000)]
+    q.enqueue(ids)
+    leases: list[Lease] = []
+    while len(leases) < len(ids):
+        leases += acker.claim(500)
+    done = threading.Thread(target=lambda: [acker.ack_many(leases[n : n + 10]) for n in range(0, len(leases), 10)])
+    done.start()
+    try:
+        assert q.results(ids, timeout=60) == dict.fromkeys(ids)
+    finally:
+        done.join()

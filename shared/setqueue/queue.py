@@ -606,9 +606,10 @@ class Queue:
         return {job_id: ended[job_id] for job_id in wanted}
 
     def _look(self, job_ids: Sequence[str], ended: dict[str, Any]) -> list[str]:
-        """One round trip: each ended job's value into ``ended`` (raising as ``result``); returns the rest."""
+        """One round trip: each ended job's value into ``ended`` (raising as ``result``); returns the rest.
+        One snapshot, or an ack between a job's done and pending reads would make it look unknown."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = SnapshotReads(self.redis)
         for job_id in job_ids:
             pipe.sismember(k.done, job_id)
             pipe.hget(k.results, job_id)
