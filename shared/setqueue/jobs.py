@@ -1,5 +1,6 @@
-"""What a job is to the code around it: leases, what the queue's calls return, and the exceptions a
-handler raises to steer its job. Plain data, no Redis: a handler module can import it alone."""
+"""What a job is to the code around it: the lease a handler is given, what the queue's calls return, and
+the exceptions a handler raises to steer its job. Plain data: nothing here talks to Redis, so a handler
+module (and the worker's engine) can import it alone."""
 
 from __future__ import annotations
 
@@ -16,29 +17,35 @@ from setqueue.keys import validate_priority, validate_queue_name
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A claim on one job. ``token`` proves ownership; ``attempt`` counts claims (1 = first)."""
+    """A claim on one job, what ``claim`` returns and a handler is given. ``token`` names the claim and
+    proves ownership: ack, fail, renew and progress change nothing once another claim owns the job.
+    ``attempt`` counts claims (1 = the first). All times are Unix seconds by the Redis clock."""
 
     id: str
     token: str
     attempt: int
-    payload: str | None
-    enqueued_at: float | None  # Unix seconds, as all times here by the Redis clock; None: unknown
-    claimed_at: float
+    payload: str | None  # the text stored at enqueue (None: enqueued without one)
+    enqueued_at: float | None  # when it joined the line: enqueued, or due if it was scheduled; None: unknown
+    claimed_at: float  # the claim's time
     priority: int = 0  # -10 to 10, higher runs first
-    queue: str = ""  # the queue it came from
-    max_attempts: int | None = None  # the job's own (None: the queue's)
-    timeout: float | None = None  # the job's own (None: the worker's; 0: none)
-    trace_parent: str | None = None  # of the span that enqueued it
-    # Keeps progress reports (bound by the queue it was claimed from).
+    queue: str = ""  # the name of the queue it came from
+    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
+    timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
+    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
+    # Keeps what the handler says of its progress (the queue it was claimed from binds it).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def queue_wait_seconds(self) -> float | None:
+        """Seconds from joining the line to this claim (never negative), or None when the enqueue time is
+        not known."""
         return None if self.enqueued_at is None else max(0.0, self.claimed_at - self.enqueued_at)
 
     def progress(self, fraction: float, message: str = "") -> bool:
-        """Report how far the job got (``fraction`` 0..1, a few words) for ``inspect`` and the console.
-        False when this lease no longer owns the job (lost, or cancelled)."""
+        """Say how far the job got (``fraction`` from 0 to 1, and a few words: line breaks become spaces,
+        at most 200 characters kept): ``inspect`` and the console show it. True when kept, False when this
+        lease no longer owns the job (lost, or cancelled). ValueError for a fraction outside 0..1,
+        RuntimeError for a lease not claimed from a queue (nowhere to report to)."""
         if not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
             raise ValueError(f"progress must be a fraction from 0 to 1, got {fraction!r}")
         if self.reporter is None:
@@ -46,14 +53,18 @@ class Lease:
         return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
 
     def json(self) -> Any:
+        """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number). ValueError
+        when the job has no payload, or (as json.JSONDecodeError) when it is not JSON."""
         if self.payload is None:
             raise ValueError(f"job {self.id!r} has no payload")
         return json.loads(self.payload)
 
 
 def job_options(max_attempts: int | None, timeout: float | None, trace_parent: str | None = None) -> str:
-    """A job's own options as stored (``"<max attempts>|<timeout ms>"``, then ``"|<traceparent>"`` when
-    enqueued in a traced span), "" for none; ValueError naming a bad one. Lua reads the leading number only."""
+    """A job's own options as the options hash keeps them: ``"<max attempts>|<timeout ms>"`` (a part left
+    empty for None: the queue's or the worker's default), then ``"|<traceparent>"`` when the enqueue ran in
+    a traced span; "" when it has none of them. ``max_attempts``: 1 to 1,000; ``timeout``: 0 (none) to 30
+    days in seconds. ValueError for a bad one, naming it. The Lua scripts read only the leading number."""
     if trace_parent:
         return f"{job_options(max_attempts, timeout) or '|'}|{trace_parent}"
     if max_attempts is None and timeout is None:
@@ -70,7 +81,8 @@ def job_options(max_attempts: int | None, timeout: float | None, trace_parent: s
 
 
 def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
-    """(max attempts, timeout seconds) of stored ``job_options`` (None: not its own)."""
+    """(max attempts, timeout in seconds) of a stored ``job_options`` text; None for a part not given (the
+    default), and (None, None) for None or "". The traceparent is ``parse_trace_parent``'s."""
     if not stored:
         return None, None
     most, _, rest = stored.partition("|")
@@ -79,70 +91,81 @@ def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
 
 
 def parse_trace_parent(stored: str | None) -> str | None:
-    """The traceparent in stored ``job_options``, or None."""
+    """The traceparent kept in a stored ``job_options`` text (its third part), or None when it has none."""
     parts = (stored or "").split("|", 2)
     return parts[2] or None if len(parts) == 3 else None
 
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
+    """What ``ack_many`` says of one lease."""
+
     acked: bool  # False: the lease was stale and nothing changed
-    end_to_end_seconds: float | None  # enqueue -> done by the Redis clock, when known
+    end_to_end_seconds: float | None  # joining the line -> done, by the Redis clock, when known
 
 
 class RenewOutcome(enum.StrEnum):
+    """What renewing one lease did (``renew_outcomes``)."""
+
     RENEWED = "renewed"  # the lease goes on
     LOST = "lost"  # its lock expired, or another claim owns the job now
     CANCELLED = "cancelled"  # lost because the job was cancelled: stop running it
 
 
 class FailOutcome(enum.StrEnum):
-    RETRIED = "retried"  # back in todos for another attempt
-    DEAD = "dead"  # moved into failed
-    RELEASED = "released"  # back in todos without using up an attempt
+    """What ``fail`` or ``release`` did with one lease."""
+
+    RETRIED = "retried"  # to be tried again: at the back of its priority's line, or scheduled after a delay
+    DEAD = "dead"  # moved into failed (dead-lettered)
+    RELEASED = "released"  # back in its old place in the line without using up an attempt
     STALE = "stale"  # the lease was no longer ours; nothing changed
 
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    requeued: list[str]
-    dead_lettered: list[str]
-    done_trimmed: int
+    """What one ``sweep`` did."""
+
+    requeued: list[str]  # in_progress ids whose lock was gone, back in their place in the line
+    dead_lettered: list[str]  # ... moved into failed instead: that claim was their last attempt
+    done_trimmed: int  # ids dropped from done (and cancelled) by the age retention
 
     @property
     def total(self) -> int:
-        """Ids moved out of in_progress."""
+        """Ids moved out of in_progress: requeued plus dead-lettered."""
         return len(self.requeued) + len(self.dead_lettered)
 
 
-# A failed job's error may go on with its traceback, from this line on.
+# A failed job's error may go on with the traceback of its failure, from this line on.
 TRACEBACK_MARK = "\nTraceback (most recent call last):\n"
 
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
+    """Everything the queue knows of one job, in one snapshot (``inspect``). Times are Unix seconds by the
+    Redis clock; None is "not known" or "does not apply", never 0."""
+
     id: str
-    queue: str  # a sharded queue's name, not its shard's
-    state: str  # one of keys.STATES
-    priority: int | None  # None: not known (a job in done)
-    attempts: int | None  # claims so far; None: not known
+    queue: str  # the name of the queue that holds it (a sharded queue's name, not its shard's)
+    state: str  # one of keys.STATES: todos, in_progress, done, failed, scheduled or cancelled
+    priority: int | None  # -10 to 10; None: not known (a job in done or cancelled)
+    attempts: int | None  # claims so far (0: never claimed); None: not known
     payload: str | None
-    error: str | None  # its last failure's reason (first line: repr of the exception)
-    enqueued_at: float | None  # Unix seconds, as all times here by the Redis clock
-    done_at: float | None
+    error: str | None  # the reason of its last failure (first line: repr of the exception)
+    enqueued_at: float | None  # when it joined the line (enqueued, or due if it was scheduled)
+    done_at: float | None  # when it was acked into done (done only)
     due_at: float | None  # scheduled: when it becomes claimable
-    finished_at: float | None  # when it ended
-    lock_token: str | None
-    lock_ttl_seconds: float | None
-    max_attempts: int | None = None  # the job's own (None: the queue's)
-    timeout: float | None = None  # the job's own (None: the worker's)
+    finished_at: float | None  # when it reached done, failed or cancelled
+    lock_token: str | None  # in progress: the token of the claim that owns it, while its lock lives
+    lock_ttl_seconds: float | None  # ... and the time left on that lock
+    max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
+    timeout: float | None = None  # seconds; the job's own (None: the worker's)
     traceback: str | None = None  # of its last failure, when the handler raised
-    trace_parent: str | None = None  # until it is acked
-    history: tuple[HistoryEntry, ...] = ()  # oldest first
-    progress: Progress | None = None
-    result: Any = None  # while kept
-    result_kept: bool = False  # False for none, or one gone
-    group: str | None = None  # until it is done or cancelled
+    trace_parent: str | None = None  # W3C traceparent of the span that enqueued it, until it is acked
+    history: tuple[HistoryEntry, ...] = ()  # its transitions off the happy path, oldest first (the last ten)
+    progress: Progress | None = None  # what its handler last said
+    result: Any = None  # what its handler returned, while kept (see result_kept)
+    result_kept: bool = False  # a result is kept: False for none, or one gone
+    group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
 
 
 class PermanentJobError(Exception):
@@ -150,7 +173,9 @@ class PermanentJobError(Exception):
 
 
 class RetryLater(Exception):
-    """Raise from a handler to retry the job after ``seconds``; it uses an attempt like any failure."""
+    """Raise from a job handler to fail this attempt and retry the job after ``seconds`` (it uses an
+    attempt like any failure; once attempts are used up the job is dead-lettered). ``reason`` becomes its
+    error (default "retry in <seconds>s"). ValueError when ``seconds`` is not a finite number >= 0."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
@@ -160,9 +185,10 @@ class RetryLater(Exception):
 
 
 class MoveTo(Exception):
-    """Raise from a handler to move the job to ``queue``: enqueued there (same id and payload,
-    ``priority``), then acked here. At least once: a worker dying in between leaves it here to run
-    again, and the enqueue there is idempotent."""
+    """Raise from a job handler to move the job to another queue: the worker enqueues it there (same id,
+    same payload, ``priority``) and then acks it here, so it runs there next. At least once: a worker that
+    dies in between leaves it here to run again, and enqueue there is idempotent. ValueError (or
+    TypeError) for a bad queue name or priority, at once where it is raised."""
 
     def __init__(self, queue: str, priority: int = 0) -> None:
         validate_queue_name(queue)
@@ -173,13 +199,13 @@ class MoveTo(Exception):
 
 
 class JobCancelled(BaseException):
-    """Raised in a job's thread when it is cancelled while running (an async job's task is cancelled
-    instead). A BaseException like ``JobTimeout``: catch it to clean up, then let it go."""
+    """Raised in a job's thread when the job is cancelled while it runs (an async job's task is cancelled
+    instead). Like ``JobTimeout`` a BaseException: catch it to clean up, then let it go."""
 
 
 class JobFailed(Exception):
-    """Raised by ``result()`` for a job dead-lettered (``state`` "failed", with ``error`` and
-    ``traceback``) or cancelled."""
+    """What ``result()`` raises for a job that ended without a result: dead-lettered (``state`` "failed",
+    with its ``error`` and ``traceback``) or cancelled (``state`` "cancelled")."""
 
     def __init__(self, job_id: str, state: str, error: str | None, traceback: str | None = None) -> None:
         super().__init__(f"job {job_id!r} {state}" + (f": {error}" if error else ""))
@@ -190,36 +216,40 @@ class JobFailed(Exception):
 
 
 class ResultGone(LookupError):
-    """Raised by ``result()`` for a done job whose result is not kept (past its TTL or done's retention,
-    or dropped because Redis was full at the ack)."""
+    """What ``result()`` raises for a job that is done and returned a value, but whose result is not kept:
+    past the result TTL (a sweep dropped it), or never written because Redis was full (out of memory) when
+    the job was acked. (Once done's retention drops the id itself, the queue no longer knows it:
+    ``UnknownJob``.)"""
 
 
 class UnknownJob(LookupError):
-    """Raised by ``result()`` for an id the queue does not know."""
+    """What ``result()`` raises for an id the queue does not know (never enqueued, deleted, or dropped by
+    done's retention)."""
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
-    """One transition off the happy path (``Queue.history``)."""
+    """One transition of a job off the happy path (``Queue.history``, ``JobInfo.history``)."""
 
     at: float  # Unix seconds, Redis clock
     kind: str  # lease lost, failed, timed out, handed back, cancelled, requeued
     worker: str  # host:pid of the worker that held the job (or of whoever acted: cancelled, requeued)
-    detail: str
+    detail: str  # at most 200 characters
 
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A running job's last progress report (``Lease.progress``)."""
+    """What a running job's handler last said of its progress (``Lease.progress``)."""
 
-    fraction: float
+    fraction: float  # 0 to 1
     at: float  # Unix seconds, Redis clock
     message: str
 
 
 def encode_result(value: Any, most: int) -> str | None:
-    """A return value as kept: None for None, ``"b"`` + base64 for bytes, ``"j"`` + JSON otherwise.
-    TypeError when neither, ValueError when over ``most`` bytes."""
+    """A handler's return value as the queue keeps it: None for None (nothing kept), ``"b"`` and base64
+    for bytes, ``"j"`` and JSON for anything else. TypeError when it is neither bytes nor JSON-serialisable
+    (NaN and infinities included), ValueError when the text is larger than ``most`` bytes."""
     if value is None:
         return None
     if isinstance(value, bytes | bytearray):
@@ -236,9 +266,12 @@ def encode_result(value: Any, most: int) -> str | None:
 
 
 def decode_result(text: str) -> Any:
+    """The value ``encode_result`` kept: bytes for ``"b"`` text, else what its JSON reads as (a tuple
+    comes back a list)."""
     return base64.b64decode(text[1:]) if text.startswith("b") else json.loads(text[1:])
 
 
 class JobTimeout(BaseException):
     """Raised in a job's thread when it runs past its timeout (an async job is cancelled instead). A
-    BaseException so ``except Exception`` does not swallow it; catch it to clean up, then let it go."""
+    BaseException, as Dramatiq's time limit is, so that a handler's ``except Exception`` does not swallow
+    it; catch it to clean up, then let it go."""
