@@ -1,6 +1,11 @@
-"""Flow control's values (rates, group and queue limits) and how Redis keeps them (docs/guide.md#flow-control).
+"""Flow control's values: rates, a group's limits, a queue's limits; how they are written in Redis
+(docs/guide.md#flow-control).
 
-A rate is GCRA: at most ``burst`` starts at once, and over T seconds at most ``burst + T * count / period``."""
+The limits live in Redis with the queue (the ``flow`` and ``group_limits`` hashes of ``setqueue.keys``),
+so every worker reads the same ones on its next claim and a change needs no restart; ``lua/claim.lua``
+enforces them in the step that takes the jobs, so no worker can race them. A rate is GCRA (a token bucket
+kept as one number, its theoretical arrival time): at most ``burst`` jobs start at once, and over any span
+of T seconds at most ``burst + T * count / period``."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# A rate's unit (what follows the "/" in "100/s"): how many ms it spans.
 UNITS_MS = {
     "ms": 1,
     "s": 1000,
@@ -22,19 +28,25 @@ UNITS_MS = {
     "d": 86_400_000,
     "day": 86_400_000,
 }
-# Bounds that refuse a typo, not a need: far above one Redis's ~100,000 starts/s; a period <= a week.
+# Bounds that refuse a typo rather than a real need: far above what one Redis can start (~100,000 jobs/s),
+# and a period of at most a week.
 MAX_RATE_PER_SECOND = 1_000_000
 MAX_COUNT = 1_000_000_000
 MAX_PERIOD_MS = 7 * 86_400_000
 MAX_BURST = 1_000_000
 MAX_CONCURRENCY = 1_000_000
 
+# "<count>/<period>": a count, then a unit with an optional whole number before it ("5/10s").
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*")
 
 
 @dataclass(frozen=True)
 class Rate:
-    """At most ``count`` job starts every ``period_ms``, and ``burst`` at once after a quiet spell."""
+    """At most ``count`` job starts every ``period_ms``, and ``burst`` at once after a quiet spell.
+
+    As the flow hash keeps it (``spec``): "<count> <period ms> <burst>", e.g. "100 1000 10" for 100/s.
+    ValueError unless count is 1 to MAX_COUNT, period_ms 1 to MAX_PERIOD_MS (a week), burst 1 to
+    MAX_BURST, each an int, and the rate at most MAX_RATE_PER_SECOND."""
 
     count: int
     period_ms: int
@@ -53,8 +65,10 @@ class Rate:
 
     @classmethod
     def parse(cls, text: str, burst: int | None = None) -> Rate:
-        """``100/s``, ``6000/min``, ``5/10s``, ``1/h``, ``20/500ms`` (ms, s, min, h, day, or long names);
-        ``burst`` defaults to a tenth of the count, at least 1."""
+        """A rate from text ``"<count>/<period>"``: ``100/s``, ``6000/min``, ``5/10s``, ``1/h``,
+        ``20/500ms`` (units, any case: ms; s, sec, second; m, min, minute; h, hour; d, day; white space
+        around the parts is ignored). ``burst`` defaults to a tenth of the count, rounded up, at least 1
+        (``100/s``: 10). ValueError for other text, a count or period of 0, or a rate past the bounds."""
         match = _RATE.fullmatch(text.lower()) if isinstance(text, str) else None
         if match is None or match[3] not in UNITS_MS:
             raise ValueError(f"rate {text!r} is not <count>/<period>, e.g. 100/s, 6000/min, 5/10s")
@@ -69,15 +83,18 @@ class Rate:
 
     @property
     def per_second(self) -> float:
+        """Starts a second this rate allows in the long run (count / period)."""
         return self.count * 1000 / self.period_ms
 
     def spec(self) -> str:
-        """As the flow hash keeps it: "<count> <period ms> <burst>"."""
+        """As the flow hash keeps it (lua/includes/flow.lua reads it): "<count> <period ms> <burst>"."""
         return f"{self.count} {self.period_ms} {self.burst}"
 
     @classmethod
     def given(cls, rate: Rate | str | None, burst: int | None = None) -> Rate | None:
-        """A library ``rate`` argument: None, a ``Rate`` or text; ``burst``, if given, overrides."""
+        """What a ``rate`` argument of the library means: None (no limit) stays None, a ``Rate`` is kept,
+        text goes to ``parse`` (burst: a tenth of the count by default); ``burst``, when given, is the
+        rate's burst either way. ValueError as ``parse`` and the constructor raise it."""
         if rate is None:
             return None
         if isinstance(rate, str):
@@ -86,16 +103,21 @@ class Rate:
 
     @classmethod
     def from_spec(cls, spec: str) -> Rate:
+        """The rate a ``spec`` text ("<count> <period ms> <burst>") stands for. ValueError when it is not
+        three whole numbers within the bounds."""
         count, period_ms, burst = (int(part) for part in spec.split())
         return cls(count, period_ms, burst)
 
     def split(self, parts: int) -> Rate:
-        """One of ``parts`` shards' share: period times parts, burst divided (rounded up)."""
+        """This rate shared by ``parts`` shards, one shard's share: each gets count / parts (the same count
+        over its period times parts) and the burst divided likewise (rounded up, at least 1); itself for 1
+        part. ValueError when the longer period passes MAX_PERIOD_MS."""
         if parts == 1:
             return self
         return Rate(self.count, self.period_ms * parts, max(1, math.ceil(self.burst / parts)))
 
     def __str__(self) -> str:
+        """For people: "100/s (burst 10)", in the largest unit the period is exactly, else in ms."""
         for unit in ("day", "h", "min", "s"):
             if self.period_ms == UNITS_MS[unit]:
                 return f"{self.count}/{unit} (burst {self.burst})"
@@ -103,7 +125,9 @@ class Rate:
 
 
 def parse_concurrency(value: int | str) -> int:
-    """1 to 1,000,000 jobs of a group in progress at once."""
+    """A group's concurrency: at most this many of its jobs in progress at once. Takes an int or its
+    digits as text (white space around them ignored); returns the int. ValueError unless it is a whole
+    number from 1 to MAX_CONCURRENCY (1,000,000); a bool is not one."""
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -116,34 +140,39 @@ def parse_concurrency(value: int | str) -> int:
 
 @dataclass(frozen=True)
 class GroupLimits:
-    """A job group's ``concurrency`` and ``rate`` of starts (None: no limit)."""
+    """The limits of a job group: ``concurrency`` of its jobs in progress at once, ``rate`` of starts
+    (None: no limit). Not checked here: ``parse_concurrency`` and ``Rate`` check what a user gives."""
 
     concurrency: int | None = None
     rate: Rate | None = None
 
     def spec(self) -> str:
-        """As group_limits keeps it: "<concurrency>|<rate spec>", either part empty."""
+        """As the group_limits hash keeps it: "<concurrency>|<rate spec>", either part empty for None."""
         return f"{self.concurrency or ''}|{self.rate.spec() if self.rate else ''}"
 
     @classmethod
     def from_spec(cls, spec: str) -> GroupLimits:
+        """The limits a ``spec`` text stands for. ValueError when a part is malformed."""
         concurrency, _, rate = spec.partition("|")
         return cls(int(concurrency) if concurrency else None, Rate.from_spec(rate) if rate else None)
 
     def as_dict(self) -> dict[str, object]:
+        """For JSON (``setqueue limit --json``): concurrency as a number, the rate as ``str(rate)``, None
+        for no limit."""
         return {"concurrency": self.concurrency, "rate": None if self.rate is None else str(self.rate)}
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Everything flow control holds for one queue."""
+    """Everything flow control holds for one queue (``limits()``)."""
 
-    paused: bool = False
-    rate: Rate | None = None
-    group_default: GroupLimits = GroupLimits()
-    groups: Mapping[str, GroupLimits] = field(default_factory=dict)
+    paused: bool = False  # no job starts while paused
+    rate: Rate | None = None  # the whole queue's starts, across all its workers (None: no limit)
+    group_default: GroupLimits = GroupLimits()  # every group's limits unless it has its own
+    groups: Mapping[str, GroupLimits] = field(default_factory=dict)  # group -> its own (replacing the default)
 
     def as_dict(self) -> dict[str, object]:
+        """For JSON (``setqueue limit --json``): the same fields, rates as text, groups sorted by name."""
         return {
             "paused": self.paused,
             "rate": None if self.rate is None else str(self.rate),
@@ -152,20 +181,23 @@ class Limits:
         }
 
 
-# Flow control's figures in ``stats()``.
+# Flow control's figures in ``stats()``: paused (a sharded queue: shards paused), waiting jobs that have a
+# group, groups with jobs waiting (of which resting and full), groups with jobs in progress.
 FLOW_STATS = ("paused", "grouped_waiting", "groups_waiting", "groups_resting", "groups_full", "groups_running")
 
-# Where a group stands, the liveliest first.
+# Where a group stands, the liveliest first (see lua/list_groups.lua).
 GROUP_STATES = ("ready", "resting", "full", "idle")
 
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """A group as ``groups()`` lists it: jobs waiting and running, its state (``ready``: takes turns;
-    ``full``: concurrency reached; ``resting``: rate used up; ``idle``: nothing waiting), its limits."""
+    """A job group as ``groups()`` lists it: its jobs waiting and in progress, where it stands in the line of
+    groups, and its limits in force."""
 
     name: str
-    waiting: int
-    running: int
+    waiting: int  # its jobs waiting in its line
+    running: int  # its jobs in progress
+    # One of GROUP_STATES: ready (takes its turn), resting (its rate is used up), full (its concurrency is
+    # in progress), idle (nothing waiting, jobs still running).
     state: str
-    limits: GroupLimits
+    limits: GroupLimits  # its own, else the default
