@@ -1,4 +1,5 @@
-"""The house shows the design: what each folder may import, and a light library front door."""
+"""The house shows the design: what each folder may import, a light library front door, and a clone without
+raw data, walls of text or heavy pictures."""
 
 from __future__ import annotations
 
@@ -214,9 +215,49 @@ def _tracked_files() -> list[Path]:
     return [REPO_ROOT / name for name in listed.decode().split("\0") if name]
 
 
-def test_a_clone_is_light() -> None:
+# Where raw measurements, their logs and worktrees go (bench/README.md, tests/compose/chaos.py, the browser
+# tests): ignored by git, never tracked. A tracked file sits under none of these folders.
+RAW_DATA_FOLDERS = ("out", "bench/out", "bench/.baseline", "tests/.screenshots")
+# A file this long is data, not something people read; the dashboard JSON is the one file allowed past it.
+MOST_LINES = 1000
+LONG_ALLOWED = ("grafana/dashboards/setqueue.json",)
+PICTURES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+# The docs' charts and console screenshots weigh a few KB each; a picture past this is a photo or a raw dump.
+MOST_PICTURE_BYTES = 150_000
+
+
+def test_raw_measurement_data_stays_out_of_git() -> None:
     """A clone is the code and one current summary per measurement, not a store of old data."""
     files = _tracked_files()
-    assert sum(f.stat().st_size for f in files if f.is_file()) <= 1_500_000
-    long = [f for f in files if f.suffix != ".png" and f.name != "setqueue.json" and f.read_bytes().count(b"\n") > 1000]
+    for folder in RAW_DATA_FOLDERS:
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"{folder}/x"], cwd=REPO_ROOT, check=False)
+        assert ignored.returncode == 0, f"{folder}/ is not in .gitignore"
+    # .gitignore's "out/" ignores a folder named out at any depth, so none may hold a tracked file either.
+    raw = [
+        path
+        for path in (f.relative_to(REPO_ROOT) for f in files)
+        if "out" in path.parts[:-1] or any(path.is_relative_to(folder) for folder in RAW_DATA_FOLDERS)
+    ]
+    assert not raw, raw
+
+
+def test_no_tracked_file_is_over_a_thousand_lines_but_the_dashboard() -> None:
+    files = _tracked_files()
+    long = [
+        f
+        for f in files
+        if f.suffix.lower() not in PICTURES
+        and f.relative_to(REPO_ROOT).as_posix() not in LONG_ALLOWED
+        and f.is_file()
+        and f.read_bytes().count(b"\n") > MOST_LINES
+    ]
     assert not long, long
+
+
+def test_every_tracked_picture_is_small() -> None:
+    big = {
+        f.relative_to(REPO_ROOT).as_posix(): f.stat().st_size
+        for f in _tracked_files()
+        if f.suffix.lower() in PICTURES and f.is_file() and f.stat().st_size > MOST_PICTURE_BYTES
+    }
+    assert not big, f"pictures over {MOST_PICTURE_BYTES:,} bytes: {big}"
