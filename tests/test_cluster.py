@@ -9,7 +9,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from setqueue.keys import QueueKeys
 from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
 from setqueue.sharded import ShardedQueue, shard_of
+from setqueue.steps import RunScript, Step
 from tests.support import free_port
 from tests.support.cluster import RedisClusterNodes
 from tests.support.jobs import ExecutionLog
@@ -442,15 +443,14 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     where it declares a FIRST_LOCK tail (T, the tail's first ARGV); all the queue's, in one slot."""
     q = Queue(hand_built, "contract", lease_seconds=0.5, max_attempts=1)
     calls: list[tuple[str, list[str], list[Any]]] = []
-    for script in q._scripts.by_name.values():
+    send = q.executor.do
 
-        def recorder(
-            keys: Sequence[str], args: Sequence[Any] = (), *, _name: str = script.name, _call: Any = script.call
-        ) -> Any:
-            calls.append((_name, list(keys), list(args)))
-            return _call(keys, args)
+    def recorder(step: Step) -> Any:
+        if isinstance(step, RunScript):
+            calls.append((step.name, list(step.keys), list(step.args)))
+        return send(step)
 
-        monkeypatch.setattr(script, "call", recorder)
+    monkeypatch.setattr(q.executor, "do", recorder)
 
     assert q.enqueue({"a": "pa", "b": "pb", "c": "pc", "d": "pd"}) == 4
     assert q.enqueue(["e", "f", "g"]) == 3

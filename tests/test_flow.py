@@ -39,7 +39,7 @@ def test_a_paused_queue_gives_no_job_and_a_resumed_one_does(queue: Queue) -> Non
     assert queue.pause() is False  # already paused
     assert queue.claim(10) == []
     assert held == ["paused"]
-    assert queue.next_due is None  # no time to wait for: a resume wakes the workers
+    assert queue.core.next_due is None  # no time to wait for: a resume wakes the workers
     assert queue.stats()["paused"] == 1
     assert queue.limits().paused
     assert queue.enqueue(["c"]) == 1  # enqueue goes on while paused
@@ -81,7 +81,7 @@ def test_a_rate_lets_its_burst_start_then_says_when_more_can(queue: Queue) -> No
     assert held == ["rate"]
     assert queue.flow_limited
     # The burst refills at 100 ms a job: about 300 ms.
-    assert queue.next_due is not None and 0.2 <= queue.next_due <= 0.31
+    assert queue.core.next_due is not None and 0.2 <= queue.core.next_due <= 0.31
     assert queue.claim(10) == []
     start = redis_clock(queue.redis)
     wait_until(lambda: redis_clock(queue.redis) >= start + 0.1, 5, "a tenth of a second")
@@ -148,7 +148,7 @@ def test_a_group_at_its_concurrency_waits_for_one_of_its_jobs_to_end(queue: Queu
     assert [lease.id for lease in leases] == ["a0", "a1"]
     assert held == ["group"]
     assert queue.claim(10) == []
-    assert queue.next_due is None  # nothing to wait for but an ack, which wakes a worker
+    assert queue.core.next_due is None  # nothing to wait for but an ack, which wakes a worker
     check(queue)
     assert queue.ack(leases[0])
     assert queue.redis.llen(queue.keys.wake) > 0
@@ -177,7 +177,7 @@ def test_a_group_rate_rests_the_group_and_says_until_when(queue: Queue) -> None:
     taken = Counter(lease.id[0] for lease in queue.claim(20))
     assert taken == {"a": 2, "b": 2}
     assert queue.claim(20) == []
-    assert queue.next_due is not None and 0.3 <= queue.next_due <= 0.51  # a job every 500 ms
+    assert queue.core.next_due is not None and 0.3 <= queue.core.next_due <= 0.51  # a job every 500 ms
     check(queue)
     assert {g.name: g.state for g in queue.groups()} == {"A": "resting", "B": "resting"}
     start = redis_clock(queue.redis)
@@ -254,7 +254,7 @@ def test_a_grouped_id_is_known_like_any_other(queue: Queue) -> None:
 def test_a_delayed_grouped_job_joins_its_group_when_due(queue: Queue) -> None:
     queue.enqueue(["later"], group="g", delay=0.05)
     assert queue.claim() == []
-    wait_until(lambda: queue.next_due is not None and queue.due_in() is not None and queue.due_in() <= 0, 5, "due")  # type: ignore[operator]
+    wait_until(lambda: queue.core.next_due is not None and queue.due_in() is not None and queue.due_in() <= 0, 5, "due")  # type: ignore[operator]
     wait_until(lambda: bool(queue.claim()), 5, "the job to be claimed")
     assert queue.stats()["groups_running"] == 1
 

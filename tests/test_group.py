@@ -33,7 +33,7 @@ def two(queue_name: str, redis_url: str) -> Iterator[QueueGroup]:
 
 
 def test_strict_priority_in_list_order(two: QueueGroup) -> None:
-    urgent, bulk = two.members
+    urgent, bulk = two.queues
     bulk.enqueue([f"b{n}" for n in range(5)])
     urgent.enqueue(["u0", "u1"])
     assert [(lease.id, lease.queue) for lease in two.claim(3)] == [
@@ -47,7 +47,7 @@ def test_strict_priority_in_list_order(two: QueueGroup) -> None:
 
 
 def test_every_call_reaches_the_queue_of_its_lease(two: QueueGroup) -> None:
-    urgent, bulk = two.members
+    urgent, bulk = two.queues
     urgent.enqueue(["same-id", "u"])
     bulk.enqueue(["same-id", "b"])  # one id in two queues: two jobs
     leases = two.claim(4)
@@ -64,7 +64,7 @@ def test_every_call_reaches_the_queue_of_its_lease(two: QueueGroup) -> None:
 
 
 def test_an_idle_worker_wakes_for_any_of_its_queues(two: QueueGroup, redis_url: str) -> None:
-    for member in two.members:
+    for member in two.queues:
         producer = Queue.from_url(redis_url, member.name)
         started = time.monotonic()
         producer.enqueue(["wake"])

@@ -4,24 +4,28 @@ them, helpers from lua/includes/, and the loader's checks. (tests/test_cluster.p
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from setqueue.executors import Executor
 from setqueue.keys import QueueKeys
 from setqueue.scripts import (
     CONTRACTS,
     NAMES,
     PER_CALL_KEYS,
     SOURCES,
-    Script,
     ScriptContractError,
+    check_call,
     check_layout,
     layout_key_names,
     parse_contract,
     resolve_includes,
 )
+from setqueue.steps import RunScript
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "shared" / "setqueue" / "lua"
 HEADER_LINE = re.compile(
@@ -167,6 +171,18 @@ def test_a_header_with_a_tail_parses() -> None:
         "FIRST_LOCK",
         None,
     )
+
+
+class Script:
+    """One script sent as the executor sends it, after the contract check the command layer makes."""
+
+    def __init__(self, name: str, client: redis.Redis) -> None:
+        self.name = name
+        self.executor = Executor(client)
+
+    def call(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        check_call(self.name, keys, args)
+        return self.executor.do(RunScript(self.name, SOURCES[self.name], keys, args))
 
 
 def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.Redis) -> None:

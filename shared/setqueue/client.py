@@ -290,21 +290,41 @@ def connect(
     """The client ``Queue.from_url`` uses: it resends after a connection error or timeout (``retries``
     times, with backoff); socket timeouts stop a call hanging on a dead connection. rediss://: see
     ``tls_options``; a failed TLS handshake is not resent."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
+    options = connection_options(
+        url,
+        socket_connect_timeout=socket_connect_timeout,
+        socket_timeout=socket_timeout,
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+    )
+    return ClusterAwareRedis(url, retry=_Retry(backoff, retries=retries), **options)
+
+
+def connection_options(
+    url: str,
+    *,
+    socket_connect_timeout: float,
+    socket_timeout: float,
+    tls_ca_file: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+) -> dict[str, Any]:
+    """The keyword arguments of a client for ``url``, blocking or asyncio alike (``connect``'s, but the
+    retry policy). Raises OptionError as ``tls_options``."""
     tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # unix:// refuses the TCP keepalive argument.
     tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
-    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
-    return ClusterAwareRedis(
-        url,
-        retry=_Retry(backoff, retries=retries),
-        decode_responses=True,
-        socket_connect_timeout=socket_connect_timeout,
-        socket_timeout=socket_timeout,
+    return {
+        "decode_responses": True,
+        "socket_connect_timeout": socket_connect_timeout,
+        "socket_timeout": socket_timeout,
         **tcp,
         **tls,
-        health_check_interval=30,
+        "health_check_interval": 30,
         **NO_CLIENT_SETINFO,
-    )
+    }
 
 
 class SnapshotReads:

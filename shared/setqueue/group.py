@@ -1,71 +1,99 @@
-"""Several named queues served as one (docs/guide.md#several-queues)."""
+"""Routing of several named queues served as one, in strict priority of their order
+(docs/guide.md#several-queues). Leases go back to ``lease.queue``; id lookups search every queue;
+new ids go to the first. The operations themselves are ``setqueue.operations``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from setqueue.composite import CompositeQueue, part_id, summed_stats
-from setqueue.interface import JobQueue
+from setqueue.flow import Limits, Rate
 from setqueue.jobs import Lease
+from setqueue.operations import QueueCore, Router, part_id, summed_stats
+from setqueue.queue import Queue
 
 
-class QueueGroup(CompositeQueue):
-    """Plain or sharded queues in strict priority of their order. Leases go back to ``lease.queue``; id
-    lookups search every queue."""
+class MultiRouter:
+    """Routes over member routers (plain or sharded queues), each keeping its own routing inside."""
 
-    def __init__(self, members: Sequence[JobQueue]) -> None:
+    def __init__(self, members: Sequence[Router]) -> None:
         names = [m.name for m in members]
         if len(members) < 2 or len(set(names)) != len(names):
-            raise ValueError(f"a queue group has two or more different queues, got {names}")
+            raise ValueError(f"several queues served as one are two or more different queues, got {names}")
         self.members = list(members)
         self.by_name = {m.name: m for m in members}
         self.name = ",".join(names)
+        self._member_of_core = {core: m for m in members for core in m.cores}
 
     @property
-    def queues(self) -> Sequence[JobQueue]:
-        return self.members
+    def cores(self) -> Sequence[QueueCore]:
+        return list(self._member_of_core)
 
-    def member(self, name: str) -> JobQueue:
+    def member(self, name: str) -> Router:
+        """The member queue ``name``; ValueError if it is not one."""
         try:
             return self.by_name[name]
         except KeyError:
             raise ValueError(f"queue {name!r} is not one of {self.name}") from None
 
-    def _member_of(self, lease: Lease) -> JobQueue:
-        return self.member(lease.queue)
+    def home(self, job_id: str) -> QueueCore:
+        return self.members[0].home(job_id)
 
-    def _holders_of(self, job_id: str) -> Sequence[JobQueue]:
-        return self.members
+    def holders(self, job_id: str) -> Sequence[QueueCore]:
+        return [core for m in self.members for core in m.holders(job_id)]
 
-    def enqueue(
-        self,
-        ids: Iterable[str] | Mapping[str, Any],
-        *,
-        delay: float | None = None,
-        at: float | None = None,
-        priority: int = 0,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        group: str | None = None,
-    ) -> int:
-        """As ``Queue.enqueue``, into the group's first queue."""
-        return self.members[0].enqueue(
-            ids, delay=delay, at=at, priority=priority, max_attempts=max_attempts, timeout=timeout, group=group
-        )
+    def of_lease(self, lease: Lease) -> QueueCore:
+        return self.member(lease.queue).of_lease(lease)
 
-    def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]:
-        """Up to ``count`` jobs: all the first queue has, then the next queue's..."""
-        if count < 1:
-            raise ValueError("count must be at least 1")
-        leases: list[Lease] = []
-        for member in self.members:
-            leases += member.claim(count - len(leases), request_id=part_id(request_id, member.name))
-            if len(leases) == count:
-                break
-        return leases
+    def claim_order(self, request_id: str | None) -> Iterator[tuple[QueueCore, str | None]]:
+        """All the first queue has, then the next queue's..."""
+        return itertools.chain.from_iterable(m.claim_order(part_id(request_id, m.name)) for m in self.members)
 
-    def stats(self) -> dict[str, Any]:
-        """Each queue's ``stats()`` under ``"queues"``, and the states summed."""
-        each = {m.name: m.stats() for m in self.members}
-        return {**summed_stats(list(each.values())), "queues": each}
+    def part(self, request_id: str | None, core: QueueCore) -> str | None:
+        member = self._member_of_core[core]
+        return member.part(part_id(request_id, member.name), core)
+
+    def queue_name(self, core: QueueCore) -> str:
+        return self._member_of_core[core].queue_name(core)
+
+    def wake_keys(self, on_a_cluster: bool) -> list[str]:
+        return [key for m in self.members for key in m.wake_keys(on_a_cluster)]
+
+    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
+        return self._member_of_core[core].extra_wake(core, on_a_cluster)
+
+    def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Each queue's stats under ``"queues"``, and the states summed."""
+        by_core = dict(zip(self.cores, each, strict=True))
+        queues = {m.name: m.shape_stats([by_core[core] for core in m.cores]) for m in self.members}
+        return {**summed_stats(list(each)), "queues": queues}
+
+    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
+        """Each queue enforces the whole rate (a sharded one splits it among its shards)."""
+        return [share for m in self.members for share in m.rate_shares(rate)]
+
+    def whole_limits(self, first: Limits) -> Limits:
+        return self.members[0].whole_limits(first)
+
+    def shard_counts(self) -> list[tuple[str, int]]:
+        return [count for m in self.members for count in m.shard_counts()]
+
+
+class MultiQueue(Queue):
+    """A blocking ``Queue`` serving plain or sharded queues as one, in strict priority of their order."""
+
+    def __init__(self, members: Sequence[Queue]) -> None:
+        router = MultiRouter([member.router for member in members])
+        self._setup(members[0].redis, router, [s for m in members for s in m.shards], members)
+
+    def member(self, name: str) -> Queue:
+        """The queue ``name`` of those served; ValueError if it is not one."""
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        raise ValueError(f"queue {name!r} is not one of {self.name}")
+
+
+# The old name, deprecated: "group" now means a job group only (enqueue(group=...)).
+QueueGroup = MultiQueue

@@ -109,11 +109,27 @@ class JobQueue(Protocol):
 class Shard(JobQueue, Protocol):
     """One plain ``Queue`` in one Redis slot: its keys, and the periodic runs that live in one queue."""
 
-    keys: QueueKeys
-    wake_cap: int  # how many idle workers one call may wake
-    payload_max_bytes: int
-    flow_limited: bool  # the last claim found a rate or group limits
-    on_held: Callable[[str, str], None] | None  # told (queue, reason) when flow control held jobs
+    @property
+    def keys(self) -> QueueKeys:
+        """Its key layout."""
+
+    @property
+    def wake_cap(self) -> int:
+        """How many idle workers one call may wake."""
+
+    @property
+    def payload_max_bytes(self) -> int: ...
+
+    @property
+    def flow_limited(self) -> bool:
+        """The last claim found a rate or group limits."""
+
+    @property
+    def on_held(self) -> Callable[[str, str], None] | None:
+        """Told (queue, reason) when flow control held jobs."""
+
+    @on_held.setter
+    def on_held(self, told: Callable[[str, str], None] | None) -> None: ...
 
     def create_periodic_runs(self, runs: Sequence[tuple[str, int, str, str | None]]) -> tuple[list[str], list[str]]: ...
     def periodic_slots(self) -> dict[str, float]: ...

@@ -24,6 +24,7 @@ import redis
 from setqueue.flow import FLOW_STATS
 from setqueue.keys import STATES, QueueKeys
 from setqueue.replication import ReplicaWait
+from setqueue.steps import RunScript, Steps
 
 NAMES = (
     "enqueue",
@@ -226,31 +227,14 @@ def text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class Script:
-    """One script on one client (EVALSHA, loaded on NOSCRIPT); with ``wait``, writes are confirmed by replicas."""
-
-    def __init__(
-        self, name: str, client: redis.Redis, wait: ReplicaWait | None = None, *, source: str | None = None
-    ) -> None:
-        self.name = name
-        self._client = client
-        self._wait = None if name in READ_ONLY else wait
-        self.source = SOURCES[name] if source is None else source  # e.g. another first line
-        self.contract = CONTRACTS[name]
-        self._evalsha = client.register_script(self.source)
-
-    def call(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
-        """Run the script; raises ScriptContractError before sending when KEYS/ARGV counts do not match."""
-        c = self.contract
-        for table, given, named, tail in (("KEYS", keys, c.keys, c.key_tail), ("ARGV", args, c.args, c.arg_tail)):
-            if len(given) != len(named) and not (tail and len(given) > len(named)):
-                wanted = f"{len(named)}{' or more' if tail else ''}"
-                raise ScriptContractError(
-                    f"{self.name}.lua takes {wanted} {table} ({', '.join(named)}), given {len(given)}"
-                )
-        if self._wait is not None:
-            return self._wait.call(self._client, self.name, self._evalsha, keys, args)
-        return self._evalsha(keys=keys, args=args)
+def check_call(name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+    """ScriptContractError, before anything is sent, when a call's KEYS or ARGV count does not match the
+    script's header."""
+    c = CONTRACTS[name]
+    for table, given, named, tail in (("KEYS", keys, c.keys, c.key_tail), ("ARGV", args, c.args, c.arg_tail)):
+        if len(given) != len(named) and not (tail and len(given) > len(named)):
+            wanted = f"{len(named)}{' or more' if tail else ''}"
+            raise ScriptContractError(f"{name}.lua takes {wanted} {table} ({', '.join(named)}), given {len(given)}")
 
 
 class Held(Protocol):
@@ -273,10 +257,16 @@ L = TypeVar("L")
 class ClaimHeader:
     """A claim's reply besides its jobs (see claim.lua's Returns), times in seconds."""
 
-    now: float
-    next_at: float | None
-    held: str | None
-    limited: bool
+    now: float  # the Redis clock
+    next_at: float | None  # when more could be claimed, if the claim came back short (None: when woken)
+    held: str | None  # what held jobs back: "paused", "rate", "group" (None: nothing)
+    limited: bool  # a rate or group limits exist (workers then claim only for free slots)
+
+
+# claim.lua's reply: CLAIM_HEADER fields (now ms, next ms, held, limited), then CLAIM_JOB fields per
+# job (id, attempt, enqueue ms, priority, payload, own options).
+CLAIM_HEADER = 4
+CLAIM_JOB = 6
 
 
 def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
@@ -287,14 +277,16 @@ def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], lis
     return numbers, [keys.lock(token) for token in numbers], [len(numbers), *numbers]
 
 
-class QueueScripts:
-    """One wrapper per script of one queue: KEYS from header and layout, ARGV in header order, the reply
-    decoded. One script call each; batching is the caller's."""
+class QueueCommands:
+    """The script calls of one queue (one shard), sans-I/O: each method is a generator of ``Steps``
+    that builds KEYS from the script's header and the key layout and ARGV in header order, yields one
+    ``RunScript`` and decodes its reply. Batching is the caller's (at most MAX_IDS_PER_CALL ids a call).
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
+    ``wait``: confirm every writing script on replicas (``ReplicaWait``); None: do not wait."""
+
+    def __init__(self, keys: QueueKeys, wait: ReplicaWait | None = None) -> None:
         self.k = keys
-        self.by_name = {name: Script(name, client, wait) for name in NAMES}
-        self._ack_keeping_results = Script("ack", client, wait, source=ACK_KEEPING_RESULTS)
+        self.wait = wait
         # Per script: its KEYS with the layout's filled in, and where the per-call ones go.
         self._templates: dict[str, tuple[list[str], dict[str, int]]] = {}
         for name, contract in CONTRACTS.items():
@@ -313,6 +305,11 @@ class QueueScripts:
         keys += tail
         return keys
 
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], source: str | None = None) -> RunScript:
+        check_call(name, keys, args)
+        wait = None if name in READ_ONLY else self.wait
+        return RunScript(name, SOURCES[name] if source is None else source, keys, args, wait)
+
     def _request(self, request_id: str | None) -> str:
         return self.k.request(request_id or new_request_id())
 
@@ -328,7 +325,8 @@ class QueueScripts:
         priority: int = 0,
         job_options: str = "",
         group: str = "",
-    ) -> int:
+    ) -> Steps[int]:
+        """enqueue.lua: how many of ``jobs`` (id, payload or None) were new."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -344,52 +342,49 @@ class QueueScripts:
             if with_payloads:
                 args.append(payload)
         keys = self._keys("enqueue", request=self._request(None))
-        return int(json.loads(self.by_name["enqueue"].call(keys, args))[0])
+        reply = yield self._run("enqueue", keys, args)
+        added: int = json.loads(reply)[0]
+        return int(added)
 
     def claim(
         self,
         most: int,
-        make: Callable[[str, str, int, str | None, float | None, float, int, str, str | None], L],
+        make: Callable[[str, str, int, str | None, float | None, float, int, str | None], L],
         *,
         request_ttl_ms: int,
         lease_ms: int,
         promote: int,
         wake_cap: int,
         token: str | None = None,
-    ) -> tuple[list[L], ClaimHeader]:
+    ) -> Steps[tuple[list[L], ClaimHeader]]:
         """claim.lua: up to ``most`` jobs, each as ``make(id, token, attempt, payload, enqueued_at,
-        claimed_at, priority, queue, own options)``, in line order, and the reply's header."""
+        claimed_at, priority, own options)``, in line order, and the reply's header."""
         k = self.k
         # A caller's request id gets "@host:pid" too: the same id, the same token, so a resend is recognised.
         token = new_token() if token is None else token if "@" in token else f"{token}@{identity()}"
         keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
-        reply = self.by_name["claim"].call(keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
-        now = reply[0] / 1000
-        header = ClaimHeader(now, reply[1] / 1000 if reply[1] >= 0 else None, text(reply[2]) or None, reply[3] == 1)
-        leases = [
-            make(
-                text(job_id),
-                token,
-                attempt,
-                None if payload is None else text(payload),
-                enq / 1000 if enq >= 0 else None,
-                now,
-                priority,
-                k.name,
-                None if own is None else text(own),
-            )
-            for job_id, attempt, enq, priority, payload, own in zip(
-                reply[4::6], reply[5::6], reply[6::6], reply[7::6], reply[8::6], reply[9::6], strict=True
-            )
-        ]
+        reply = yield self._run("claim", keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
+        now_ms, next_ms, held, limited = reply[:CLAIM_HEADER]
+        now = now_ms / 1000
+        header = ClaimHeader(now, next_ms / 1000 if next_ms >= 0 else None, text(held) or None, limited == 1)
+        jobs = reply[CLAIM_HEADER:]
+        leases = []
+        for start in range(0, len(jobs), CLAIM_JOB):
+            job_id, attempt, enqueued_ms, priority, payload, own = jobs[start : start + CLAIM_JOB]
+            enqueued_at = enqueued_ms / 1000 if enqueued_ms >= 0 else None
+            payload_text = None if payload is None else text(payload)
+            own_text = None if own is None else text(own)
+            leases.append(make(text(job_id), token, attempt, payload_text, enqueued_at, now, priority, own_text))
         return leases, header
 
-    def renew(self, leases: Sequence[Held], *, lease_ms: int) -> list[int]:
+    def renew(self, leases: Sequence[Held], *, lease_ms: int) -> Steps[list[int]]:
+        """renew.lua: per lease 1 renewed, 0 lost, 2 cancelled."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         args: list[Any] = [lease_ms, *listed]
         for lease in leases:
             args += [lease.id, claims[lease.token]]
-        return [int(r) for r in self.by_name["renew"].call(self._keys("renew", locks), args)]
+        reply = yield self._run("renew", self._keys("renew", locks), args)
+        return [int(r) for r in reply]
 
     def ack(
         self,
@@ -401,26 +396,31 @@ class QueueScripts:
         result_ttl_ms: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> tuple[float, list[bool], bool]:
+    ) -> Steps[tuple[float, list[bool], bool]]:
         """ack.lua: the Redis clock (s), per lease whether acked, and whether results were dropped because
         Redis is full. ``results``: encoded, None for nothing to keep."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, done_max_count, result_ttl_ms, self.k.ended_channel, wake_cap, "0", *listed]
+        per_lease: list[Any] = []
         for lease, result in zip(leases, results, strict=True):
             enqueued = lease.enqueued_at
             enqueued_ms = "" if enqueued is None else round(enqueued * 1000)
-            args += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
+            per_lease += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
+
+        def args(drop_results: bool) -> list[Any]:
+            channel = self.k.ended_channel
+            drop = "1" if drop_results else "0"
+            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, *listed, *per_lease]
+
         dropped = False
         if result_ttl_ms > 0 and any(results):
             try:  # refused whole, writing nothing, when Redis is full
-                reply = self._ack_keeping_results.call(keys, args)
+                reply = yield self._run("ack", keys, args(drop_results=False), source=ACK_KEEPING_RESULTS)
             except redis.OutOfMemoryError:
-                dropped = True
-                args[5] = "1"  # drop_results; the same request record: the refused call wrote none
-                reply = self.by_name["ack"].call(keys, args)
+                dropped = True  # the same request record: the refused call wrote none
+                reply = yield self._run("ack", keys, args(drop_results=True))
         else:
-            reply = self.by_name["ack"].call(keys, args)
+            reply = yield self._run("ack", keys, args(drop_results=False))
         now_ms, flags = text(reply).split(" ")
         return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped
 
@@ -432,13 +432,15 @@ class QueueScripts:
         max_attempts: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> list[str]:
+    ) -> Steps[list[str]]:
+        """fail.lua for each (lease, mode "retry"/"dead"/"release", reason, delay ms): each outcome."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
         args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
-        return text(self.by_name["fail"].call(keys, args)).split(" ")
+        reply = yield self._run("fail", keys, args)
+        return text(reply).split(" ")
 
     def sweep(
         self,
@@ -450,9 +452,9 @@ class QueueScripts:
         wake_cap: int,
         done_max_age_ms: int,
         trim_limit: int,
-    ) -> tuple[list[str], list[str], int, int]:
+    ) -> Steps[tuple[list[str], list[str], int, int]]:
         """sweep.lua: requeued and dead-lettered ids of ``candidates`` (with owners as read; None: none),
-        ids trimmed from done, ids promoted from scheduled."""
+        how many ids were trimmed from done, how many promoted from scheduled."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
         args: list[Any] = [
@@ -467,57 +469,72 @@ class QueueScripts:
         ]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
-        requeued, dead, trimmed, promoted = json.loads(self.by_name["sweep"].call(keys, args))
+        reply = yield self._run("sweep", keys, args)
+        requeued, dead, trimmed, promoted = json.loads(reply)
         return list(requeued), list(dead), int(trimmed), int(promoted)
 
-    def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> int:
+    def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> Steps[int]:
+        """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
         keys = self._keys("requeue_failed", request=self._request(None))
-        args = [request_ttl_ms, wake_cap, identity(), *ids]
-        return int(json.loads(self.by_name["requeue_failed"].call(keys, args))[0])
+        reply = yield self._run("requeue_failed", keys, [request_ttl_ms, wake_cap, identity(), *ids])
+        return int(json.loads(reply)[0])
 
-    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        """The state ``job_id`` was in, or None; ``token``: its owner as read (None: none). Likewise ``cancel``."""
-        return self._end("delete", token, [request_ttl_ms, job_id, token or "", wake_cap])
+    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> Steps[str | None]:
+        """delete.lua: the state ``job_id`` was in, or None; ``token``: its owner as read (None: none)."""
+        return (yield from self._end("delete", token, [request_ttl_ms, job_id, token or "", wake_cap]))
 
-    def _end(self, name: str, token: str | None, args: list[Any]) -> str | None:
+    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> Steps[str | None]:
+        """cancel.lua: as ``delete``, cancelling; a running job's worker is told on the cancel channel."""
+        k = self.k
+        args = [request_ttl_ms, job_id, token or "", identity(), k.ended_channel, k.cancel_channel, wake_cap]
+        return (yield from self._end("cancel", token, args))
+
+    def _end(self, name: str, token: str | None, args: list[Any]) -> Steps[str | None]:
         keys = self._keys(name, request=self._request(None), lock=self.k.lock(token or "-"))
-        state: str | None = json.loads(self.by_name[name].call(keys, args))[0]
+        reply = yield self._run(name, keys, args)
+        state: str | None = json.loads(reply)[0]
         return state or None
 
-    def stats(self) -> tuple[dict[str, int], int, dict[int, int]]:
+    def stats(self) -> Steps[tuple[dict[str, int], int, dict[int, int]]]:
         """stats.lua: state sizes, results kept, flow control; oldest pending age (ms); todos per priority."""
-        reply = self.by_name["stats"].call(self._keys("stats"))
+        reply = yield self._run("stats", self._keys("stats"), [])
         todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
         flow, by_priority = rest[: len(FLOW_STATS)], rest[len(FLOW_STATS) :]
         sizes = {**dict(zip(FLOW_STATS, flow, strict=True)), "results_kept": results}
         sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled), strict=True))
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
-    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> str | None:
-        args = [request_ttl_ms, job_id, token or "", identity(), self.k.ended_channel, self.k.cancel_channel, wake_cap]
-        return self._end("cancel", token, args)
+    def set_limits(self, what: str, value: str, *, wake_cap: int) -> Steps[bool]:
+        """set_limits.lua: set one flow-control field (``what``: pause, resume, rate, group_concurrency,
+        group_rate, group:<name>) to ``value``; whether it changed the queue's state (pause/resume)."""
+        reply = yield self._run("set_limits", self._keys("set_limits"), [wake_cap, what, value])
+        return bool(reply)
 
-    def set_limits(self, what: str, value: str, *, wake_cap: int) -> bool:
-        return bool(self.by_name["set_limits"].call(self._keys("set_limits"), [wake_cap, what, value]))
-
-    def list_groups(self, most: int) -> tuple[int, list[tuple[str, int, int, str]]]:
-        reply = self.by_name["list_groups"].call(self._keys("list_groups"), [most])
+    def list_groups(self, most: int) -> Steps[tuple[int, list[tuple[str, int, int, str]]]]:
+        """list_groups.lua: how many groups there are, and up to ``most`` as (name, waiting, running, state)."""
+        reply = yield self._run("list_groups", self._keys("list_groups"), [most])
+        total, *flat = reply
         rows = [
             (text(name), int(waiting), int(running), text(state))
-            for name, waiting, running, state in zip(reply[1::4], reply[2::4], reply[3::4], reply[4::4], strict=True)
+            for name, waiting, running, state in zip(flat[0::4], flat[1::4], flat[2::4], flat[3::4], strict=True)
         ]
-        return int(reply[0]), rows
+        return int(total), rows
 
-    def progress(self, lease: Held, fraction: float, message: str) -> bool:
+    def progress(self, lease: Held, fraction: float, message: str) -> Steps[bool]:
+        """progress.lua: keep a progress report; False when the lease no longer owns the job."""
         keys = self._keys("progress")
-        return bool(self.by_name["progress"].call(keys, [lease.id, lease.token, repr(fraction), message]))
+        reply = yield self._run("progress", keys, [lease.id, lease.token, repr(fraction), message])
+        return bool(reply)
 
     def periodic(
         self, runs: Sequence[tuple[str, int, str, str | None]], *, request_ttl_ms: int, wake_cap: int
-    ) -> tuple[list[str], list[str]]:
+    ) -> Steps[tuple[list[str], list[str]]]:
+        """periodic.lua for each (schedule name, slot ms, run id, payload): the names whose run was
+        created, and those seen for the first time (slot recorded, no run)."""
         keys = self._keys("periodic", request=self._request(None))
         args: list[Any] = [request_ttl_ms, wake_cap]
         for name, slot_ms, run_id, payload in runs:
             args += [name, slot_ms, run_id, "" if payload is None else payload]
-        created, first_seen = json.loads(self.by_name["periodic"].call(keys, args))
+        reply = yield self._run("periodic", keys, args)
+        created, first_seen = json.loads(reply)
         return [text(n) for n in created or ()], [text(n) for n in first_seen or ()]

@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from setqueue.client import OptionError, TlsFiles, redact_url, tls_options
 from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
-from setqueue.queue import Queue
+from setqueue.operations import QueueCore
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -59,7 +59,7 @@ OPTION_SETTINGS = {
 
 def queue_default(option: str) -> str:
     """The default of ``Queue``'s option, as a setting's text (``30``, not ``30.0``)."""
-    value = inspect.signature(Queue.__init__).parameters[option].default
+    value = inspect.signature(QueueCore.__init__).parameters[option].default
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

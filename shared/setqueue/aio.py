@@ -1,0 +1,478 @@
+"""The queue on asyncio: ``from setqueue.aio import open_queue``.
+
+``open_queue`` takes the same arguments as ``setqueue.open_queue`` and returns a ``Queue`` whose every
+``JobQueue`` operation is a coroutine of the same name and signature (``await q.enqueue([...])``,
+``await q.claim()``, ``await q.result(job_id)``, ...), plus ``aclose()`` and ``async with``. The
+operations are ``setqueue.operations``'s, the very code the blocking client runs, sent by
+``AsyncExecutor`` on ``redis.asyncio``: no thread, and no call that blocks the event loop. Waiting
+for results shares one subscription per queue among every waiter (no polling per waiter), and both
+clients may work on one queue at once.
+
+What differs from the blocking client: a lease claimed here reports progress through
+``await q.progress(lease, fraction)`` (``lease.progress`` would block); ``wait_replicas`` is not
+supported on a Redis Cluster yet (OptionError on the first write)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import redis
+import redis.asyncio
+from redis import exceptions as rexc
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+
+from setqueue.client import OptionError, connection_options, redact_url
+from setqueue.executors import AsyncExecutor
+from setqueue.factory import queue_layout
+from setqueue.group import MultiRouter
+from setqueue.keys import QueueKeys, check_seconds, validate_job_id
+from setqueue.operations import Operations, PlainRouter, QueueCore, Router
+from setqueue.replication import NotReplicated
+from setqueue.sharded import ShardRouter
+from setqueue.steps import RunScript, Steps
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = ["AsyncRedis", "Queue", "connect", "open_queue"]
+
+
+class _AsyncRetry(AsyncRetry):
+    """redis.asyncio's Retry, but a refused password is final (as ``setqueue.client._Retry``)."""
+
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().call_with_retry(do, fail, *args, **kwargs)
+        except rexc.AuthenticationError:
+            raise
+
+
+class AsyncRedis:
+    """An asyncio client for a URL naming one Redis or any Redis Cluster node: the first command asks
+    the node (``HELLO``) whether it is in cluster mode; if so commands go through a ``RedisCluster``
+    from the same URL and options. Pub/sub always goes to the URL's node (a Cluster delivers every
+    PUBLISH to every node)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.url = url
+        self._options = options
+        self.plain: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **options)
+        self._cluster: AsyncRedisCluster | None = None
+        self._decided = False
+
+    async def target(self) -> Any:
+        """The client that sends commands: the plain one, or the cluster one (connects to decide)."""
+        if not self._decided:
+            try:
+                reply = await self.plain.execute_command("HELLO")  # type: ignore[no-untyped-call]
+            except redis.ResponseError:  # not an auth error (a ConnectionError): a Redis before 6, no cluster
+                reply = {}
+            if isinstance(reply, list):
+                reply = dict(zip(reply[::2], reply[1::2], strict=False))
+            if reply.get("mode", reply.get(b"mode")) in ("cluster", b"cluster") and self._cluster is None:
+                if self.url.startswith("unix:"):
+                    raise OptionError("url", f"{redact_url(self.url)} is a Redis Cluster node: reach it over TCP")
+                options = {k: v for k, v in self._options.items() if k not in ("retry", "health_check_interval")}
+                self._cluster = AsyncRedisCluster.from_url(self.url, require_full_coverage=False, **options)
+            self._decided = True
+        return self._cluster if self._cluster is not None else self.plain
+
+    async def on_a_cluster(self) -> bool:
+        """Whether this client runs on a Redis Cluster."""
+        await self.target()
+        return self._cluster is not None
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        return await (await self.target()).execute_command(*args, **options)
+
+    async def evalsha_step(self, sha: str, source: str, keys: Any, args: Any) -> Any:
+        """EVALSHA, loading the script on NOSCRIPT (matched by its error class, not its text)."""
+        target = await self.target()
+        try:
+            return await target.evalsha(sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:
+            await target.script_load(source)
+            return await target.evalsha(sha, len(keys), *keys, *args)
+
+    async def snapshot(self, commands: tuple[tuple[Any, ...], ...], transaction: bool) -> list[Any]:
+        """The commands in one pipeline: in one MULTI if ``transaction``."""
+        pipe = (await self.target()).pipeline(transaction=transaction)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute())
+
+    async def replica_call(self, step: RunScript, sha: str) -> Any:
+        """The script and a WAIT on one connection (WAIT counts that connection's writes); its reply, or
+        NotReplicated (``setqueue.replication``)."""
+        wait = step.wait
+        assert wait is not None
+        for _ in range(2):
+            pipe = self.plain.pipeline(transaction=False)
+            pipe.evalsha(sha, len(step.keys), *step.keys, *step.args)
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+            try:
+                reply, confirmed = await pipe.execute()
+            except rexc.NoScriptError:  # a node that has not seen it yet (new, restarted, failed over)
+                await self.plain.script_load(step.source)
+                continue
+            if confirmed < wait.replicas:
+                raise NotReplicated(step.name, wait.replicas, confirmed, wait.timeout_ms)
+            return reply
+        raise rexc.NoScriptError(f"{step.name}: the script is not loaded after SCRIPT LOAD")
+
+    async def blpop(self, keys: Sequence[str], timeout: float) -> Any:
+        return await (await self.target()).blpop(list(keys), timeout=timeout)
+
+    def pubsub(self) -> Any:
+        return self.plain.pubsub(ignore_subscribe_messages=True)
+
+    async def aclose(self) -> None:
+        await self.plain.aclose()
+        if self._cluster is not None:
+            await self._cluster.aclose()
+
+
+def connect(
+    url: str,
+    *,
+    socket_connect_timeout: float = 5,
+    socket_timeout: float = 30,
+    retries: int = 5,
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+) -> AsyncRedis:
+    """The asyncio twin of ``setqueue.client.connect``: the same options, timeouts and resends."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
+    options = connection_options(
+        url,
+        socket_connect_timeout=socket_connect_timeout,
+        socket_timeout=socket_timeout,
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+    )
+    return AsyncRedis(url, retry=_AsyncRetry(backoff, retries=retries), **options)
+
+
+class EndedListener:
+    """One subscription to a queue's ended channel shared by every ``result()`` waiting on it: a task
+    sets waiters' events as their ids end; a dropped subscription wakes everyone to look again.
+    NOPERM is no outage: the listener stops and ``watch``/``check`` raise it to every waiter."""
+
+    def __init__(self, client: AsyncRedis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._waiting: dict[str, list[asyncio.Event]] = {}
+        self._subscribed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._refused: rexc.NoPermissionError | None = None
+
+    async def watch(self, job_ids: Sequence[str]) -> asyncio.Event:
+        """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
+        event = asyncio.Event()
+        for job_id in job_ids:
+            self._waiting.setdefault(job_id, []).append(event)
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen(), name="setqueue-results")
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), 30)
+        except TimeoutError:
+            self.forget(job_ids, event)
+            raise rexc.ConnectionError(f"could not subscribe to {self._channel}") from None
+        self.check()
+        return event
+
+    def check(self) -> None:
+        """Raise NoPermissionError if Redis refused the subscription."""
+        if self._refused is not None:
+            raise rexc.NoPermissionError(str(self._refused))
+
+    def forget(self, job_ids: Sequence[str], event: asyncio.Event) -> None:
+        for job_id in job_ids:
+            events = self._waiting.get(job_id, [])
+            if event in events:
+                events.remove(event)
+            if not events:
+                self._waiting.pop(job_id, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub = self._client.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                self._subscribed.set()
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None and message.get("type") == "message":
+                        self._wake(str(message["data"]).split("\n")[1:])
+            except rexc.NoPermissionError as exc:  # no resubscription helps: every waiter is told
+                self._refused = exc
+                self._subscribed.set()
+                self._wake(None)
+                return
+            except Exception:  # dropped: waiters look again; resubscribe
+                self._subscribed.clear()
+                self._wake(None)
+                await asyncio.sleep(0.1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    def _wake(self, job_ids: Sequence[str] | None) -> None:
+        if job_ids is None:
+            events = [event for waiting in self._waiting.values() for event in waiting]
+        else:
+            events = [event for job_id in job_ids for event in self._waiting.get(job_id, ())]
+        for event in events:
+            event.set()
+
+
+def _awaitable(
+    op: Callable[Concatenate[Operations, P], Steps[R]],
+) -> Callable[Concatenate[Queue, P], Coroutine[Any, Any, R]]:
+    """The operation ``op`` as a coroutine method: it awaits ``op``'s steps on the queue's client."""
+
+    @functools.wraps(op)
+    async def run(self: Queue, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self.executor.run(op(self.operations, *args, **kwargs))
+
+    return run
+
+
+class Queue:
+    """A queue of any kind (plain, sharded, several served as one) on asyncio; made by ``open_queue``.
+    Every method that talks to Redis is a coroutine."""
+
+    def __init__(
+        self, client: AsyncRedis, router: Router, shards: Sequence[Queue] | None, queues: Sequence[Queue] | None
+    ) -> None:
+        self.redis = client
+        self.router = router
+        self.name = router.name
+        self.operations = Operations(router)
+        self.executor = AsyncExecutor(client)
+        self._shards: Sequence[Queue] = (self,) if shards is None else tuple(shards)
+        self._queues: Sequence[Queue] = (self,) if queues is None else tuple(queues)
+        self._ended: dict[QueueCore, EndedListener] = {}
+        self._blocked: dict[str, asyncio.Task[Any]] = {}  # BLPOPs across Cluster slots still waiting
+
+    @property
+    def queues(self) -> Sequence[Queue]:
+        """Itself, or the queues served as one."""
+        return self._queues
+
+    @property
+    def shards(self) -> Sequence[Queue]:
+        """Itself, its shards, or all the shards of the queues served as one: plain queues."""
+        return self._shards
+
+    @property
+    def core(self) -> QueueCore:
+        """The one core of a plain queue; AttributeError for a queue of several (see ``shards``)."""
+        cores = self.router.cores
+        if len(cores) != 1:
+            raise AttributeError(f"queue {self.name!r} has {len(cores)} shards: each of .shards has one core")
+        return cores[0]
+
+    @property
+    def keys(self) -> QueueKeys:
+        return self.core.keys
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.operations.first.lease_seconds
+
+    @property
+    def retry_backoff_seconds(self) -> float:
+        return self.operations.first.retry_backoff_seconds
+
+    @property
+    def request_ttl_seconds(self) -> float:
+        return self.operations.first.request_ttl_seconds
+
+    # -- every operation of JobQueue, written once in setqueue.operations
+
+    enqueue = _awaitable(Operations.enqueue)
+    claim = _awaitable(Operations.claim)
+    renew = _awaitable(Operations.renew)
+    renew_many = _awaitable(Operations.renew_many)
+    renew_outcomes = _awaitable(Operations.renew_outcomes)
+    ack = _awaitable(Operations.ack)
+    ack_many = _awaitable(Operations.ack_many)
+    fail = _awaitable(Operations.fail)
+    release = _awaitable(Operations.release)
+    sweep = _awaitable(Operations.sweep)
+    stats = _awaitable(Operations.stats)
+    inspect = _awaitable(Operations.inspect)
+    requeue_failed = _awaitable(Operations.requeue_failed)
+    delete = _awaitable(Operations.delete)
+    cancel = _awaitable(Operations.cancel)
+    history = _awaitable(Operations.history)
+    progress = _awaitable(Operations.progress)
+    pause = _awaitable(Operations.pause)
+    resume = _awaitable(Operations.resume)
+    set_rate = _awaitable(Operations.set_rate)
+    set_group_limits = _awaitable(Operations.set_group_limits)
+    limits = _awaitable(Operations.limits)
+    groups = _awaitable(Operations.groups)
+    ping = _awaitable(Operations.ping)
+    wake_keys = _awaitable(Operations.wake_keys)
+
+    def backoff_delay(self, attempt: int) -> float:
+        """The retry delay after ``attempt`` (no I/O)."""
+        return self.operations.backoff_delay(attempt)
+
+    def due_in(self) -> float | None:
+        """Seconds until more could be claimed, as the last short claims saw it (no I/O)."""
+        return self.operations.due_in()
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """Wait until woken by an enqueue or requeue, ``timeout`` passes, or ``due_in`` comes; True when
+        woken (or due). BLPOPs across Cluster slots that are still waiting are kept for the next call,
+        so no wake token is lost."""
+        due = self.due_in()
+        if due is not None:
+            timeout = min(timeout, due)
+            if timeout <= 0:
+                return True
+        keys = await self.wake_keys()
+        blpop_timeout = max(timeout, 0.001)
+        if len(keys) == 1 or not await self.redis.on_a_cluster():
+            return await self.redis.blpop(keys, blpop_timeout) is not None
+        for key in keys:
+            if key not in self._blocked:
+                self._blocked[key] = asyncio.create_task(self.redis.blpop([key], blpop_timeout))
+        finished, _ = await asyncio.wait(self._blocked.values(), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        woken = False
+        for key, task in list(self._blocked.items()):
+            if task in finished:
+                del self._blocked[key]
+                woken = task.result() is not None or woken
+        return woken
+
+    # -- one plain queue alone (setqueue.interface.Shard)
+
+    async def seconds_since_sweep(self) -> float | None:
+        return await self.executor.run(self.operations.seconds_since_sweep(self.core))
+
+    async def create_periodic_runs(
+        self, runs: Sequence[tuple[str, int, str, str | None]]
+    ) -> tuple[list[str], list[str]]:
+        return await self.executor.run(self.operations.create_periodic_runs(self.core, runs))
+
+    async def periodic_slots(self) -> dict[str, float]:
+        return await self.executor.run(self.operations.periodic_slots(self.core))
+
+    # -- results
+
+    async def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """What ``job_id``'s handler returned, once it ends (TimeoutError after ``timeout`` seconds; None:
+        wait for ever). Raises JobFailed (dead-lettered or cancelled), ResultGone (not kept), UnknownJob."""
+        return (await self.results([job_id], timeout))[job_id]
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """The same as ``result`` (the blocking client's name for it)."""
+        return await self.result(job_id, timeout)
+
+    async def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
+        """``result`` of several jobs: id -> value; raises as ``result`` for the first that does."""
+        wanted = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
+        if timeout is not None:
+            check_seconds("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        found: dict[str, Any] = {}
+        for core, ids in (await self.executor.run(self.operations.holders_of(wanted))).items():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            found.update(await self._results_in(core, ids, left, len(wanted)))
+        return {job_id: found[job_id] for job_id in wanted}
+
+    async def _results_in(
+        self, core: QueueCore, wanted: list[str], timeout: float | None, asked: int
+    ) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ended: dict[str, Any] = {}
+        listener = self._ended.get(core)
+        if listener is None:
+            listener = self._ended[core] = EndedListener(self.redis, core.keys.ended_channel)
+        woken = await listener.watch(wanted)  # first: no job can end unseen between a look and the wait
+        try:
+            waiting = await self.executor.run(self.operations.look(core, wanted, ended))
+            while waiting:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{len(waiting)} of {asked} jobs have not ended (e.g. {waiting[0]!r})")
+                try:
+                    await asyncio.wait_for(woken.wait(), left)
+                except TimeoutError:
+                    continue
+                woken.clear()
+                listener.check()
+                waiting = await self.executor.run(self.operations.look(core, waiting, ended))
+        finally:
+            listener.forget(wanted, woken)
+        return ended
+
+    async def aclose(self) -> None:
+        """Stop the result listeners and waits, and close the client."""
+        for listener in self._ended.values():
+            await listener.close()
+        for task in self._blocked.values():
+            task.cancel()
+        await self.redis.aclose()
+
+    async def close(self) -> None:
+        """The same as ``aclose``."""
+        await self.aclose()
+
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def open_queue(
+    url: str,
+    name: str | Sequence[str] = "default",
+    *,
+    shards: int = 1,
+    client: AsyncRedis | None = None,
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    **options: Any,
+) -> Queue:
+    """``setqueue.open_queue`` on asyncio: the same arguments, checked the same way (ValueError,
+    OptionError) before anything connects; ``client``: an open ``AsyncRedis`` to use instead. Connects
+    on the first operation."""
+    layout = queue_layout(name, shards)
+    if client is None:
+        client = connect(url, tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
+    members: list[Queue] = []
+    for queue_name, names in layout:
+        plain = [Queue(client, PlainRouter(QueueCore(shard, **options)), None, None) for shard in names]
+        if len(plain) == 1:
+            members.append(plain[0])
+        else:
+            members.append(Queue(client, ShardRouter([q.core for q in plain], queue_name), plain, None))
+    if len(members) == 1:
+        return members[0]
+    router = MultiRouter([member.router for member in members])
+    return Queue(client, router, [s for m in members for s in m.shards], members)

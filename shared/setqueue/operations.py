@@ -1,0 +1,1111 @@
+"""The queue's operations, each written once, sans-I/O (``setqueue.steps``), over a router.
+
+``QueueCore`` is one plain queue in one Redis slot (a shard): its options, its key layout, its
+script calls and what its last claim and sweep saw. A *router* (``setqueue.routing``) says how a
+queue of one or more cores routes: where a new id goes, which core holds an id or a lease, the order
+claims visit cores, and how per-core answers add up. ``Operations`` implements every operation of
+``setqueue.JobQueue`` once over any router; ``setqueue.Queue`` runs it on redis-py's blocking client
+and ``setqueue.aio.Queue`` on ``redis.asyncio``. The model: docs/guide.md#the-model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import redis
+
+from setqueue.client import OptionError
+from setqueue.flow import FLOW_STATS, GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
+from setqueue.jobs import (
+    TRACEBACK_MARK,
+    AckResult,
+    FailOutcome,
+    HistoryEntry,
+    JobFailed,
+    JobInfo,
+    Lease,
+    Progress,
+    RenewOutcome,
+    ResultGone,
+    SweepResult,
+    UnknownJob,
+    decode_result,
+    encode_result,
+    job_options,
+    parse_job_options,
+    parse_trace_parent,
+)
+from setqueue.keys import (
+    MAX_IDS_PER_CALL,
+    STATES,
+    QueueKeys,
+    check_seconds,
+    check_utf8,
+    check_whole,
+    priority_of_rank,
+    validate_group,
+    validate_job_id,
+    validate_priority,
+)
+from setqueue.replication import ReplicaWait
+from setqueue.scripts import QueueCommands, text
+from setqueue.steps import AskCluster, Send, Snapshot, Steps
+from setqueue.tracing import current_trace_parent
+
+log = logging.getLogger("setqueue.queue")
+
+# The sweep stamp's TTL (sweep.lua sets it): seconds_since_sweep counts down from it.
+SWEPT_STAMP_MS = 86_400_000
+
+# renew.lua's answer per lease.
+_RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[T]]:
+    """``items`` in slices of at most ``size``: one script call each, so no call holds Redis long."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def numbered(request_id: str | None, number: int) -> str | None:
+    """The request id of the ``number``-th script call of one batched call (None stays None)."""
+    return None if request_id is None else f"{request_id}-{number}"
+
+
+def part_id(request_id: str | None, part: str) -> str | None:
+    """The request id of one queue's or shard's part of a call spanning several (None stays None)."""
+    return None if request_id is None else f"{request_id}-{part}"
+
+
+def job_items(ids: Iterable[str] | Mapping[str, Any], payload_max_bytes: int) -> list[tuple[str, str | None]]:
+    """(id, payload text or None) of what ``enqueue`` was given, all checked.
+
+    Accepts an iterable of ids, or a mapping id -> payload (see ``payload_text``). Raises TypeError for a
+    lone str or bytes (a common slip: ``enqueue("a")`` would enqueue "a" alone, so it is refused with a
+    hint) and for a payload that is neither text nor JSON; ValueError for a bad id or a payload over
+    ``payload_max_bytes``."""
+    if isinstance(ids, str | bytes | bytearray):
+        raise TypeError(
+            f"ids must be a collection of job ids or a mapping id -> payload, not a {type(ids).__name__}: "
+            f"enqueue([{ids!r}]) enqueues that one id"
+        )
+    if not isinstance(ids, Mapping):
+        return [(validate_job_id(job_id), None) for job_id in ids]
+    return [(validate_job_id(job_id), payload_text(job_id, p, payload_max_bytes)) for job_id, p in ids.items()]
+
+
+def payload_text(job_id: str, payload: Any, most: int) -> str:
+    """A payload as stored: str as is, bytes as UTF-8 text, anything else as compact JSON.
+
+    Raises ValueError for bytes that are not UTF-8, text that is not valid UTF-8, or more than ``most``
+    bytes; TypeError for a value JSON cannot encode (NaN and infinities included)."""
+    if isinstance(payload, bytes | bytearray):
+        try:
+            stored = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"payload of {job_id!r}: bytes that are not UTF-8 text (encode binary data first, e.g. base64)"
+            ) from None
+    elif isinstance(payload, str):
+        stored = check_utf8(f"payload of {job_id!r}", payload)
+    else:
+        try:
+            stored = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"payload of {job_id!r} is neither text nor JSON-serialisable: {exc}") from None
+    size = len(stored.encode("utf-8"))
+    if size > most:
+        raise ValueError(f"payload of {job_id!r} is {size:,} bytes, more than payload_max_bytes ({most:,})")
+    return stored
+
+
+def parse_history(stored: Any) -> tuple[HistoryEntry, ...]:
+    """The history hash's value: one line per entry, ``<ms>\\t<kind>\\t<worker>\\t<detail>``."""
+    entries: list[HistoryEntry] = []
+    for line in ("" if stored is None else text(stored)).splitlines():
+        at, kind, worker, detail = [*line.split("\t", 3), "", "", ""][:4]
+        entries.append(HistoryEntry(int(at) / 1000 if at.isdigit() else 0.0, kind, worker, detail))
+    return tuple(entries)
+
+
+def parse_progress(stored: Any) -> Progress | None:
+    """The progress hash's value, ``<fraction>|<ms>|<message>``; None when there is no report."""
+    if stored is None:
+        return None
+    fraction, at, message = [*text(stored).split("|", 2), "", ""][:3]
+    return Progress(float(fraction or 0), int(at or 0) / 1000, message)
+
+
+def parse_finished(stored: Any) -> tuple[int | None, float | None, str | None, bool]:
+    """The finished hash's value, ``<enqueued ms>:<finished ms>:<attempts>[:1]``: enqueue ms, finish
+    time (s), attempts as stored, and whether the handler returned a result (":1"). A missing field is
+    None, never 0."""
+    fields = text(stored).split(":") if stored else []
+    enqueued_ms, finished_ms, attempts, returned = [*fields, "", "", "", ""][:4]
+    return (
+        int(enqueued_ms) if enqueued_ms else None,
+        int(finished_ms) / 1000 if finished_ms else None,
+        attempts or None,
+        returned == "1",
+    )
+
+
+def split_error(stored: Any) -> tuple[str | None, str | None]:
+    """The errors hash's value: the reason, and the traceback after TRACEBACK_MARK (None: none)."""
+    if stored is None:
+        return None, None
+    reason, mark, trace = text(stored).partition(TRACEBACK_MARK)
+    return reason, (mark.lstrip("\n") + trace if mark else None)
+
+
+def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several cores' ``stats()`` summed; the oldest pending age is the oldest of any."""
+    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *FLOW_STATS)}
+    total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
+    by_priority: dict[int, int] = defaultdict(int)
+    for s in each:
+        for priority, n in s["todos_by_priority"].items():
+            by_priority[priority] += n
+    total["todos_by_priority"] = dict(by_priority)
+    return total
+
+
+class QueueCore:
+    """One plain queue in one Redis slot: the options every operation on it reads, its keys and script
+    calls, and what its last claim and sweep saw. No I/O.
+
+    The only place the queue options' defaults are declared: ``setqueue.Queue``, ``setqueue.aio`` and
+    the services' settings read this signature. Raises ValueError for an option out of its range."""
+
+    def __init__(
+        self,
+        name: str = "default",
+        *,
+        lease_seconds: float = 30.0,
+        max_attempts: int = 5,
+        done_max_count: int = 1_000_000,
+        done_max_age_seconds: float = 604_800.0,
+        retry_backoff_seconds: float = 1.0,
+        retry_backoff_max_seconds: float = 300.0,
+        request_ttl_seconds: float = 120.0,
+        wake_cap: int = 64,
+        wait_replicas: int = 0,
+        wait_timeout_seconds: float = 1.0,
+        payload_max_bytes: int = 1_048_576,
+        result_ttl_seconds: float = 3600.0,
+        result_max_bytes: int = 1_048_576,
+    ) -> None:
+        if not lease_seconds >= 0.001:
+            raise ValueError(f"lease_seconds must be at least 0.001, got {lease_seconds}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if done_max_count < 0 or not done_max_age_seconds >= 0:
+            raise ValueError("done_max_count and done_max_age_seconds must not be negative")
+        if not request_ttl_seconds >= 1:
+            raise ValueError("request_ttl_seconds must be at least 1")
+        if wake_cap < 1:
+            raise ValueError("wake_cap must be at least 1")
+        check_whole("wait_replicas", wait_replicas, 0)
+        if not (isinstance(wait_timeout_seconds, int | float) and 0.001 <= wait_timeout_seconds < math.inf):
+            raise ValueError(f"wait_timeout_seconds must be at least 0.001 and finite, got {wait_timeout_seconds!r}")
+        check_whole("payload_max_bytes", payload_max_bytes, 1)
+        check_seconds("retry_backoff_seconds", retry_backoff_seconds)
+        check_seconds("retry_backoff_max_seconds", retry_backoff_max_seconds)
+        self.name = name
+        self.keys = QueueKeys(name)
+        # How long a claim holds its jobs without renewing (the lock key's TTL).
+        self.lease_seconds = float(lease_seconds)
+        self.lease_ms = max(1, round(lease_seconds * 1000))
+        # Claims a job may take before it is dead-lettered (a job's own max_attempts wins).
+        self.max_attempts = max_attempts
+        # done's retention: at most this many ids, none older than this (0: no limit).
+        self.done_max_count = done_max_count
+        self.done_max_age_seconds = float(done_max_age_seconds)
+        # How many idle workers one call may wake (each waits on the wake list).
+        self.wake_cap = wake_cap
+        self.retry_backoff_seconds = float(retry_backoff_seconds)
+        self.retry_backoff_max_seconds = float(retry_backoff_max_seconds)
+        # How long a call's request record answers a resend with the first call's result.
+        self.request_ttl_seconds = float(request_ttl_seconds)
+        self.request_ttl_ms = round(request_ttl_seconds * 1000)
+        self.payload_max_bytes = payload_max_bytes
+        self.result_ttl_seconds = check_seconds("result_ttl_seconds", result_ttl_seconds)
+        self.result_max_bytes = check_whole("result_max_bytes", result_max_bytes, 1)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_seconds = float(wait_timeout_seconds)
+        wait = ReplicaWait(wait_replicas, round(wait_timeout_seconds * 1000)) if wait_replicas else None
+        self.commands = QueueCommands(self.keys, wait)
+        # What the last claim saw: when more could be claimed (seconds after next_due_seen, monotonic;
+        # None: not known), and whether a rate or group limits exist (then claim only for free slots).
+        self.next_due: float | None = None
+        self.next_due_seen = 0.0
+        self.flow_limited = False
+        # Told (queue name, "paused" | "rate" | "group") when flow control held jobs back.
+        self.on_held: Callable[[str, str], None] | None = None
+        self.sweep_cursor = 0  # where the next sweep's ZSCAN of in_progress goes on
+
+    def due_in(self) -> float | None:
+        """Seconds until more could be claimed, as the last short claim saw it (None: not known)."""
+        if self.next_due is None:
+            return None
+        return self.next_due - (time.monotonic() - self.next_due_seen)
+
+
+class Router(Protocol):
+    """How a queue made of one or more ``QueueCore`` routes (setqueue.routing has the three kinds)."""
+
+    name: str
+
+    @property
+    def cores(self) -> Sequence[QueueCore]:
+        """Every core, in claim priority order."""
+
+    def home(self, job_id: str) -> QueueCore:
+        """The core a new ``job_id`` is enqueued in."""
+
+    def holders(self, job_id: str) -> Sequence[QueueCore]:
+        """The cores that may hold ``job_id`` (one, unless several queues are served as one)."""
+
+    def of_lease(self, lease: Lease) -> QueueCore:
+        """The core ``lease`` was claimed from."""
+
+    def claim_order(self, request_id: str | None) -> Iterable[tuple[QueueCore, str | None]]:
+        """The cores a claim visits, in order, each with its part's request id (lazily: a claim that is
+        satisfied early stops visiting)."""
+
+    def part(self, request_id: str | None, core: QueueCore) -> str | None:
+        """The request id of ``core``'s part of a call given ``request_id``."""
+
+    def queue_name(self, core: QueueCore) -> str:
+        """The queue name leases and job info from ``core`` carry (a sharded queue's, not the shard's)."""
+
+    def wake_keys(self, on_a_cluster: bool) -> list[str]:
+        """The lists an idle worker blocks on."""
+
+    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
+        """A list to push wake tokens to, besides what ``core``'s scripts push, when jobs become
+        claimable in it (a sharded queue on a Cluster, whose workers cannot BLPOP across slots)."""
+
+    def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The queue's ``stats()`` from every core's, in ``cores`` order."""
+
+    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
+        """What each core enforces of a rate set for the whole queue."""
+
+    def whole_limits(self, first: Limits) -> Limits:
+        """The queue's limits from its first core's (rates scaled back from a shard's share)."""
+
+    def shard_counts(self) -> list[tuple[str, int]]:
+        """(name, shard count) of every sharded queue in it, to check against what Redis records."""
+
+
+class Operations:
+    """Every operation of ``JobQueue``, sans-I/O, over ``router``. Each public method returns the
+    operation's ``Steps``; an executor runs them. ``reporter``: what leases report progress through."""
+
+    def __init__(self, router: Router, reporter: Callable[[Lease, float, str], bool] | None = None) -> None:
+        self.router = router
+        self.reporter = reporter
+        self.first = router.cores[0]  # whose options a queue of several cores reports as its own
+        self._on_a_cluster: bool | None = None
+
+    def on_a_cluster(self) -> Steps[bool]:
+        """Whether the client runs on a Redis Cluster (asked once)."""
+        if self._on_a_cluster is None:
+            self._on_a_cluster = bool((yield AskCluster()))
+        return self._on_a_cluster
+
+    def made_claimable(self, counts: Mapping[QueueCore, int]) -> Steps[None]:
+        """After jobs became claimable again in some cores (their scripts woke those cores' workers),
+        wake what else the router says, up to wake_cap tokens a list. Outside the scripts: a lost
+        wake-up delays a pick-up by at most the idle wait, never loses a job."""
+        if not any(n > 0 for n in counts.values()):
+            return
+        on_a_cluster = yield from self.on_a_cluster()
+        pushes: dict[str, int] = defaultdict(int)
+        for core, n in counts.items():
+            key = self.router.extra_wake(core, on_a_cluster)
+            if key is not None and n > 0:
+                pushes[key] = min(pushes[key] + n, core.wake_cap)
+        for key, n in pushes.items():
+            try:
+                yield Send(("LPUSH", key, *["1"] * n))
+                yield Send(("LTRIM", key, 0, self.first.wake_cap - 1))
+            except redis.OutOfMemoryError:  # out of memory refuses the LPUSH: only a hint is lost
+                pass
+
+    def _wake_all(self) -> Steps[None]:
+        """After limits changed: wake up to wake_cap idle workers of every core."""
+        return self.made_claimable({core: core.wake_cap for core in self.router.cores})
+
+    # -- producers
+
+    def enqueue(
+        self,
+        ids: Iterable[str] | Mapping[str, Any],
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        group: str | None = None,
+    ) -> Steps[int]:
+        """Add job ids, or a mapping id -> payload, at the back of the line in order; returns how many
+        were new (an id the queue knows, in any state but trimmed from done, is not added again).
+
+        A payload is a str (kept as is), bytes (UTF-8 text) or anything JSON can encode (kept as compact
+        JSON), at most ``payload_max_bytes``. ``priority`` (-10..10): higher is claimed first.
+        ``delay`` (seconds) or ``at`` (Unix seconds), not both, holds the jobs in scheduled until then
+        (the past means now). ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own,
+        overriding the workers'. ``group``: jobs of different groups take turns (job groups,
+        docs/guide.md#flow-control). Everything is checked before anything is sent: TypeError or
+        ValueError name the bad argument, and nothing is written."""
+        validate_priority(priority)
+        if group is not None:
+            validate_group(group)
+        if delay is not None and at is not None:
+            raise ValueError("give delay or at, not both")
+        delay_ms = 0 if delay is None else round(check_seconds("delay", delay) * 1000)
+        at_ms = None if at is None else round(check_seconds("at", at) * 1000)
+        own = job_options(max_attempts, timeout, current_trace_parent())
+        by_core: dict[QueueCore, list[tuple[str, str | None]]] = defaultdict(list)
+        for item in job_items(ids, self.first.payload_max_bytes):
+            by_core[self.router.home(item[0])].append(item)
+        with_payloads = isinstance(ids, Mapping)
+        added: dict[QueueCore, int] = defaultdict(int)
+        for core, items in by_core.items():
+            for chunk in chunks(items):
+                added[core] += yield from core.commands.enqueue(
+                    chunk,
+                    with_payloads=with_payloads,
+                    request_ttl_ms=core.request_ttl_ms,
+                    wake_cap=core.wake_cap,
+                    delay_ms=delay_ms,
+                    at_ms=at_ms,
+                    priority=priority,
+                    job_options=own,
+                    group=group or "",
+                )
+        # As enqueue.lua: jobs due later wake one worker.
+        yield from self.made_claimable(
+            {core: n if delay is None and at is None else min(n, 1) for core, n in added.items()}
+        )
+        return sum(added.values())
+
+    # -- workers
+
+    def claim(self, count: int = 1, *, request_id: str | None = None) -> Steps[list[Lease]]:
+        """Claim up to ``count`` jobs from the front of the line (priority, then first in first out), one
+        script call per core visited; one lease (one lock) covers a call's jobs until each ends. Due
+        scheduled jobs join the line first. The same ``request_id`` retries a call whose reply was lost
+        and returns the same leases. Raises ValueError for ``count`` < 1."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        leases: list[Lease] = []
+        for core, part in self.router.claim_order(request_id):
+            leases += yield from self._claim_core(core, count - len(leases), part)
+            if len(leases) == count:
+                break
+        return leases
+
+    def _claim_core(self, core: QueueCore, count: int, request_id: str | None) -> Steps[list[Lease]]:
+        queue = self.router.queue_name(core)
+
+        def make(  # noqa: PLR0917 - the fields of one job of claim.lua's reply, in its order
+            job_id: str,
+            token: str,
+            attempt: int,
+            payload: str | None,
+            enqueued_at: float | None,
+            claimed_at: float,
+            priority: int,
+            own: str | None,
+        ) -> Lease:
+            max_attempts, timeout = parse_job_options(own)
+            return Lease(
+                job_id,
+                token,
+                attempt,
+                payload,
+                enqueued_at,
+                claimed_at,
+                priority,
+                queue,
+                max_attempts,
+                timeout,
+                trace_parent=parse_trace_parent(own),
+                reporter=self.reporter,
+            )
+
+        leases, header = yield from core.commands.claim(
+            min(count, MAX_IDS_PER_CALL),
+            make,
+            request_ttl_ms=core.request_ttl_ms,
+            lease_ms=core.lease_ms,
+            promote=MAX_IDS_PER_CALL,
+            wake_cap=core.wake_cap,
+            token=request_id,
+        )
+        core.next_due = None if header.next_at is None else max(0.0, header.next_at - header.now)
+        core.next_due_seen = time.monotonic()
+        core.flow_limited = header.limited
+        if header.held is not None and core.on_held is not None:
+            core.on_held(core.name, header.held)
+        return leases
+
+    def due_in(self) -> float | None:
+        """Seconds until more could be claimed in any core, as their last short claims saw it (None: not known)."""
+        due = [d for core in self.router.cores if (d := core.due_in()) is not None]
+        return min(due) if due else None
+
+    def wake_keys(self) -> Steps[list[str]]:
+        """The lists an idle worker blocks on (BLPOP) to be woken by new work."""
+        on_a_cluster = yield from self.on_a_cluster()
+        return self.router.wake_keys(on_a_cluster)
+
+    def _by_core(self, leases: Sequence[Lease]) -> dict[QueueCore, list[int]]:
+        """The positions in ``leases`` of each core's leases."""
+        positions: dict[QueueCore, list[int]] = defaultdict(list)
+        for n, lease in enumerate(leases):
+            positions[self.router.of_lease(lease)].append(n)
+        return positions
+
+    def renew(self, lease: Lease) -> Steps[bool]:
+        """Extend the lease while its claim still owns the job; a lost lock is never re-created."""
+        return (yield from self.renew_outcomes([lease]))[0] is RenewOutcome.RENEWED
+
+    def renew_many(self, leases: Sequence[Lease]) -> Steps[list[bool]]:
+        """``renew`` for each lease, in one script call per core (and per MAX_IDS_PER_CALL)."""
+        return [outcome is RenewOutcome.RENEWED for outcome in (yield from self.renew_outcomes(leases))]
+
+    def renew_outcomes(self, leases: Sequence[Lease]) -> Steps[list[RenewOutcome]]:
+        """As ``renew_many``, telling a lost lease (LOST) from a cancelled job (CANCELLED)."""
+        outcomes: list[RenewOutcome] = [RenewOutcome.LOST] * len(leases)
+        for core, positions in self._by_core(leases).items():
+            for chunk in chunks(positions):
+                replies = yield from core.commands.renew([leases[n] for n in chunk], lease_ms=core.lease_ms)
+                for n, reply in zip(chunk, replies, strict=True):
+                    outcomes[n] = _RENEWALS[reply]
+        return outcomes
+
+    def ack(self, lease: Lease, result: Any = None) -> Steps[bool]:
+        """Move the job to done keeping ``result`` (see ``ack_many``); False (nothing changed) if stale."""
+        return (yield from self.ack_many([lease], results=[result]))[0].acked
+
+    def ack_many(
+        self, leases: Sequence[Lease], *, results: Sequence[Any] | None = None, request_id: str | None = None
+    ) -> Steps[list[AckResult]]:
+        """Ack a batch: one script call per core and per MAX_IDS_PER_CALL leases. ``results`` (None:
+        nothing), what the handlers returned, are kept for ``result()`` for result_ttl_seconds: each must
+        be JSON, or bytes, of at most result_max_bytes (TypeError/ValueError, all checked before anything
+        is sent). ``request_id`` retries a call whose reply was lost. Out of memory, the jobs are acked
+        without their results (``result()`` then raises ResultGone). Returns per lease whether it was
+        acked (False: stale, nothing changed) and how long its job waited in the queue."""
+        given = list(results) if results is not None else [None] * len(leases)
+        if len(given) != len(leases):
+            raise ValueError(f"{len(given)} results for {len(leases)} leases")
+        encoded = [
+            encode_result(value, self.router.of_lease(lease).result_max_bytes)
+            if self.router.of_lease(lease).result_ttl_seconds > 0
+            else None
+            for lease, value in zip(leases, given, strict=True)
+        ]
+        out: list[AckResult] = [AckResult(False, None)] * len(leases)
+        for core, positions in self._by_core(leases).items():
+            core_request = self.router.part(request_id, core)
+            for number, chunk in enumerate(chunks(positions)):
+                now, acked, dropped = yield from core.commands.ack(
+                    [leases[n] for n in chunk],
+                    [encoded[n] for n in chunk],
+                    request_ttl_ms=core.request_ttl_ms,
+                    done_max_count=core.done_max_count,
+                    result_ttl_ms=round(core.result_ttl_seconds * 1000),
+                    wake_cap=core.wake_cap,
+                    request_id=numbered(core_request, number),
+                )
+                if dropped:
+                    lost = sum(1 for n, ok in zip(chunk, acked, strict=True) if ok and encoded[n])
+                    log.warning(
+                        "queue %s: Redis is full (out of memory): %d jobs done without keeping what their "
+                        "handlers returned (result() says it is gone)",
+                        core.name,
+                        lost,
+                    )
+                for n, ok in zip(chunk, acked, strict=True):
+                    enqueued_at = leases[n].enqueued_at
+                    waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
+                    out[n] = AckResult(ok, waited)
+        return out
+
+    def fail(
+        self,
+        lease: Lease,
+        reason: str = "",
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        request_id: str | None = None,
+    ) -> Steps[FailOutcome]:
+        """Give up on this attempt: retried (``RETRIED``) after ``delay`` seconds or ``backoff_delay``
+        while attempts remain, else (or with ``retry=False``) dead-lettered to failed (``DEAD``) with
+        ``reason``. A stale or already failed lease changes nothing: ``STALE``. ``request_id`` as for
+        ``ack_many``. Raises ValueError for a negative or infinite delay."""
+        seconds = self.backoff_delay(lease.attempt) if delay is None else check_seconds("delay", delay)
+        mode = "retry" if retry else "dead"
+        return (yield from self._end_attempts([(lease, mode, reason, round(seconds * 1000))], request_id))[0]
+
+    def backoff_delay(self, attempt: int) -> float:
+        """The retry delay after ``attempt`` (docs/guide.md#retries-backoff-dead-letters): exponential,
+        base * 2^(attempt-1) capped at the max, then drawn from its upper half ("equal jitter") so that
+        jobs failing together do not all come back at once, yet none comes back much sooner than asked."""
+        first = self.first
+        if first.retry_backoff_seconds <= 0:
+            return 0.0
+        exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already
+        d = min(first.retry_backoff_max_seconds, first.retry_backoff_seconds * 2.0**exponent)
+        return random.uniform(d / 2, d)
+
+    def release(self, leases: Sequence[Lease], *, request_id: str | None = None) -> Steps[list[FailOutcome]]:
+        """Hand jobs back unprocessed to their old place in the line, no attempt used (a worker shutting
+        down). Per lease RELEASED, or STALE. ``request_id`` as for ``ack_many``."""
+        return (yield from self._end_attempts([(lease, "release", "", 0) for lease in leases], request_id))
+
+    def _end_attempts(
+        self, items: Sequence[tuple[Lease, str, str, int]], request_id: str | None
+    ) -> Steps[list[FailOutcome]]:
+        """fail.lua for each (lease, mode, reason, delay ms), then wake for the jobs made claimable."""
+        outcomes: list[FailOutcome] = [FailOutcome.STALE] * len(items)
+        claimable: dict[QueueCore, int] = defaultdict(int)
+        for core, positions in self._by_core([item[0] for item in items]).items():
+            core_request = self.router.part(request_id, core)
+            for number, chunk in enumerate(chunks(positions)):
+                replied = yield from core.commands.fail(
+                    [items[n] for n in chunk],
+                    request_ttl_ms=core.request_ttl_ms,
+                    max_attempts=core.max_attempts,
+                    wake_cap=core.wake_cap,
+                    request_id=numbered(core_request, number),
+                )
+                for n, reply in zip(chunk, replied, strict=True):
+                    outcomes[n] = FailOutcome(reply)
+                    claimable[core] += outcomes[n] in (FailOutcome.RETRIED, FailOutcome.RELEASED)
+        yield from self.made_claimable(claimable)
+        return outcomes
+
+    # -- the cleaner
+
+    def sweep(self, limit: int = 1000) -> Steps[SweepResult]:
+        """In each core, requeue (or dead-letter, past max attempts) in_progress ids whose lock is gone,
+        examining up to ``limit`` ids from where the last call's ZSCAN stopped; also applies done's
+        age retention. Returns the ids requeued, dead-lettered, and how many were trimmed from done."""
+        requeued: list[str] = []
+        dead: list[str] = []
+        trimmed = 0
+        claimable: dict[QueueCore, int] = {}
+        for core in self.router.cores:
+            core_requeued, core_dead, core_trimmed = yield from self._sweep_core(core, limit)
+            requeued += core_requeued
+            dead += core_dead
+            trimmed += core_trimmed
+            claimable[core] = len(core_requeued)
+        yield from self.made_claimable(claimable)
+        return SweepResult(requeued, dead, trimmed)
+
+    def _sweep_core(self, core: QueueCore, limit: int) -> Steps[tuple[list[str], list[str], int]]:
+        k = core.keys
+        requeued: list[str] = []
+        dead: list[str] = []
+        trimmed = 0
+        examined = 0
+        trim_pending = True  # once a call: the age retention of done
+        while True:
+            page_size = max(1, min(MAX_IDS_PER_CALL, limit - examined))
+            core.sweep_cursor, page = yield Send(("ZSCAN", k.in_progress, core.sweep_cursor, "COUNT", page_size))
+            candidates = [text(member) for member, _rank in page]
+            if candidates or trim_pending:
+                # Owners as read: the script checks they still hold.
+                read = (yield Send(("HMGET", k.owners, *candidates))) if candidates else []
+                owners = [None if o is None else text(o) for o in read]
+                page_requeued, page_dead, page_trimmed, _promoted = yield from core.commands.sweep(
+                    candidates,
+                    owners,
+                    request_ttl_ms=core.request_ttl_ms,
+                    max_attempts=core.max_attempts,
+                    wake_cap=core.wake_cap,
+                    done_max_age_ms=round(core.done_max_age_seconds * 1000) if trim_pending else 0,
+                    trim_limit=MAX_IDS_PER_CALL,
+                )
+                requeued += page_requeued
+                dead += page_dead
+                trimmed += page_trimmed
+                trim_pending = False
+            examined += len(candidates)
+            if core.sweep_cursor == 0 or examined >= limit:
+                return requeued, dead, trimmed
+
+    # -- operators
+
+    def stats(self) -> Steps[dict[str, Any]]:
+        """Sizes of the six states (todos, in_progress, done, failed, scheduled, cancelled), results
+        kept, flow control figures, todos per priority and the oldest unfinished job's age in seconds;
+        each core's in one snapshot. A sharded queue adds each shard's under ``"shards"``, several
+        queues each queue's under ``"queues"``."""
+        each: list[dict[str, Any]] = []
+        for core in self.router.cores:
+            sizes, age_ms, by_priority = yield from core.commands.stats()
+            each.append({**sizes, "oldest_pending_age_seconds": age_ms / 1000, "todos_by_priority": by_priority})
+        return self.router.shape_stats(each)
+
+    def inspect(self, job_id: str) -> Steps[JobInfo | None]:
+        """Everything the queue knows about one id (its state, payload, attempts, error, times, lock,
+        history, progress, result), read in one snapshot; None if no core knows it. ValueError for a
+        malformed id."""
+        validate_job_id(job_id)
+        for core in self.router.holders(job_id):
+            found = yield from self._inspect_core(core, job_id)
+            if found is not None:
+                return found
+        return None
+
+    def _inspect_core(self, core: QueueCore, job_id: str) -> Steps[JobInfo | None]:
+        k = core.keys
+        # The reads, by name: one MULTI, so the job cannot move between two of them.
+        reads: dict[str, tuple[Any, ...]] = {
+            "todo_rank": ("ZSCORE", k.todos, job_id),
+            "running_rank": ("ZSCORE", k.in_progress, job_id),
+            "in_done": ("SISMEMBER", k.done, job_id),
+            "in_failed": ("SISMEMBER", k.failed, job_id),
+            "due": ("ZSCORE", k.scheduled, job_id),
+            "in_cancelled": ("SISMEMBER", k.cancelled, job_id),
+            "kept_priority": ("HGET", k.priorities, job_id),
+            "attempts": ("HGET", k.attempts, job_id),
+            "payload": ("HGET", k.payloads, job_id),
+            "error": ("HGET", k.errors, job_id),
+            "owner": ("HGET", k.owners, job_id),
+            "finished": ("HGET", k.finished, job_id),
+            "own": ("HGET", k.options, job_id),
+            "history": ("HGET", k.history, job_id),
+            "progress": ("HGET", k.progress, job_id),
+            "result": ("HGET", k.results, job_id),
+            "enqueued": ("ZSCORE", k.pending, job_id),
+            "done_at": ("ZSCORE", k.done_log, job_id),
+            "grouped_rank": ("ZSCORE", k.grouped, job_id),
+            "group": ("HGET", k.group_of, job_id),
+        }
+        replies = yield Snapshot(tuple(reads.values()))
+        r = dict(zip(reads, replies, strict=True))
+        todo_rank = r["todo_rank"] if r["todo_rank"] is not None else r["grouped_rank"]  # in its group's line
+        member = (
+            todo_rank is not None,
+            r["running_rank"] is not None,
+            bool(r["in_done"]),
+            bool(r["in_failed"]),
+            r["due"] is not None,
+            bool(r["in_cancelled"]),
+        )
+        states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
+        if not states:
+            return None
+        state = states[0]
+        rank = todo_rank if todo_rank is not None else r["running_rank"]
+        priority: int | None = None
+        if rank is not None:
+            priority = priority_of_rank(rank)
+        elif state in ("scheduled", "failed"):
+            priority = int(r["kept_priority"]) if r["kept_priority"] is not None else 0
+        enqueued_ms = r["enqueued"]
+        attempts: Any = r["attempts"]
+        finished_at: float | None = None
+        if state in ("done", "failed", "cancelled"):
+            enqueued_ms, finished_at, attempts, _returned = parse_finished(r["finished"])
+        elif attempts is None:
+            attempts = 0  # never claimed yet
+        token = None if r["owner"] is None else text(r["owner"])
+        ttl_ms = (yield Send(("PTTL", k.lock(token)))) if token is not None else -2
+        own = None if r["own"] is None else text(r["own"])
+        max_attempts, timeout = parse_job_options(own)
+        reason, traceback = split_error(r["error"])
+        done_at = r["done_at"]
+        return JobInfo(
+            id=job_id,
+            queue=self.router.queue_name(core),
+            state=state,
+            priority=priority,
+            attempts=None if attempts is None else int(attempts),
+            payload=None if r["payload"] is None else text(r["payload"]),
+            error=reason,
+            enqueued_at=None if enqueued_ms is None else enqueued_ms / 1000,
+            done_at=None if done_at is None or state != "done" else done_at / 1000,
+            finished_at=finished_at,
+            due_at=None if r["due"] is None else r["due"] / 1000,
+            lock_token=token if ttl_ms >= 0 else None,
+            lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            traceback=traceback,
+            trace_parent=parse_trace_parent(own),
+            history=parse_history(r["history"]),
+            progress=parse_progress(r["progress"]),
+            result=None if r["result"] is None else decode_result(text(r["result"])),
+            result_kept=r["result"] is not None,
+            group=None if r["group"] is None else text(r["group"]),
+        )
+
+    def holder(self, job_id: str) -> Steps[QueueCore | None]:
+        """The core that knows ``job_id``, or None (several candidates: the first whose inspect finds it)."""
+        holders = self.router.holders(validate_job_id(job_id))
+        if len(holders) == 1:
+            return holders[0]
+        for core in holders:
+            if (yield from self._inspect_core(core, job_id)) is not None:
+                return core
+        return None
+
+    def history(self, job_id: str) -> Steps[list[HistoryEntry]]:
+        """The job's off-happy-path transitions (retries, lost leases, sweeps, cancels...), oldest first
+        (the last ten); empty for an unknown id."""
+        core = yield from self.holder(job_id)
+        if core is None:
+            return []
+        return list(parse_history((yield Send(("HGET", core.keys.history, job_id)))))
+
+    def progress(self, lease: Lease, fraction: float, message: str = "") -> Steps[bool]:
+        """Keep the handler's progress report (``fraction`` 0..1, a short message); False when the lease
+        no longer owns the job. A full Redis drops the report instead of raising."""
+        core = self.router.of_lease(lease)
+        try:
+            return (yield from core.commands.progress(lease, fraction, message))
+        except redis.OutOfMemoryError:
+            return (yield from self._owner(core, lease.id)) == lease.token
+
+    def _owner(self, core: QueueCore, job_id: str) -> Steps[str | None]:
+        """The token of the claim that owns ``job_id``, or None."""
+        owner = yield Send(("HGET", core.keys.owners, validate_job_id(job_id)))
+        return None if owner is None else text(owner)
+
+    def cancel(self, job_id: str) -> Steps[str | None]:
+        """Cancel a job (docs/guide.md#results-cancel-history-progress): a waiting or scheduled one moves to
+        cancelled at once; a running one moves to cancelled too, its lock is dropped (its ack will be
+        refused) and its worker is told on the cancel channel, so the handler is interrupted. Returns
+        the state it was in (an ended job's, unchanged), or None if unknown. Idempotent."""
+        return (yield from self._end_job(job_id, QueueCommands.cancel))
+
+    def delete(self, job_id: str) -> Steps[str | None]:
+        """Remove a job and all it left in Redis, whatever its state (a running job's ack is then refused);
+        returns the state it was in, or None if unknown."""
+        return (yield from self._end_job(job_id, QueueCommands.delete))
+
+    def _end_job(self, job_id: str, command: Callable[..., Steps[str | None]]) -> Steps[str | None]:
+        validate_job_id(job_id)
+        for core in self.router.holders(job_id):
+            token = yield from self._owner(core, job_id)
+            was = yield from command(
+                core.commands, job_id, token, request_ttl_ms=core.request_ttl_ms, wake_cap=core.wake_cap
+            )
+            if was is not None:
+                return was
+        return None
+
+    def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> Steps[int]:
+        """Move dead-lettered jobs back to todos as new attempts: the ids given (each in the core that
+        holds it), or, with None, every core's up to ``limit`` each. Returns how many moved.
+        ValueError for ``limit`` < 1 or a malformed id."""
+        by_core: dict[QueueCore, list[str]] = defaultdict(list)
+        if ids is None:
+            check_whole("limit", limit, 1)
+            for core in self.router.cores:
+                by_core[core] = yield from self._failed_ids(core, limit)
+        else:
+            for job_id in ids:
+                for core in self.router.holders(validate_job_id(job_id)):
+                    by_core[core].append(job_id)
+        moved: dict[QueueCore, int] = defaultdict(int)
+        for core, wanted in by_core.items():
+            for chunk in chunks(wanted):
+                moved[core] += yield from core.commands.requeue_failed(
+                    chunk, request_ttl_ms=core.request_ttl_ms, wake_cap=core.wake_cap
+                )
+        yield from self.made_claimable(moved)
+        return sum(moved.values())
+
+    def _failed_ids(self, core: QueueCore, limit: int) -> Steps[list[str]]:
+        """Up to ``limit`` ids of ``core``'s failed set (SSCAN pages)."""
+        wanted: list[str] = []
+        cursor = 0
+        while True:
+            cursor, page = yield Send(("SSCAN", core.keys.failed, cursor, "COUNT", MAX_IDS_PER_CALL))
+            for job_id in page:
+                wanted.append(text(job_id))
+                if len(wanted) >= limit:
+                    return wanted
+            if cursor == 0:
+                return wanted
+
+    # -- results: what the waiting loops of the two clients share
+
+    def holders_of(self, job_ids: Iterable[str]) -> Steps[dict[QueueCore, list[str]]]:
+        """Each core with the ids of ``job_ids`` it holds; UnknownJob for an id no core knows."""
+        by_core: dict[QueueCore, list[str]] = defaultdict(list)
+        for job_id in job_ids:
+            core = yield from self.holder(job_id)
+            if core is None:
+                raise UnknownJob(f"job {job_id!r} is not in queue {self.router.name!r}")
+            by_core[core].append(job_id)
+        return by_core
+
+    def look(self, core: QueueCore, job_ids: Sequence[str], ended: dict[str, Any]) -> Steps[list[str]]:
+        """One snapshot: each ended job's value into ``ended``; returns the ids still waiting or running.
+        Raises as ``result``: JobFailed (failed or cancelled), ResultGone (the handler returned a value
+        that is no longer kept), UnknownJob. One snapshot, or an ack between a job's done and pending
+        reads would make it look unknown."""
+        k = core.keys
+        reads = ("in_done", "result", "finished", "in_failed", "in_cancelled", "error", "pending", "due")
+        commands: list[tuple[Any, ...]] = []
+        for job_id in job_ids:
+            commands += [
+                ("SISMEMBER", k.done, job_id),
+                ("HGET", k.results, job_id),
+                ("HGET", k.finished, job_id),
+                ("SISMEMBER", k.failed, job_id),
+                ("SISMEMBER", k.cancelled, job_id),
+                ("HGET", k.errors, job_id),
+                ("ZSCORE", k.pending, job_id),
+                ("ZSCORE", k.scheduled, job_id),
+            ]
+        replies = yield Snapshot(tuple(commands))
+        waiting: list[str] = []
+        for n, job_id in enumerate(job_ids):
+            r = dict(zip(reads, replies[n * len(reads) : (n + 1) * len(reads)], strict=True))
+            if r["in_done"]:
+                if r["result"] is not None:
+                    ended[job_id] = decode_result(text(r["result"]))
+                elif parse_finished(r["finished"])[3]:  # it returned one
+                    why = "past its TTL, or Redis was full as it ended"
+                    raise ResultGone(f"job {job_id!r} is done, but its result is not kept ({why})")
+                else:
+                    ended[job_id] = None
+            elif r["in_failed"] or r["in_cancelled"]:
+                reason, traceback = split_error(r["error"])
+                raise JobFailed(job_id, "failed" if r["in_failed"] else "cancelled", reason or None, traceback)
+            elif r["pending"] is None and r["due"] is None:
+                raise UnknownJob(f"job {job_id!r} is not in queue {self.router.name!r}")
+            else:
+                waiting.append(job_id)
+        return waiting
+
+    # -- flow control
+
+    def pause(self) -> Steps[bool]:
+        """Stop jobs from starting, in every core: once this returns no claim takes one. Running jobs,
+        enqueues, due jobs and the cleaner go on. Whether any was running."""
+        paused = False
+        for core in self.router.cores:
+            paused = (yield from core.commands.set_limits("pause", "", wake_cap=core.wake_cap)) or paused
+        return paused
+
+    def resume(self) -> Steps[bool]:
+        """Let jobs start again, waking idle workers. Whether any was paused."""
+        resumed = False
+        for core in self.router.cores:
+            resumed = (yield from core.commands.set_limits("resume", "", wake_cap=core.wake_cap)) or resumed
+        yield from self._wake_all()
+        return resumed
+
+    def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> Steps[None]:
+        """At most ``rate`` job starts across all workers (a ``Rate``, or a spec such as ``"100/s"`` or
+        ``"5/200ms"``; None: no limit), with up to ``burst`` at once (None: the rate's count, so a full
+        second's worth may start together after a pause; docs/guide.md#flow-control). In force from the
+        next claim. A sharded queue enforces 1/N in each shard, so the shares add up while every shard
+        has work. ValueError for a malformed rate or burst."""
+        shares = self.router.rate_shares(Rate.given(rate, burst))
+        for core, share in shares:
+            spec = "" if share is None else share.spec()
+            yield from core.commands.set_limits("rate", spec, wake_cap=core.wake_cap)
+        yield from self._wake_all()
+
+    def set_group_limits(
+        self,
+        group: str | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        burst: int | None = None,
+    ) -> Steps[None]:
+        """Limits of job group ``group`` (None: every group's default): at most ``concurrency`` of its jobs
+        in progress and ``rate`` starts (None: no limit). Own limits replace the default wholly; both
+        None restores the default. A sharded queue enforces the whole concurrency and 1/N of the rate in
+        each shard. ValueError for a malformed group, concurrency or rate."""
+        if group is not None:
+            validate_group(group)
+        whole = None if concurrency is None else parse_concurrency(concurrency)
+        for core, share in self.router.rate_shares(Rate.given(rate, burst)):
+            limits = GroupLimits(whole, share)
+            if group is not None:
+                spec = "" if limits == GroupLimits() else limits.spec()
+                yield from core.commands.set_limits(f"group:{group}", spec, wake_cap=core.wake_cap)
+                continue
+            concurrency_spec = str(limits.concurrency or "")
+            yield from core.commands.set_limits("group_concurrency", concurrency_spec, wake_cap=core.wake_cap)
+            rate_spec = limits.rate.spec() if limits.rate else ""
+            yield from core.commands.set_limits("group_rate", rate_spec, wake_cap=core.wake_cap)
+        yield from self._wake_all()
+
+    def limits(self) -> Steps[Limits]:
+        """The flow control in force: paused, the rate, the job groups' default limits and each group's own
+        (a sharded queue's rates scaled back to the whole queue's; several queues: the first's)."""
+        k = self.first.keys
+        flow, own = yield Snapshot(
+            (("HMGET", k.flow, "paused", "rate", "group_concurrency", "group_rate"), ("HGETALL", k.group_limits))
+        )
+        paused, rate, concurrency, group_rate = flow
+        first = Limits(
+            paused=paused is not None,
+            rate=None if rate is None else Rate.from_spec(text(rate)),
+            group_default=GroupLimits(
+                None if concurrency is None else int(concurrency),
+                None if group_rate is None else Rate.from_spec(text(group_rate)),
+            ),
+            groups={text(name): GroupLimits.from_spec(text(spec)) for name, spec in own.items()},
+        )
+        return self.router.whole_limits(first)
+
+    def groups(self, most: int = 100) -> Steps[list[GroupInfo]]:
+        """Job groups with jobs waiting or running (at most ``most``, turn-takers first), with their state
+        and limits; a group in several cores once, its counts summed and its liveliest state.
+        ValueError for ``most`` < 1."""
+        if most < 1:
+            raise ValueError("most must be at least 1")
+        limits = yield from self.limits()
+        merged: dict[str, GroupInfo] = {}
+        for core in self.router.cores:
+            _total, rows = yield from core.commands.list_groups(min(most, 10_000))
+            for name, waiting, running, state in rows:
+                info = GroupInfo(name, waiting, running, state, limits.groups.get(name, limits.group_default))
+                seen = merged.get(name)
+                if seen is not None:
+                    info = dataclasses.replace(
+                        seen,
+                        waiting=seen.waiting + waiting,
+                        running=seen.running + running,
+                        state=min(seen.state, state, key=GROUP_STATES.index),
+                    )
+                merged[name] = info
+        return list(merged.values())[:most]
+
+    def ping(self, *, record: bool = False) -> Steps[bool]:
+        """Redis answers for every core, and each queue was opened with the shard count Redis records for
+        it (else OptionError naming ``shards``). ``record``: write a sharded queue's count if none is."""
+        answered = True
+        for core in self.router.cores:
+            answered = bool((yield Send(("PING",)))) and answered
+            stored = yield Send(("GET", core.keys.shards))
+            if stored is not None and int(stored) != 1:
+                problem = f"queue {core.name} has {int(stored)} shards, not 1: open it with that many"
+                raise OptionError("shards", problem)
+        for name, shards in self.router.shard_counts():
+            yield from self.check_shards(name, shards, record=record)
+        return answered
+
+    def check_shards(self, name: str, shards: int, *, record: bool) -> Steps[None]:
+        """OptionError (``shards``) for a queue ``name`` opened with ``shards`` shards while Redis records
+        another count, or while it holds jobs unsharded: ids would change place. ``record``: write the
+        count if none is."""
+        plain = QueueKeys(name)
+        stored = yield Send(("GET", plain.shards))
+        if stored is None:
+            if (yield Send(("EXISTS", plain.todos, plain.in_progress, plain.scheduled))):
+                raise OptionError("shards", f"queue {name} holds jobs unsharded: drain it (or use a new name) first")
+            if not record:
+                return
+            yield Send(("SET", plain.shards, shards, "NX"))
+            stored = yield Send(("GET", plain.shards))
+        if int(stored or 0) != shards:
+            raise OptionError(
+                "shards",
+                f"queue {name} has {stored} shards, not {shards}: drain it (or use a new name) before changing that",
+            )
+
+    # -- one core alone (a plain queue: setqueue.interface.Shard)
+
+    def seconds_since_sweep(self, core: QueueCore) -> Steps[float | None]:
+        """Seconds since anyone swept ``core`` (Redis clock; None: not within a day)."""
+        ttl_ms = yield Send(("PTTL", core.keys.swept))
+        return None if ttl_ms < 0 else (SWEPT_STAMP_MS - ttl_ms) / 1000
+
+    def create_periodic_runs(
+        self, core: QueueCore, runs: Sequence[tuple[str, int, str, str | None]]
+    ) -> Steps[tuple[list[str], list[str]]]:
+        """For each (schedule name, slot ms, run id, payload), enqueue the run in ``core`` unless one of
+        that slot or later exists; returns the names created and those seen first (slot recorded, no run)."""
+        created: list[str] = []
+        first_seen: list[str] = []
+        for chunk in chunks(runs):
+            made, first = yield from core.commands.periodic(
+                chunk, request_ttl_ms=core.request_ttl_ms, wake_cap=core.wake_cap
+            )
+            created += made
+            first_seen += first
+        return created, first_seen
+
+    def periodic_slots(self, core: QueueCore) -> Steps[dict[str, float]]:
+        """Schedule name -> its latest slot (Unix seconds), in ``core``."""
+        slots = yield Send(("HGETALL", core.keys.periodic))
+        return {text(name): int(ms) / 1000 for name, ms in slots.items()}
+
+
+class PlainRouter:
+    """The routing of a plain queue: one core holds everything."""
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
+        self.name = core.name
+
+    @property
+    def cores(self) -> Sequence[QueueCore]:
+        return (self.core,)
+
+    def home(self, job_id: str) -> QueueCore:
+        return self.core
+
+    def holders(self, job_id: str) -> Sequence[QueueCore]:
+        return (self.core,)
+
+    def of_lease(self, lease: Lease) -> QueueCore:
+        return self.core
+
+    def claim_order(self, request_id: str | None) -> Iterable[tuple[QueueCore, str | None]]:
+        return ((self.core, request_id),)
+
+    def part(self, request_id: str | None, core: QueueCore) -> str | None:
+        return request_id
+
+    def queue_name(self, core: QueueCore) -> str:
+        return self.name
+
+    def wake_keys(self, on_a_cluster: bool) -> list[str]:
+        return [self.core.keys.wake]
+
+    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
+        return None  # the scripts wake this queue's workers
+
+    def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return each[0]
+
+    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
+        return [(self.core, rate)]
+
+    def whole_limits(self, first: Limits) -> Limits:
+        return first
+
+    def shard_counts(self) -> list[tuple[str, int]]:
+        return []
