@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import due_latency
 import memory
 from common import BENCH, REPO, Context, git, log, machine, worktree
-from matrices import cluster, cpu, io, noop
+from matrices import cluster, cpu, io, noop, producer
 from systems import PEERS
 
-MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in (cpu, io, noop, cluster, memory, due_latency)}
+MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in (cpu, io, noop, producer, cluster, memory, due_latency)}
 ALL_SYSTEMS = ("setqueue", *PEERS)
 
 

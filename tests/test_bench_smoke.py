@@ -112,3 +112,22 @@ def test_the_cluster_matrix(tmp_path: Path) -> None:
     text = summary(tmp_path, "cluster")
     assert "- shards=3: commands and jobs per master within 10% of an even split" in text
     assert "## Projection: what N masters give" in text and "## The cost of WAIT_REPLICAS" in text
+
+
+@pytest.mark.slow
+def test_the_producer_matrix_runs_both_clients_turn_by_turn(tmp_path: Path) -> None:
+    """Enqueue and result() round trips from the blocking client (1 thread) and the asyncio one (1 and 10
+    tasks), each call checked: every id queued once, every round trip its own job's result."""
+    bench(
+        tmp_path,
+        *("--matrix", "producer", "--producer-tasks", "1,10", "--producer-trials", "2"),
+        *("--producer-seconds", "0.5", "--producer-warmup", "0.1"),
+    )
+    data = raw(tmp_path, "producer")
+    rows = [("blocking", 1), ("asyncio", 1), ("asyncio", 10)]
+    runs = [(op, n, s, k) for op in ("enqueue", "roundtrip") for n in (0, 1) for s, k in rows]
+    assert [(r["op"], r["trial"], r["system"], r["at_once"]) for r in data["runs"]] == runs
+    assert all(r["ok"] and r["ops"] > 0 and r["sent"] >= r["ops"] for r in data["runs"]), data["runs"]
+    assert all(r["executed"] == r["sent"] for r in data["runs"] if r["op"] == "roundtrip")
+    text = summary(tmp_path, "producer")
+    assert "## The result() round trip" in text and "| asyncio | 10 tasks |" in text
