@@ -18,12 +18,12 @@ from redis.cluster import RedisCluster
 
 from setqueue import FailOutcome, OptionError, Queue, open_queue
 from setqueue.client import ClusterAwareRedis
-from setqueue.group import QueueGroup
+from setqueue.factory import QueueGroup, ShardedQueue
 from setqueue.jobs import RenewOutcome
 from setqueue.keys import QueueKeys
 from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
-from setqueue.sharded import ShardedQueue, shard_of
+from setqueue.sharded import shard_of
 from setqueue.steps import RunScript, Step
 from tests.support import free_port
 from tests.support.cluster import RedisClusterNodes

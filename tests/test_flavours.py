@@ -18,7 +18,7 @@ import setqueue.aio
 from setqueue import FailOutcome, JobFailed
 from setqueue.jobs import Lease
 
-KINDS = {
+KINDS: dict[str, Callable[[str], dict[str, Any]]] = {
     "plain": lambda name: {"name": name},
     "three shards": lambda name: {"name": name, "shards": 3},
     "two queues": lambda name: {"name": [f"{name}-a", f"{name}-b"]},
@@ -51,7 +51,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 def open_driver(flavour: str, kind: str, redis_url: str, name: str, loop: asyncio.AbstractEventLoop) -> Driver:
     where = KINDS[kind](name)
-    options = {"retry_backoff_seconds": 0, "max_attempts": 3}
+    options: dict[str, Any] = {"retry_backoff_seconds": 0, "max_attempts": 3}
     if flavour == "sync":
         return Driver(setqueue.open_queue(redis_url, **where, **options), loop)
     return Driver(setqueue.aio.open_queue(redis_url, **where, **options), loop)

@@ -14,9 +14,8 @@ import redis
 
 from cleaner.service import CleanerService
 from setqueue import FailOutcome, Lease, MoveTo, Queue, open_queue
-from setqueue.group import QueueGroup
+from setqueue.factory import QueueGroup, ShardedQueue
 from setqueue.runtime.settings import CleanerSettings, WorkerSettings
-from setqueue.sharded import ShardedQueue
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from setqueue import Queue
+from setqueue.operations import QueueCore
 from setqueue.runtime.settings import (
     SETTINGS,
     CleanerSettings,
@@ -195,7 +196,7 @@ def test_each_service_folder_holds_its_service(service: str) -> None:
 
 
 def test_the_settings_take_the_library_defaults() -> None:
-    parameters = inspect.signature(Queue.__init__).parameters
+    parameters = inspect.signature(QueueCore.__init__).parameters
     for name in ("lease_seconds", "max_attempts", "done_max_count", "done_max_age_seconds"):
         assert parameters[name].default == default(name.upper()), name
     assert parameters["name"].default == default("QUEUE_NAME")

@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, OptionError, Queue, open_queue
+from setqueue.factory import ShardedQueue
 from setqueue.runtime.cli import main
-from setqueue.sharded import ShardedQueue, shard_of
+from setqueue.sharded import shard_of
 from tests.support.procs import run_to_exit
 from tests.support.waits import wait_until_leases_expire
 

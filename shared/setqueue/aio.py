@@ -61,10 +61,15 @@ class AsyncRedis:
     from the same URL and options. Pub/sub always goes to the URL's node (a Cluster delivers every
     PUBLISH to every node)."""
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, max_connections: int = 32, **options: Any) -> None:
         self.url = url
         self._options = options
-        self.plain: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **options)
+        # Coroutines beyond max_connections wait for a connection (at most the socket timeout) rather
+        # than fail: a thousand producers awaiting results on one loop share a few connections.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=options.get("socket_timeout"), **options
+        )
+        self.plain: redis.asyncio.Redis = redis.asyncio.Redis.from_pool(pool)  # closing it closes the pool
         self._cluster: AsyncRedisCluster | None = None
         self._decided = False
 
@@ -146,11 +151,13 @@ def connect(
     socket_connect_timeout: float = 5,
     socket_timeout: float = 30,
     retries: int = 5,
+    max_connections: int = 32,
     tls_ca_file: str | None = None,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
 ) -> AsyncRedis:
-    """The asyncio twin of ``setqueue.client.connect``: the same options, timeouts and resends."""
+    """The asyncio twin of ``setqueue.client.connect``: the same options, timeouts and resends; at most
+    ``max_connections`` connections at once (more coroutines wait for one)."""
     backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
     options = connection_options(
         url,
@@ -160,7 +167,7 @@ def connect(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
     )
-    return AsyncRedis(url, retry=_AsyncRetry(backoff, retries=retries), **options)
+    return AsyncRedis(url, max_connections=max_connections, retry=_AsyncRetry(backoff, retries=retries), **options)
 
 
 class EndedListener:

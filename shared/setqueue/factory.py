@@ -7,10 +7,37 @@ from collections.abc import Sequence
 from typing import Any
 
 from setqueue.client import connect
-from setqueue.group import MultiQueue
+from setqueue.group import MultiRouter
 from setqueue.keys import MAX_SHARDS, parse_queue_names
 from setqueue.queue import Queue
-from setqueue.sharded import ShardedQueue, shard_names
+from setqueue.sharded import ShardRouter, shard_names
+
+
+class ShardedQueue(Queue):
+    """A blocking ``Queue`` over 2 to MAX_SHARDS plain queues (its shards), routed by ``ShardRouter``."""
+
+    def __init__(self, shards: Sequence[Queue], name: str) -> None:
+        self._setup(shards[0].redis, ShardRouter([shard.core for shard in shards], name), shards, None)
+
+
+class MultiQueue(Queue):
+    """A blocking ``Queue`` serving plain or sharded queues as one, in strict priority of their order,
+    routed by ``MultiRouter``."""
+
+    def __init__(self, members: Sequence[Queue]) -> None:
+        router = MultiRouter([member.router for member in members])
+        self._setup(members[0].redis, router, [s for m in members for s in m.shards], members)
+
+    def member(self, name: str) -> Queue:
+        """The queue ``name`` of those served; ValueError if it is not one."""
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        raise ValueError(f"queue {name!r} is not one of {self.name}")
+
+
+# The old name, deprecated: "group" now means a job group only (enqueue(group=...)).
+QueueGroup = MultiQueue
 
 
 def queue_layout(name: str | Sequence[str], shards: int) -> list[tuple[str, list[str]]]:

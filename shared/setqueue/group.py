@@ -10,8 +10,8 @@ from typing import Any
 
 from setqueue.flow import Limits, Rate
 from setqueue.jobs import Lease
-from setqueue.operations import QueueCore, Router, part_id, summed_stats
-from setqueue.queue import Queue
+from setqueue.operations import QueueCore, Router
+from setqueue.records import part_id, summed_stats
 
 
 class MultiRouter:
@@ -78,22 +78,3 @@ class MultiRouter:
 
     def shard_counts(self) -> list[tuple[str, int]]:
         return [count for m in self.members for count in m.shard_counts()]
-
-
-class MultiQueue(Queue):
-    """A blocking ``Queue`` serving plain or sharded queues as one, in strict priority of their order."""
-
-    def __init__(self, members: Sequence[Queue]) -> None:
-        router = MultiRouter([member.router for member in members])
-        self._setup(members[0].redis, router, [s for m in members for s in m.shards], members)
-
-    def member(self, name: str) -> Queue:
-        """The queue ``name`` of those served; ValueError if it is not one."""
-        for queue in self.queues:
-            if queue.name == name:
-                return queue
-        raise ValueError(f"queue {name!r} is not one of {self.name}")
-
-
-# The old name, deprecated: "group" now means a job group only (enqueue(group=...)).
-QueueGroup = MultiQueue

@@ -28,7 +28,8 @@ from setqueue.client import (
 )
 from setqueue.executors import Executor
 from setqueue.keys import QueueKeys, check_seconds, validate_job_id
-from setqueue.operations import Operations, PlainRouter, QueueCore, Router, job_items
+from setqueue.operations import Operations, PlainRouter, QueueCore, Router
+from setqueue.records import job_items
 from setqueue.steps import Steps
 
 __all__ = ["Queue", "job_items"]

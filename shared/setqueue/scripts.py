@@ -24,7 +24,7 @@ import redis
 from setqueue.flow import FLOW_STATS
 from setqueue.keys import STATES, QueueKeys
 from setqueue.replication import ReplicaWait
-from setqueue.steps import RunScript, Steps
+from setqueue.steps import RunScript, Steps, text
 
 NAMES = (
     "enqueue",
@@ -45,6 +45,9 @@ NAMES = (
 
 # The scripts that write nothing, which a ReplicaWait leaves alone.
 READ_ONLY = frozenset({"stats", "list_groups"})
+
+
+__all__ = ["CONTRACTS", "NAMES", "SOURCES", "QueueCommands", "ScriptContractError", "new_request_id", "text"]
 
 
 class ScriptContractError(RuntimeError):
@@ -221,10 +224,6 @@ def identity() -> str:
 def new_token() -> str:
     """A fresh claim token ending in ``@host:pid``, so history can name the worker that held a claim."""
     return f"{new_request_id()}@{identity()}"
-
-
-def text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def check_call(name: str, keys: Sequence[str], args: Sequence[Any]) -> None:

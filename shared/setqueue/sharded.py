@@ -13,8 +13,8 @@ from typing import Any
 from setqueue.flow import GroupLimits, Limits, Rate
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_SHARDS, QueueKeys
-from setqueue.operations import QueueCore, part_id, summed_stats
-from setqueue.queue import Queue
+from setqueue.operations import QueueCore
+from setqueue.records import part_id, summed_stats
 
 
 def shard_name(name: str, shard: int) -> str:
@@ -105,10 +105,3 @@ class ShardRouter:
 
     def shard_counts(self) -> list[tuple[str, int]]:
         return [(self.name, len(self._cores))]
-
-
-class ShardedQueue(Queue):
-    """A blocking ``Queue`` over 2 to MAX_SHARDS plain queues (its shards), routed by ``ShardRouter``."""
-
-    def __init__(self, shards: Sequence[Queue], name: str) -> None:
-        self._setup(shards[0].redis, ShardRouter([shard.core for shard in shards], name), shards, None)

@@ -66,7 +66,6 @@ Step: TypeAlias = RunScript | Send | Snapshot | AskCluster
 Steps: TypeAlias = Generator[Step, Any, R]
 
 
-def done(value: R) -> Steps[R]:
-    """An operation that needs no Redis call and returns ``value``."""
-    return value
-    yield  # pragma: no cover - makes this a generator
+def text(value: str | bytes) -> str:
+    """A reply as text (the clients decode replies; a bytes one is UTF-8)."""
+    return value.decode() if isinstance(value, bytes) else value

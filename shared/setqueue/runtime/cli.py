@@ -38,7 +38,7 @@ from setqueue.keys import (
     validate_job_id,
     validate_priority,
 )
-from setqueue.operations import job_items
+from setqueue.records import job_items
 from setqueue.replication import NotReplicated
 from setqueue.runtime.acl import explain_refusal, setuser
 from setqueue.runtime.cli_flow import UsageError, flow_command

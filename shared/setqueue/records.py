@@ -1,0 +1,139 @@
+"""Plain functions the queue's operations share, with no I/O: what a payload is stored as, what the
+stored records read as (history lines, progress reports, finished records, errors), how a call is
+split into script calls, and how figures of several shards add up."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from setqueue.flow import FLOW_STATS
+from setqueue.jobs import TRACEBACK_MARK, HistoryEntry, Progress
+from setqueue.keys import MAX_IDS_PER_CALL, STATES, check_utf8, validate_job_id
+from setqueue.steps import text
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[T]]:
+    """``items`` in slices of at most ``size``: one script call each, so no call holds Redis long."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def numbered(request_id: str | None, number: int) -> str | None:
+    """The request id of the ``number``-th script call of one batched call (None stays None)."""
+    return None if request_id is None else f"{request_id}-{number}"
+
+
+def part_id(request_id: str | None, part: str) -> str | None:
+    """The request id of one queue's or shard's part of a call spanning several (None stays None)."""
+    return None if request_id is None else f"{request_id}-{part}"
+
+
+def job_items(ids: Iterable[str] | Mapping[str, Any], payload_max_bytes: int) -> list[tuple[str, str | None]]:
+    """(id, payload text or None) of what ``enqueue`` was given, all checked.
+
+    Accepts an iterable of ids, or a mapping id -> payload (see ``payload_text``). Raises TypeError for a
+    lone str or bytes (a common slip: ``enqueue("a")`` would enqueue "a" alone, so it is refused with a
+    hint) and for a payload that is neither text nor JSON; ValueError for a bad id or a payload over
+    ``payload_max_bytes``."""
+    if isinstance(ids, str | bytes | bytearray):
+        raise TypeError(
+            f"ids must be a collection of job ids or a mapping id -> payload, not a {type(ids).__name__}: "
+            f"enqueue([{ids!r}]) enqueues that one id"
+        )
+    if not isinstance(ids, Mapping):
+        return [(validate_job_id(job_id), None) for job_id in ids]
+    return [(validate_job_id(job_id), payload_text(job_id, p, payload_max_bytes)) for job_id, p in ids.items()]
+
+
+def payload_text(job_id: str, payload: Any, most: int) -> str:
+    """A payload as stored: str as is, bytes as UTF-8 text, anything else as compact JSON.
+
+    Raises ValueError for bytes that are not UTF-8, text that is not valid UTF-8, or more than ``most``
+    bytes; TypeError for a value JSON cannot encode (NaN and infinities included)."""
+    if isinstance(payload, bytes | bytearray):
+        try:
+            stored = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"payload of {job_id!r}: bytes that are not UTF-8 text (encode binary data first, e.g. base64)"
+            ) from None
+    elif isinstance(payload, str):
+        stored = check_utf8(f"payload of {job_id!r}", payload)
+    else:
+        try:
+            stored = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"payload of {job_id!r} is neither text nor JSON-serialisable: {exc}") from None
+    size = len(stored.encode("utf-8"))
+    if size > most:
+        raise ValueError(f"payload of {job_id!r} is {size:,} bytes, more than payload_max_bytes ({most:,})")
+    return stored
+
+
+def parse_history(stored: Any) -> tuple[HistoryEntry, ...]:
+    """The history hash's value: one line per entry, ``<ms>\\t<kind>\\t<worker>\\t<detail>``."""
+    entries: list[HistoryEntry] = []
+    for line in ("" if stored is None else text(stored)).splitlines():
+        at, kind, worker, detail = [*line.split("\t", 3), "", "", ""][:4]
+        entries.append(HistoryEntry(int(at) / 1000 if at.isdigit() else 0.0, kind, worker, detail))
+    return tuple(entries)
+
+
+def parse_progress(stored: Any) -> Progress | None:
+    """The progress hash's value, ``<fraction>|<ms>|<message>``; None when there is no report."""
+    if stored is None:
+        return None
+    fraction, at, message = [*text(stored).split("|", 2), "", ""][:3]
+    return Progress(float(fraction or 0), int(at or 0) / 1000, message)
+
+
+def parse_finished(stored: Any) -> tuple[int | None, float | None, str | None, bool]:
+    """The finished hash's value, ``<enqueued ms>:<finished ms>:<attempts>[:1]``: enqueue ms, finish
+    time (s), attempts as stored, and whether the handler returned a result (":1"). A missing field is
+    None, never 0."""
+    fields = text(stored).split(":") if stored else []
+    enqueued_ms, finished_ms, attempts, returned = [*fields, "", "", "", ""][:4]
+    return (
+        int(enqueued_ms) if enqueued_ms else None,
+        int(finished_ms) / 1000 if finished_ms else None,
+        attempts or None,
+        returned == "1",
+    )
+
+
+def split_error(stored: Any) -> tuple[str | None, str | None]:
+    """The errors hash's value: the reason, and the traceback after TRACEBACK_MARK (None: none)."""
+    if stored is None:
+        return None, None
+    reason, mark, trace = text(stored).partition(TRACEBACK_MARK)
+    return reason, (mark.lstrip("\n") + trace if mark else None)
+
+
+def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several cores' ``stats()`` summed; the oldest pending age is the oldest of any."""
+    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *FLOW_STATS)}
+    total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
+    by_priority: dict[int, int] = defaultdict(int)
+    for s in each:
+        for priority, n in s["todos_by_priority"].items():
+            by_priority[priority] += n
+    total["todos_by_priority"] = dict(by_priority)
+    return total
+
+
+def retry_delay(attempt: int, base: float, most: float) -> float:
+    """The delay before retrying a job after its ``attempt``-th attempt failed
+    (docs/guide.md#retries-backoff-dead-letters): exponential, ``base * 2^(attempt-1)`` capped at
+    ``most``, then drawn from the upper half of that ("equal jitter"), so that jobs failing together do
+    not all come back at once, yet none comes back much sooner than asked. 0 when ``base`` is 0."""
+    if base <= 0:
+        return 0.0
+    exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already
+    d = min(most, base * 2.0**exponent)
+    return random.uniform(d / 2, d)
