@@ -102,3 +102,23 @@ def test_every_docstring_names_the_exceptions_its_code_raises(
     doc = ast.get_docstring(told_by) or ""
     missing = sorted(error for error in _raised_here(node) if error not in doc)
     assert not missing, f"{module}.{name} raises {missing} but its docstring does not say so"
+
+
+def test_no_argv_slot_or_reply_offset_is_indexed_by_a_bare_number() -> None:
+    """Script arguments and replies are built and read by name (unpacking, named constants), never as
+    ``args[5]`` or ``reply[3:]``: a number there says nothing and breaks silently when a header changes."""
+    library = Path(__file__).resolve().parent.parent / "shared" / "setqueue"
+    found: list[str] = []
+    for path in sorted(library.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+                continue
+            if node.value.id not in ("args", "argv", "reply", "replies", "keys"):
+                continue
+            index = node.slice
+            if isinstance(index, ast.Slice) and index.step is not None:
+                continue  # reply[::2], reply[1::2]: a flat reply of pairs split in two
+            bounds = [index.lower, index.upper] if isinstance(index, ast.Slice) else [index]
+            if any(isinstance(b, ast.Constant) and isinstance(b.value, int) and b.value != 0 for b in bounds):
+                found.append(f"{path.relative_to(library)}:{node.lineno}")
+    assert found == []

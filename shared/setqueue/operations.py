@@ -810,8 +810,8 @@ class Operations:
 
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> Steps[None]:
         """At most ``rate`` job starts across all workers (a ``Rate``, or a spec such as ``"100/s"`` or
-        ``"5/200ms"``; None: no limit), with up to ``burst`` at once (None: the rate's count, so a full
-        second's worth may start together after a pause; docs/guide.md#flow-control). In force from the
+        ``"5/200ms"``; None: no limit), with up to ``burst`` at once (None: a tenth of the count, rounded
+        up, at least 1; see ``Rate.parse``; docs/guide.md#flow-control). In force from the
         next claim. A sharded queue enforces 1/N in each shard, so the shares add up while every shard
         has work. ValueError for a malformed rate or burst."""
         shares = self.router.rate_shares(Rate.given(rate, burst))

@@ -182,11 +182,10 @@ class Auditor:
         pipe.hmget(k.audit_failures, ids)
         pipe.hmget(k.audit_lease_lost, ids)
         pipe.zmscore(k.grouped, ids)
-        replies: list[list[Any]] = pipe.execute()
+        todos, *rest, grouped = pipe.execute()
         # A waiting job with a group is in todos' state too (setqueue.keys: grouped).
-        grouped = replies.pop()
-        replies[0] = [rank if rank is not None else other for rank, other in zip(replies[0], grouped, strict=True)]
-        return replies
+        waiting = [rank if rank is not None else other for rank, other in zip(todos, grouped, strict=True)]
+        return [waiting, *rest]
 
 
 class AuditPass:
