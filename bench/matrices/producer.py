@@ -93,7 +93,7 @@ def worker_text(a: argparse.Namespace, url: str, code: CodeTree) -> tuple[str, s
         served = service(a, url, code)
         settings = ", ".join(f"{k}={v}" for k, v in served.worker_settings().items() if k != "REDIS_URL")
         return served.name, f"{a.producer_workers} x `python -m worker`, {settings}{tree}"
-    how = f"claim({a.claim_batch}), one INCR a job, ack_many with the results; wait_for_work when idle"
+    how = f"claim({a.claim_batch}), one INCRBY a batch, ack_many with the results; wait_for_work when idle"
     return "acker" + code.suffix(), f"{a.producer_workers} x workers/bench_sq_acker.py: {how}{tree}"
 
 
@@ -278,7 +278,8 @@ def comparisons(data: dict[str, Any]) -> list[str]:
         for name, n in ours if suffix else []:
             twin = (op, name + suffix, n)
             if twin in rows and (x := ratio(rate(rows[(op, name, n)]), rate(rows[twin]))):
-                L.append(f"- {title.lower()}: {name}, {at_once_text(name, n)}, against {name}{suffix}: **{x:.2f}x**")
+                what = title.lower().replace("the ", "")
+                L.append(f"- {what}: {name}, {at_once_text(name, n)}, against {name}{suffix}: **{x:.2f}x**")
     return L
 
 
@@ -291,8 +292,8 @@ def summary(data: dict[str, Any]) -> str:
         "blocking: threads sharing one `setqueue.open_queue` client; asyncio: tasks sharing one "
         "`setqueue.aio.open_queue` client on one event loop",
         "enqueue: `enqueue([id])`, a new id a call, no worker running; round trip: `enqueue([id])`, then "
-        "`result(id)`, which returns once a worker ran the job (one INCR) and acked it with a 30-byte result, kept "
-        f"(the workers: {a['producer_worker']}, under Settings)",
+        "`result(id)`, which returns once a worker ran the job and acked it with a 30-byte result, kept (the "
+        f"workers: {a['producer_worker']}, under Settings)",
         "cost per job, over the measured window: the producer process's CPU (/proc), the workers' and Redis's "
         "(INFO); busy: CPU seconds per second (100% = one core); latency: from the call to its return",
     ]
