@@ -15,10 +15,10 @@ from types import FrameType
 
 import uvicorn
 
-from console.app import build_app
-from console.data import Catalog
+from console.app import Health, build_app
+from console.data import Catalog, console_client
 from console.security import Guard
-from setqueue.client import connect, redact_url
+from setqueue.client import redact_url
 from setqueue.factory import open_queue
 from setqueue.runtime.logs import configure_logging
 from setqueue.runtime.service import EXIT_REDIS, EXIT_SETTING, load_settings, refusal, usage
@@ -77,7 +77,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     configure_logging(s.log_level, s.log_format, PROGRAM)
     signals = _Signals()
     options = {k: v for k, v in s.queue_options().items() if k != "name"}
-    client = connect(s.redis_url)
+    timeout = s.console_redis_timeout_seconds
+    client = console_client(s.redis_url, timeout, s.tls_options())
     try:
         refused = refusal(open_queue(s.redis_url, s.queue_names[0], client=client, **options))
     except SettingError as exc:
@@ -93,7 +94,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         _say(f"invalid setting {name}: cannot listen on {s.console_host}:{s.console_port}: {exc}")
         return EXIT_SETTING
     guard = Guard(s.console_token)
-    app = build_app(Catalog(client, s.redis_url, s.queue_names, s.queue_shards, options), guard, s.redis_url)
+    catalog = Catalog(client, s.redis_url, s.queue_names, s.queue_shards, options)
+    app = build_app(catalog, guard, s.redis_url, Health(s.redis_url, timeout, s.tls_options()), timeout)
     log.info(
         "%s on http://%s:%d (redis=%s, %s)",
         PROGRAM,

@@ -1,9 +1,20 @@
 """The console's web app: Starlette routes (``build_app``) rendering Jinja2 templates. Every page
 works without JavaScript; static/live.js only refreshes the elements with ``data-live``.
+
+The event loop never waits on Redis. The pages read through the library (``JobQueue``, the registry),
+which is synchronous redis-py, so each route that reads Redis is a plain ``def``: Starlette runs it
+on its thread pool, as it advises for blocking work (``action`` awaits its form, then hands the rest
+to that pool). Rewriting those reads on redis.asyncio would duplicate the library. Each read waits
+at most CONSOLE_REDIS_TIMEOUT_SECONDS (``console_client``): a Redis that stops answering gives a 503
+page, not a page that hangs. ``/healthz`` is the one ``async def`` that asks Redis: a PING on
+redis.asyncio, on connections of its own, waited for 1 s at most (``Health``), so it answers at
+once even while every thread of the pool waits on Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import time
@@ -13,8 +24,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import redis
+import redis.asyncio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -35,7 +50,7 @@ from console.data import (
     result_gone,
 )
 from console.security import COOKIE, SESSION_SECONDS, Guard, Refused, Session
-from setqueue.client import redact_url
+from setqueue.client import TlsFiles, redact_url, tls_options
 from setqueue.flow import Rate, parse_concurrency
 from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
@@ -92,11 +107,56 @@ def _number(value: Any) -> str:
     return "—" if value is None else f"{value:,}"
 
 
+# No CLIENT SETINFO on connecting, as the library's clients (a least-privilege user lacks it).
+_NO_SETINFO: dict[str, Any] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.asyncio.connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
+
+# The longest /healthz waits for Redis, whatever CONSOLE_REDIS_TIMEOUT_SECONDS: a probe's own timeout
+# is often 1 s (Kubernetes' default), and a probe told nothing learns nothing.
+HEALTH_SECONDS = 1.0
+
+
+class Health:
+    """/healthz's question, "does Redis answer?": one PING on redis.asyncio, on connections of its
+    own, waited for at most ``timeout`` seconds (HEALTH_SECONDS at most) and not resent. It needs no
+    thread of the pool, so it answers while every one of them waits on Redis."""
+
+    def __init__(self, url: str, timeout: float, tls: TlsFiles | None = None) -> None:
+        self.url = url
+        self.timeout = min(timeout, HEALTH_SECONDS)
+        self._options: dict[str, Any] = {
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.timeout,
+            "retry": Retry(NoBackoff(), 0),
+            **tls_options(url, **(tls or {})),
+            **_NO_SETINFO,
+        }
+        self._client: redis.asyncio.Redis | None = None
+
+    async def up(self) -> bool:
+        if self._client is None:  # made on the server's event loop, which its connections belong to
+            self._client = redis.asyncio.Redis.from_url(self.url, **self._options)
+        try:
+            return bool(await asyncio.wait_for(self._client.ping(), self.timeout))
+        except (redis.RedisError, OSError, TimeoutError):
+            return False
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
 class Console:
-    def __init__(self, catalog: Catalog, guard: Guard, redis_url: str) -> None:
+    def __init__(self, catalog: Catalog, guard: Guard, redis_url: str, health: Health) -> None:
         self.catalog = catalog
         self.guard = guard
         self.redis_url = redis_url
+        self.health = health
         env = Environment(
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), auto_reload=False
         )
@@ -128,15 +188,18 @@ class Console:
         response.headers["Referrer-Policy"] = "same-origin"
         return response
 
-    def error(self, request: Request, status: int, title: str, detail: str) -> Response:
-        return self.render(request, "error.html", status, title=title, detail=detail, code=status)
+    def error(self, request: Request, status: int, title: str, detail: str, *, maybe_done: bool = False) -> Response:
+        """``maybe_done``: an action's write may have been made before Redis stopped answering."""
+        return self.render(
+            request, "error.html", status, title=title, detail=detail, code=status, maybe_done=maybe_done
+        )
 
-    async def queues(self, request: Request) -> Response:
+    def queues(self, request: Request) -> Response:
         views = [self.catalog.overview(ref) for ref in self.catalog.discover()]
         template = "_queues_table.html" if request.query_params.get("partial") else "queues.html"
         return self.render(request, template, queues=views, minutes=THROUGHPUT_MINUTES)
 
-    async def queue(self, request: Request) -> Response:
+    def queue(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
         view = self.catalog.overview(ref)
         workers = self.catalog.workers([ref])
@@ -147,7 +210,7 @@ class Console:
             request, "queue.html", q=view, workers=workers, minutes=THROUGHPUT_MINUTES, states=LIST_STATES, flow=flow
         )
 
-    async def jobs(self, request: Request) -> Response:
+    def jobs(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
         state = request.path_params["state"]
         params = request.query_params
@@ -156,7 +219,7 @@ class Console:
         page = self.catalog.job_page(ref, state, shard, number, cursor)
         return self.render(request, "jobs.html", ref=ref, jobs=page, states=LIST_STATES)
 
-    async def job(self, request: Request) -> Response:
+    def job(self, request: Request) -> Response:
         ref = self.catalog.ref(request.path_params["name"])
         job_id = _job_id(_strict_query(request).get("id", [""])[0])
         info = self.catalog.open(ref).inspect(job_id)
@@ -167,16 +230,13 @@ class Console:
             request, "job.html", ref=ref, job=info, trace=trace_id(info.trace_parent), result=_result_view(info, gone)
         )
 
-    async def workers(self, request: Request) -> Response:
+    def workers(self, request: Request) -> Response:
         found = self.catalog.workers()
         template = "_workers_table.html" if request.query_params.get("partial") else "workers.html"
         return self.render(request, template, workers=found)
 
     async def healthz(self, request: Request) -> Response:
-        try:
-            up = bool(self.catalog.client.ping())
-        except redis.RedisError:
-            up = False
+        up = await self.health.up()
         return JSONResponse({"status": "ok" if up else "redis_unreachable"}, status_code=200 if up else 503)
 
     async def login(self, request: Request) -> Response:
@@ -214,8 +274,12 @@ class Console:
         if request.method != "POST":  # else GET would show the queue "<name>/actions"
             raise HTTPException(405)
         _same_origin(request)
-        ref = self.catalog.ref(request.path_params["name"])
         form = await request.form()
+        return await run_in_threadpool(self._act, request, form)
+
+    def _act(self, request: Request, form: Any) -> Response:
+        """The action, on a thread of the pool: every step of it may wait on Redis."""
+        ref = self.catalog.ref(request.path_params["name"])
         self.guard.authorize(self.session(request), _field(form, "csrf"))
         what = _field(form, "action")
         back = _field(form, "back") or f"/queues/{ref.name}/jobs/failed"
@@ -364,8 +428,9 @@ def _same_origin(request: Request) -> None:
             raise Refused(f"a form from {origin[:100]} may not act on this console")
 
 
-def build_app(catalog: Catalog, guard: Guard, redis_url: str) -> Starlette:
-    console = Console(catalog, guard, redis_url)
+def build_app(catalog: Catalog, guard: Guard, redis_url: str, health: Health, timeout: float) -> Starlette:
+    """``timeout``: how long ``catalog``'s client waits for Redis (``console_client``), named on a 503."""
+    console = Console(catalog, guard, redis_url, health)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return console.error(request, 404, "Not found", str(exc))
@@ -378,7 +443,15 @@ def build_app(catalog: Catalog, guard: Guard, redis_url: str) -> Starlette:
         return console.error(request, 403, "Refused", str(exc))
 
     async def redis_down(request: Request, exc: Exception) -> Response:
-        return console.error(request, 503, "Redis unavailable", f"{type(exc).__name__}: {exc}")
+        where = redact_url(redis_url)
+        if isinstance(exc, redis.TimeoutError):
+            detail = f"Redis at {where} is not answering (no reply within {timeout:g} s): try again soon"
+        elif isinstance(exc, redis.ConnectionError):
+            detail = f"cannot reach Redis at {where}: try again once it is back"
+        else:
+            detail = f"Redis at {where} refused the command"
+        detail = f"{detail} ({type(exc).__name__}: {str(exc)[:200]})"
+        return console.error(request, 503, "Redis unavailable", detail, maybe_done=request.method == "POST")
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -1,5 +1,6 @@
 """What the console reads from Redis, in bounded steps (docs/console.md has each read's cost): no
-command costs more than O(log N + page) on a queue of N jobs, and none reads a whole set.
+command costs more than O(log N + page) on a queue of N jobs, and none reads a whole set; and none
+waits long on a Redis that does not answer (``console_client``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import redis
 
-from setqueue.client import ClusterAwareRedis
+from setqueue.client import ClusterAwareRedis, TlsFiles, connect
 from setqueue.factory import open_queue
 from setqueue.flow import FLOW_STATS, GroupInfo, Limits
 from setqueue.interface import JobQueue, Shard
@@ -36,6 +37,14 @@ _SHARD = re.compile(r"(.+)~(\d+)")
 LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed", "cancelled")
 COLUMN_STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")  # the queue tables' order
 SET_STATES = ("failed", "cancelled")  # paged by SSCAN cursor
+
+
+def console_client(url: str, timeout: float, tls: TlsFiles | None = None) -> ClusterAwareRedis:
+    """The console's client: as the services' (``connect``), but a reply, or a connection, is waited
+    for ``timeout`` seconds (CONSOLE_REDIS_TIMEOUT_SECONDS), not 30, and a command is not resent (a
+    resend waits again, and a new connection's handshake would wait twice). A connection Redis closed
+    (a restart) is still replaced before use, by redis-py's pool."""
+    return connect(url, socket_connect_timeout=timeout, socket_timeout=timeout, retries=0, **(tls or {}))
 
 
 class NotFound(LookupError): ...

@@ -424,6 +424,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CONSOLE_HOST", str, "127.0.0.1", "Address the console listens on", "console", check=_check_host),
     Setting("CONSOLE_PORT", int, "8080", "Port of the console", "console", low=1, high=65535),
     Setting("CONSOLE_TOKEN", str, "", "Secret for actions (empty = read-only)", "console"),
+    Setting(
+        "CONSOLE_REDIS_TIMEOUT_SECONDS",
+        float,
+        "1",
+        "Longest wait for a Redis reply; then the page is a 503 (not resent)",
+        "console",
+        low=0.05,
+        high=60,
+    ),
     Setting("SWEEP_INTERVAL", float, "5", "Seconds between sweeps", "cleaner", low=0.01, high=3600),
     Setting("SWEEP_BATCH", int, "1000", "Most in_progress ids per sweep", "cleaner", low=1, high=100_000),
     Setting("AUDIT_INTERVAL", float, "10", "With AUDIT: seconds between audits", "cleaner", low=0.1, high=86400),
@@ -629,3 +638,4 @@ class ConsoleSettings(CommonSettings):
     console_host: str
     console_port: int
     console_token: str
+    console_redis_timeout_seconds: float
