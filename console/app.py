@@ -51,10 +51,10 @@ from console.data import (
 )
 from console.security import COOKIE, SESSION_SECONDS, Guard, Refused, Session
 from setqueue.client import TlsFiles, redact_url, tls_options
-from setqueue.flow import Rate, parse_concurrency
 from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
-from setqueue.runtime.cli_flow import OFF
+from setqueue.limits import Rate, parse_concurrency
+from setqueue.runtime.cli_limits import OFF
 from setqueue.tracing import trace_id
 from setqueue.version import __version__
 
@@ -205,9 +205,15 @@ class Console:
         workers = self.catalog.workers([ref])
         if request.query_params.get("partial"):
             return self.render(request, "_queue_live.html", q=view, workers=workers, minutes=THROUGHPUT_MINUTES)
-        flow = self.catalog.flow(ref)
+        limits = self.catalog.limits(ref)
         return self.render(
-            request, "queue.html", q=view, workers=workers, minutes=THROUGHPUT_MINUTES, states=LIST_STATES, flow=flow
+            request,
+            "queue.html",
+            q=view,
+            workers=workers,
+            minutes=THROUGHPUT_MINUTES,
+            states=LIST_STATES,
+            limits=limits,
         )
 
     def jobs(self, request: Request) -> Response:

@@ -17,10 +17,10 @@ import redis
 
 from setqueue.client import ClusterAwareRedis, TlsFiles, connect
 from setqueue.factory import open_queue
-from setqueue.flow import FLOW_STATS, GroupInfo, Limits
 from setqueue.interface import JobQueue, Shard
 from setqueue.jobs import TRACEBACK_MARK
 from setqueue.keys import MAX_SHARDS, QueueKeys, priority_of_rank, validate_queue_name
+from setqueue.limits import LIMIT_STATS, GroupInfo, Limits
 from setqueue.registry import WorkerRecord, all_live_workers, live_workers
 from setqueue.scripts import text
 from setqueue.sharded import shard_of
@@ -80,7 +80,7 @@ class QueueView:
 
 
 @dataclass
-class FlowView:
+class LimitsView:
     limits: Limits  # the whole queue's
     groups: list[GroupInfo]  # at most GROUPS_SHOWN
 
@@ -224,9 +224,9 @@ class Catalog:
             view.workers = len(live_workers(self.client, ref.name))
         return view
 
-    def flow(self, ref: QueueRef) -> FlowView:
+    def limits(self, ref: QueueRef) -> LimitsView:
         queue = self.open(ref)
-        return FlowView(queue.limits(), queue.groups(GROUPS_SHOWN))
+        return LimitsView(queue.limits(), queue.groups(GROUPS_SHOWN))
 
     def workers(self, refs: Sequence[QueueRef] | None = None) -> list[WorkerRecord]:
         names = [r.name for r in (self.discover() if refs is None else refs)]
@@ -269,7 +269,7 @@ def shard_overview(shard: Shard, now_ms: int) -> ShardView:
 
 
 def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {name: sum(s.get(name, 0) for s in each) for name in (*LIST_STATES, *FLOW_STATS)}
+    total: dict[str, Any] = {name: sum(s.get(name, 0) for s in each) for name in (*LIST_STATES, *LIMIT_STATS)}
     total["oldest_pending_age_seconds"] = max((s["oldest_pending_age_seconds"] for s in each), default=0)
     by_priority: dict[int, int] = {}
     for s in each:

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from setqueue import Queue
-from setqueue.flow import FLOW_STATS
+from setqueue.limits import LIMIT_STATS
 from tests.support import REPO_ROOT
 from tests.support.actors import executions_key
 
@@ -82,7 +82,7 @@ def test_killed_workers_lose_nothing(
             if w.process.poll() is None:
                 w.process.wait(30)
     zero = ("todos", "in_progress", "failed", "scheduled", "cancelled", "results_kept", "oldest_pending_age_seconds")
-    expected = {**dict.fromkeys(zero, 0), "done": JOBS, "todos_by_priority": {}, **dict.fromkeys(FLOW_STATS, 0)}
+    expected = {**dict.fromkeys(zero, 0), "done": JOBS, "todos_by_priority": {}, **dict.fromkeys(LIMIT_STATS, 0)}
     assert q.stats() | {"oldest_pending_age_seconds": 0} == expected
     executions = {k: int(v) for k, v in client.hgetall(executions_key(q)).items()}  # type: ignore[union-attr]
     assert set(executions) == {f"job-{i}" for i in range(JOBS)}  # every job ran

@@ -450,10 +450,10 @@ def test_the_console_starts_and_stops_as_the_services_do(
 RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd": REPO_ROOT}
 
 
-def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
+def test_limits_show_on_the_queue_page_and_act_with_the_token(
     start_console: StartConsole, redis_url: str, queue_name: str
 ) -> None:
-    """The queue page shows flow control; pause, resume, rate and group limits act only with a
+    """The queue page shows limits; pause, resume, rate and group limits act only with a
     session and its CSRF token; a bad rate or concurrency gets 400 and changes nothing."""
     queue = Queue.from_url(redis_url, queue_name)
     queue.enqueue([f"a{i}" for i in range(5)], group="tenant-a")
@@ -465,7 +465,7 @@ def test_flow_control_shows_on_the_queue_page_and_acts_with_the_token(
 
     stranger = console.client()
     page = stranger.get(page_path).body
-    assert '<td id="flow-state">running</td>' in page and '<td id="flow-rate">none</td>' in page
+    assert '<td id="limits-state">running</td>' in page and '<td id="limits-rate">none</td>' in page
     groups = dict(re.findall(r'<tr data-group="([^"]+)"><td>[^<]*</td><td[^>]*>(\w+)</td>', page))
     assert set(groups) == {"tenant-a", "tenant-b"} and groups["tenant-a"] in ("ready", "full")
     assert "concurrency 1 <span" in page and 'data-action="pause"' not in page and "to pause, resume" in page

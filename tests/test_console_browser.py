@@ -106,7 +106,7 @@ def test_the_queues_page_shows_the_counts_of_stats(
         screenshot(driver, "queues")
         by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
         wait_until(lambda: shown(driver, "h1") == f"Queue {queue_name}", 10, "the queue page")
-        assert shown(driver, "#flow-rate").startswith("200/s") and shown(driver, "#flow-state") == "running"
+        assert shown(driver, "#limits-rate").startswith("200/s") and shown(driver, "#limits-state") == "running"
         assert ids_on_page(driver, "#groups tr[data-group]", "data-group") == {"acme", "globex", "initech"}
         screenshot(driver, "queue")
         by_css(driver, 'input[name="id"]').send_keys("report-10")

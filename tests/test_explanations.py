@@ -1,5 +1,5 @@
 """The core explains itself: every key of the layout says its Redis type and what it holds, and every public
-class, function and method of setqueue.keys, setqueue.jobs and setqueue.flow says what it is for, including
+class, function and method of setqueue.keys, setqueue.jobs and setqueue.limits says what it is for, including
 the exceptions it raises itself."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from types import ModuleType
 
 import pytest
 
-from setqueue import flow, jobs, keys
+from setqueue import jobs, keys, limits
 from setqueue.keys import QueueKeys
 
-EXPLAINED = (keys, jobs, flow)
+EXPLAINED = (keys, jobs, limits)
 # A key's docstring starts with its Redis type (the words of docs/reference.md#key-layout).
 REDIS_TYPE = re.compile(r"(Sorted set|Hash|Set|String|List|Stream|Pub/Sub channel)\b")
 # What a docstring of each type must name: what its members or fields are.

@@ -1,12 +1,12 @@
 """Random interleavings of every queue operation, lease expiry, due times passing, result lookups and
-flow control, checked against a model after every step (hypothesis, real Redis).
+limits, checked against a model after every step (hypothesis, real Redis).
 
 Invariants: every known id is in exactly one state, and the states hold exactly the model's ids; a
 result is what the handler returned, or says how the job ended; todos is in the model's line order
 (priority, then place: enqueue, coming due and a retry give the next place, a release or a lost
 lease keeps the old one) and a claim takes its front; a claim's lock exists exactly while unexpired
 and owning a job in in_progress, and counts those jobs; an operation succeeds exactly when its lease
-owns the id. Flow control: a paused claim takes nothing; a claim takes no more than the rate allows;
+owns the id. Limits: a paused claim takes nothing; a claim takes no more than the rate allows;
 a group never runs more than its concurrency; a claim takes each group's front (without groups, the
 whole line's) and takes something whenever a job could start; check_groups holds.
 """
@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from setqueue import FailOutcome, JobFailed, Lease, Queue, UnknownJob
 from tests.support import RedisServer, queue_members
-from tests.support.flow import check_groups
+from tests.support.limits import check_groups
 
 IDS = st.sampled_from([f"id{i}" for i in range(8)])
 PRIORITIES = st.integers(-2, 2)

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Lease, Queue, QueueKeys
-from setqueue.flow import FLOW_STATS
+from setqueue.limits import LIMIT_STATS
 from tests.support import queue_members
 from tests.support.waits import wait_for_redis_clock
 
@@ -16,7 +16,7 @@ EMPTY = {
     **dict.fromkeys(("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "results_kept"), 0),
     "oldest_pending_age_seconds": 0.0,
     "todos_by_priority": {},
-    **dict.fromkeys(FLOW_STATS, 0),
+    **dict.fromkeys(LIMIT_STATS, 0),
 }
 
 

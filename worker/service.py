@@ -102,7 +102,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._stopped = threading.Event()  # run() returned: the backstop stands down
         self._exit_code = 0
         self.metrics.worker_slots.set(s.concurrency)
-        # Flow control's holds are counted under the queue's name, not the shard's.
+        # Limits' holds are counted under the queue's name, not the shard's.
         self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
         for shard in self.queue.shards:
             shard.on_held = self._held
@@ -333,8 +333,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         block = min(s.idle_wait_seconds, MAX_BLOCK_SECONDS)
         try:
             while not self.stop_event.is_set():
-                # No prefetch under flow limits: a job claimed ahead counts against them before it starts.
-                limited = any(shard.flow_limited for shard in self.queue.shards)
+                # No prefetch under limits limits: a job claimed ahead counts against them before it starts.
+                limited = any(shard.limited for shard in self.queue.shards)
                 count = self.engine.wanted(self.stop_event, prefetch=not limited)
                 if count == 0:
                     continue

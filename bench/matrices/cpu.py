@@ -12,7 +12,7 @@ from matrices import one_server
 
 NAME = "cpu"
 TITLE = "CPU-trivial jobs (one INCR): setqueue and its peers"
-GROUPED = "setqueue-1000-groups"  # every job in one of 1,000 job groups (flow control)
+GROUPED = "setqueue-1000-groups"  # every job in one of 1,000 job groups (limits)
 RESULTS = "setqueue-results"  # the handler returns a small result, kept for an hour
 
 

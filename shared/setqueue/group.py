@@ -8,8 +8,8 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from setqueue.flow import Limits, Rate
 from setqueue.jobs import Lease
+from setqueue.limits import Limits, Rate
 from setqueue.operations import QueueCore, Router
 from setqueue.records import part_id, summed_stats
 

@@ -8,9 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import redis
 
-from setqueue.flow import GroupInfo, Limits, Rate
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult
 from setqueue.keys import QueueKeys
+from setqueue.limits import GroupInfo, Limits, Rate
 
 
 @runtime_checkable
@@ -89,7 +89,7 @@ class JobQueue(Protocol):
     def ping(self, *, record: bool = False) -> bool: ...
     def close(self) -> None: ...
 
-    # -- flow control
+    # -- limits
     def pause(self) -> bool: ...
     def resume(self) -> bool: ...
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> None: ...
@@ -121,12 +121,12 @@ class Shard(JobQueue, Protocol):
     def payload_max_bytes(self) -> int: ...
 
     @property
-    def flow_limited(self) -> bool:
+    def limited(self) -> bool:
         """The last claim found a rate or group limits."""
 
     @property
     def on_held(self) -> Callable[[str, str], None] | None:
-        """Told (queue, reason) when flow control held jobs."""
+        """Told (queue, reason) when limits held jobs."""
 
     @on_held.setter
     def on_held(self, told: Callable[[str, str], None] | None) -> None: ...

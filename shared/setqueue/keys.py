@@ -343,17 +343,17 @@ class QueueKeys:
         no key: nobody swept within a day. A worker sweeps itself when nobody has for a while."""
         return self.prefix + "swept"
 
-    # -- flow control (setqueue.flow; lua/claim.lua enforces it, docs/guide.md#flow-control) -------------
+    # -- limits (setqueue.limits; lua/claim.lua enforces it, docs/guide.md#limits) -------------
 
     @property
-    def flow(self) -> str:
-        """Hash of the queue's flow control, read by every claim. Fields: ``paused`` ("1" while paused),
+    def limits(self) -> str:
+        """Hash of the queue's limits, read by every claim. Fields: ``paused`` ("1" while paused),
         ``rate`` ("<count> <period ms> <burst>": at most count starts a period, burst at once), ``tat``
         (the rate's state: its theoretical arrival time in ms, GCRA; gone with the rate),
         ``group_concurrency`` (a number) and ``group_rate`` (a rate as above): every group's limits unless
         it has its own, ``grouped`` ("1" once a job was enqueued with a group: claims then serve the line
         of groups) and ``turn`` (a counter: the last turn given in groups_ready)."""
-        return self.prefix + "flow"
+        return self.prefix + "limits"
 
     @property
     def grouped(self) -> str:
@@ -378,7 +378,7 @@ class QueueKeys:
     @property
     def groups_ready(self) -> str:
         """Sorted set: member = group that has jobs waiting and may start one now; score = its turn (from
-        flow's ``turn`` counter): the line of groups. Claims take an equal share from the groups at the
+        limits's ``turn`` counter): the line of groups. Claims take an equal share from the groups at the
         front (up to four jobs a turn) and send a group that still has jobs to the back, so a big backlog
         cannot starve a small group. The member "" is the turn of the jobs without a group (todos), while
         groups are in use."""
@@ -405,7 +405,7 @@ class QueueKeys:
     @property
     def group_limits(self) -> str:
         """Hash: field = group given limits of its own; value = "<concurrency>|<count> <period ms> <burst>"
-        (``flow.GroupLimits.spec``; either part empty: flow's group_concurrency or group_rate)."""
+        (``limits.GroupLimits.spec``; either part empty: limits's group_concurrency or group_rate)."""
         return self.prefix + "group_limits"
 
     @property

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import redis
 
 from setqueue.client import OptionError
-from setqueue.flow import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.jobs import (
     AckResult,
     FailOutcome,
@@ -49,6 +48,7 @@ from setqueue.keys import (
     validate_job_id,
     validate_priority,
 )
+from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.records import (
     chunks,
     job_items,
@@ -142,8 +142,8 @@ class QueueCore:
         # None: not known), and whether a rate or group limits exist (then claim only for free slots).
         self.next_due: float | None = None
         self.next_due_seen = 0.0
-        self.flow_limited = False
-        # Told (queue name, "paused" | "rate" | "group") when flow control held jobs back.
+        self.limited = False
+        # Told (queue name, "paused" | "rate" | "group") when limits held jobs back.
         self.on_held: Callable[[str, str], None] | None = None
         self.sweep_cursor = 0  # where the next sweep's ZSCAN of in_progress goes on
 
@@ -262,7 +262,7 @@ class Operations:
         ``delay`` (seconds) or ``at`` (Unix seconds), not both, holds the jobs in scheduled until then
         (the past means now). ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own,
         overriding the workers'. ``group``: jobs of different groups take turns (job groups,
-        docs/guide.md#flow-control). Everything is checked before anything is sent: TypeError or
+        docs/guide.md#limits). Everything is checked before anything is sent: TypeError or
         ValueError name the bad argument, and nothing is written."""
         validate_priority(priority)
         if group is not None:
@@ -352,7 +352,7 @@ class Operations:
         )
         core.next_due = None if header.next_at is None else max(0.0, header.next_at - header.now)
         core.next_due_seen = time.monotonic()
-        core.flow_limited = header.limited
+        core.limited = header.limited
         if header.held is not None and core.on_held is not None:
             core.on_held(core.name, header.held)
         return leases
@@ -544,7 +544,7 @@ class Operations:
 
     def stats(self) -> Steps[dict[str, Any]]:
         """Sizes of the six states (todos, in_progress, done, failed, scheduled, cancelled), results
-        kept, flow control figures, todos per priority and the oldest unfinished job's age in seconds;
+        kept, limits figures, todos per priority and the oldest unfinished job's age in seconds;
         each core's in one snapshot. A sharded queue adds each shard's under ``"shards"``, several
         queues each queue's under ``"queues"``."""
         each: list[dict[str, Any]] = []
@@ -790,7 +790,7 @@ class Operations:
                 waiting.append(job_id)
         return waiting
 
-    # -- flow control
+    # -- limits
 
     def pause(self) -> Steps[bool]:
         """Stop jobs from starting, in every core: once this returns no claim takes one. Running jobs,
@@ -811,7 +811,7 @@ class Operations:
     def set_rate(self, rate: Rate | str | None, *, burst: int | None = None) -> Steps[None]:
         """At most ``rate`` job starts across all workers (a ``Rate``, or a spec such as ``"100/s"`` or
         ``"5/200ms"``; None: no limit), with up to ``burst`` at once (None: a tenth of the count, rounded
-        up, at least 1; see ``Rate.parse``; docs/guide.md#flow-control). In force from the
+        up, at least 1; see ``Rate.parse``; docs/guide.md#limits). In force from the
         next claim. A sharded queue enforces 1/N in each shard, so the shares add up while every shard
         has work. ValueError for a malformed rate or burst."""
         shares = self.router.rate_shares(Rate.given(rate, burst))
@@ -848,13 +848,13 @@ class Operations:
         yield from self._wake_all()
 
     def limits(self) -> Steps[Limits]:
-        """The flow control in force: paused, the rate, the job groups' default limits and each group's own
+        """The limits in force: paused, the rate, the job groups' default limits and each group's own
         (a sharded queue's rates scaled back to the whole queue's; several queues: the first's)."""
         k = self.first.keys
-        flow, own = yield Snapshot(
-            (("HMGET", k.flow, "paused", "rate", "group_concurrency", "group_rate"), ("HGETALL", k.group_limits))
+        limits, own = yield Snapshot(
+            (("HMGET", k.limits, "paused", "rate", "group_concurrency", "group_rate"), ("HGETALL", k.group_limits))
         )
-        paused, rate, concurrency, group_rate = flow
+        paused, rate, concurrency, group_rate = limits
         first = Limits(
             paused=paused is not None,
             rate=None if rate is None else Rate.from_spec(text(rate)),

@@ -138,13 +138,13 @@ class Queue:
         return self.operations.first.payload_max_bytes
 
     @property
-    def flow_limited(self) -> bool:
+    def limited(self) -> bool:
         """As the last claims found it: a rate or group limits exist (claim only for free slots)."""
-        return any(core.flow_limited for core in self.router.cores)
+        return any(core.limited for core in self.router.cores)
 
     @property
     def on_held(self) -> Callable[[str, str], None] | None:
-        """Told (queue name, "paused" | "rate" | "group") when flow control held jobs back."""
+        """Told (queue name, "paused" | "rate" | "group") when limits held jobs back."""
         return self.operations.first.on_held
 
     @on_held.setter

@@ -10,9 +10,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.flow import FLOW_STATS
 from setqueue.jobs import TRACEBACK_MARK, HistoryEntry, Progress
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, check_utf8, validate_job_id
+from setqueue.limits import LIMIT_STATS
 from setqueue.steps import text
 
 T = TypeVar("T")
@@ -117,7 +117,7 @@ def split_error(stored: Any) -> tuple[str | None, str | None]:
 
 def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Several cores' ``stats()`` summed; the oldest pending age is the oldest of any."""
-    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *FLOW_STATS)}
+    total: dict[str, Any] = {name: sum(s[name] for s in each) for name in (*STATES, "results_kept", *LIMIT_STATS)}
     total["oldest_pending_age_seconds"] = max(s["oldest_pending_age_seconds"] for s in each)
     by_priority: dict[int, int] = defaultdict(int)
     for s in each:

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from setqueue.flow import FLOW_STATS
 from setqueue.keys import STATES, QueueKeys
+from setqueue.limits import LIMIT_STATS
 from setqueue.replication import ReplicaWait
 from setqueue.steps import RunScript, Steps, text
 
@@ -495,16 +495,16 @@ class QueueCommands:
         return state or None
 
     def stats(self) -> Steps[tuple[dict[str, int], int, dict[int, int]]]:
-        """stats.lua: state sizes, results kept, flow control; oldest pending age (ms); todos per priority."""
+        """stats.lua: state sizes, results kept, limits; oldest pending age (ms); todos per priority."""
         reply = yield self._run("stats", self._keys("stats"), [])
         todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
-        flow, by_priority = rest[: len(FLOW_STATS)], rest[len(FLOW_STATS) :]
-        sizes = {**dict(zip(FLOW_STATS, flow, strict=True)), "results_kept": results}
+        limits, by_priority = rest[: len(LIMIT_STATS)], rest[len(LIMIT_STATS) :]
+        sizes = {**dict(zip(LIMIT_STATS, limits, strict=True)), "results_kept": results}
         sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled), strict=True))
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def set_limits(self, what: str, value: str, *, wake_cap: int) -> Steps[bool]:
-        """set_limits.lua: set one flow-control field (``what``: pause, resume, rate, group_concurrency,
+        """set_limits.lua: set one limits field (``what``: pause, resume, rate, group_concurrency,
         group_rate, group:<name>) to ``value``; whether it changed the queue's state (pause/resume)."""
         reply = yield self._run("set_limits", self._keys("set_limits"), [wake_cap, what, value])
         return bool(reply)

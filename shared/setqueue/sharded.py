@@ -10,9 +10,9 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from setqueue.flow import GroupLimits, Limits, Rate
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_SHARDS, QueueKeys
+from setqueue.limits import GroupLimits, Limits, Rate
 from setqueue.operations import QueueCore
 from setqueue.records import part_id, summed_stats
 

@@ -9,7 +9,7 @@
 -- KEYS[1] request KEYS[2] in_progress KEYS[3] done KEYS[4] done_log KEYS[5] pending
 -- KEYS[6] attempts KEYS[7] payloads KEYS[8] errors KEYS[9] owners KEYS[10] finished KEYS[11] options
 -- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress
--- KEYS[17] wake KEYS[18] flow KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
+-- KEYS[17] wake KEYS[18] limits KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
 -- KEYS[22] groups_ready KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] keep (most ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
@@ -21,7 +21,7 @@ local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3],
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
 local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
-local flow, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
+local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
 local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local wake_cap, drop_results = ARGV[5], ARGV[6]
@@ -71,7 +71,7 @@ end
 local acked = #owned
 if acked > 0 then
   redis.call('ZREM', in_progress, unpack(owned))
-  local G = {flow = flow, group_of = group_of, running = group_running, full = groups_full, ready = groups_ready}
+  local G = {limits = limits, group_of = group_of, running = group_running, full = groups_full, ready = groups_ready}
   local freed = left_progress(G, owned, true)
   if freed > 0 then wake_workers(wake, freed, wake_cap) end
   redis.call('SADD', done, unpack(owned))

@@ -7,7 +7,7 @@
 -- KEYS[7] cancelled KEYS[8] pending KEYS[9] attempts KEYS[10] owners KEYS[11] finished
 -- KEYS[12] priorities KEYS[13] done_log KEYS[14] history
 -- KEYS[15] lock (of the claim that owned the id as the caller read owners; any lock key if none)
--- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] flow KEYS[20] grouped
+-- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] limits KEYS[20] grouped
 -- KEYS[21] group_lines KEYS[22] group_of KEYS[23] groups_ready KEYS[24] groups_resting
 -- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] who (host:pid)
@@ -18,7 +18,7 @@ local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], K
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local wake_cap = ARGV[7]
@@ -34,7 +34,7 @@ local cached = recorded(request)
 if cached then return cached end
 
 local G = {
-  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
   resting = groups_resting, full = groups_full, running = group_running,
 }
 local state = false

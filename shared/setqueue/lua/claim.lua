@@ -1,12 +1,12 @@
 #!lua flags=allow-oom
 -- claim.lua: move up to N jobs from the front of the line to in_progress under one lock (named by
 -- the token, holding the count still held, TTL = lease) in one step: no cleaner sees a claimed id
--- without its lock. Flow control lives here so no worker can race it: pause, the rate
--- (includes/flow.lua), groups taking turns (includes/groups.lua). Keys: docs/reference.md#key-layout.
+-- without its lock. Limits lives here so no worker can race it: pause, the rate
+-- (includes/limits.lua), groups taking turns (includes/groups.lua). Keys: docs/reference.md#key-layout.
 -- KEYS[1] request (record under the token: a resend returns the same leases) KEYS[2] todos
 -- KEYS[3] in_progress KEYS[4] pending KEYS[5] attempts KEYS[6] payloads KEYS[7] owners
 -- KEYS[8] lock KEYS[9] scheduled KEYS[10] wake KEYS[11] seq KEYS[12] priorities KEYS[13] options
--- KEYS[14] flow KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of KEYS[18] groups_ready
+-- KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of KEYS[18] groups_ready
 -- KEYS[19] groups_resting KEYS[20] groups_full KEYS[21] group_running KEYS[22] group_limits
 -- KEYS[23] group_buckets
 -- ARGV[1] record_ttl ms  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] most ids
@@ -17,7 +17,7 @@
 -- resend returns the first call's ids (one a line in the record) this claim still owns.
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local seq, priorities, options, flow = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local seq, priorities, options, limits = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local grouped, group_lines, group_of, groups_ready = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local groups_resting, groups_full, group_running, group_limits = KEYS[19], KEYS[20], KEYS[21], KEYS[22]
 local group_buckets = KEYS[23]
@@ -27,17 +27,17 @@ local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
 -- @include "now_ms"
 -- @include "promote"
 -- @include "wake"
--- @include "flow"
+-- @include "limits"
 
 local G = {
-  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of,
   ready = groups_ready, resting = groups_resting, full = groups_full, running = group_running,
 }
 local now = now_ms()
 local FOREVER = math.huge
 
 local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(  -- one read when unlimited
-  'HMGET', flow, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
+  'HMGET', limits, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
 -- With any limit, workers claim only for free slots: a job in a worker's buffer would spend the
 -- rate or a group's slot. (Groups alone do not: a buffer holds at most CLAIM_BATCH.)
 local has_limits = rate or default_concurrency or default_rate
@@ -219,7 +219,7 @@ else
   end
   -- The rate capped this claim and more was waiting: say when it allows a whole claim (or burst).
   if interval then
-    if #ids > 0 then redis.call('HSET', flow, 'tat', from + #ids * interval) end
+    if #ids > 0 then redis.call('HSET', limits, 'tat', from + #ids * interval) end
     if want < most and #ids == want and redis.call('EXISTS', todos, grouped) > 0 then
       if held == '' then held = 'rate' end
       soonest = math.min(soonest, ready_at(from + #ids * interval, interval, burst, most))

@@ -6,7 +6,7 @@
 -- KEYS[11] lock (of the claim that owned the id as the caller read owners; any lock key if none)
 -- KEYS[12] owners KEYS[13] finished KEYS[14] scheduled KEYS[15] priorities KEYS[16] options
 -- KEYS[17] cancelled KEYS[18] results KEYS[19] result_expiry KEYS[20] history KEYS[21] progress
--- KEYS[22] flow KEYS[23] grouped KEYS[24] group_lines KEYS[25] group_of KEYS[26] groups_ready
+-- KEYS[22] limits KEYS[23] grouped KEYS[24] group_lines KEYS[25] group_of KEYS[26] groups_ready
 -- KEYS[27] groups_resting KEYS[28] groups_full KEYS[29] group_running KEYS[30] wake
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] wake_cap
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
@@ -15,7 +15,7 @@ local request, todos, in_progress, done, failed, pending = KEYS[1], KEYS[2], KEY
 local attempts, payloads, errors, done_log, lock, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local cancelled, results, result_expiry, history, progress = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local groups_resting, groups_full, group_running, wake = KEYS[27], KEYS[28], KEYS[29], KEYS[30]
 local record_ttl, id, token, wake_cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include "request_record"
@@ -30,7 +30,7 @@ if cached then return cached end
 if token ~= '' and redis.call('HGET', owners, id) == token then count_down(lock, 1) end
 
 local G = {
-  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
   resting = groups_resting, full = groups_full, running = group_running,
 }
 local state = false

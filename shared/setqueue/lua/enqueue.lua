@@ -3,7 +3,7 @@
 -- to scheduled if due later; a known id is left alone.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
--- KEYS[13] cancelled KEYS[14] flow KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
+-- KEYS[13] cancelled KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
 -- KEYS[18] groups_ready
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
@@ -13,7 +13,7 @@
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group = ARGV[8]
@@ -66,7 +66,7 @@ if added > 0 then
   end
   if group ~= '' then
     redis.call('HSET', group_of, unpack(kept))
-    redis.call('HSET', flow, 'grouped', '1')
+    redis.call('HSET', limits, 'grouped', '1')
   end
 end
 
@@ -80,7 +80,7 @@ if added > 0 then
     end
   else
     for j = 1, added do scored[2 * j - 1] = now end
-    local G = {flow = flow, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready}
+    local G = {limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready}
     join_back(G, todos, seq, new_ids, priority, groups)
     redis.call('ZADD', pending, unpack(scored))
   end

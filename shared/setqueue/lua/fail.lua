@@ -5,7 +5,7 @@
 -- history line naming the worker; dead-lettered ids go out on ended; grouped jobs rejoin their line.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
 -- KEYS[7] errors KEYS[8] wake KEYS[9] owners KEYS[10] finished KEYS[11] scheduled KEYS[12] seq
--- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] flow KEYS[17] grouped
+-- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] limits KEYS[17] grouped
 -- KEYS[18] group_lines KEYS[19] group_of KEYS[20] groups_ready KEYS[21] group_running
 -- KEYS[22] groups_full KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless the job has its own)  ARGV[3] wake_cap
@@ -16,7 +16,7 @@
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local group_running, groups_full = KEYS[21], KEYS[22]
 local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap, ended = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -37,7 +37,7 @@ if cached then return cached end
 local locks, tokens, ids, claim_of, modes, reasons, delays = read_claims(FIRST_LOCK, CLAIMS, 5)
 local now = now_ms()
 local G = {
-  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of,
   ready = groups_ready, running = group_running, full = groups_full,
 }
 local outcomes, held_less, dead, left = {}, {}, {}, {}

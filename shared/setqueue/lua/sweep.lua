@@ -9,7 +9,7 @@
 -- KEYS[7] errors KEYS[8] wake KEYS[9] done KEYS[10] done_log KEYS[11] owners KEYS[12] finished
 -- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept
 -- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
--- KEYS[23] flow KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
+-- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
 -- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
@@ -22,7 +22,7 @@ local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local cancelled, progress = KEYS[21], KEYS[22]
-local flow, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local group_running, groups_full, group_buckets = KEYS[28], KEYS[29], KEYS[30]
 local FIRST_LOCK = 31  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -43,7 +43,7 @@ if cached then return cached end
 
 local now = now_ms()
 local G = {
-  flow = flow, grouped = grouped, lines = group_lines, group_of = group_of,
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of,
   ready = groups_ready, running = group_running, full = groups_full,
 }
 redis.call('SET', swept, now, 'PX', SWEPT_TTL_MS)

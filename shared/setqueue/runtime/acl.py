@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "scripts": "evalsha script|load script|exists",
     "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
     "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
-    "flow control": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
+    "limits": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
     # What the services and the command run themselves.
     "direct": "zscan sscan hgetall smismember pttl blpop multi exec discard wait info",
     "cluster": "cluster|slots cluster|shards command asking readonly",

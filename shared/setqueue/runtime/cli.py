@@ -41,7 +41,7 @@ from setqueue.keys import (
 from setqueue.records import job_items
 from setqueue.replication import NotReplicated
 from setqueue.runtime.acl import explain_refusal, setuser
-from setqueue.runtime.cli_flow import UsageError, flow_command
+from setqueue.runtime.cli_limits import UsageError, limits_command
 from setqueue.runtime.pressure import read_memory
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, default, validate_redis_url
 from setqueue.runtime.tls import tls_refusal
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     limit = _command(
         sub,
         "limit",
-        "show or change flow control, live for every worker",
+        "show or change limits, live for every worker",
         ". A rate is COUNT/PERIOD (100/s, 6000/min, 5/10s) or off. Options not given keep their value.",
     )
     limit.add_argument("--rate", metavar="RATE", help="most job starts of the queue, or off")
@@ -408,7 +408,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
 
     if args.command in ("pause", "resume", "limit", "groups"):
         try:
-            return flow_command(args, queue, out)
+            return limits_command(args, queue, out)
         except UsageError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
 

@@ -188,7 +188,7 @@ class WorkerMetrics(ServiceMetrics):
         self.history_records = history_counter(registry)
         self.claims_held = Counter(
             "setqueue_claims_held_total",
-            "Claims that flow control held back, by reason: paused, rate or group.",
+            "Claims that limits held back, by reason: paused, rate or group.",
             ["queue", "reason"],
             registry=registry,
         )

@@ -28,7 +28,7 @@ end
 
 local function take_turns(G, groups)
   if #groups == 0 then return end
-  local last = redis.call('HINCRBY', G.flow, 'turn', #groups)
+  local last = redis.call('HINCRBY', G.limits, 'turn', #groups)
   local scored = {}
   for j = 1, #groups do
     scored[2 * j - 1], scored[2 * j] = last - #groups + j, groups[j]

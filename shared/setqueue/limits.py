@@ -1,7 +1,7 @@
-"""Flow control's values: rates, a group's limits, a queue's limits; how they are written in Redis
-(docs/guide.md#flow-control).
+"""Limits' values: rates, a group's limits, a queue's limits; how they are written in Redis
+(docs/guide.md#limits).
 
-The limits live in Redis with the queue (the ``flow`` and ``group_limits`` hashes of ``setqueue.keys``),
+The limits live in Redis with the queue (the ``limits`` and ``group_limits`` hashes of ``setqueue.keys``),
 so every worker reads the same ones on its next claim and a change needs no restart; ``lua/claim.lua``
 enforces them in the step that takes the jobs, so no worker can race them. A rate is GCRA (a token bucket
 kept as one number, its theoretical arrival time): at most ``burst`` jobs start at once, and over any span
@@ -44,7 +44,7 @@ _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*")
 class Rate:
     """At most ``count`` job starts every ``period_ms``, and ``burst`` at once after a quiet spell.
 
-    As the flow hash keeps it (``spec``): "<count> <period ms> <burst>", e.g. "100 1000 10" for 100/s.
+    As the limits hash keeps it (``spec``): "<count> <period ms> <burst>", e.g. "100 1000 10" for 100/s.
     ValueError unless count is 1 to MAX_COUNT, period_ms 1 to MAX_PERIOD_MS (a week), burst 1 to
     MAX_BURST, each an int, and the rate at most MAX_RATE_PER_SECOND."""
 
@@ -87,7 +87,7 @@ class Rate:
         return self.count * 1000 / self.period_ms
 
     def spec(self) -> str:
-        """As the flow hash keeps it (lua/includes/flow.lua reads it): "<count> <period ms> <burst>"."""
+        """As the limits hash keeps it (lua/includes/limits.lua reads it): "<count> <period ms> <burst>"."""
         return f"{self.count} {self.period_ms} {self.burst}"
 
     @classmethod
@@ -164,7 +164,7 @@ class GroupLimits:
 
 @dataclass(frozen=True)
 class Limits:
-    """Everything flow control holds for one queue (``limits()``)."""
+    """Everything limits holds for one queue (``limits()``)."""
 
     paused: bool = False  # no job starts while paused
     rate: Rate | None = None  # the whole queue's starts, across all its workers (None: no limit)
@@ -181,9 +181,9 @@ class Limits:
         }
 
 
-# Flow control's figures in ``stats()``: paused (a sharded queue: shards paused), waiting jobs that have a
+# Limits' figures in ``stats()``: paused (a sharded queue: shards paused), waiting jobs that have a
 # group, groups with jobs waiting (of which resting and full), groups with jobs in progress.
-FLOW_STATS = ("paused", "grouped_waiting", "groups_waiting", "groups_resting", "groups_full", "groups_running")
+LIMIT_STATS = ("paused", "grouped_waiting", "groups_waiting", "groups_resting", "groups_full", "groups_running")
 
 # Where a group stands, the liveliest first (see lua/list_groups.lua).
 GROUP_STATES = ("ready", "resting", "full", "idle")

@@ -10,9 +10,9 @@ import dataclasses
 import json
 from typing import TextIO
 
-from setqueue.flow import GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.interface import JobQueue
 from setqueue.keys import check_utf8, validate_group
+from setqueue.limits import GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 
 OFF = "off"
 
@@ -21,7 +21,7 @@ class UsageError(ValueError):
     """Refused before anything is written."""
 
 
-def flow_command(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
+def limits_command(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
     if args.command == "groups":
         if not 1 <= args.most <= 10_000:
             raise UsageError(f"--most must be from 1 to 10000, got {args.most}")
@@ -59,7 +59,7 @@ def _known(queue: JobQueue) -> bool:
     """Redis holds a job of the queue, its line counter, or its limits."""
     for shard in queue.shards:
         k = shard.keys
-        if shard.redis.exists(k.seq, k.flow, k.group_limits, k.todos, k.in_progress, k.done, k.failed, k.scheduled):
+        if shard.redis.exists(k.seq, k.limits, k.group_limits, k.todos, k.in_progress, k.done, k.failed, k.scheduled):
             return True
     return False
 

@@ -1,4 +1,4 @@
-"""Flow control with real workers, starts counted from the handler's side: rates, group concurrency
+"""Limits with real workers, starts counted from the handler's side: rates, group concurrency
 and turns, pause and resume, limits changed live, and idle workers that do not spin."""
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def calls_per_second(server: RedisServer, seconds: float) -> float:
 
 
 @pytest.mark.parametrize("limit", ["paused", "rate", "group"])
-def test_an_idle_worker_held_back_by_flow_control_does_not_spin(
+def test_an_idle_worker_held_back_by_limits_does_not_spin(
     start_workers: Callable[..., list[Proc]], log: ExecutionLog, quiet_redis: RedisServer, queue_name: str, limit: str
 ) -> None:
     url = quiet_redis.url

@@ -1,4 +1,4 @@
--- includes/flow.lua: rate limits as GCRA: tat (ms), the next start's theoretical arrival time. A
+-- includes/limits.lua: rate limits as GCRA: tat (ms), the next start's theoretical arrival time. A
 -- rate "<count> <period ms> <burst>" allows a start every interval = period / count ms, up to burst
 -- at once: burst - (max(tat, now) - now) / interval now; taking n moves tat on n intervals. A past
 -- tat is a full bucket, the same as none.

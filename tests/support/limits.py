@@ -1,4 +1,4 @@
-"""Flow control's bookkeeping, checked as stored (tests/test_flow.py, tests/test_property.py)."""
+"""Limits' bookkeeping, checked as stored (tests/test_limits.py, tests/test_property.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Flow control in the queue itself: pause, rates, job groups and their turns and limits, and every
-way a grouped job leaves or rejoins its line. The services' side is tests/test_flow_services.py."""
+"""Limits in the queue itself: pause, rates, job groups and their turns and limits, and every
+way a grouped job leaves or rejoins its line. The services' side is tests/test_limits_services.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from setqueue import FailOutcome, Queue
-from setqueue.flow import GroupLimits, Limits, Rate
+from setqueue.limits import GroupLimits, Limits, Rate
 from setqueue.runtime.cli import main as cli
-from tests.support.flow import check_groups
+from tests.support.limits import check_groups
 from tests.support.waits import redis_clock, wait_until
 
 
@@ -79,7 +79,7 @@ def test_a_rate_lets_its_burst_start_then_says_when_more_can(queue: Queue) -> No
     first = queue.claim(10)
     assert len(first) == 3
     assert held == ["rate"]
-    assert queue.flow_limited
+    assert queue.limited
     # The burst refills at 100 ms a job: about 300 ms.
     assert queue.core.next_due is not None and 0.2 <= queue.core.next_due <= 0.31
     assert queue.claim(10) == []
@@ -96,7 +96,7 @@ def test_removing_the_rate_lets_everything_through(queue: Queue) -> None:
     queue.set_rate(None)
     assert queue.limits().rate is None
     assert len(queue.claim(10)) == 10
-    assert not queue.flow_limited
+    assert not queue.limited
 
 
 def test_rate_text_is_checked_before_anything_is_written(queue: Queue) -> None:
@@ -105,7 +105,7 @@ def test_rate_text_is_checked_before_anything_is_written(queue: Queue) -> None:
             queue.set_rate(bad)
     with pytest.raises(ValueError):
         queue.set_rate("10/s", burst=0)
-    assert not queue.redis.exists(queue.keys.flow)
+    assert not queue.redis.exists(queue.keys.limits)
 
 
 # -- groups take turns
@@ -317,7 +317,7 @@ def run_cli(redis_url: str, queue: str, *args: str) -> tuple[int, str, str]:
         ["groups", "--most", "0"],
     ],
 )
-def test_bad_flow_input_is_one_line_exit_2_and_writes_nothing(
+def test_bad_limits_input_is_one_line_exit_2_and_writes_nothing(
     redis_url: str, queue: Queue, client: redis.Redis, args: list[str]
 ) -> None:
     queue.enqueue(["known"])  # the queue exists: only the value is wrong
@@ -327,7 +327,7 @@ def test_bad_flow_input_is_one_line_exit_2_and_writes_nothing(
     assert len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     assert sorted(client.keys(f"setqueue:{{{queue.name}}}:*")) == before
-    assert not client.exists(queue.keys.flow, queue.keys.group_limits)
+    assert not client.exists(queue.keys.limits, queue.keys.group_limits)
 
 
 @pytest.mark.parametrize(
