@@ -327,34 +327,6 @@ def connection_options(
     }
 
 
-class SnapshotReads:
-    """Reads queued like a pipeline's, sent by ``execute()`` in one MULTI (one instant). Out of memory,
-    Redis refuses a MULTI's reads too: they go in a plain pipeline then, without the snapshot. Reads
-    only: a MULTI of writes must never be split."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        self._client = client
-        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def __getattr__(self, command: str) -> Callable[..., None]:
-        def queue(*args: Any, **kwargs: Any) -> None:
-            self._calls.append((command, args, kwargs))
-
-        return queue
-
-    def execute(self) -> list[Any]:
-        for transaction in (True, False):
-            pipe = self._client.pipeline(transaction=transaction)
-            for command, args, kwargs in self._calls:
-                getattr(pipe, command)(*args, **kwargs)
-            try:
-                return pipe.execute()  # type: ignore[no-any-return]
-            except rexc.OutOfMemoryError:
-                if not transaction:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
 def until_due(due_in: float | None, timeout: float, block: Callable[[float], bool]) -> bool:
     """``block`` for at most ``timeout``, never past ``due_in`` (True at once if due)."""
     if due_in is not None:

@@ -27,12 +27,14 @@ from typing import Any
 
 import redis
 
-from setqueue.client import SnapshotReads, connect
+from setqueue.client import connect
+from setqueue.executors import Executor
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
 from setqueue.queue import Queue
 from setqueue.runtime.settings import CommonSettings, SettingError
 from setqueue.scripts import text
+from setqueue.steps import Snapshot
 
 RUN_RECORD_TTL_MS = 120_000  # long enough to outlive redis-py's resends of one record
 SAMPLE = 100  # ids of each finding kept in a report
@@ -170,19 +172,23 @@ class Auditor:
     def _read_chunk(self, ids: list[str]) -> list[list[Any]]:
         """Per state (STATES order) whether each id is in it, then its history, runs and lost leases."""
         k = self.keys
-        pipe = SnapshotReads(self.redis)  # one MULTI; a plain pipeline when Redis is out of memory
-        pipe.zmscore(k.todos, ids)
-        pipe.zmscore(k.in_progress, ids)
-        pipe.smismember(k.done, ids)
-        pipe.smismember(k.failed, ids)
-        pipe.zmscore(k.scheduled, ids)
-        pipe.smismember(k.cancelled, ids)
-        pipe.hmget(k.history, ids)
-        pipe.hmget(k.audit_successes, ids)
-        pipe.hmget(k.audit_failures, ids)
-        pipe.hmget(k.audit_lease_lost, ids)
-        pipe.zmscore(k.grouped, ids)
-        todos, *rest, grouped = pipe.execute()
+        # One MULTI (a plain pipeline when Redis is out of memory).
+        reads = Snapshot(
+            (
+                ("ZMSCORE", k.todos, *ids),
+                ("ZMSCORE", k.in_progress, *ids),
+                ("SMISMEMBER", k.done, *ids),
+                ("SMISMEMBER", k.failed, *ids),
+                ("ZMSCORE", k.scheduled, *ids),
+                ("SMISMEMBER", k.cancelled, *ids),
+                ("HMGET", k.history, *ids),
+                ("HMGET", k.audit_successes, *ids),
+                ("HMGET", k.audit_failures, *ids),
+                ("HMGET", k.audit_lease_lost, *ids),
+                ("ZMSCORE", k.grouped, *ids),
+            )
+        )
+        todos, *rest, grouped = Executor(self.redis).do(reads)
         # A waiting job with a group is in todos' state too (setqueue.keys: grouped).
         waiting = [rank if rank is not None else other for rank, other in zip(todos, grouped, strict=True)]
         return [waiting, *rest]
