@@ -34,8 +34,9 @@ from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
 from setqueue.keys import QueueKeys, check_seconds, validate_job_id
-from setqueue.operations import Operations, PlainRouter, QueueCore, Router
+from setqueue.operations import Operations, QueueCore
 from setqueue.replication import NotReplicated
+from setqueue.routing import PlainRouter, Router
 from setqueue.sharded import ShardRouter
 from setqueue.steps import RunScript, Steps
 
@@ -266,7 +267,11 @@ class Queue:
     Every method that talks to Redis is a coroutine."""
 
     def __init__(
-        self, client: AsyncRedis, router: Router, shards: Sequence[Queue] | None, queues: Sequence[Queue] | None
+        self,
+        client: AsyncRedis,
+        router: Router[QueueCore],
+        shards: Sequence[Queue] | None,
+        queues: Sequence[Queue] | None,
     ) -> None:
         self.redis = client
         self.router = router

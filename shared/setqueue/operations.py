@@ -15,7 +15,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 
@@ -60,6 +60,7 @@ from setqueue.records import (
     split_error,
 )
 from setqueue.replication import ReplicaWait
+from setqueue.routing import Router
 from setqueue.scripts import QueueCommands
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
 from setqueue.tracing import current_trace_parent
@@ -154,59 +155,11 @@ class QueueCore:
         return self.next_due - (time.monotonic() - self.next_due_seen)
 
 
-class Router(Protocol):
-    """How a queue made of one or more ``QueueCore`` routes (setqueue.routing has the three kinds)."""
-
-    name: str
-
-    @property
-    def cores(self) -> Sequence[QueueCore]:
-        """Every core, in claim priority order."""
-
-    def home(self, job_id: str) -> QueueCore:
-        """The core a new ``job_id`` is enqueued in."""
-
-    def holders(self, job_id: str) -> Sequence[QueueCore]:
-        """The cores that may hold ``job_id`` (one, unless several queues are served as one)."""
-
-    def of_lease(self, lease: Lease) -> QueueCore:
-        """The core ``lease`` was claimed from."""
-
-    def claim_order(self, request_id: str | None) -> Iterable[tuple[QueueCore, str | None]]:
-        """The cores a claim visits, in order, each with its part's request id (lazily: a claim that is
-        satisfied early stops visiting)."""
-
-    def part(self, request_id: str | None, core: QueueCore) -> str | None:
-        """The request id of ``core``'s part of a call given ``request_id``."""
-
-    def queue_name(self, core: QueueCore) -> str:
-        """The queue name leases and job info from ``core`` carry (a sharded queue's, not the shard's)."""
-
-    def wake_keys(self, on_a_cluster: bool) -> list[str]:
-        """The lists an idle worker blocks on."""
-
-    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
-        """A list to push wake tokens to, besides what ``core``'s scripts push, when jobs become
-        claimable in it (a sharded queue on a Cluster, whose workers cannot BLPOP across slots)."""
-
-    def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """The queue's ``stats()`` from every core's, in ``cores`` order."""
-
-    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
-        """What each core enforces of a rate set for the whole queue."""
-
-    def whole_limits(self, first: Limits) -> Limits:
-        """The queue's limits from its first core's (rates scaled back from a shard's share)."""
-
-    def shard_counts(self) -> list[tuple[str, int]]:
-        """(name, shard count) of every sharded queue in it, to check against what Redis records."""
-
-
 class Operations:
     """Every operation of ``JobQueue``, sans-I/O, over ``router``. Each public method returns the
     operation's ``Steps``; an executor runs them. ``reporter``: what leases report progress through."""
 
-    def __init__(self, router: Router, reporter: Callable[[Lease, float, str], bool] | None = None) -> None:
+    def __init__(self, router: Router[QueueCore], reporter: Callable[[Lease, float, str], bool] | None = None) -> None:
         self.router = router
         self.reporter = reporter
         self.first = router.cores[0]  # whose options a queue of several cores reports as its own
@@ -565,88 +518,13 @@ class Operations:
         return None
 
     def _inspect_core(self, core: QueueCore, job_id: str) -> Steps[JobInfo | None]:
-        k = core.keys
-        # The reads, by name: one MULTI, so the job cannot move between two of them.
-        reads: dict[str, tuple[Any, ...]] = {
-            "todo_rank": ("ZSCORE", k.todos, job_id),
-            "running_rank": ("ZSCORE", k.in_progress, job_id),
-            "in_done": ("SISMEMBER", k.done, job_id),
-            "in_failed": ("SISMEMBER", k.failed, job_id),
-            "due": ("ZSCORE", k.scheduled, job_id),
-            "in_cancelled": ("SISMEMBER", k.cancelled, job_id),
-            "kept_priority": ("HGET", k.priorities, job_id),
-            "attempts": ("HGET", k.attempts, job_id),
-            "payload": ("HGET", k.payloads, job_id),
-            "error": ("HGET", k.errors, job_id),
-            "owner": ("HGET", k.owners, job_id),
-            "finished": ("HGET", k.finished, job_id),
-            "own": ("HGET", k.options, job_id),
-            "history": ("HGET", k.history, job_id),
-            "progress": ("HGET", k.progress, job_id),
-            "result": ("HGET", k.results, job_id),
-            "enqueued": ("ZSCORE", k.pending, job_id),
-            "done_at": ("ZSCORE", k.done_log, job_id),
-            "grouped_rank": ("ZSCORE", k.grouped, job_id),
-            "group": ("HGET", k.group_of, job_id),
-        }
+        # One MULTI, so the job cannot move between two of the reads.
+        reads = inspect_reads(core.keys, job_id)
         replies = yield Snapshot(tuple(reads.values()))
         r = dict(zip(reads, replies, strict=True))
-        todo_rank = r["todo_rank"] if r["todo_rank"] is not None else r["grouped_rank"]  # in its group's line
-        member = (
-            todo_rank is not None,
-            r["running_rank"] is not None,
-            bool(r["in_done"]),
-            bool(r["in_failed"]),
-            r["due"] is not None,
-            bool(r["in_cancelled"]),
-        )
-        states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
-        if not states:
-            return None
-        state = states[0]
-        rank = todo_rank if todo_rank is not None else r["running_rank"]
-        priority: int | None = None
-        if rank is not None:
-            priority = priority_of_rank(rank)
-        elif state in ("scheduled", "failed"):
-            priority = int(r["kept_priority"]) if r["kept_priority"] is not None else 0
-        enqueued_ms = r["enqueued"]
-        attempts: Any = r["attempts"]
-        finished_at: float | None = None
-        if state in ("done", "failed", "cancelled"):
-            enqueued_ms, finished_at, attempts, _returned = parse_finished(r["finished"])
-        elif attempts is None:
-            attempts = 0  # never claimed yet
         token = None if r["owner"] is None else text(r["owner"])
-        ttl_ms = (yield Send(("PTTL", k.lock(token)))) if token is not None else -2
-        own = None if r["own"] is None else text(r["own"])
-        max_attempts, timeout = parse_job_options(own)
-        reason, traceback = split_error(r["error"])
-        done_at = r["done_at"]
-        return JobInfo(
-            id=job_id,
-            queue=self.router.queue_name(core),
-            state=state,
-            priority=priority,
-            attempts=None if attempts is None else int(attempts),
-            payload=None if r["payload"] is None else text(r["payload"]),
-            error=reason,
-            enqueued_at=None if enqueued_ms is None else enqueued_ms / 1000,
-            done_at=None if done_at is None or state != "done" else done_at / 1000,
-            finished_at=finished_at,
-            due_at=None if r["due"] is None else r["due"] / 1000,
-            lock_token=token if ttl_ms >= 0 else None,
-            lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            traceback=traceback,
-            trace_parent=parse_trace_parent(own),
-            history=parse_history(r["history"]),
-            progress=parse_progress(r["progress"]),
-            result=None if r["result"] is None else decode_result(text(r["result"])),
-            result_kept=r["result"] is not None,
-            group=None if r["group"] is None else text(r["group"]),
-        )
+        ttl_ms = (yield Send(("PTTL", core.keys.lock(token)))) if token is not None else -2
+        return job_info(job_id, self.router.queue_name(core), r, ttl_ms)
 
     def holder(self, job_id: str) -> Steps[QueueCore | None]:
         """The core that knows ``job_id``, or None (several candidates: the first whose inspect finds it)."""
@@ -948,51 +826,3 @@ class Operations:
         """Schedule name -> its latest slot (Unix seconds), in ``core``."""
         slots = yield Send(("HGETALL", core.keys.periodic))
         return {text(name): int(ms) / 1000 for name, ms in slots.items()}
-
-
-class PlainRouter:
-    """The routing of a plain queue: one core holds everything."""
-
-    def __init__(self, core: QueueCore) -> None:
-        self.core = core
-        self.name = core.name
-
-    @property
-    def cores(self) -> Sequence[QueueCore]:
-        return (self.core,)
-
-    def home(self, job_id: str) -> QueueCore:
-        return self.core
-
-    def holders(self, job_id: str) -> Sequence[QueueCore]:
-        return (self.core,)
-
-    def of_lease(self, lease: Lease) -> QueueCore:
-        return self.core
-
-    def claim_order(self, request_id: str | None) -> Iterable[tuple[QueueCore, str | None]]:
-        return ((self.core, request_id),)
-
-    def part(self, request_id: str | None, core: QueueCore) -> str | None:
-        return request_id
-
-    def queue_name(self, core: QueueCore) -> str:
-        return self.name
-
-    def wake_keys(self, on_a_cluster: bool) -> list[str]:
-        return [self.core.keys.wake]
-
-    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
-        return None  # the scripts wake this queue's workers
-
-    def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return each[0]
-
-    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
-        return [(self.core, rate)]
-
-    def whole_limits(self, first: Limits) -> Limits:
-        return first
-
-    def shard_counts(self) -> list[tuple[str, int]]:
-        return []

@@ -28,8 +28,9 @@ from setqueue.client import (
 )
 from setqueue.executors import Executor
 from setqueue.keys import QueueKeys, check_seconds, validate_job_id
-from setqueue.operations import Operations, PlainRouter, QueueCore, Router
+from setqueue.operations import Operations, QueueCore
 from setqueue.records import job_items
+from setqueue.routing import PlainRouter, Router
 from setqueue.steps import Steps
 
 __all__ = ["Queue", "job_items"]
@@ -64,7 +65,7 @@ class Queue:
         self._setup(client, PlainRouter(core), None, None)
 
     def _setup(
-        self, client: Client, router: Router, shards: Sequence[Queue] | None, queues: Sequence[Queue] | None
+        self, client: Client, router: Router[QueueCore], shards: Sequence[Queue] | None, queues: Sequence[Queue] | None
     ) -> None:
         """Open over ``router``; ``shards`` and ``queues``: the plain and named queues it is made of
         (None: itself)."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Generic
 
 from setqueue.jobs import Lease
 from setqueue.keys import MAX_SHARDS, QueueKeys
 from setqueue.limits import GroupLimits, Limits, Rate
-from setqueue.operations import QueueCore
 from setqueue.records import part_id, summed_stats
+from setqueue.routing import C
 
 
 def shard_name(name: str, shard: int) -> str:
@@ -32,11 +32,11 @@ def shard_of(job_id: str, shards: int) -> int:
     return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
-class ShardRouter:
+class ShardRouter(Generic[C]):
     """Ids to ``crc32(id) mod N``; claims visit the shards in turn, each call starting one further than
     the last (so no shard starves); answers are summed; rates are split 1/N."""
 
-    def __init__(self, cores: Sequence[QueueCore], name: str) -> None:
+    def __init__(self, cores: Sequence[C], name: str) -> None:
         if not 2 <= len(cores) <= MAX_SHARDS:
             raise ValueError(f"a sharded queue has 2 to {MAX_SHARDS} shards, got {len(cores)}")
         self.name = name
@@ -45,28 +45,28 @@ class ShardRouter:
         self._wake = QueueKeys(name).wake  # the queue's own wake list, on a Cluster
 
     @property
-    def cores(self) -> Sequence[QueueCore]:
+    def cores(self) -> Sequence[C]:
         return self._cores
 
-    def home(self, job_id: str) -> QueueCore:
+    def home(self, job_id: str) -> C:
         return self._cores[shard_of(job_id, len(self._cores))]
 
-    def holders(self, job_id: str) -> Sequence[QueueCore]:
+    def holders(self, job_id: str) -> Sequence[C]:
         return (self.home(job_id),)
 
-    def of_lease(self, lease: Lease) -> QueueCore:
+    def of_lease(self, lease: Lease) -> C:
         return self.home(lease.id)
 
-    def claim_order(self, request_id: str | None) -> Iterator[tuple[QueueCore, str | None]]:
+    def claim_order(self, request_id: str | None) -> Iterator[tuple[C, str | None]]:
         start, n = self._next, len(self._cores)
         self._next = (start + 1) % n
         for core in itertools.islice(itertools.cycle(self._cores), start, start + n):
             yield core, part_id(request_id, core.name)
 
-    def part(self, request_id: str | None, core: QueueCore) -> str | None:
+    def part(self, request_id: str | None, core: C) -> str | None:
         return part_id(request_id, core.name)
 
-    def queue_name(self, core: QueueCore) -> str:
+    def queue_name(self, core: C) -> str:
         return self.name  # handlers and inspect see the queue's name, not the shard's
 
     def wake_keys(self, on_a_cluster: bool) -> list[str]:
@@ -74,14 +74,14 @@ class ShardRouter:
         ``extra_wake``."""
         return [self._wake] if on_a_cluster else [core.keys.wake for core in self._cores]
 
-    def extra_wake(self, core: QueueCore, on_a_cluster: bool) -> str | None:
+    def extra_wake(self, core: C, on_a_cluster: bool) -> str | None:
         return self._wake if on_a_cluster else None
 
     def shape_stats(self, each: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The shards' stats summed, each shard's own under ``"shards"``."""
         return {**summed_stats(each), "shards": list(each)}
 
-    def rate_shares(self, rate: Rate | None) -> list[tuple[QueueCore, Rate | None]]:
+    def rate_shares(self, rate: Rate | None) -> list[tuple[C, Rate | None]]:
         """1/N of the rate in each shard (burst rounded up): ids spread evenly, so the shares add up."""
         share = None if rate is None else rate.split(len(self._cores))
         return [(core, share) for core in self._cores]
