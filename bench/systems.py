@@ -100,7 +100,7 @@ class SetQueue(System):
     queue: str = QUEUE
     shards: int = 1  # QUEUE_SHARDS
     wait_replicas: int = 0  # WAIT_REPLICAS: every write waits for that many replicas
-    groups: int = 0  # job i in job group i mod groups (this checkout only)
+    groups: int = 0  # job i in job group i mod groups
     results: bool = False  # the handler returns a small result, kept (RESULT_TTL_SECONDS's default)
     processes: str = ""  # PROCESSES ("": its default)
 
@@ -149,18 +149,17 @@ class SetQueue(System):
             self.state["producer"].stdout.readline()  # it has imported setqueue: ready
 
     def enqueue(self, ids: list[str]) -> None:
-        if not self.code.is_current:
+        calls = [(ids[g :: self.groups], f"tenant-{g}") for g in range(self.groups)] if self.groups else [(ids, None)]
+        if not self.code.is_current:  # the same calls, in the baseline tree's producer
             self.prepare()
             proc = self.state["producer"]
-            proc.stdin.write(json.dumps(ids) + "\n")
+            proc.stdin.write(json.dumps(calls) + "\n")
             proc.stdin.flush()
             if not proc.stdout.readline():
                 raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
-        elif self.groups:
-            for g in range(self.groups):
-                self.client().enqueue(ids[g :: self.groups], group=f"tenant-{g}")
-        else:
-            self.client().enqueue(ids)
+            return
+        for some, group in calls:
+            self.client().enqueue(some, group=group)
 
     def commands(self, workers: int) -> list[Command]:
         env = {**self.env(self.code), **self.worker_settings()}
