@@ -39,11 +39,9 @@ from setqueue.jobs import (
 )
 from setqueue.keys import (
     MAX_IDS_PER_CALL,
-    STATES,
     QueueKeys,
     check_seconds,
     check_whole,
-    priority_of_rank,
     validate_group,
     validate_job_id,
     validate_priority,
@@ -51,11 +49,12 @@ from setqueue.keys import (
 from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.records import (
     chunks,
+    inspect_reads,
+    job_info,
     job_items,
     numbered,
     parse_finished,
     parse_history,
-    parse_progress,
     retry_delay,
     split_error,
 )

@@ -1,6 +1,6 @@
 """Plain functions the queue's operations share, with no I/O: what a payload is stored as, what the
-stored records read as (history lines, progress reports, finished records, errors), how a call is
-split into script calls, and how figures of several shards add up."""
+stored records read as (history lines, progress reports, finished records, errors, a job's whole
+record), how a call is split into script calls, and how figures of several shards add up."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from setqueue.jobs import TRACEBACK_MARK, HistoryEntry, Progress
-from setqueue.keys import MAX_IDS_PER_CALL, STATES, check_utf8, validate_job_id
+from setqueue.jobs import (
+    TRACEBACK_MARK,
+    HistoryEntry,
+    JobInfo,
+    Progress,
+    decode_result,
+    parse_job_options,
+    parse_trace_parent,
+)
+from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys, check_utf8, priority_of_rank, validate_job_id
 from setqueue.limits import LIMIT_STATS
 from setqueue.steps import text
 
@@ -113,6 +121,92 @@ def split_error(stored: Any) -> tuple[str | None, str | None]:
         return None, None
     reason, mark, trace = text(stored).partition(TRACEBACK_MARK)
     return reason, (mark.lstrip("\n") + trace if mark else None)
+
+
+def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
+    """The reads of everything kept of ``job_id``, by name, for one snapshot (``job_info`` reads the replies)."""
+    return {
+        "todo_rank": ("ZSCORE", k.todos, job_id),
+        "running_rank": ("ZSCORE", k.in_progress, job_id),
+        "in_done": ("SISMEMBER", k.done, job_id),
+        "in_failed": ("SISMEMBER", k.failed, job_id),
+        "due": ("ZSCORE", k.scheduled, job_id),
+        "in_cancelled": ("SISMEMBER", k.cancelled, job_id),
+        "kept_priority": ("HGET", k.priorities, job_id),
+        "attempts": ("HGET", k.attempts, job_id),
+        "payload": ("HGET", k.payloads, job_id),
+        "error": ("HGET", k.errors, job_id),
+        "owner": ("HGET", k.owners, job_id),
+        "finished": ("HGET", k.finished, job_id),
+        "own": ("HGET", k.options, job_id),
+        "history": ("HGET", k.history, job_id),
+        "progress": ("HGET", k.progress, job_id),
+        "result": ("HGET", k.results, job_id),
+        "enqueued": ("ZSCORE", k.pending, job_id),
+        "done_at": ("ZSCORE", k.done_log, job_id),
+        "grouped_rank": ("ZSCORE", k.grouped, job_id),
+        "group": ("HGET", k.group_of, job_id),
+    }
+
+
+def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobInfo | None:
+    """The ``JobInfo`` of the replies ``r`` to ``inspect_reads`` (by name) and the PTTL of its owner's lock
+    (-2: none); None when no state holds the id."""
+    todo_rank = r["todo_rank"] if r["todo_rank"] is not None else r["grouped_rank"]  # in its group's line
+    member = (
+        todo_rank is not None,
+        r["running_rank"] is not None,
+        bool(r["in_done"]),
+        bool(r["in_failed"]),
+        r["due"] is not None,
+        bool(r["in_cancelled"]),
+    )
+    states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
+    if not states:
+        return None
+    state = states[0]
+    rank = todo_rank if todo_rank is not None else r["running_rank"]
+    priority: int | None = None
+    if rank is not None:
+        priority = priority_of_rank(rank)
+    elif state in ("scheduled", "failed"):
+        priority = int(r["kept_priority"]) if r["kept_priority"] is not None else 0
+    enqueued_ms = r["enqueued"]
+    attempts: Any = r["attempts"]
+    finished_at: float | None = None
+    if state in ("done", "failed", "cancelled"):
+        enqueued_ms, finished_at, attempts, _returned = parse_finished(r["finished"])
+    elif attempts is None:
+        attempts = 0  # never claimed yet
+    token = None if r["owner"] is None else text(r["owner"])
+    own = None if r["own"] is None else text(r["own"])
+    max_attempts, timeout = parse_job_options(own)
+    reason, traceback = split_error(r["error"])
+    done_at = r["done_at"]
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        state=state,
+        priority=priority,
+        attempts=None if attempts is None else int(attempts),
+        payload=None if r["payload"] is None else text(r["payload"]),
+        error=reason,
+        enqueued_at=None if enqueued_ms is None else enqueued_ms / 1000,
+        done_at=None if done_at is None or state != "done" else done_at / 1000,
+        finished_at=finished_at,
+        due_at=None if r["due"] is None else r["due"] / 1000,
+        lock_token=token if ttl_ms >= 0 else None,
+        lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        traceback=traceback,
+        trace_parent=parse_trace_parent(own),
+        history=parse_history(r["history"]),
+        progress=parse_progress(r["progress"]),
+        result=None if r["result"] is None else decode_result(text(r["result"])),
+        result_kept=r["result"] is not None,
+        group=None if r["group"] is None else text(r["group"]),
+    )
 
 
 def summed_stats(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
