@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import threading
 import time
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,15 +31,20 @@ def operations() -> list[str]:
     )
 
 
+def signatures(function: Any) -> list[inspect.Signature]:
+    """The function's signature, and each of its overloads'."""
+    return [inspect.signature(f) for f in (function, *typing.get_overloads(function))]
+
+
 @pytest.mark.parametrize("name", operations())
 def test_every_operation_is_a_coroutine_with_the_same_signature(name: str) -> None:
-    blocking = inspect.signature(getattr(JobQueue, name))
     method = getattr(setqueue.aio.Queue, name)
-    awaited = inspect.signature(method)
-    assert list(awaited.parameters) == list(blocking.parameters), name
-    for parameter in blocking.parameters.values():
-        twin = awaited.parameters[parameter.name]
-        assert (twin.kind, twin.default) == (parameter.kind, parameter.default), (name, parameter.name)
+    pairs = list(zip(signatures(getattr(JobQueue, name)), signatures(method), strict=True))
+    for blocking, awaited in pairs:
+        assert list(awaited.parameters) == list(blocking.parameters), name
+        for parameter in blocking.parameters.values():
+            twin = awaited.parameters[parameter.name]
+            assert (twin.kind, twin.default) == (parameter.kind, parameter.default), (name, parameter.name)
     if name in PLAIN:
         assert not inspect.iscoroutinefunction(method)
     else:

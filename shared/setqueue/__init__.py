@@ -37,6 +37,7 @@ from setqueue.lease import LeaseKeeper
 from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
 from setqueue.scripts import new_request_id
+from setqueue.tasks import Sent, Task, Tasks, current_lease
 from setqueue.version import __version__
 
 __all__ = [
@@ -60,10 +61,14 @@ __all__ = [
     "RenewOutcome",
     "ResultGone",
     "RetryLater",
+    "Sent",
     "Shard",
     "SweepResult",
+    "Task",
+    "Tasks",
     "UnknownJob",
     "__version__",
+    "current_lease",
     "new_request_id",
     "open_queue",
 ]

@@ -20,7 +20,7 @@ import functools
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 import redis
 import redis.asyncio
@@ -39,6 +39,7 @@ from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
 from setqueue.sharded import ShardRouter
 from setqueue.steps import RunScript, Steps
+from setqueue.tasks import Sent, Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -345,6 +346,15 @@ class Queue:
     ping = _awaitable(Operations.ping)
     wake_keys = _awaitable(Operations.wake_keys)
 
+    @overload
+    async def send(self, task: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Sent[R]: ...
+    @overload
+    async def send(self, task: str, /, *args: Any, **kwargs: Any) -> Sent[Any]: ...
+
+    async def send(self, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> Sent[Any]:
+        """Send a call of ``task`` as one job (``setqueue.Queue.send``, awaited)."""
+        return await self.executor.run(self.operations.send(task, args, kwargs))
+
     def backoff_delay(self, attempt: int) -> float:
         """The retry delay after ``attempt`` (no I/O)."""
         return self.operations.backoff_delay(attempt)
@@ -392,10 +402,15 @@ class Queue:
 
     # -- results
 
-    async def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """What ``job_id``'s handler returned, once it ends (TimeoutError after ``timeout`` seconds; None:
-        wait for ever). Raises JobFailed (dead-lettered or cancelled), ResultGone (not kept), UnknownJob."""
-        return (await self.results([job_id], timeout))[job_id]
+    @overload
+    async def result(self, job_id: Sent[R], timeout: float | None = None) -> R: ...
+    @overload
+    async def result(self, job_id: str, timeout: float | None = None) -> Any: ...
+
+    async def result(self, job_id: str | Sent[Any], timeout: float | None = None) -> Any:
+        """What the job's handler returned, once it ends (``setqueue.Queue.result``, awaited)."""
+        wanted = job_id.id if isinstance(job_id, Sent) else job_id
+        return (await self.results([wanted], timeout))[wanted]
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
         """The same as ``result`` (the blocking client's name for it)."""

@@ -1,16 +1,20 @@
-"""``JobQueue``, what ``Queue``, ``ShardedQueue`` and ``QueueGroup`` (whichever ``setqueue.open_queue``
-makes) share; the services and CLI use nothing else. ``Shard``: one plain queue."""
+"""``JobQueue``, what every ``Queue`` (plain, ``ShardedQueue``, ``MultiQueue``: whichever
+``setqueue.open_queue`` makes) shares; the services and CLI use nothing else. ``Shard``: one plain queue."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 import redis
 
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult
 from setqueue.keys import QueueKeys
 from setqueue.limits import GroupInfo, Limits, Rate
+from setqueue.tasks import Sent, Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @runtime_checkable
@@ -51,6 +55,13 @@ class JobQueue(Protocol):
         group: str | None = None,
     ) -> int: ...
 
+    @overload
+    def send(self, task: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Sent[R]: ...
+    @overload
+    def send(self, task: str, /, *args: Any, **kwargs: Any) -> Sent[Any]: ...
+    def send(self, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> Sent[Any]:
+        """Send a call of ``task`` (a ``Task``, or a task's name) as one job."""
+
     # -- workers
     def claim(self, count: int = 1, *, request_id: str | None = None) -> list[Lease]: ...
     def renew(self, lease: Lease) -> bool: ...
@@ -83,7 +94,13 @@ class JobQueue(Protocol):
     def delete(self, job_id: str) -> str | None: ...
     def cancel(self, job_id: str) -> str | None: ...
     def history(self, job_id: str) -> list[HistoryEntry]: ...
+    @overload
+    def result(self, job_id: Sent[R], timeout: float | None = None) -> R: ...
+    @overload
     def result(self, job_id: str, timeout: float | None = None) -> Any: ...
+    def result(self, job_id: str | Sent[Any], timeout: float | None = None) -> Any:
+        """What the job's handler returned, once it ends."""
+
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any: ...
     def results(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Any]: ...
     def ping(self, *, record: bool = False) -> bool: ...

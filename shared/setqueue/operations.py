@@ -62,6 +62,7 @@ from setqueue.replication import ReplicaWait
 from setqueue.routing import Router
 from setqueue.scripts import QueueCommands
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
+from setqueue.tasks import Sent, Task, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
@@ -247,6 +248,27 @@ class Operations:
             {core: n if delay is None and at is None else min(n, 1) for core, n in added.items()}
         )
         return sum(added.values())
+
+    def send(self, task: Task[Any, Any] | str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Steps[Sent[Any]]:
+        """Enqueue a call of ``task`` (a ``Task``, or a task's name) with ``args`` and ``kwargs`` as one
+        job whose payload is the task envelope (``setqueue.tasks``). Its job options are the send's
+        (``task.options(...)``), else the task's, else the queue's and worker's. Returns the job's id
+        (generated, sortable by time, unless given) and whether it was created (False: the id was known
+        and nothing changed). TypeError naming the task and the argument for a call that does not bind
+        (a ``Task``) or a value JSON cannot carry; ValueError for a bad option or a payload over
+        payload_max_bytes; nothing is written then."""
+        name, options, payload = prepare_send(task, args, kwargs)
+        job_id = options.id or new_job_id()
+        added = yield from self.enqueue(
+            {job_id: payload},
+            delay=options.delay,
+            at=options.at,
+            priority=options.priority or 0,
+            max_attempts=options.max_attempts,
+            timeout=options.timeout,
+            group=options.group,
+        )
+        return Sent(job_id, added == 1, name)
 
     # -- workers
 

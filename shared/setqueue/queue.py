@@ -12,7 +12,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 import redis
 
@@ -32,6 +32,7 @@ from setqueue.operations import Operations, QueueCore
 from setqueue.records import job_items
 from setqueue.routing import PlainRouter, Router
 from setqueue.steps import Steps
+from setqueue.tasks import Sent, Task
 
 __all__ = ["Queue", "job_items"]
 
@@ -180,6 +181,16 @@ class Queue:
     groups = _blocking(Operations.groups)
     ping = _blocking(Operations.ping)
 
+    @overload
+    def send(self, task: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Sent[R]: ...
+    @overload
+    def send(self, task: str, /, *args: Any, **kwargs: Any) -> Sent[Any]: ...
+
+    def send(self, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> Sent[Any]:
+        """Send a call of ``task`` (a ``Task``: checked against its function's signature, by mypy too; or a
+        task's name) as one job: ``Operations.send``. Returns ``Sent(id, created, task)``."""
+        return self.executor.run(self.operations.send(task, args, kwargs))
+
     def backoff_delay(self, attempt: int) -> float:
         """The retry delay after ``attempt`` (``Operations.backoff_delay``)."""
         return self.operations.backoff_delay(attempt)
@@ -222,10 +233,17 @@ class Queue:
 
     # -- results
 
-    def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """What ``job_id``'s handler returned, once it ends (TimeoutError after ``timeout`` seconds; None:
-        wait for ever). Raises JobFailed (dead-lettered or cancelled), ResultGone (not kept), UnknownJob."""
-        return self.results([job_id], timeout)[job_id]
+    @overload
+    def result(self, job_id: Sent[R], timeout: float | None = None) -> R: ...
+    @overload
+    def result(self, job_id: str, timeout: float | None = None) -> Any: ...
+
+    def result(self, job_id: str | Sent[Any], timeout: float | None = None) -> Any:
+        """What the job's handler returned, once it ends (TimeoutError after ``timeout`` seconds; None:
+        wait for ever); ``job_id`` may be what ``send`` returned, and the value then has the task's
+        return type. Raises JobFailed (dead-lettered or cancelled), ResultGone (not kept), UnknownJob."""
+        wanted = job_id.id if isinstance(job_id, Sent) else job_id
+        return self.results([wanted], timeout)[wanted]
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
         """``result`` in a thread, for asyncio code on the blocking client (``setqueue.aio`` needs none)."""

@@ -1,0 +1,322 @@
+"""Tasks by name: typed functions a worker runs, sent by name with JSON arguments.
+
+``tasks = Tasks()`` is a registry; ``@tasks.task`` (or ``@tasks.task(name=..., max_attempts=...,
+timeout=..., priority=...)``) declares a plain or ``async def`` function as a task, with no Redis
+involved. A producer sends a call with ``q.send(task, *args, **kwargs)`` (checked against the
+function's signature, by mypy and at run time) or ``q.send("name", *args, **kwargs)`` (for a producer
+that does not import the workers' code: only JSON is checked). A worker serves the registry:
+``JOB_HANDLER=module:tasks``; the registry is the handler.
+
+The wire format (docs/reference.md#the-task-envelope), the contract for producers in any language: a
+job's payload is a JSON object ``{"task": NAME, "args": [...], "kwargs": {...}, "v": 1}``. Any other
+payload is not a task call: the registry hands it to its ``default`` handler, if it has one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from setqueue.jobs import Lease, PermanentJobError
+from setqueue.keys import check_seconds, validate_group, validate_job_id, validate_priority
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ENVELOPE_VERSION = 1
+# What a task call may carry: the envelope's keys.
+ENVELOPE_KEYS = frozenset({"task", "args", "kwargs", "v"})
+IF_EXISTS = ("ignore",)  # what a send does with an id the queue knows: leave the job as it is
+
+_current_lease: contextvars.ContextVar[Lease] = contextvars.ContextVar("setqueue_current_lease")
+
+
+def current_lease() -> Lease:
+    """The lease of the task running in this thread or task (its id, attempt, ``progress()``);
+    LookupError outside a task run by a worker."""
+    try:
+        return _current_lease.get()
+    except LookupError:
+        raise LookupError("current_lease() is for code run by a worker as a task") from None
+
+
+def validate_task_name(name: str) -> str:
+    """A task name: 1 to 200 printable characters, no white space (it names the task in logs, metric
+    labels and the envelope). ValueError otherwise."""
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= 200
+        or not name.isprintable()
+        or any(c.isspace() for c in name)
+    ):
+        raise ValueError(f"a task name is 1 to 200 printable characters without white space, got {name!r}")
+    return name
+
+
+def new_job_id() -> str:
+    """A fresh job id that sorts by time: 13 hex digits of Unix milliseconds, a dash, 16 random hex."""
+    return f"{time.time_ns() // 1_000_000:013x}-{os.urandom(8).hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """Job options of one send (None: the task's, else the worker's or queue's default)."""
+
+    id: str | None = None
+    delay: float | None = None
+    at: float | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    group: str | None = None
+    if_exists: str = "ignore"
+
+    def __post_init__(self) -> None:
+        if self.id is not None:
+            validate_job_id(self.id)
+        if self.delay is not None:
+            check_seconds("delay", self.delay)
+        if self.at is not None:
+            check_seconds("at", self.at)
+        if self.delay is not None and self.at is not None:
+            raise ValueError("give delay or at, not both")
+        if self.priority is not None:
+            validate_priority(self.priority)
+        if self.max_attempts is not None and (isinstance(self.max_attempts, bool) or self.max_attempts < 1):
+            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts!r}")
+        if self.timeout is not None:
+            check_seconds("timeout", self.timeout)
+        if self.group is not None:
+            validate_group(self.group)
+        if self.if_exists not in IF_EXISTS:
+            raise ValueError(f"if_exists must be one of {', '.join(IF_EXISTS)}, got {self.if_exists!r}")
+
+    def over(self, defaults: SendOptions) -> SendOptions:
+        """These options, each unset one taken from ``defaults``."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "if_exists"}
+        merged = {name: value if value is not None else getattr(defaults, name) for name, value in given.items()}
+        return SendOptions(**merged, if_exists=self.if_exists)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent(Generic[R]):
+    """What ``send`` returns: the job's ``id``, and ``created`` (False: a job of that id was known, and
+    nothing changed). ``R``: the task's return type, what ``result(id)`` gives once it ran."""
+
+    id: str
+    created: bool
+    task: str
+
+
+class Task(Generic[P, R]):
+    """A function declared as a task: ``name``, the default job options of its calls, and the function.
+    Calling the task calls the function directly (no queue involved)."""
+
+    def __init__(self, func: Callable[P, Any], name: str, defaults: SendOptions) -> None:
+        self.func = func
+        self.name = validate_task_name(name)
+        self.defaults = defaults
+        self.signature = inspect.signature(func)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
+
+    def options(
+        self,
+        *,
+        id: str | None = None,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        group: str | None = None,
+        if_exists: str = "ignore",
+    ) -> Task[P, R]:
+        """A copy of this task whose sends carry these job options (over the task's own). ValueError for
+        a bad one."""
+        given = SendOptions(id, delay, at, priority, max_attempts, timeout, group, if_exists)
+        return Task(self.func, self.name, given.over(self.defaults))
+
+    def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """TypeError naming the task and the argument when ``args``/``kwargs`` do not bind to the function
+        (missing, extra or unknown keyword)."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name}: {exc}") from None
+
+
+def envelope(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    """The payload of a call of task ``name``; TypeError naming the task and the argument that JSON
+    cannot carry (NaN and infinities included), checked before anything is sent."""
+    for where, value in [*((f"argument {n + 1}", a) for n, a in enumerate(args)), *kwargs.items()]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"task {name}: {where} is not JSON ({exc})") from None
+    call = {"task": name, "args": list(args), "kwargs": dict(kwargs), "v": ENVELOPE_VERSION}
+    return json.dumps(call, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def read_envelope(payload: str | None) -> tuple[str, list[Any], dict[str, Any]] | None:
+    """(task name, args, kwargs) of a task call's payload; None for a payload that is not one. A payload
+    that says it is one but is malformed raises PermanentJobError (no retry makes it right)."""
+    if payload is None or not payload.startswith("{"):
+        return None
+    try:
+        call = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or "task" not in call or not set(call) <= ENVELOPE_KEYS:
+        return None
+    if call.get("v", ENVELOPE_VERSION) != ENVELOPE_VERSION:
+        raise PermanentJobError(
+            f"task call of envelope version {call.get('v')!r}; this worker reads {ENVELOPE_VERSION}"
+        )
+    name, args, kwargs = call["task"], call.get("args", []), call.get("kwargs", {})
+    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise PermanentJobError("malformed task call: task must be a string, args a list, kwargs an object")
+    return name, args, kwargs
+
+
+def prepare_send(
+    task: Task[Any, Any] | str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[str, SendOptions, str]:
+    """The task's name, the send's job options and the payload of ``task(*args, **kwargs)``, all checked:
+    TypeError naming the task and the argument (a ``Task``: the signature too; a name: JSON only),
+    ValueError for a bad name."""
+    if isinstance(task, Task):
+        task.check_call(args, kwargs)
+        return task.name, task.defaults, envelope(task.name, args, kwargs)
+    if not isinstance(task, str):
+        raise TypeError(f"send takes a task or a task's name, not {type(task).__name__}")
+    return validate_task_name(task), SendOptions(), envelope(task, args, kwargs)
+
+
+class Tasks:
+    """A registry of tasks, and the handler a worker runs for it (``JOB_HANDLER=module:tasks``).
+
+    ``default``: the handler of jobs whose payload is not a task call (None: they fail at once)."""
+
+    def __init__(self, default: Callable[[Lease], Any] | None = None) -> None:
+        self._tasks: dict[str, Task[Any, Any]] = {}
+        self.default = default
+
+    @overload
+    def task(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        priority: int | None = None,
+    ) -> _Declare: ...
+
+    def task(
+        self,
+        func: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        priority: int | None = None,
+    ) -> Task[Any, Any] | _Declare:
+        """Declare ``func`` a task named ``name`` (default: ``module.function``) whose jobs get these
+        options unless a send gives its own. ValueError for a name declared twice or a bad option."""
+        defaults = SendOptions(priority=priority, max_attempts=max_attempts, timeout=timeout)
+        declare = _Declare(self, name, defaults)
+        return declare if func is None else declare(func)
+
+    def add(self, task: Task[Any, Any]) -> None:
+        if task.name in self._tasks:
+            raise ValueError(f"a task named {task.name!r} is declared twice")
+        self._tasks[task.name] = task
+
+    def __getitem__(self, name: str) -> Task[Any, Any]:
+        return self._tasks[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._tasks))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the tasks declared, sorted."""
+        return sorted(self._tasks)
+
+    def __call__(self, lease: Lease) -> Any:
+        """Run the job's task (a coroutine for an ``async def`` one, which the worker awaits). An unknown
+        task, a call its function does not accept, or a payload that is no task call without a default
+        handler raises PermanentJobError: the job fails at once, with the reason."""
+        call = read_envelope(lease.payload)
+        if call is None:
+            if self.default is None:
+                raise PermanentJobError(f"job {lease.id!r} is not a task call, and this worker has no default handler")
+            return self.default(lease)
+        name, args, kwargs = call
+        task = self._tasks.get(name)
+        if task is None:
+            known = ", ".join(self.names) or "none"
+            raise PermanentJobError(f"unknown task {name!r}: this worker serves {known}")
+        try:
+            task.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise PermanentJobError(f"task {name}: the call does not fit the function: {exc}") from None
+        if task.is_async:
+            return _run_async(task, lease, args, kwargs)
+        token = _current_lease.set(lease)
+        try:
+            return task.func(*args, **kwargs)
+        finally:
+            _current_lease.reset(token)
+
+
+async def _run_async(task: Task[Any, Any], lease: Lease, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    _current_lease.set(lease)  # this coroutine runs in a context of its own
+    result: Awaitable[Any] = task.func(*args, **kwargs)
+    return await result
+
+
+class _Declare:
+    """``@tasks.task(...)`` with options: the decorator that declares the function."""
+
+    def __init__(self, registry: Tasks, name: str | None, defaults: SendOptions) -> None:
+        self.registry = registry
+        self.name = name
+        self.defaults = defaults
+
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, func: Callable[..., Any], /) -> Task[Any, Any]:
+        name = self.name or f"{func.__module__}.{func.__qualname__}"
+        task: Task[Any, Any] = Task(func, name, self.defaults)
+        self.registry.add(task)
+        return task
