@@ -8,7 +8,7 @@ from typing import Any
 
 from setqueue.client import connect
 from setqueue.group import MultiRouter
-from setqueue.keys import MAX_SHARDS, parse_queue_names
+from setqueue.keys import MAX_SHARDS, validate_queue_name
 from setqueue.queue import Queue
 from setqueue.sharded import ShardRouter, shard_names
 
@@ -42,10 +42,19 @@ QueueGroup = MultiQueue
 
 def queue_layout(name: str | Sequence[str], shards: int) -> list[tuple[str, list[str]]]:
     """Each named queue with the names of its shards (one: the queue itself), checked: ValueError for a shard
-    count out of 1..MAX_SHARDS, no name, a bad name, or a name given twice."""
+    count out of 1..MAX_SHARDS, no name, a bad name (a str is one name: one with a comma is refused, with the
+    list to pass instead), or a name given twice."""
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
-    names = parse_queue_names(name) if isinstance(name, str) else tuple(name)
+    if isinstance(name, str):
+        if "," in name:
+            several = [part.strip() for part in name.split(",")]
+            raise ValueError(
+                f"queue name {name!r} has a comma: several queues are a list, open_queue(url, {several!r})"
+            )
+        names: tuple[str, ...] = (validate_queue_name(name),)
+    else:
+        names = tuple(name)
     if not names:
         raise ValueError("no queue name")
     if len(set(names)) != len(names):
@@ -66,11 +75,11 @@ def open_queue(
 ) -> Queue:
     """The queue ``name`` on ``url`` (redis, rediss, unix; one Redis or any Cluster node), on one client:
     a plain queue for one name; a sharded queue of ``name~0`` .. ``name~N-1`` for ``shards=N``; several
-    queues served as one (strict priority, in order) for several names (a list, or commas as in
-    ``QUEUE_NAME``). ``options`` go to every plain queue (``QueueCore``'s); ``client``: an open client to
-    use instead; ``tls_*``: see ``setqueue.client.tls_options``. Each has the ``JobQueue`` interface.
-    Raises ValueError for a bad name, shard count or option, OptionError for a TLS file that does not fit
-    the URL."""
+    queues served as one (strict priority, in order) for a list of names (a str is one name: one with a
+    comma is refused; only ``QUEUE_NAME`` separates names with commas). ``options`` go to every plain queue
+    (``QueueCore``'s); ``client``: an open client to use instead; ``tls_*``: see
+    ``setqueue.client.tls_options``. Each has the ``JobQueue`` interface. Raises ValueError for a bad name,
+    shard count or option, OptionError for a TLS file that does not fit the URL."""
     layout = queue_layout(name, shards)
     if client is None:
         client = connect(url, tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
