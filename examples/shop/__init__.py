@@ -1,0 +1,1 @@
+"""A shop's background work on setqueue: three kinds of task and an asyncio producer."""
