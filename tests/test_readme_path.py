@@ -59,11 +59,41 @@ def test_the_newcomer_path_runs_as_written(tmp_path: Path, own_redis: RedisServe
 
 
 def test_the_enqueue_example_runs_as_written(own_redis: RedisServer) -> None:
-    example = block("python", "from setqueue import open_queue").replace("redis://localhost:6379/0", own_redis.url)
+    example = block("python", "from setqueue import open_queue\n\n").replace("redis://localhost:6379/0", own_redis.url)
     example = example.replace('q.result("order-42", timeout=60)', 'q.result("order-42", timeout=0.1)')
     # No worker runs here: the wait for order-42's result ends after its (shortened) timeout.
     run = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=60, check=False)
     assert "TimeoutError: 1 of 1 jobs have not ended" in run.stderr, run.stderr
+
+
+def test_the_tasks_example_runs_as_written(tmp_path: Path, own_redis: RedisServer) -> None:
+    """The README's task module and producer, served by a real worker as the README's line starts it."""
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "tasks.py").write_text(block("python", "# shop/tasks.py"))
+    producer = block("python", "from setqueue import open_queue\nfrom shop.tasks").replace(
+        "redis://localhost:6379/0", own_redis.url
+    )
+    env = base_env(REDIS_URL=own_redis.url, QUEUE_NAME="default", METRICS_PORT="0")
+    env["JOB_HANDLER"] = "shop.tasks:tasks"
+    env["PYTHONPATH"] = str(tmp_path)  # as a user's own module is, in the directory they run from
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "worker"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", producer],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        worker.kill()
+        worker.wait(10)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["{'to': 'ada@example.com', 'status': 'sent'}"]
 
 
 def own_redis_client(server: RedisServer) -> redis.Redis:
