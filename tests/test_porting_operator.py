@@ -3,7 +3,12 @@ folder), each as it happened, on real processes and a real redis-server."""
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +16,18 @@ import redis
 
 import setqueue
 import setqueue.aio
+from setqueue import Queue
+from setqueue.runtime.cli import main as cli_main
+from setqueue.runtime.periodic import iso, next_slot, redis_now
+from tests.support import queue_members
+from tests.support.procs import Proc
+from tests.support.waits import wait_until
+
+
+def cli(redis_url: str, *argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return cli_main(["--redis-url", redis_url, *argv], out=out), out.getvalue()
+
 
 # -- a comma in a library queue name
 
@@ -28,3 +45,34 @@ def test_a_comma_in_a_library_queue_name_is_refused_with_the_list_to_pass(
     both = setqueue.open_queue(redis_url, [charges, emails])  # the list still opens both, as one
     assert both.enqueue(["zz-1"]) == 1 and [q.name for q in both.queues] == [charges, emails]
     both.close()
+
+
+# -- `schedules add` says the next run that happens
+
+
+def test_changing_a_schedule_prints_the_run_the_cleaner_then_creates(
+    redis_url: str, queue_name: str, queue: Queue, tmp_path: Path, procs: list[Proc]
+) -> None:
+    """Changed to a time whose slot today has passed (this very minute), it runs that slot at once: the
+    command used to print the next slot, tomorrow's, while the cleaner created today's."""
+    cleaner = Proc.start("cleaner", tmp_path, REDIS_URL=redis_url, QUEUE_NAME=queue_name, SWEEP_INTERVAL=0.1)
+    procs.append(cleaner)
+    cleaner.wait_ready()
+    code, out = cli(redis_url, "--queue", queue_name, "schedules", "add", "nightly", "0 0 1 1 *")
+    assert code == 0 and out.startswith("nightly: 0 0 1 1 * (UTC), next run ")
+    wait_until(lambda: queue.redis.hexists(queue.keys.periodic, "nightly"), 15, "the cleaner to see it first")
+
+    now = time.gmtime(redis_now(queue.redis))
+    this_minute = f"{now.tm_min} {now.tm_hour} * * *"  # its latest slot is today's, whatever the time
+    code, out = cli(redis_url, "--queue", queue_name, "schedules", "add", "nightly", this_minute)
+    said = re.fullmatch(rf"nightly: {re.escape(this_minute)} \(UTC\), next run (\S+)( \(due now: .*\))?\n", out)
+    assert code == 0 and said is not None, out
+    runs = wait_until(lambda: sorted(queue_members(queue.redis, queue.keys)["todos"]), 15, "the cleaner's run")
+    assert runs == [f"nightly@{said[1]}"] and said[2] is not None
+
+    code, out = cli(redis_url, "--queue", queue_name, "schedules", "--json")
+    [row] = [json.loads(line) for line in out.splitlines()]
+    tomorrow = iso(next_slot(this_minute, redis_now(queue.redis)))
+    assert (row["last_slot"], row["next_run"]) == (said[1], tomorrow)
+    code, out = cli(redis_url, "--queue", queue_name, "schedules", "add", "nightly", this_minute)
+    assert out == f"nightly: {this_minute} (UTC), next run {tomorrow}\n"  # unchanged: nothing due

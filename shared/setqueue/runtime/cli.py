@@ -484,15 +484,24 @@ def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
         raise CliError("schedules: periodic jobs live in one unsharded queue (--shards 1)", EXIT_USAGE)
     home = queue.shards[0]
     # Here: croniter takes a fifth of a second to import.
-    from setqueue.runtime.periodic import add_schedule, iso, redis_now, registered, remove_schedule  # noqa: PLC0415
+    from setqueue.runtime.periodic import (  # noqa: PLC0415
+        add_schedule,
+        iso,
+        next_run,
+        redis_now,
+        registered,
+        remove_schedule,
+    )
 
     if args.change == "add":
         try:
             schedule = add_schedule(home, args.name, args.cron)
         except ValueError as exc:
             raise CliError(f"bad schedule: {exc}", EXIT_USAGE) from None
-        next_run = iso(schedule.next_slot(redis_now(home.redis)))
-        print(f"{schedule.name}: {schedule.expr} (UTC), next run {next_run}", file=out)
+        now = redis_now(home.redis)
+        slot = next_run(schedule, now, home.periodic_slots().get(schedule.name))
+        due = " (due now: the cleaners' next round creates it)" if slot <= now else ""
+        print(f"{schedule.name}: {schedule.expr} (UTC), next run {iso(slot)}{due}", file=out)
         return EXIT_OK
     if args.change == "remove":
         try:
@@ -520,7 +529,7 @@ def _schedules(args: argparse.Namespace, queue: JobQueue, out: TextIO) -> int:
                 "name": schedule.name,
                 "cron": schedule.expr,
                 "last_slot": None if last is None else iso(last),
-                "next_run": iso(schedule.next_slot(now)),
+                "next_run": iso(next_run(schedule, now, last)),
             }
         )
     if args.json:

@@ -118,6 +118,17 @@ def redis_now(client: redis.Redis) -> float:
     return float(seconds) + micros / 1_000_000
 
 
+def next_run(schedule: Schedule, now: float, last_slot: float | None) -> float:
+    """The slot of the schedule's next run, as the cleaners create it, given the slot recorded for it: its
+    latest slot (at or before ``now``: the cleaners' next round creates it) when that is later than the one
+    recorded, as for a changed schedule or one added back; else its next slot (a schedule never seen gets
+    its current slot recorded without a run)."""
+    latest = schedule.latest_slot(now)
+    if last_slot is not None and latest > last_slot:
+        return latest
+    return schedule.next_slot(now)
+
+
 def due_runs(schedules: tuple[Schedule, ...], now: float) -> list[tuple[str, int, str, str | None]]:
     """Each schedule's latest slot, as ``Queue.create_periodic_runs`` takes it."""
     runs: list[tuple[str, int, str, str | None]] = []
@@ -148,8 +159,8 @@ def register(queue: Shard, schedules: tuple[Schedule, ...]) -> None:
 
 
 def remove_schedule(queue: Shard, name: str) -> bool:
-    """False if not registered. Its last slot stays recorded: added back, it does not run a missed slot
-    at once. Any UTF-8 name may be removed."""
+    """False if not registered. Its last slot stays recorded: added back, it runs at once only if it has a
+    later slot by then (``next_run``), and never a slot it ran. Any UTF-8 name may be removed."""
     return bool(queue.redis.hdel(queue.keys.schedules, check_utf8("schedule name", name)))
 
 
