@@ -202,7 +202,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.metrics.job_timeouts.labels(lease.queue).inc()
         self.log.warning("job %s (attempt %d) timed out after %gs", lease.id, lease.attempt, timeout)
         limit = "its own timeout" if lease.timeout is not None else "JOB_TIMEOUT_SECONDS"
-        self._fail(lease, f"timeout: the job ran longer than {limit} ({timeout:g}s)")
+        reason = f"timeout: the job ran longer than {limit} ({timeout:g}s)"
+        # Its own retry_timeouts, else the worker's: off, a timeout dead-letters the job at once.
+        retry = self.settings.retry_timeouts if lease.retry_timeouts is None else lease.retry_timeouts
+        if not retry:
+            policy = "its own retry_timeouts" if lease.retry_timeouts is not None else "RETRY_TIMEOUTS"
+            reason += f"; not retried ({policy} is off)"
+        self._fail(lease, reason, retry=retry)
 
     def _job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
         duration = time.monotonic() - record.started

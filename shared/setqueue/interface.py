@@ -53,6 +53,7 @@ class JobQueue(Protocol):
         max_attempts: int | None = None,
         timeout: float | None = None,
         group: str | None = None,
+        retry_timeouts: bool | None = None,
     ) -> int: ...
 
     @overload

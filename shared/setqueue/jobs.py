@@ -32,6 +32,7 @@ class Lease:
     max_attempts: int | None = None  # the job's own, given at enqueue (None: the queue's)
     timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
     trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
+    retry_timeouts: bool | None = None  # the job's own: a timeout retried, or dead-lettered (None: the worker's)
     # Keeps what the handler says of its progress (the queue it was claimed from binds it).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
@@ -60,15 +61,17 @@ class Lease:
         return json.loads(self.payload)
 
 
-def job_options(max_attempts: int | None, timeout: float | None, trace_parent: str | None = None) -> str:
+def job_options(
+    max_attempts: int | None,
+    timeout: float | None,
+    trace_parent: str | None = None,
+    retry_timeouts: bool | None = None,
+) -> str:
     """A job's own options as the options hash keeps them: ``"<max attempts>|<timeout ms>"`` (a part left
     empty for None: the queue's or the worker's default), then ``"|<traceparent>"`` when the enqueue ran in
-    a traced span; "" when it has none of them. ``max_attempts``: 1 to 1,000; ``timeout``: 0 (none) to 30
-    days in seconds. ValueError for a bad one, naming it. The Lua scripts read only the leading number."""
-    if trace_parent:
-        return f"{job_options(max_attempts, timeout) or '|'}|{trace_parent}"
-    if max_attempts is None and timeout is None:
-        return ""
+    a traced span, then ``"|1"`` or ``"|0"`` when the job says whether a timeout is retried; "" when it has
+    none of them. ``max_attempts``: 1 to 1,000; ``timeout``: 0 (none) to 30 days in seconds. ValueError for
+    a bad one, naming it. The Lua scripts read only the leading number."""
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000
     ):
@@ -77,12 +80,23 @@ def job_options(max_attempts: int | None, timeout: float | None, trace_parent: s
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout <= 30 * 86400
     ):
         raise ValueError(f"timeout must be from 0 (none) to 2592000 seconds, got {timeout!r}")
-    return f"{'' if max_attempts is None else max_attempts}|{'' if timeout is None else round(timeout * 1000)}"
+    if retry_timeouts is not None and not isinstance(retry_timeouts, bool):
+        raise ValueError(f"retry_timeouts must be True, False or None, got {retry_timeouts!r}")
+    parts = [
+        "" if max_attempts is None else str(max_attempts),
+        "" if timeout is None else str(round(timeout * 1000)),
+        trace_parent or "",
+        "" if retry_timeouts is None else str(int(retry_timeouts)),
+    ]
+    while len(parts) > 2 and not parts[-1]:
+        parts.pop()
+    return "|".join(parts) if any(parts) else ""
 
 
 def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
     """(max attempts, timeout in seconds) of a stored ``job_options`` text; None for a part not given (the
-    default), and (None, None) for None or "". The traceparent is ``parse_trace_parent``'s."""
+    default), and (None, None) for None or "". The traceparent is ``parse_trace_parent``'s, the timeout
+    policy ``parse_retry_timeouts``'s."""
     if not stored:
         return None, None
     most, _, rest = stored.partition("|")
@@ -92,8 +106,15 @@ def parse_job_options(stored: str | None) -> tuple[int | None, float | None]:
 
 def parse_trace_parent(stored: str | None) -> str | None:
     """The traceparent kept in a stored ``job_options`` text (its third part), or None when it has none."""
-    parts = (stored or "").split("|", 2)
-    return parts[2] or None if len(parts) == 3 else None
+    parts = (stored or "").split("|")
+    return parts[2] or None if len(parts) >= 3 else None
+
+
+def parse_retry_timeouts(stored: str | None) -> bool | None:
+    """Whether the job's own options say a timeout is retried (their fourth part), or None: the worker's
+    RETRY_TIMEOUTS decides."""
+    parts = (stored or "").split("|")
+    return parts[3] == "1" if len(parts) >= 4 and parts[3] else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +187,7 @@ class JobInfo:
     result: Any = None  # what its handler returned, while kept (see result_kept)
     result_kept: bool = False  # a result is kept: False for none, or one gone
     group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
+    retry_timeouts: bool | None = None  # the job's own: a timeout retried, or dead-lettered (None: the worker's)
 
 
 class PermanentJobError(Exception):

@@ -254,8 +254,9 @@ class QueueKeys:
     def options(self) -> str:
         """Hash: field = job id of a job enqueued with options of its own or inside a traced span; value =
         "<max attempts>|<timeout ms>" (either part empty: the queue's or the worker's default), then
-        "|<traceparent>" when enqueued in a span (``jobs.job_options``; Lua reads the leading number only).
-        From enqueue until the job is done, cancelled or deleted."""
+        "|<traceparent>" when enqueued in a span, then "|1" or "|0" when it says whether a timeout is retried
+        (``jobs.job_options``; Lua reads the leading number only). From enqueue until the job is done,
+        cancelled or deleted."""
         return self.prefix + "options"
 
     @property

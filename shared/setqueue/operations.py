@@ -35,6 +35,7 @@ from setqueue.jobs import (
     encode_result,
     job_options,
     parse_job_options,
+    parse_retry_timeouts,
     parse_trace_parent,
 )
 from setqueue.keys import (
@@ -206,6 +207,7 @@ class Operations:
         max_attempts: int | None = None,
         timeout: float | None = None,
         group: str | None = None,
+        retry_timeouts: bool | None = None,
     ) -> Steps[int]:
         """Add job ids, or a mapping id -> payload, at the back of the line in order; returns how many
         were new (an id the queue knows, in any state but trimmed from done, is not added again).
@@ -213,7 +215,8 @@ class Operations:
         A payload is a str (kept as is), bytes (UTF-8 text) or anything JSON can encode (kept as compact
         JSON), at most ``payload_max_bytes``. ``priority`` (-10..10): higher is claimed first.
         ``delay`` (seconds) or ``at`` (Unix seconds), not both, holds the jobs in scheduled until then
-        (the past means now). ``max_attempts`` and ``timeout`` (seconds, 0 = none) are the jobs' own,
+        (the past means now). ``max_attempts``, ``timeout`` (seconds, 0 = none) and ``retry_timeouts``
+        (a timeout is retried like any failure, or dead-letters the job at once) are the jobs' own,
         overriding the workers'. ``group``: jobs of different groups take turns (job groups,
         docs/guide.md#limits). Everything is checked before anything is sent: TypeError or
         ValueError name the bad argument, and nothing is written."""
@@ -224,7 +227,7 @@ class Operations:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(check_seconds("delay", delay) * 1000)
         at_ms = None if at is None else round(check_seconds("at", at) * 1000)
-        own = job_options(max_attempts, timeout, current_trace_parent())
+        own = job_options(max_attempts, timeout, current_trace_parent(), retry_timeouts)
         by_core: dict[QueueCore, list[tuple[str, str | None]]] = defaultdict(list)
         for item in job_items(ids, self.first.payload_max_bytes):
             by_core[self.router.home(item[0])].append(item)
@@ -312,6 +315,7 @@ class Operations:
                 max_attempts,
                 timeout,
                 trace_parent=parse_trace_parent(own),
+                retry_timeouts=parse_retry_timeouts(own),
                 reporter=self.reporter,
             )
 

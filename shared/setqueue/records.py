@@ -17,6 +17,7 @@ from setqueue.jobs import (
     Progress,
     decode_result,
     parse_job_options,
+    parse_retry_timeouts,
     parse_trace_parent,
 )
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys, check_utf8, priority_of_rank, validate_job_id
@@ -206,6 +207,7 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         result=None if r["result"] is None else decode_result(text(r["result"])),
         result_kept=r["result"] is not None,
         group=None if r["group"] is None else text(r["group"]),
+        retry_timeouts=parse_retry_timeouts(own),
     )
 
 

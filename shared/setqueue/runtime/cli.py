@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--at", metavar="TIME", help="due at an ISO 8601 time with a zone")
     push.add_argument("--max-attempts", type=int, metavar="N", help="the jobs' own claims (1 to 1000)")
     push.add_argument("--timeout", metavar="DURATION", help="the jobs' own time limit (0 = none)")
+    push.add_argument(
+        "--retry-timeouts",
+        action=argparse.BooleanOptionalAction,
+        help="the jobs' own: a timeout is retried, or (--no-...) dead-letters them (default: RETRY_TIMEOUTS)",
+    )
     push.add_argument("--group", metavar="NAME", help="the jobs' group: groups take turns")
 
     stats = sub.add_parser("stats", help="sizes of each state and the oldest pending age")
@@ -281,6 +286,7 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                     max_attempts=args.max_attempts,
                     timeout=timeout,
                     group=args.group,
+                    retry_timeouts=args.retry_timeouts,
                 )
             except redis.OutOfMemoryError:
                 before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""

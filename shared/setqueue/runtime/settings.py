@@ -362,6 +362,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CLAIM_BATCH", int, "10", "Most jobs claimed per call", "worker", low=1, high=MAX_IDS_PER_CALL),
     Setting("JOB_TIMEOUT_SECONDS", float, "300", "Job time limit (0 = none)", "worker", low=0, high=30 * 86400),
     Setting(
+        "RETRY_TIMEOUTS",
+        bool,
+        "true",
+        "A timed-out job is retried like any failure; false: dead-lettered at once (a job's own choice wins)",
+        "worker",
+    ),
+    Setting(
         "RETRY_BACKOFF_SECONDS",
         float,
         _Q("retry_backoff_seconds"),
@@ -602,6 +609,7 @@ class WorkerSettings(CommonSettings):
     processes: int
     claim_batch: int
     job_timeout_seconds: float
+    retry_timeouts: bool
     retry_backoff_seconds: float
     retry_backoff_max_seconds: float
     job_handler: str
