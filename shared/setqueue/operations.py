@@ -176,7 +176,8 @@ class Operations:
         """After jobs became claimable again in some cores (their scripts woke those cores' workers),
         wake what else the router says, up to wake_cap tokens a list. Outside the scripts: a lost
         wake-up delays a pick-up by at most the idle wait, never loses a job."""
-        if not any(n > 0 for n in counts.values()):
+        # Only a router with lists of its own (a sharded queue's, on a Cluster) needs more: no Redis call else.
+        if not any(n > 0 and self.router.extra_wake(core, True) is not None for core, n in counts.items()):
             return
         on_a_cluster = yield from self.on_a_cluster()
         pushes: dict[str, int] = defaultdict(int)
