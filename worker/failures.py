@@ -15,10 +15,15 @@ MOST_TRACEBACK_CHARS = 3_000
 REPEAT_WINDOW_SECONDS = 60.0
 
 
+# The worker's own frames above the handler's: the slot that called it, and setqueue.otel's span
+# wrapper, there whenever OpenTelemetry is installed (an SDK configured or not). Noise in a traceback.
+CALLERS = frozenset({"worker.engine", "setqueue.otel"})
+
+
 def handler_traceback(error: BaseException) -> str:
     """From the handler's frame down, at most MOST_TRACEBACK_CHARS (its end: where it was raised)."""
     tb = error.__traceback__
-    if tb is not None and tb.tb_next is not None:
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_globals.get("__name__") in CALLERS:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(error), error, tb))
     if len(text) <= MOST_TRACEBACK_CHARS:
@@ -59,18 +64,21 @@ class FailureLog:
     window: float = REPEAT_WINDOW_SECONDS
     _seen: dict[tuple[str, str], _Repeats] = field(default_factory=dict)
 
-    def failed(self, lease: Lease, error: BaseException, outcome: str) -> None:
+    def failed(self, lease: Lease, error: BaseException, outcome: str) -> bool:
+        """Log this failure with its traceback, unless one like it was logged within the window (then it
+        is counted); True when it was logged."""
         now = time.monotonic()
         kind = (type(error).__name__, where(error))
         seen = self._seen.get(kind)
         if seen is not None and now - seen.first_seen < self.window:
             seen.count += 1
             seen.example = lease.id
-            return
+            return False
         self._seen[kind] = _Repeats(now)
         self.log.warning(
             "job %s (attempt %d) failed, %s: %s", lease.id, lease.attempt, outcome, handler_traceback(error).rstrip()
         )
+        return True
 
     def flush(self) -> None:
         now = time.monotonic()

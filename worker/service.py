@@ -240,9 +240,14 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 continue
             delay = error.seconds if isinstance(error, RetryLater) else None
             retry = not isinstance(error, PermanentJobError)
-            outcome = self._fail(lease, failure_reason(error), retry=retry, delay=delay)
-            if outcome is not FailOutcome.STALE and not isinstance(error, RetryLater | JobTimeout):
-                self.failures.failed(lease, error, str(outcome))
+            reason = failure_reason(error)
+            outcome = self._fail(lease, reason, retry=retry, delay=delay, quiet=True)
+            if outcome is FailOutcome.STALE:
+                continue
+            # One record a failure: its traceback, or (a repeat, or no traceback to tell) the dead letter.
+            told = not isinstance(error, RetryLater | JobTimeout) and self.failures.failed(lease, error, str(outcome))
+            if outcome is FailOutcome.DEAD and not told:
+                self._say_dead(lease, reason)
 
     def _ack(self, leases: list[Lease], returned: list[Any] | None = None) -> None:
         results_of: list[Any] | None = None
@@ -311,7 +316,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.info("job %s moved from queue %s to %s", lease.id, lease.queue, move.queue)
         self._ack([lease])
 
-    def _fail(self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None) -> FailOutcome:
+    def _fail(
+        self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None, quiet: bool = False
+    ) -> FailOutcome:
+        """Fail the attempt; a dead letter is logged unless ``quiet`` (the caller logs the failure)."""
         self.keeper.drop([lease])
         outcome = self._resendable(
             lambda rid: self.queue.fail(lease, reason, retry=retry, delay=delay, request_id=rid),
@@ -330,9 +338,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                     m.jobs_scheduled.labels(queue).inc()
             elif outcome is FailOutcome.DEAD:
                 m.jobs_dead_lettered.labels(queue).inc()
-                first_line = reason.partition("\n")[0]
-                self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, first_line)
+                if not quiet:
+                    self._say_dead(lease, reason)
         return outcome
+
+    def _say_dead(self, lease: Lease, reason: str) -> None:
+        first_line = reason.partition("\n")[0]
+        self.log.warning("job %s dead-lettered after attempt %d: %s", lease.id, lease.attempt, first_line)
 
     def _claim_loop(self) -> None:
         s = self.settings

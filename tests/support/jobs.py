@@ -10,6 +10,7 @@ says what the job does:
     big-<bytes>-<n>       returns a string of that many x
     odd-<n>               returns an object that is neither bytes nor JSON
     progress-<n>          reports progress 0.5 "halfway", then waits 30 s
+    permanent-<n>         raises PermanentJobError
     anything else         returns at once
 
 Each run appends ``start|end|cancelled <id> <pid> <time>`` lines to $EXEC_LOG (an O_APPEND write of
@@ -25,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from setqueue import JobCancelled
+from setqueue import JobCancelled, PermanentJobError
 
 
 def _log(event: str, job_id: str) -> None:
@@ -57,11 +58,14 @@ def handle(lease: Any) -> Any:
             lease.progress(0.5, "halfway")
             for _ in range(3000):
                 time.sleep(0.01)
+        elif kind == "permanent":
+            raise PermanentJobError(f"job {lease.id} can never succeed")
     except JobCancelled:
         _log("cancelled", lease.id)
         raise
+    value = _returned(lease)
     _log("end", lease.id)
-    return _returned(lease)
+    return value
 
 
 def _returned(lease: Any) -> Any:
@@ -89,8 +93,9 @@ async def handle_async(lease: Any) -> Any:
     except asyncio.CancelledError:
         _log("cancelled", lease.id)
         raise
+    value = _returned(lease)
     _log("end", lease.id)
-    return _returned(lease)
+    return value
 
 
 class ExecutionLog:
