@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from setqueue.jobs import TRACEBACK_MARK, JobTimeout, Lease
+from setqueue.jobs import TRACEBACK_MARK, JobTimeout, Lease, PermanentJobError
 
 MOST_REASON_CHARS = 500
 MOST_TRACEBACK_CHARS = 3_000
@@ -30,6 +31,16 @@ def handler_traceback(error: BaseException) -> str:
         return text
     head, _, rest = text.partition("\n")
     return f"{head}\n  …\n{rest[-MOST_TRACEBACK_CHARS:]}"
+
+
+def permanent(lease: Lease, error: BaseException) -> bool:
+    """Whether the job fails the same way whenever it runs, so is dead-lettered at once: a
+    PermanentJobError (``Lease.json()``'s PayloadError too), or a JSONDecodeError of its very payload
+    (a handler's own ``json.loads(lease.payload)``). Any other JSONDecodeError (a reply from elsewhere
+    that was not JSON this time) is retried as any failure."""
+    if isinstance(error, PermanentJobError):
+        return True
+    return isinstance(error, json.JSONDecodeError) and lease.payload is not None and error.doc == lease.payload
 
 
 def failure_reason(error: BaseException) -> str:

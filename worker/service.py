@@ -24,7 +24,6 @@ from setqueue.jobs import (
     JobTimeout,
     Lease,
     MoveTo,
-    PermanentJobError,
     RetryLater,
     encode_result,
 )
@@ -37,7 +36,7 @@ from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.scripts import new_request_id
 from worker.cancels import CancelListener
 from worker.engine import Engine, Running
-from worker.failures import FailureLog, failure_reason
+from worker.failures import FailureLog, failure_reason, permanent
 from worker.heartbeat import Heartbeat
 from worker.standin import StandIn
 from worker.tracing import worker_tracing
@@ -239,7 +238,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self._move(lease, error)
                 continue
             delay = error.seconds if isinstance(error, RetryLater) else None
-            retry = not isinstance(error, PermanentJobError)
+            retry = not permanent(lease, error)
             reason = failure_reason(error)
             outcome = self._fail(lease, reason, retry=retry, delay=delay, quiet=True)
             if outcome is FailOutcome.STALE:

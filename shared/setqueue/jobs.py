@@ -54,11 +54,15 @@ class Lease:
         return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
 
     def json(self) -> Any:
-        """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number). ValueError
-        when the job has no payload, or (as json.JSONDecodeError) when it is not JSON."""
+        """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number). ``PayloadError``
+        (a ValueError, and a PermanentJobError: the worker dead-letters the job at once, as it would never
+        decode) when the job has no payload or it is not JSON, naming the job and what is wrong."""
         if self.payload is None:
-            raise ValueError(f"job {self.id!r} has no payload")
-        return json.loads(self.payload)
+            raise PayloadError(self.id, "it has no payload")
+        try:
+            return json.loads(self.payload)
+        except json.JSONDecodeError as exc:
+            raise PayloadError(self.id, f"its payload is not JSON: {exc}") from None
 
 
 def job_options(
@@ -192,6 +196,15 @@ class JobInfo:
 
 class PermanentJobError(Exception):
     """Raise from a job handler to dead-letter the job at once, without retries."""
+
+
+class PayloadError(PermanentJobError, ValueError):
+    """``Lease.json()`` on a job with no payload, or one that is not JSON: it never will be, so the job is
+    dead-lettered at once. Also a ValueError, as ``json()`` raised before."""
+
+    def __init__(self, job_id: str, problem: str) -> None:
+        super().__init__(f"job {job_id!r}: {problem}")
+        self.job_id = job_id
 
 
 class RetryLater(Exception):

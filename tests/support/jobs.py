@@ -11,6 +11,9 @@ says what the job does:
     odd-<n>               returns an object that is neither bytes nor JSON
     progress-<n>          reports progress 0.5 "halfway", then waits 30 s
     permanent-<n>         raises PermanentJobError
+    json-<n>              returns lease.json(), its payload read as JSON
+    loads-<n>             returns json.loads(lease.payload): the handler reads the JSON itself
+    reply-<n>             reads a reply that is not JSON (an upstream's error page, not its payload)
     anything else         returns at once
 
 Each run appends ``start|end|cancelled <id> <pid> <time>`` lines to $EXEC_LOG (an O_APPEND write of
@@ -20,6 +23,7 @@ a line is atomic).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections import Counter
@@ -70,6 +74,8 @@ def handle(lease: Any) -> Any:
 
 def _returned(lease: Any) -> Any:
     kind = lease.id.split("-")[0]
+    if kind in ("json", "loads", "reply"):
+        return _decoded(lease, kind)
     if kind == "value":
         return {"id": lease.id, "pid": os.getpid()}
     if kind == "big":
@@ -77,6 +83,12 @@ def _returned(lease: Any) -> Any:
     if kind == "odd":
         return object()
     return None
+
+
+def _decoded(lease: Any, kind: str) -> Any:
+    if kind == "json":
+        return lease.json()
+    return json.loads(lease.payload if kind == "loads" else "<html>502 Bad Gateway</html>")
 
 
 async def handle_async(lease: Any) -> Any:
