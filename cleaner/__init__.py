@@ -1,1 +1,3 @@
 """The cleaner service."""
+
+import setqueue.runtime  # noqa: F401 - first: it exits, in one line, if a folder shadows setqueue

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +21,8 @@ import setqueue.aio
 from setqueue import Queue
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.periodic import iso, next_slot, redis_now
-from tests.support import queue_members
-from tests.support.procs import Proc
+from tests.support import REPO_ROOT, queue_members
+from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until
 
 
@@ -76,3 +78,40 @@ def test_changing_a_schedule_prints_the_run_the_cleaner_then_creates(
     assert (row["last_slot"], row["next_run"]) == (said[1], tomorrow)
     code, out = cli(redis_url, "--queue", queue_name, "schedules", "add", "nightly", this_minute)
     assert out == f"nightly: {this_minute} (UTC), next run {tomorrow}\n"  # unchanged: nothing due
+
+
+# -- a folder named setqueue in the current directory
+
+
+def run_in(folder: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=folder, env={**base_env(), **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_a_setqueue_folder_that_shadows_the_package_is_named_in_one_line(tmp_path: Path) -> None:
+    """A deployment repo with a setqueue/ folder of its own scripts, no __init__.py: run from there, Python
+    took it for the package (python -m and -c put the current directory first on sys.path, PYTHONPATH=.
+    does for the command too) and the import failed deep inside: cannot import name 'QueueCommands' from
+    'setqueue.scripts' (unknown location)."""
+    (tmp_path / "setqueue" / "scripts").mkdir(parents=True)
+    (tmp_path / "setqueue" / "scripts" / "deploy.sh").write_text("#!/bin/sh\n")
+    probe = run_in(tmp_path, sys.executable, "-c", "import setqueue; print(setqueue.__file__)")
+    if probe.stdout.strip() != "None":
+        pytest.skip(f"setqueue is installed where a folder cannot shadow it ({probe.stdout.strip()})")
+    installed = REPO_ROOT / "shared" / "setqueue"
+    said = (
+        f"setqueue: the folder {tmp_path / 'setqueue'} (no __init__.py) shadows the installed setqueue package at "
+        f"{installed}: run from another directory, or rename that folder"
+    )
+    command = Path(sys.executable).parent / "setqueue"
+    for argv, env in (
+        ([sys.executable, "-m", "worker", "--help"], {}),
+        ([sys.executable, "-m", "cleaner", "--help"], {}),
+        ([sys.executable, "-m", "setqueue", "--help"], {}),
+        ([str(command), "--help"], {"PYTHONPATH": "."}),
+    ):
+        run = run_in(tmp_path, *argv, **env)
+        assert (run.returncode, run.stderr, run.stdout) == (2, said + "\n", ""), argv
+    alone = run_in(tmp_path, str(command), "--help")  # the command alone does not look in the current directory
+    assert alone.returncode == 0 and alone.stdout.startswith("usage: setqueue")
