@@ -90,7 +90,7 @@ class JobRow:
     id: str
     priority: int | None = None
     attempts: int | None = None
-    at: float | None = None  # enqueued (todos, in_progress), due (scheduled), done (done)
+    at: float | None = None  # first enqueued (todos, in_progress), due (scheduled), done (done)
     owner: str | None = None
     lock_ttl: float | None = None
     error: str | None = None  # failed: its last error; cancelled: what it was doing (from its history)
@@ -299,7 +299,8 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
         pipe.zmscore(k.pending, ids)
         pipe.hmget(k.owners, ids)
         pipe.hmget(k.priorities, ids)
-        attempts, enqueued, owners, kept = pipe.execute()
+        pipe.hmget(k.enqueued, ids)  # the first enqueue time, when it joined the line later
+        attempts, enqueued, owners, kept, first = pipe.execute()
     tokens = sorted({text(o) for o in owners if o is not None}) if state == "in_progress" else []
     ttls: dict[str, int] = {}
     if tokens:
@@ -307,11 +308,13 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
             for token in tokens:
                 pipe.pttl(k.lock(token))
             ttls = dict(zip(tokens, (int(t) for t in pipe.execute()), strict=True))
-    for row, score, tries, since, owner, priority in zip(rows, scores, attempts, enqueued, owners, kept, strict=True):
+    rows_read = zip(rows, scores, attempts, enqueued, owners, kept, first, strict=True)
+    for row, score, tries, since, owner, priority, enqueued_ms in rows_read:
         row.attempts = None if tries is None else int(tries)
         if state in ("todos", "in_progress"):
             row.priority = priority_of_rank(score)
-            row.at = None if since is None else since / 1000
+            at_ms = since if enqueued_ms is None else int(text(enqueued_ms))
+            row.at = None if at_ms is None else at_ms / 1000
         else:  # scheduled: the score is the due time
             row.priority = int(priority) if priority is not None else 0
             row.at = score / 1000

@@ -7,16 +7,19 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import redis
 
-from setqueue import Queue
+from setqueue import FailOutcome, Queue
 from setqueue.jobs import job_options, parse_job_options, parse_retry_timeouts, parse_trace_parent
 from setqueue.runtime.cli import main as cli_main
+from tests.support.console import StartConsole
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
-from tests.support.waits import wait_until
+from tests.support.waits import redis_clock, wait_until, wait_until_due
 
 # -- a timeout: retried like any failure, or dead-lettered at once
 
@@ -97,3 +100,107 @@ def test_the_options_text_keeps_its_leading_parts_where_older_readers_look() -> 
         assert (parse_job_options(stored), parse_trace_parent(stored), parse_retry_timeouts(stored)) == read
     with pytest.raises(ValueError, match="retry_timeouts"):
         job_options(None, None, None, 1)  # type: ignore[arg-type]
+
+
+# -- enqueued (the first enqueue) and due (when it may run), kept apart
+
+
+def test_a_retry_after_a_backoff_keeps_when_the_job_was_first_enqueued(
+    start_worker: Callable[..., Proc], tmp_path: Path, queue_name: str, queue: Queue, client: redis.Redis
+) -> None:
+    """The console showed "enqueued 21:10:24" for a job whose first attempt timed out at 21:10:09: the
+    retry's due time had overwritten it."""
+    execlog = ExecutionLog(tmp_path / "exec.log")
+    before = redis_clock(client)
+    queue.enqueue(["spin-resize"], max_attempts=2)
+    start_worker(queue_name, JOB_TIMEOUT_SECONDS=0.3, RETRY_BACKOFF_SECONDS=1)
+    wait_until(lambda: queue.stats()["failed"] == 1, 30, "the job dead-lettered after two timeouts")
+    first_start = min(at for event, job_id, _, at in execlog.events() if event == "start")
+    info = queue.inspect("spin-resize")
+    assert info is not None and info.attempts == 2 and info.enqueued_at is not None and info.finished_at is not None
+    assert before - 0.01 <= info.enqueued_at <= first_start, (before, info.enqueued_at, first_start)
+    assert [entry.kind for entry in info.history] == ["timed out", "timed out"]
+    assert not client.exists(queue.keys.enqueued), "kept past the job's end"
+
+
+def test_enqueued_is_the_first_enqueue_and_due_when_it_may_run_in_every_state(
+    queue: Queue, client: redis.Redis
+) -> None:
+    def times(job_id: str) -> tuple[str, float | None, float | None]:
+        info = queue.inspect(job_id)
+        assert info is not None
+        return info.state, info.enqueued_at, info.due_at
+
+    first = redis_clock(client)
+    queue.enqueue(["plain"])
+    queue.enqueue(["later"], delay=0.05)
+    enqueued = times("plain")[1]
+    assert enqueued is not None and first <= enqueued
+    assert times("plain") == ("todos", enqueued, enqueued)  # due as soon as enqueued
+    state, later_enqueued, later_due = times("later")
+    assert state == "scheduled" and later_enqueued is not None and later_due == pytest.approx(later_enqueued + 0.05)
+
+    # A retry after a backoff: due then, still enqueued first.
+    [lease] = queue.claim(1)
+    assert queue.fail(lease, "boom", delay=0.05) is FailOutcome.RETRIED
+    state, kept, due = times("plain")
+    assert state == "scheduled" and kept == enqueued and due is not None and due > enqueued
+    wait_until_due(queue, ["plain", "later"])
+    queue.sweep()  # promotes them: they join the line when due
+    assert times("plain") == ("todos", enqueued, due)
+    assert times("later") == ("todos", later_enqueued, later_due)
+    leases = {lease.id: lease for lease in queue.claim(2)}
+    assert times("plain") == ("in_progress", enqueued, due)
+    assert queue.ack(leases["later"]) and times("later") == ("done", later_enqueued, None)
+
+    # Dead-lettered, requeued (due now), cancelled: the first enqueue stays.
+    assert queue.fail(leases["plain"], "again", retry=False) is FailOutcome.DEAD
+    assert times("plain") == ("failed", enqueued, None)
+    requeued_at = redis_clock(client)
+    assert queue.requeue_failed(["plain"]) == 1
+    state, kept, due = times("plain")
+    assert (state, kept) == ("todos", enqueued) and due is not None and due >= requeued_at - 0.001
+    assert queue.cancel("plain") == "todos" and times("plain") == ("cancelled", enqueued, None)
+    assert not client.exists(queue.keys.enqueued), "kept past the jobs' end"
+
+
+def test_a_job_enqueued_to_run_at_once_keeps_no_separate_enqueue_time(queue: Queue, client: redis.Redis) -> None:
+    """Its pending score is its enqueue time: the happy path pays nothing for keeping it apart."""
+    queue.enqueue([f"j{n}" for n in range(10)])
+    leases = queue.claim(10)
+    assert queue.fail(leases[0], "at once", delay=0) is FailOutcome.RETRIED
+    assert not client.exists(queue.keys.enqueued)
+    queue.ack_many(leases[1:])
+    assert not client.exists(queue.keys.enqueued)
+
+
+def test_inspect_and_the_console_show_enqueued_and_due_apart(
+    start_console: StartConsole, redis_url: str, queue_name: str, queue: Queue
+) -> None:
+    queue.enqueue(["order-7"])
+    [lease] = queue.claim(1)
+    queue.fail(lease, "timeout: the job ran longer than JOB_TIMEOUT_SECONDS (15s)", delay=0.3)
+    wait_until_due(queue, ["order-7"])
+    queue.sweep()
+    info = queue.inspect("order-7")
+    assert info is not None and info.enqueued_at is not None and info.due_at is not None
+    assert info.due_at - info.enqueued_at >= 0.299  # (ms times, as floats)
+
+    out = io.StringIO()
+    assert cli_main(["--redis-url", redis_url, "--queue", queue_name, "inspect", "order-7"], out=out) == 0
+    shown = json.loads(out.getvalue())
+    assert (shown["enqueued_at"], shown["due_at"]) == (info.enqueued_at, info.due_at)
+    assert shown["enqueued_at_utc"] < shown["due_at_utc"]
+
+    console = start_console(QUEUE_NAME=queue_name).client()
+    page = console.get(f"/queues/{queue_name}/job?id=order-7")
+    assert page.status == 200
+    for label, at in (("enqueued", info.enqueued_at), ("due", info.due_at)):
+        assert f"<tr><th>{label}</th><td>{utc(at)} " in page.body, (label, utc(at))
+    # The line's "enqueued" column too: the first enqueue, not when it joined the line.
+    assert f'title="{utc(info.enqueued_at)}"' in console.get(f"/queues/{queue_name}/jobs/todos").body
+
+
+def utc(seconds: float) -> str:
+    """As the console writes a time."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

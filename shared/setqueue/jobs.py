@@ -176,9 +176,10 @@ class JobInfo:
     attempts: int | None  # claims so far (0: never claimed); None: not known
     payload: str | None
     error: str | None  # the reason of its last failure (first line: repr of the exception)
-    enqueued_at: float | None  # when it joined the line (enqueued, or due if it was scheduled)
+    enqueued_at: float | None  # when it was first enqueued (kept through retries, backoffs and requeues)
     done_at: float | None  # when it was acked into done (done only)
-    due_at: float | None  # scheduled: when it becomes claimable
+    due_at: float | None  # when it may run: scheduled, when it becomes due; waiting or running, when it
+    # joined the line (its enqueue, its due time, or a retry's or requeue's); None once it ended
     finished_at: float | None  # when it reached done, failed or cancelled
     lock_token: str | None  # in progress: the token of the claim that owns it, while its lock lives
     lock_ttl_seconds: float | None  # ... and the time left on that lock

@@ -137,8 +137,8 @@ class QueueKeys:
     """Names of every key queue ``name`` uses. ValueError for a bad name (``validate_queue_name``).
 
     A job's state is which of todos (or grouped), in_progress, done, failed, scheduled and cancelled
-    holds its id; its bookkeeping (owners, pending, attempts, payloads, errors, options) goes when it
-    reaches done or cancelled, while a dead letter keeps its payload and error."""
+    holds its id; its bookkeeping (owners, pending, enqueued, attempts, payloads, errors, options) goes
+    when it reaches done or cancelled, while a dead letter keeps its payload and error."""
 
     name: str
 
@@ -193,8 +193,18 @@ class QueueKeys:
         in_progress); score = when it joined the line (ms): its enqueue time, or for a job that was
         scheduled its due time (queue wait counts from then), or when it was requeued from failed. A retry
         at once keeps it; a delayed retry leaves pending until due. Gone when the job ends; the lowest
-        score is the oldest unfinished job (``stats``)."""
+        score is the oldest unfinished job (``stats``). When the score is not the first enqueue time,
+        ``enqueued`` keeps that."""
         return self.prefix + "pending"
+
+    @property
+    def enqueued(self) -> str:
+        """Hash: field = job id of an unfinished job that joined the line (pending) later than it was first
+        enqueued: enqueued with a delay or ``at``, retried after a backoff, or requeued from failed; value =
+        when it was first enqueued (ms). A job enqueued to run at once never has one (its pending score is
+        that time), so it costs nothing on the happy path. Gone when the job ends (its time goes into
+        finished) or is deleted; a requeue from failed takes it back from finished."""
+        return self.prefix + "enqueued"
 
     @property
     def attempts(self) -> str:

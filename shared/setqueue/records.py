@@ -143,7 +143,8 @@ def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
         "history": ("HGET", k.history, job_id),
         "progress": ("HGET", k.progress, job_id),
         "result": ("HGET", k.results, job_id),
-        "enqueued": ("ZSCORE", k.pending, job_id),
+        "joined": ("ZSCORE", k.pending, job_id),
+        "first": ("HGET", k.enqueued, job_id),
         "done_at": ("ZSCORE", k.done_log, job_id),
         "grouped_rank": ("ZSCORE", k.grouped, job_id),
         "group": ("HGET", k.group_of, job_id),
@@ -172,7 +173,8 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         priority = priority_of_rank(rank)
     elif state in ("scheduled", "failed"):
         priority = int(r["kept_priority"]) if r["kept_priority"] is not None else 0
-    enqueued_ms = r["enqueued"]
+    # First enqueued: kept apart only when it joined the line later (scheduled, retried after a backoff).
+    enqueued_ms: Any = r["joined"] if r["first"] is None else int(text(r["first"]))
     attempts: Any = r["attempts"]
     finished_at: float | None = None
     if state in ("done", "failed", "cancelled"):
@@ -184,6 +186,7 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
     max_attempts, timeout = parse_job_options(own)
     reason, traceback = split_error(r["error"])
     done_at = r["done_at"]
+    due_ms = r["due"] if r["due"] is not None else r["joined"]  # scheduled: due; waiting or running: joined
     return JobInfo(
         id=job_id,
         queue=queue,
@@ -195,7 +198,7 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         enqueued_at=None if enqueued_ms is None else enqueued_ms / 1000,
         done_at=None if done_at is None or state != "done" else done_at / 1000,
         finished_at=finished_at,
-        due_at=None if r["due"] is None else r["due"] / 1000,
+        due_at=None if due_ms is None else due_ms / 1000,
         lock_token=token if ttl_ms >= 0 else None,
         lock_ttl_seconds=ttl_ms / 1000 if ttl_ms >= 0 else None,
         max_attempts=max_attempts,

@@ -10,7 +10,7 @@
 -- KEYS[6] attempts KEYS[7] payloads KEYS[8] errors KEYS[9] owners KEYS[10] finished KEYS[11] options
 -- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress
 -- KEYS[17] wake KEYS[18] limits KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
--- KEYS[22] groups_ready KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- KEYS[22] groups_ready KEYS[23] enqueued KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] keep (most ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
 -- ARGV[6] drop_results ("1": write no result)
@@ -22,7 +22,8 @@ local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], 
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
 local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
-local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
+local enqueued = KEYS[23]
+local FIRST_LOCK = 24  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local wake_cap, drop_results = ARGV[5], ARGV[6]
 local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
@@ -38,8 +39,11 @@ local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
-local locks, tokens, ids, claim_of, enqueued, attempt, result = read_claims(FIRST_LOCK, CLAIMS, 5)
+local locks, tokens, ids, claim_of, joined, attempt, result = read_claims(FIRST_LOCK, CLAIMS, 5)
 local owner = redis.call('HMGET', owners, unpack(ids))
+-- The first enqueue time of a job that joined the line later (scheduled, retried after a backoff).
+local first = {}
+if redis.call('EXISTS', enqueued) == 1 then first = redis.call('HMGET', enqueued, unpack(ids)) end
 
 -- One command per key for the batch (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
@@ -60,7 +64,7 @@ for j = 1, #ids do
       expiring[#expiring + 1] = id
     end
     kept[#kept + 1] = id
-    kept[#kept + 1] = finished_record(enqueued[j], now, attempt[j], with_result)
+    kept[#kept + 1] = finished_record(first[j] or joined[j], now, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1
     flags[j] = '1'
   else
@@ -81,6 +85,7 @@ if acked > 0 then
   redis.call('HDEL', errors, unpack(owned))
   redis.call('HDEL', owners, unpack(owned))
   redis.call('HDEL', options, unpack(owned))
+  if #first > 0 then redis.call('HDEL', enqueued, unpack(owned)) end
   redis.call('ZADD', done_log, unpack(scored))
   redis.call('HSET', finished, unpack(kept))
   if #returned > 0 then

@@ -9,7 +9,7 @@
 -- KEYS[15] lock (of the claim that owned the id as the caller read owners; any lock key if none)
 -- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] limits KEYS[20] grouped
 -- KEYS[21] group_lines KEYS[22] group_of KEYS[23] groups_ready KEYS[24] groups_resting
--- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake
+-- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake KEYS[28] enqueued
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] who (host:pid)
 -- ARGV[5] ended channel ("cancelled\n<id>")  ARGV[6] cancel_channel  ARGV[7] wake_cap
 -- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress" (cancelled
@@ -20,6 +20,7 @@ local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[1
 local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local enqueued = KEYS[28]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local wake_cap = ARGV[7]
 -- @include "request_record"
@@ -59,9 +60,10 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
     if left_progress(G, {id}, true) > 0 then wake_workers(wake, 1, wake_cap) end
   end
   redis.call('HDEL', group_of, id)
-  local enqueued = redis.call('ZSCORE', pending, id)
+  local first = redis.call('HGET', enqueued, id) or redis.call('ZSCORE', pending, id)
   local tries = redis.call('HGET', attempts, id)
   redis.call('ZREM', pending, id)
+  redis.call('HDEL', enqueued, id)
   redis.call('HDEL', attempts, id)
   redis.call('HDEL', priorities, id)
   redis.call('HDEL', payloads, id)
@@ -69,7 +71,7 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
   redis.call('HDEL', options, id)
   redis.call('SADD', cancelled, id)
   redis.call('ZADD', done_log, now, id)
-  redis.call('HSET', finished, id, finished_record(enqueued, now, tries, false))
+  redis.call('HSET', finished, id, finished_record(first, now, tries, false))
   remember(history, id, now, 'cancelled', who, 'in ' .. state .. held_by)
   redis.call('PUBLISH', ended, 'cancelled\n' .. id)
 end

@@ -7,7 +7,7 @@
 -- KEYS[12] owners KEYS[13] finished KEYS[14] scheduled KEYS[15] priorities KEYS[16] options
 -- KEYS[17] cancelled KEYS[18] results KEYS[19] result_expiry KEYS[20] history KEYS[21] progress
 -- KEYS[22] limits KEYS[23] grouped KEYS[24] group_lines KEYS[25] group_of KEYS[26] groups_ready
--- KEYS[27] groups_resting KEYS[28] groups_full KEYS[29] group_running KEYS[30] wake
+-- KEYS[27] groups_resting KEYS[28] groups_full KEYS[29] group_running KEYS[30] wake KEYS[31] enqueued
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] wake_cap
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
 -- "scheduled", "cancelled", or false]
@@ -17,6 +17,7 @@ local finished, scheduled, priorities, options = KEYS[13], KEYS[14], KEYS[15], K
 local cancelled, results, result_expiry, history, progress = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local groups_resting, groups_full, group_running, wake = KEYS[27], KEYS[28], KEYS[29], KEYS[30]
+local enqueued = KEYS[31]
 local record_ttl, id, token, wake_cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -46,6 +47,7 @@ if redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled' end
 if redis.call('SREM', cancelled, id) == 1 then state = 'cancelled' end
 redis.call('HDEL', priorities, id)
 redis.call('ZREM', pending, id)
+redis.call('HDEL', enqueued, id)
 redis.call('HDEL', attempts, id)
 redis.call('HDEL', payloads, id)
 redis.call('HDEL', errors, id)

@@ -4,7 +4,7 @@
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
 -- KEYS[13] cancelled KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
--- KEYS[18] groups_ready
+-- KEYS[18] groups_ready KEYS[19] enqueued (first enqueue time of a job scheduled at once)
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
 -- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
@@ -14,6 +14,7 @@ local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEY
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local enqueued = KEYS[19]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group = ARGV[8]
@@ -73,6 +74,9 @@ end
 if added > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))
+    local first = {}  -- pending will say when it joins the line; this, when it was enqueued
+    for j = 1, added do first[2 * j - 1], first[2 * j] = new_ids[j], now end
+    redis.call('HSET', enqueued, unpack(first))
     if priority ~= 0 then
       local kept = {}
       for j = 1, added do kept[2 * j - 1], kept[2 * j] = new_ids[j], priority end

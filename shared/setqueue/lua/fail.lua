@@ -7,7 +7,7 @@
 -- KEYS[7] errors KEYS[8] wake KEYS[9] owners KEYS[10] finished KEYS[11] scheduled KEYS[12] seq
 -- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] limits KEYS[17] grouped
 -- KEYS[18] group_lines KEYS[19] group_of KEYS[20] groups_ready KEYS[21] group_running
--- KEYS[22] groups_full KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- KEYS[22] groups_full KEYS[23] enqueued KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless the job has its own)  ARGV[3] wake_cap
 -- ARGV[4] ended channel ("failed\n<id>...")
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, mode
@@ -17,8 +17,8 @@ local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], 
 local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
-local group_running, groups_full = KEYS[21], KEYS[22]
-local FIRST_LOCK = 23  -- KEYS[FIRST_LOCK..] lock key of each claim
+local group_running, groups_full, enqueued = KEYS[21], KEYS[22], KEYS[23]
+local FIRST_LOCK = 24  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap, ended = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
@@ -68,7 +68,9 @@ for j = 1, #ids do
       redis.call('ZREM', in_progress, id)
       local priority = priority_of(rank)
       remember(history, id, now, kind, who, said .. '; retried in ' .. (delay / 1000) .. 's')
-      if delay > 0 then  -- scheduled, out of pending until due
+      if delay > 0 then  -- scheduled, out of pending until due; enqueued keeps the first enqueue time
+        local joined = redis.call('ZSCORE', pending, id)
+        if joined then redis.call('HSETNX', enqueued, id, joined) end
         redis.call('ZREM', pending, id)
         redis.call('ZADD', scheduled, now + delay, id)
         if priority ~= 0 then redis.call('HSET', priorities, id, priority) end
@@ -79,7 +81,7 @@ for j = 1, #ids do
       end
       outcomes[#outcomes + 1] = 'retried'
     else
-      dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
+      dead_letter(in_progress, failed, pending, enqueued, attempts, errors, finished, priorities, id, reason, now)
       remember(history, id, now, kind, who, said .. '; dead-lettered')
       dead[#dead + 1] = id
       outcomes[#outcomes + 1] = 'dead'

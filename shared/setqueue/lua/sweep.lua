@@ -10,7 +10,7 @@
 -- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept
 -- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
--- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets
+-- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
@@ -23,8 +23,8 @@ local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[
 local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local cancelled, progress = KEYS[21], KEYS[22]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
-local group_running, groups_full, group_buckets = KEYS[28], KEYS[29], KEYS[30]
-local FIRST_LOCK = 31  -- KEYS[FIRST_LOCK..] lock key of each claim
+local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
+local FIRST_LOCK = 32  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -67,7 +67,7 @@ for j = 1, #ids do
       if c > 0 then held_by = holder(tokens[c]) end
       if tries >= most then
         local reason = 'lease expired on attempt ' .. tries .. ' of ' .. most
-        dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
+        dead_letter(in_progress, failed, pending, enqueued, attempts, errors, finished, priorities, id, reason, now)
         remember(history, id, now, 'lease lost', held_by, 'swept by ' .. who .. '; dead-lettered: ' .. reason)
         dead[#dead + 1] = id
       else

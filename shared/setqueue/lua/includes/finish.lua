@@ -23,17 +23,19 @@ local function forget_ended(done, cancelled, finished, results, result_expiry, h
   end
 end
 
--- dead_letter: in_progress -> failed with its reason; enqueue time and attempts go into finished,
--- a non-zero priority into priorities, for a requeue.
-local function dead_letter(in_progress, failed, pending, attempts, errors, finished, priorities, id, reason, now)
-  local enqueued = redis.call('ZSCORE', pending, id)
+-- dead_letter: in_progress -> failed with its reason; its first enqueue time (enqueued, else its
+-- pending score) and attempts go into finished, a non-zero priority into priorities, for a requeue.
+local function dead_letter(in_progress, failed, pending, enqueued, attempts, errors, finished, priorities,
+                           id, reason, now)
+  local first = redis.call('HGET', enqueued, id) or redis.call('ZSCORE', pending, id)
   local tries = redis.call('HGET', attempts, id)
   local rank = redis.call('ZSCORE', in_progress, id)
   if rank and priority_of(rank) ~= 0 then redis.call('HSET', priorities, id, priority_of(rank)) end
   redis.call('ZREM', in_progress, id)
   redis.call('SADD', failed, id)
   redis.call('ZREM', pending, id)
+  redis.call('HDEL', enqueued, id)
   redis.call('HDEL', attempts, id)
   redis.call('HSET', errors, id, reason)
-  redis.call('HSET', finished, id, finished_record(enqueued, now, tries))
+  redis.call('HSET', finished, id, finished_record(first, now, tries))
 end
