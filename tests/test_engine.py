@@ -3,6 +3,7 @@ handler's execution log, not the queue's view."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -100,20 +101,53 @@ def test_unstarted_jobs_are_handed_back_rather_than_wait_behind_a_hung_one(
 
 
 @pytest.mark.slow
-def test_zombie_slots_stop_the_worker_with_nothing_lost(
+def test_zombie_slots_restart_the_worker_in_place_with_nothing_lost(
     worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue]
 ) -> None:
+    """Started as users start it (``python -m worker``, PROCESSES unset, no process manager): its jobs
+    block in C past their timeout on every slot, so it stops itself, and runs itself again in place."""
     q = make_queue()
-    q.enqueue(["stuck-1"])
-    w = worker(CONCURRENCY=1, CLAIM_BATCH=5, JOB_TIMEOUT_SECONDS=0.5)
-    wait_until(lambda: execlog.starts()["stuck-1"] == 1, 30, "the stuck job to start")
-    q.enqueue([f"sleep-0.01-{n}" for n in range(4)])
-    assert w.wait(30) == 4, w.log()
-    assert "zombies" in w.log()
+    q.enqueue(["stuck-1", "stuck-2"], max_attempts=1)
+    w = worker(CONCURRENCY=2, CLAIM_BATCH=5, JOB_TIMEOUT_SECONDS=0.5)
+    wait_until(lambda: execlog.starts()["stuck-1"] == execlog.starts()["stuck-2"] == 1, 30, "both slots stuck")
+    later = [f"sleep-0.01-{n}" for n in range(4)]
+    q.enqueue(later)  # claimed behind the stuck ones, handed back when it stops
+
+    def later_done() -> bool:
+        assert w.alive(), w.log()  # exited, and nothing restarts it
+        stats = q.stats()
+        return bool(stats["done"] == 4 and stats["failed"] == 2)
+
+    wait_until(later_done, 60, "the later jobs done", 0.05)
+    log = w.log()
+    assert "2 of 2 slots are zombies" in log and "restarting this worker" in log, log
+    assert log.count("setqueue-worker starting") == 2, log
+    # Each later job ran once, after the restart, in the very process the user started.
+    assert all(execlog.starts()[i] == execlog.ends()[i] == 1 for i in later)
+    assert all(execlog.pids(i) == {w.process.pid} for i in later)
     stats = q.stats()
-    assert stats["in_progress"] == 0 and stats["done"] + stats["todos"] + stats["scheduled"] == 5, stats
-    info = q.inspect("stuck-1")  # failed with reason timeout: retried after the backoff
-    assert info is not None and info.state == "scheduled" and (info.error or "").startswith("timeout")
+    assert stats["in_progress"] == stats["todos"] == stats["scheduled"] == 0, stats
+    for stuck in ("stuck-1", "stuck-2"):
+        info = q.inspect(stuck)
+        assert info is not None and info.state == "failed" and (info.error or "").startswith("timeout"), info
+
+
+@pytest.mark.slow
+def test_a_worker_whose_slots_keep_turning_zombie_gives_up_after_five_restarts(
+    worker: Callable[..., Proc], execlog: ExecutionLog, make_queue: Callable[..., Queue]
+) -> None:
+    """The supervisor's rule: 0.25 s doubling per restart within a minute, the sixth exit is the last."""
+    q = make_queue()
+    q.enqueue(["stuck-1"], max_attempts=20)
+    w = worker(CONCURRENCY=1, JOB_TIMEOUT_SECONDS=0.5, RETRY_BACKOFF_SECONDS=0)
+    assert w.wait(120) == 4, w.log()
+    log = w.log()
+    waits = re.findall(r"restarting this worker \(pid \d+\) in ([\d.]+)s", log)
+    assert waits == ["0.25", "0.50", "1.00", "2.00", "4.00"], log
+    assert "its slots became zombies again after 5 restarts within 60s: giving up (exit code 4)" in log
+    assert execlog.starts()["stuck-1"] == 6
+    info = q.inspect("stuck-1")  # failed by its timeouts, retried: never lost
+    assert info is not None and info.state == "todos" and info.attempts == 6, info
 
 
 @pytest.mark.slow

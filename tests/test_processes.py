@@ -221,6 +221,28 @@ def test_sigterm_drains_every_process_and_exits_0(start_workers: Start, make_que
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
+def test_a_process_stopping_for_zombie_slots_is_restarted_as_a_lone_worker_restarts(
+    start_workers: Start, make_queue: Callable[..., Queue]
+) -> None:
+    """One rule for one process and for N (worker.restart): here the supervisor applies it."""
+    q = make_queue()
+    supervisor, log = start_workers(CONCURRENCY=1, CLAIM_BATCH=1, JOB_TIMEOUT_SECONDS=0.5)
+    pids = child_pids(supervisor)
+    q.enqueue(["stuck-1"], max_attempts=1)
+    wait_until(lambda: log.starts()["stuck-1"] == 1, 30, "the stuck job to start")
+    later = [f"sleep-0.01-{n}" for n in range(6)]
+    q.enqueue(later)
+    wait_until(lambda: q.stats()["done"] == 6 and q.stats()["failed"] == 1, 60, "the later jobs done", 0.05)
+    wait_until(lambda: supervisor.metric(RESTARTS) == 1, 30, "the restart")
+    (stuck_pid,) = log.pids("stuck-1")
+    said = rf"worker process \d \(pid {stuck_pid}\) exited with code 4: restarting it in 0.25s"
+    assert re.search(said, supervisor.log()), supervisor.log()
+    assert all(log.starts()[i] == log.ends()[i] == 1 for i in later)
+    assert stuck_pid in pids and q.stats()["in_progress"] == 0
+    assert len(child_pids(supervisor)) == 2
+
+
 # -- when it cannot keep them running
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from prometheus_client import Counter as PromCounter
 
@@ -100,6 +100,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._shutting_down = False
         self._stopped = threading.Event()  # run() returned: the backstop stands down
         self._exit_code = 0
+        # How it exits with threads still in a handler: ``python -m worker`` restarts itself on EXIT_ZOMBIES.
+        self.exit_now: Callable[[int], NoReturn] = os._exit
         self.metrics.worker_slots.set(s.concurrency)
         # Limits' holds are counted under the queue's name, not the shard's.
         self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
@@ -406,7 +408,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if self.heartbeat is not None:
                 self.heartbeat.stop()
             flush_logs()
-            os._exit(self._exit_code)
+            self.exit_now(self._exit_code)
 
     def _backstop(self) -> None:
         """Exit after the grace even if the supervisor is stuck (Redis gone while it acks)."""
@@ -414,7 +416,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             return
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
-        os._exit(self._exit_code or 1)
+        self.exit_now(self._exit_code or 1)
 
     def _resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
         """``self.retry`` of ``call(request_id)``, one id across retries (docs/guide.md, "Resends"); a fresh

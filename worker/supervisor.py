@@ -19,7 +19,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -38,14 +37,12 @@ from setqueue.runtime.logs import flush_logs
 from setqueue.runtime.metrics import SupervisorMetrics
 from setqueue.runtime.service import EXIT_REDIS, EXIT_SETTING, cannot_listen, refusal
 from setqueue.runtime.settings import SettingError, WorkerSettings
+from worker.restart import RESTART_WINDOW_SECONDS, restart_delay
 
 # "<index> <metrics socket fd> <supervisor pid>", set by the supervisor in a child's environment.
 CHILD_ENV = "SETQUEUE_WORKER_CHILD"
 
 TICK_SECONDS = 0.1
-RESTART_BASE_SECONDS = 0.25
-RESTART_WINDOW_SECONDS = 60.0
-RESTARTS_PER_WINDOW = 5
 SCRAPE_TIMEOUT_SECONDS = 5.0
 PARENT_CHECK_SECONDS = 1.0
 FATAL = {EXIT_SETTING: "a bad setting", EXIT_REDIS: "Redis refuses us"}  # it would only do it again
@@ -98,7 +95,7 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
     restart_at: float | None = None
-    restarts: deque[float] = field(default_factory=deque)  # monotonic times of its recent crashes
+    restarts: list[float] = field(default_factory=list)  # monotonic times of its recent restarts
     told: int = 0  # how many of the stop signals its process was given
 
     def running(self) -> bool:
@@ -228,9 +225,9 @@ class Supervisor:
             self.log.error("%s (%s): not restarting it; stopping the others", who, FATAL[code])
             self._stop_all(code)
             return
-        while child.restarts and child.restarts[0] < now - RESTART_WINDOW_SECONDS:
-            child.restarts.popleft()
-        if len(child.restarts) >= RESTARTS_PER_WINDOW:
+        # The rule a worker alone restarts itself by (worker.restart).
+        child.restarts, delay = restart_delay(child.restarts, now)
+        if delay is None:
             self.log.error(
                 "%s after %d restarts within %gs: giving up; stopping the others",
                 who,
@@ -239,8 +236,6 @@ class Supervisor:
             )
             self._stop_all(1)
             return
-        delay = RESTART_BASE_SECONDS * 2 ** len(child.restarts)
-        child.restarts.append(now)
         child.restart_at = now + delay
         self.log.warning("%s: restarting it in %.2fs", who, delay)
 
