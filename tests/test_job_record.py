@@ -19,7 +19,7 @@ from setqueue.runtime.cli import main as cli_main
 from tests.support.console import StartConsole
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
-from tests.support.waits import redis_clock, wait_until, wait_until_due
+from tests.support.waits import redis_clock, wait_for_redis_clock, wait_until, wait_until_due
 
 # -- a timeout: retried like any failure, or dead-lettered at once
 
@@ -204,3 +204,53 @@ def test_inspect_and_the_console_show_enqueued_and_due_apart(
 def utc(seconds: float) -> str:
     """As the console writes a time."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+# -- a done job's payload, kept for done's retention
+
+
+def test_a_done_job_keeps_its_payload_while_done_keeps_its_id(
+    start_worker: Callable[..., Proc], redis_url: str, queue_name: str, queue: Queue, client: redis.Redis
+) -> None:
+    """`inspect` of a done charge showed "payload": null: nobody could see what was charged."""
+    charge = {"amount": 100, "to": "ann"}
+    queue.enqueue({"charge-1": charge, "big-10-1": "x" * 1025, "fail-1": "y" * 2000}, max_attempts=1)
+    worker = start_worker(queue_name, DONE_MAX_COUNT=3, PAYLOAD_KEEP_BYTES=1024)
+    wait_until(lambda: queue.stats()["done"] == 2 and queue.stats()["failed"] == 1, 30, "two done, one dead")
+
+    out = io.StringIO()
+    assert cli_main(["--redis-url", redis_url, "--queue", queue_name, "inspect", "charge-1"], out=out) == 0
+    shown = json.loads(out.getvalue())
+    assert (shown["state"], json.loads(shown["payload"])) == ("done", charge)
+    over = queue.inspect("big-10-1")  # over PAYLOAD_KEEP_BYTES: not kept
+    assert over is not None and (over.state, over.payload) == ("done", None)
+    dead = queue.inspect("fail-1")  # a dead letter keeps its payload whatever its size, for a requeue
+    assert dead is not None and (dead.state, dead.payload) == ("failed", "y" * 2000)
+
+    # Done's retention drops the id and its payload with it.
+    queue.enqueue(["later-1", "later-2", "later-3"])
+    wait_until(lambda: queue.inspect("charge-1") is None, 30, "charge-1 trimmed from done")
+    assert set(client.hkeys(queue.keys.payloads)) == {"fail-1"}
+    assert worker.alive()
+
+
+def test_a_worker_with_payload_keep_bytes_0_keeps_none(
+    start_worker: Callable[..., Proc], queue_name: str, queue: Queue, client: redis.Redis
+) -> None:
+    queue.enqueue({"charge-1": {"amount": 100}})
+    start_worker(queue_name, PAYLOAD_KEEP_BYTES=0)
+    wait_until(lambda: queue.stats()["done"] == 1, 30, "the job done")
+    info = queue.inspect("charge-1")
+    assert info is not None and info.payload is None and not client.exists(queue.keys.payloads)
+
+
+def test_the_age_retention_drops_a_kept_payload_with_its_id(
+    make_queue: Callable[..., Queue], client: redis.Redis
+) -> None:
+    q = make_queue(done_max_age_seconds=0.001)
+    q.enqueue({"a": "payload-a"})
+    q.ack(q.claim(1)[0])
+    assert client.hget(q.keys.payloads, "a") == "payload-a"
+    wait_for_redis_clock(client, 0.01)
+    assert q.sweep().done_trimmed == 1
+    assert q.inspect("a") is None and not client.exists(q.keys.payloads)

@@ -412,3 +412,48 @@ def test_on_a_cluster_every_master_is_read(cli: Cli) -> None:
         q.close()
     finally:
         cluster.cleanup()
+
+
+def _done_bytes_per_job(payload_bytes: int, payload_keep_bytes: int, jobs: int = 20_000) -> dict[str, float]:
+    """Bytes per done job, as bench/workers/bench_sq_memory.py measures them, on a fresh redis-server:
+    ``jobs`` jobs enqueued with payloads of ``payload_bytes``, claimed and acked with a retention that
+    keeps every id. "used_memory": INFO's rise over the jobs; then MEMORY USAGE of each key of the queue."""
+    server = RedisServer().start()
+    client = redis.Redis(port=server.port, decode_responses=True)
+    q = Queue.from_url(
+        server.url, "mem", done_max_count=10**9, done_max_age_seconds=0, payload_keep_bytes=payload_keep_bytes
+    )
+    try:
+        q.enqueue({"warm-up": "x"})  # loads the scripts and opens the connection
+        q.ack_many(q.claim(1))
+        client.flushall()  # the script cache stays
+        before = used_memory(client)
+        ids = [f"job-{n:07d}" for n in range(jobs)]  # 11 characters
+        for start in range(0, jobs, 500):
+            q.enqueue({job_id: "x" * payload_bytes for job_id in ids[start : start + 500]})
+        while leases := q.claim(500):
+            q.ack_many(leases)
+        # What expires by itself anyway: the resend records and the wake list.
+        client.delete(q.keys.wake, *client.scan_iter(match=q.keys.prefix + "req:*", count=1000))
+        measured = {"used_memory": (used_memory(client) - before) / jobs}
+        for key in client.scan_iter(match=q.keys.prefix + "*"):
+            measured[key.removeprefix(q.keys.prefix)] = int(client.memory_usage(key, samples=0) or 0) / jobs
+        return measured
+    finally:
+        q.close()
+        client.close()
+        server.cleanup()
+
+
+def test_memory_per_done_job_with_its_payload_kept_and_without() -> None:
+    """docs/benchmarks/memory.md#payloads-kept-with-done-jobs: a kept payload costs its size and about
+    60 bytes a done job; PAYLOAD_KEEP_BYTES=0, or a payload over it, nothing."""
+    kept = _done_bytes_per_job(payload_bytes=100, payload_keep_bytes=1024)
+    none = _done_bytes_per_job(payload_bytes=100, payload_keep_bytes=0)
+    over = _done_bytes_per_job(payload_bytes=100, payload_keep_bytes=99)
+    assert "payloads" not in none and "payloads" not in over, (none, over)
+    assert 100 <= kept["payloads"] <= 200, kept
+    assert 100 <= kept["used_memory"] - none["used_memory"] <= 200, (kept, none)
+    assert abs(over["used_memory"] - none["used_memory"]) < 10, (over, none)
+    for key in ("done", "done_log", "finished"):  # the rest of a done job's record is the same
+        assert abs(kept[key] - none[key]) < 2, key  # (a sorted set's skip list levels are random)

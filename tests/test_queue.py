@@ -141,7 +141,7 @@ def test_ack_moves_to_done_and_cleans_up(queue: Queue, client: redis.Redis) -> N
     k = queue.keys
     assert not client.exists(k.lock(lease.token))
     assert client.hget(k.owners, "a") is None
-    assert client.hget(k.payloads, "a") is None
+    assert client.hget(k.payloads, "a") == "p"  # kept with the done job (payload_keep_bytes)
     assert client.hget(k.attempts, "a") is None
     assert client.zscore(k.pending, "a") is None
 

@@ -137,8 +137,9 @@ class QueueKeys:
     """Names of every key queue ``name`` uses. ValueError for a bad name (``validate_queue_name``).
 
     A job's state is which of todos (or grouped), in_progress, done, failed, scheduled and cancelled
-    holds its id; its bookkeeping (owners, pending, enqueued, attempts, payloads, errors, options) goes
-    when it reaches done or cancelled, while a dead letter keeps its payload and error."""
+    holds its id; its bookkeeping (owners, pending, enqueued, attempts, errors, options) goes when it
+    reaches done or cancelled, while a done job keeps a small payload and a dead letter its payload and
+    error."""
 
     name: str
 
@@ -216,7 +217,9 @@ class QueueKeys:
     @property
     def payloads(self) -> str:
         """Hash: field = job id of a job enqueued with a payload; value = that payload (UTF-8 text, as
-        given). Dropped when the job is done, cancelled or deleted; a dead letter keeps it for a requeue."""
+        given). A done job keeps one of at most PAYLOAD_KEEP_BYTES (the acker's ``payload_keep_bytes``; 0:
+        none) for inspect, until done's retention drops the id; a dead letter keeps it whatever its size,
+        for a requeue; dropped when the job is cancelled or deleted."""
         return self.prefix + "payloads"
 
     @property
@@ -292,7 +295,7 @@ class QueueKeys:
     def done_log(self) -> str:
         """Sorted set: member = job id in done or cancelled; score = when it got there (ms). The retention
         of both: an ack drops the oldest past DONE_MAX_COUNT, a sweep those older than
-        DONE_MAX_AGE_SECONDS, each with its finished, results, history and progress entries."""
+        DONE_MAX_AGE_SECONDS, each with its finished, results, history, progress and payloads entries."""
         return self.prefix + "done_log"
 
     @property

@@ -97,6 +97,7 @@ class QueueCore:
         wait_replicas: int = 0,
         wait_timeout_seconds: float = 1.0,
         payload_max_bytes: int = 1_048_576,
+        payload_keep_bytes: int = 1024,
         result_ttl_seconds: float = 3600.0,
         result_max_bytes: int = 1_048_576,
     ) -> None:
@@ -134,6 +135,9 @@ class QueueCore:
         self.request_ttl_seconds = float(request_ttl_seconds)
         self.request_ttl_ms = round(request_ttl_seconds * 1000)
         self.payload_max_bytes = payload_max_bytes
+        # A done job keeps a payload of at most this many bytes for inspect, as long as done keeps its id
+        # (0: none kept). A dead letter keeps its payload whatever its size, for a requeue.
+        self.payload_keep_bytes = check_whole("payload_keep_bytes", payload_keep_bytes, 0)
         self.result_ttl_seconds = check_seconds("result_ttl_seconds", result_ttl_seconds)
         self.result_max_bytes = check_whole("result_max_bytes", result_max_bytes, 1)
         self.wait_replicas = wait_replicas
@@ -402,6 +406,7 @@ class Operations:
                     [encoded[n] for n in chunk],
                     request_ttl_ms=core.request_ttl_ms,
                     done_max_count=core.done_max_count,
+                    payload_keep_bytes=core.payload_keep_bytes,
                     result_ttl_ms=round(core.result_ttl_seconds * 1000),
                     wake_cap=core.wake_cap,
                     request_id=numbered(core_request, number),

@@ -247,6 +247,8 @@ class Held(Protocol):
     def enqueued_at(self) -> float | None: ...
     @property
     def attempt(self) -> int: ...
+    @property
+    def payload(self) -> str | None: ...
 
 
 L = TypeVar("L")
@@ -392,19 +394,23 @@ class QueueCommands:
         *,
         request_ttl_ms: int,
         done_max_count: int,
+        payload_keep_bytes: int,
         result_ttl_ms: int,
         wake_cap: int,
         request_id: str | None = None,
     ) -> Steps[tuple[float, list[bool], bool]]:
         """ack.lua: the Redis clock (s), per lease whether acked, and whether results were dropped because
-        Redis is full. ``results``: encoded, None for nothing to keep."""
+        Redis is full. ``results``: encoded, None for nothing to keep. A payload of at most
+        ``payload_keep_bytes`` (UTF-8) stays with its job in done."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
         per_lease: list[Any] = []
         for lease, result in zip(leases, results, strict=True):
             enqueued = lease.enqueued_at
             enqueued_ms = "" if enqueued is None else round(enqueued * 1000)
-            per_lease += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or ""]
+            payload = lease.payload
+            keep = payload is not None and len(payload.encode("utf-8")) <= payload_keep_bytes
+            per_lease += [lease.id, claims[lease.token], enqueued_ms, lease.attempt, result or "", "1" if keep else ""]
 
         def args(drop_results: bool) -> list[Any]:
             channel = self.k.ended_channel

@@ -11,11 +11,11 @@
 -- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress
 -- KEYS[17] wake KEYS[18] limits KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
 -- KEYS[22] groups_ready KEYS[23] enqueued KEYS[FIRST_LOCK..] each claim's lock, in token order
--- ARGV[1] record_ttl ms  ARGV[2] keep (most ids in done and cancelled; 0 = no limit)
+-- ARGV[1] record_ttl ms  ARGV[2] most (ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
 -- ARGV[6] drop_results ("1": write no result)
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, enqueue ms
--- ("" unknown), attempt, result ("" none)
+-- ("" unknown), attempt, result ("" none), keep payload ("1": it stays with the job in done)
 -- Returns a string: now ms, a space, then "1" per lease acked, "0" per stale one
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -24,9 +24,9 @@ local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17
 local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
 local enqueued = KEYS[23]
 local FIRST_LOCK = 24  -- KEYS[FIRST_LOCK..] lock key of each claim
-local record_ttl, keep, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local record_ttl, most, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local wake_cap, drop_results = ARGV[5], ARGV[6]
-local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, enqueue ms, attempt, result
+local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -39,7 +39,7 @@ local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
-local locks, tokens, ids, claim_of, joined, attempt, result = read_claims(FIRST_LOCK, CLAIMS, 5)
+local locks, tokens, ids, claim_of, joined, attempt, result, keep_payload = read_claims(FIRST_LOCK, CLAIMS, 6)
 local owner = redis.call('HMGET', owners, unpack(ids))
 -- The first enqueue time of a job that joined the line later (scheduled, retried after a backoff).
 local first = {}
@@ -47,7 +47,7 @@ if redis.call('EXISTS', enqueued) == 1 then first = redis.call('HMGET', enqueued
 
 -- One command per key for the batch (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
-local returned, expiring = {}, {}
+local returned, expiring, unkept = {}, {}, {}
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
   -- The same lease twice in one call: the second is stale.
@@ -63,6 +63,7 @@ for j = 1, #ids do
       expiring[#expiring + 1] = now + result_ttl
       expiring[#expiring + 1] = id
     end
+    if keep_payload[j] ~= '1' then unkept[#unkept + 1] = id end
     kept[#kept + 1] = id
     kept[#kept + 1] = finished_record(first[j] or joined[j], now, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1
@@ -81,7 +82,7 @@ if acked > 0 then
   redis.call('SADD', done, unpack(owned))
   redis.call('ZREM', pending, unpack(owned))
   redis.call('HDEL', attempts, unpack(owned))
-  redis.call('HDEL', payloads, unpack(owned))
+  if #unkept > 0 then redis.call('HDEL', payloads, unpack(unkept)) end
   redis.call('HDEL', errors, unpack(owned))
   redis.call('HDEL', owners, unpack(owned))
   redis.call('HDEL', options, unpack(owned))
@@ -96,13 +97,13 @@ if acked > 0 then
   redis.call('PUBLISH', ended, 'done\n' .. table.concat(owned, '\n'))
 end
 
-if acked > 0 and keep > 0 then
-  local excess = redis.call('ZCARD', done_log) - keep
+if acked > 0 and most > 0 then
+  local excess = redis.call('ZCARD', done_log) - most
   if excess > 0 then
     local oldest = redis.call('ZPOPMIN', done_log, excess)
     local dropped = {}
     for j = 1, #oldest, 2 do dropped[#dropped + 1] = oldest[j] end
-    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, dropped)
+    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, dropped)
   end
 end
 

@@ -3,14 +3,14 @@
 -- still in in_progress, still owned so, whose lock is gone goes back to the line, or to failed once
 -- out of attempts. A live lock is never touched, a changed owner waits, a moved id is gone from
 -- in_progress: concurrent sweeps are safe. Also, up to trim_limit each: drops done ids past max_age
--- and expired results, promotes due scheduled jobs. Moves get history lines; dead letters go out on
--- ended; past group rate states (a full bucket) are dropped.
+-- (with their payloads) and expired results, promotes due scheduled jobs. Moves get history lines;
+-- dead letters go out on ended; past group rate states (a full bucket) are dropped.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
 -- KEYS[7] errors KEYS[8] wake KEYS[9] done KEYS[10] done_log KEYS[11] owners KEYS[12] finished
 -- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept
 -- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
--- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued
+-- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued KEYS[32] payloads
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
@@ -24,7 +24,8 @@ local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS
 local cancelled, progress = KEYS[21], KEYS[22]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
-local FIRST_LOCK = 32  -- KEYS[FIRST_LOCK..] lock key of each claim
+local payloads = KEYS[32]
+local FIRST_LOCK = 33  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -89,7 +90,7 @@ local trimmed = 0
 if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
   if #old > 0 then
-    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, old)
+    forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, old)
     redis.call('ZREM', done_log, unpack(old))
   end
   trimmed = #old

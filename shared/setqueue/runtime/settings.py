@@ -402,6 +402,15 @@ SETTINGS: tuple[Setting, ...] = (
         high=30 * 86400,
     ),
     Setting(
+        "PAYLOAD_KEEP_BYTES",
+        int,
+        _Q("payload_keep_bytes"),
+        "A done job keeps a payload up to this size, as long as done keeps its id (0 = none kept)",
+        "worker",
+        low=0,
+        high=2**29,
+    ),
+    Setting(
         "RESULT_MAX_BYTES",
         int,
         _Q("result_max_bytes"),
@@ -620,6 +629,7 @@ class WorkerSettings(CommonSettings):
     idle_wait_seconds: float
     result_ttl_seconds: float
     result_max_bytes: int
+    payload_keep_bytes: int
     standin_sweep_seconds: float
     worker_heartbeat_seconds: float
 
@@ -630,6 +640,7 @@ class WorkerSettings(CommonSettings):
             "retry_backoff_max_seconds": self.retry_backoff_max_seconds,
             "result_ttl_seconds": self.result_ttl_seconds,
             "result_max_bytes": self.result_max_bytes,
+            "payload_keep_bytes": self.payload_keep_bytes,
         }
 
 

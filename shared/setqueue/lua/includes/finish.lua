@@ -8,9 +8,9 @@ local function finished_record(enqueued_ms, now, attempts, returned)
   return record
 end
 
--- forget_ended: drop ids that done's retention (shared by cancelled) let go, with all kept of them.
--- In slices: unpack() has a limit.
-local function forget_ended(done, cancelled, finished, results, result_expiry, history, progress, ids)
+-- forget_ended: drop ids that done's retention (shared by cancelled) let go, with all kept of them
+-- (a done job's payload too). In slices: unpack() has a limit.
+local function forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, ids)
   for s = 1, #ids, 1000 do
     local last = math.min(s + 999, #ids)
     redis.call('SREM', done, unpack(ids, s, last))
@@ -20,6 +20,7 @@ local function forget_ended(done, cancelled, finished, results, result_expiry, h
     redis.call('ZREM', result_expiry, unpack(ids, s, last))
     redis.call('HDEL', history, unpack(ids, s, last))
     redis.call('HDEL', progress, unpack(ids, s, last))
+    redis.call('HDEL', payloads, unpack(ids, s, last))
   end
 end
 
