@@ -174,10 +174,10 @@ def test_a_job_enqueued_to_run_at_once_keeps_no_separate_enqueue_time(queue: Que
     assert not client.exists(queue.keys.enqueued)
 
 
-def test_inspect_and_the_console_show_enqueued_and_due_apart(
+def test_inspect_and_the_console_show_enqueued_and_due_apart_and_the_timeout_policy(
     start_console: StartConsole, redis_url: str, queue_name: str, queue: Queue
 ) -> None:
-    queue.enqueue(["order-7"])
+    queue.enqueue(["order-7"], retry_timeouts=False)
     [lease] = queue.claim(1)
     queue.fail(lease, "timeout: the job ran longer than JOB_TIMEOUT_SECONDS (15s)", delay=0.3)
     wait_until_due(queue, ["order-7"])
@@ -197,6 +197,7 @@ def test_inspect_and_the_console_show_enqueued_and_due_apart(
     assert page.status == 200
     for label, at in (("enqueued", info.enqueued_at), ("due", info.due_at)):
         assert f"<tr><th>{label}</th><td>{utc(at)} " in page.body, (label, utc(at))
+    assert '<td id="retry-timeouts">dead-lettered at once (its own)</td>' in page.body
     # The line's "enqueued" column too: the first enqueue, not when it joined the line.
     assert f'title="{utc(info.enqueued_at)}"' in console.get(f"/queues/{queue_name}/jobs/todos").body
 
