@@ -1,6 +1,9 @@
 """Random interleavings of every queue operation, lease expiry, due times passing, result lookups and
 limits, checked against a model after every step (hypothesis, real Redis).
 
+Enqueues take each identity mode: "ignore" leaves a known id alone, "replace" re-places a waiting one
+as the call's (not counted as new), "rerun" starts an ended one afresh (counted).
+
 Invariants: every known id is in exactly one state, and the states hold exactly the model's ids; a
 result is what the handler returned, or says how the job ended; todos is in the model's line order
 (priority, then place: enqueue, coming due and a retry give the next place, a release or a lost
@@ -121,18 +124,34 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         def pick(self, index: int) -> Lease | None:
             return self.leases[index % len(self.leases)] if self.leases else None
 
-        @rule(ids=st.lists(IDS, max_size=4), later=st.booleans(), priority=PRIORITIES, group=GROUPS)
-        def enqueue(self, ids: list[str], later: bool, priority: int, group: str | None) -> None:
-            new = [i for i in dict.fromkeys(ids) if i not in self.model.state]
-            assert self.q.enqueue(ids, delay=3600 if later else None, priority=priority, group=group) == len(new)
-            for i in new:
-                self.model.group[i] = group
-                self.model.priority[i] = priority
-                self.model.attempts[i] = 0
+        @rule(
+            ids=st.lists(IDS, max_size=4),
+            later=st.booleans(),
+            priority=PRIORITIES,
+            group=GROUPS,
+            mode=st.sampled_from(["ignore", "ignore", "replace", "rerun"]),
+        )
+        def enqueue(self, ids: list[str], later: bool, priority: int, group: str | None, mode: str) -> None:
+            m = self.model
+            unique = list(dict.fromkeys(ids))
+            new = [i for i in unique if i not in m.state]
+            replaced = [i for i in unique if mode == "replace" and m.state.get(i) in ("todos", "scheduled")]
+            rerun = [i for i in unique if mode == "rerun" and m.state.get(i) in ("done", "failed", "cancelled")]
+            delay = 3600 if later else None
+            assert self.q.enqueue(ids, delay=delay, priority=priority, group=group, if_exists=mode) == len(new + rerun)
+            for i in unique:
+                if i not in new + replaced + rerun:
+                    continue
+                m.group[i] = group
+                m.priority[i] = priority
+                m.due.pop(i, None)
+                if i not in replaced:  # a new job, or a rerun: a fresh start
+                    m.attempts[i] = 0
+                    m.result.pop(i, None)
                 if later:
-                    self.model.state[i] = "scheduled"
+                    m.state[i] = "scheduled"
                 else:
-                    self.model.join_line(i)
+                    m.join_line(i)
 
         @rule(job_id=IDS)
         def come_due(self, job_id: str) -> None:

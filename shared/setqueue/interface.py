@@ -54,6 +54,7 @@ class JobQueue(Protocol):
         timeout: float | None = None,
         group: str | None = None,
         retry_timeouts: bool | None = None,
+        if_exists: str = "ignore",
     ) -> int: ...
 
     @overload

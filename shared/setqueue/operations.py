@@ -63,7 +63,7 @@ from setqueue.replication import ReplicaWait
 from setqueue.routing import Router
 from setqueue.scripts import QueueCommands
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
-from setqueue.tasks import Sent, Task, new_job_id, prepare_send
+from setqueue.tasks import IF_EXISTS, Sent, Task, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
@@ -213,6 +213,7 @@ class Operations:
         timeout: float | None = None,
         group: str | None = None,
         retry_timeouts: bool | None = None,
+        if_exists: str = "ignore",
     ) -> Steps[int]:
         """Add job ids, or a mapping id -> payload, at the back of the line in order; returns how many
         were new (an id the queue knows, in any state but trimmed from done, is not added again).
@@ -223,11 +224,19 @@ class Operations:
         (the past means now). ``max_attempts``, ``timeout`` (seconds, 0 = none) and ``retry_timeouts``
         (a timeout is retried like any failure, or dead-letters the job at once) are the jobs' own,
         overriding the workers'. ``group``: jobs of different groups take turns (job groups,
-        docs/guide.md#limits). Everything is checked before anything is sent: TypeError or
-        ValueError name the bad argument, and nothing is written."""
+        docs/guide.md#limits). ``if_exists``: what a known id does: "ignore" (the default) leaves
+        its job as it is; "replace", while its job still waits (todos or scheduled), makes it this
+        call's (payload, priority, due time, options: debounce, many calls and one run with the last
+        arguments), and leaves a running or ended one alone; "rerun" runs an ended job (done, failed,
+        cancelled) again as a new job, its history keeping the earlier run, and leaves a waiting or
+        running one alone. A replaced job is not counted as new; a rerun is. Everything is checked
+        before anything is sent: TypeError or ValueError name the bad argument, and nothing is
+        written."""
         validate_priority(priority)
         if group is not None:
             validate_group(group)
+        if if_exists not in IF_EXISTS:
+            raise ValueError(f"if_exists must be one of {', '.join(IF_EXISTS)}, got {if_exists!r}")
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
         delay_ms = 0 if delay is None else round(check_seconds("delay", delay) * 1000)
@@ -250,6 +259,7 @@ class Operations:
                     priority=priority,
                     job_options=own,
                     group=group or "",
+                    if_exists=if_exists,
                 )
         # As enqueue.lua: jobs due later wake one worker.
         yield from self.made_claimable(
@@ -275,6 +285,7 @@ class Operations:
             max_attempts=options.max_attempts,
             timeout=options.timeout,
             group=options.group,
+            if_exists=options.if_exists,
         )
         return Sent(job_id, added == 1, name)
 

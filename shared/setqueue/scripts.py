@@ -326,8 +326,10 @@ class QueueCommands:
         priority: int = 0,
         job_options: str = "",
         group: str = "",
+        if_exists: str = "ignore",
     ) -> Steps[int]:
-        """enqueue.lua: how many of ``jobs`` (id, payload or None) were new."""
+        """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new);
+        ``if_exists``: what a known id does (see enqueue.lua's header)."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -337,6 +339,7 @@ class QueueCommands:
             priority,
             job_options,
             group,
+            if_exists,
         ]
         for job_id, payload in jobs:
             args.append(job_id)

@@ -33,7 +33,9 @@ R = TypeVar("R")
 ENVELOPE_VERSION = 1
 # What a task call may carry: the envelope's keys.
 ENVELOPE_KEYS = frozenset({"task", "args", "kwargs", "v"})
-IF_EXISTS = ("ignore",)  # what a send does with an id the queue knows: leave the job as it is
+# What an enqueue or send does with an id the queue knows (enqueue.lua): "ignore" leaves the job as it
+# is; "replace" makes a waiting job this call's (debounce); "rerun" runs an ended job again.
+IF_EXISTS = ("ignore", "replace", "rerun")
 
 _current_lease: contextvars.ContextVar[Lease] = contextvars.ContextVar("setqueue_current_lease")
 

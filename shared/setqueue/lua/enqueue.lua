@@ -1,30 +1,40 @@
 #!lua
 -- enqueue.lua: add ids at the back of their priority's line (todos or their group's), in order, or
--- to scheduled if due later; a known id is left alone.
+-- to scheduled if due later. A known id, by if_exists: "ignore", left alone; "replace", a waiting
+-- job (todos, its group's line, scheduled) leaves its place and comes back as this call's (payload,
+-- priority, due time, options, group: debounce), a running or ended one is left alone; "rerun", an
+-- ended job (done, failed, cancelled) drops its end and runs again as a new job (its history keeps
+-- the earlier run), a waiting or running one is left alone.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
 -- KEYS[13] cancelled KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
 -- KEYS[18] groups_ready KEYS[19] enqueued (first enqueue time of a job scheduled at once)
+-- KEYS[20] done_log KEYS[21] finished KEYS[22] results KEYS[23] result_expiry KEYS[24] errors
+-- KEYS[25] attempts KEYS[26] progress KEYS[27] history KEYS[28] groups_resting KEYS[29] groups_full
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
 -- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
--- ARGV[8] group ("": none)  ARGV[FIRST_JOB..] id [payload], ...
--- Returns a JSON string: [number of ids added]
+-- ARGV[8] group ("": none)  ARGV[9] if_exists ("ignore", "replace" or "rerun")
+-- ARGV[FIRST_JOB..] id [payload], ...
+-- Returns a JSON string: [number of ids added (a rerun counts, a replaced job does not)]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
-local enqueued = KEYS[19]
+local enqueued, done_log, finished, results, result_expiry = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
+local errors, attempts, progress, history = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local groups_resting, groups_full = KEYS[28], KEYS[29]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local group = ARGV[8]
-local FIRST_JOB = 9  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local group, if_exists = ARGV[8], ARGV[9]
+local FIRST_JOB = 10  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
 -- @include "wake"
 -- @include "groups"
 -- @include "known"
+-- @include "history"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -39,29 +49,73 @@ local due = now + delay_ms
 if at_ms ~= '' then due = tonumber(at_ms) end
 local later = due > now
 
-local added, new_ids, scored, seen = 0, {}, {}, {}
+local G = {
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full,
+}
+
+-- take_back: whether a known id comes back as this call's job, having left what if_exists lets go
+-- of: its waiting place (replace) or its end (rerun). Either way it keeps its history.
+local function take_back(id)
+  if if_exists == 'replace' then
+    local was = leave_line(G, todos, id)
+    if redis.call('ZREM', scheduled, id) == 1 then was = true end
+    if not was then return false end
+    redis.call('ZREM', pending, id)
+    remember(history, id, now, 'replaced', 'producer', 'by a later call while it waited')
+  elseif if_exists == 'rerun' then
+    local was = redis.call('SREM', done, id) == 1
+    if redis.call('SREM', failed, id) == 1 then was = true end
+    if redis.call('SREM', cancelled, id) == 1 then was = true end
+    if not was then return false end
+    redis.call('ZREM', done_log, id)
+    redis.call('ZREM', result_expiry, id)
+    redis.call('HDEL', finished, id)
+    redis.call('HDEL', results, id)
+    redis.call('HDEL', errors, id)
+    redis.call('HDEL', attempts, id)
+    redis.call('HDEL', progress, id)
+    remember(history, id, now, 'rerun', 'producer', 'enqueued again once it had ended')
+  else
+    return false
+  end
+  redis.call('HDEL', enqueued, id)
+  redis.call('HDEL', priorities, id)
+  redis.call('HDEL', payloads, id)
+  redis.call('HDEL', options, id)
+  redis.call('HDEL', group_of, id)
+  return true
+end
+
+-- placed: every id this call places (new, replaced, rerun); added: how many of them are new jobs.
+local added, placed, new_ids, scored, seen = 0, 0, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if not seen[id] and not is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped) then
+  if not seen[id] then
     seen[id] = true
-    added = added + 1
-    new_ids[added] = id
-    scored[2 * added - 1], scored[2 * added] = due, id
-    if given then redis.call('HSET', payloads, id, given[j]) end
+    local new = not is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped)
+    local back = not new and if_exists ~= 'ignore' and take_back(id)
+    if new or back then
+      if new or if_exists == 'rerun' then added = added + 1 end
+      placed = placed + 1
+      new_ids[placed] = id
+      scored[2 * placed - 1], scored[2 * placed] = due, id
+      if given then redis.call('HSET', payloads, id, given[j]) end
+    end
   end
 end
 
-if added > 0 and job_options ~= '' then
+if placed > 0 and job_options ~= '' then
   local own = {}
-  for j = 1, added do own[2 * j - 1], own[2 * j] = new_ids[j], job_options end
+  for j = 1, placed do own[2 * j - 1], own[2 * j] = new_ids[j], job_options end
   redis.call('HSET', options, unpack(own))
 end
 
 -- A job's group is kept from the start: a scheduled one joins its group's line when due.
 local groups = {}
-if added > 0 then
+if placed > 0 then
   local kept = {}
-  for j = 1, added do
+  for j = 1, placed do
     groups[j] = group ~= '' and group
     kept[2 * j - 1], kept[2 * j] = new_ids[j], group
   end
@@ -71,28 +125,27 @@ if added > 0 then
   end
 end
 
-if added > 0 then
+if placed > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))
     local first = {}  -- pending will say when it joins the line; this, when it was enqueued
-    for j = 1, added do first[2 * j - 1], first[2 * j] = new_ids[j], now end
+    for j = 1, placed do first[2 * j - 1], first[2 * j] = new_ids[j], now end
     redis.call('HSET', enqueued, unpack(first))
     if priority ~= 0 then
       local kept = {}
-      for j = 1, added do kept[2 * j - 1], kept[2 * j] = new_ids[j], priority end
+      for j = 1, placed do kept[2 * j - 1], kept[2 * j] = new_ids[j], priority end
       redis.call('HSET', priorities, unpack(kept))
     end
   else
-    for j = 1, added do scored[2 * j - 1] = now end
-    local G = {limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready}
+    for j = 1, placed do scored[2 * j - 1] = now end
     join_back(G, todos, seq, new_ids, priority, groups)
     redis.call('ZADD', pending, unpack(scored))
   end
 end
 
 -- Jobs due later wake one idle worker: its empty claim learns the due time.
-if added > 0 then
-  if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, added, wake_cap) end
+if placed > 0 then
+  if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, placed, wake_cap) end
 end
 
 return record(request, cjson.encode({added}), record_ttl)
