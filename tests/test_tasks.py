@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +17,9 @@ import redis
 import setqueue
 import setqueue.aio
 from setqueue import JobFailed, Tasks
-from setqueue.tasks import ENVELOPE_VERSION, new_job_id
+from setqueue.jobs import ENVELOPE_VERSION
+from setqueue.runtime.cli import main as cli_main
+from setqueue.tasks import new_job_id
 from tests.support import REPO_ROOT
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
@@ -211,3 +215,22 @@ def test_mypy_checks_a_send_against_the_task_signature(tmp_path: Path) -> None:
     assert len(errors) == 2, run.stdout
     assert '"send" of "Queue" matches argument types "Task[[int, int], int]", "int", "str"' in errors[0], errors
     assert '"send" of "Queue" matches argument types "Task[[int, int], int]", "int"' in errors[1], errors
+
+
+def test_inspect_the_cli_and_the_console_show_the_task_and_its_arguments(
+    start_console: Callable[..., Any], redis_url: str, queue_name: str
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    sent = q.send(greet.options(id="hi-1"), "ada", punctuation="?")
+    info = q.inspect(sent.id)
+    assert info is not None and info.task is not None
+    assert (info.task.name, info.task.args, info.task.kwargs) == ("greet", ["ada"], {"punctuation": "?"})
+    assert q.enqueue({"plain": "just text"}) == 1
+    assert q.inspect("plain").task is None  # type: ignore[union-attr]
+    out = io.StringIO()
+    assert cli_main(["--redis-url", redis_url, "--queue", queue_name, "inspect", "hi-1"], out=out) == 0
+    assert json.loads(out.getvalue())["task"] == {"name": "greet", "args": ["ada"], "kwargs": {"punctuation": "?"}}
+    page = start_console(QUEUE_NAME=queue_name).client().get(f"/queues/{queue_name}/job?id=hi-1")
+    assert page.status == 200
+    assert '<code>greet</code>(<code>"ada"</code>, punctuation=<code>"?"</code>)' in page.body
+    q.close()

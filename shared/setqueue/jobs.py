@@ -33,6 +33,7 @@ class Lease:
     timeout: float | None = None  # seconds; the job's own, given at enqueue (None: the worker's; 0: none)
     trace_parent: str | None = None  # W3C traceparent of the span that enqueued it (setqueue.tracing)
     retry_timeouts: bool | None = None  # the job's own: a timeout retried, or dead-lettered (None: the worker's)
+    task: TaskCall | None = None  # its payload read as a task call (None: not one)
     # Keeps what the handler says of its progress (the queue it was claimed from binds it).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
 
@@ -193,10 +194,48 @@ class JobInfo:
     result_kept: bool = False  # a result is kept: False for none, or one gone
     group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
     retry_timeouts: bool | None = None  # the job's own: a timeout retried, or dead-lettered (None: the worker's)
+    task: TaskCall | None = None  # its payload read as a task call (None: not one)
 
 
 class PermanentJobError(Exception):
     """Raise from a job handler to dead-letter the job at once, without retries."""
+
+
+# The task envelope (docs/reference.md#the-task-envelope): a task call's payload is a JSON object
+# {"task": NAME, "args": [...], "kwargs": {...}, "v": ENVELOPE_VERSION}, with no other keys.
+ENVELOPE_VERSION = 1
+ENVELOPE_KEYS = frozenset({"task", "args", "kwargs", "v"})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCall:
+    """A job's payload read as a task call: the task's name and its arguments."""
+
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def read_envelope(payload: str | None) -> TaskCall | None:
+    """The task call a payload holds, or None for a payload that is not one (not a JSON object with a
+    ``task`` key and no keys but the envelope's). One that says it is a task call but is malformed (a
+    ``v`` other than ENVELOPE_VERSION, args not a list, kwargs not an object) raises PermanentJobError:
+    no retry makes it right."""
+    if payload is None or not payload.startswith("{"):
+        return None
+    try:
+        call = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or "task" not in call or not set(call) <= ENVELOPE_KEYS:
+        return None
+    if call.get("v", ENVELOPE_VERSION) != ENVELOPE_VERSION:
+        version = call.get("v")
+        raise PermanentJobError(f"task call of envelope version {version!r}; this worker reads {ENVELOPE_VERSION}")
+    name, args, kwargs = call["task"], call.get("args", []), call.get("kwargs", {})
+    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise PermanentJobError("malformed task call: task must be a string, args a list, kwargs an object")
+    return TaskCall(name, args, kwargs)
 
 
 class PayloadError(PermanentJobError, ValueError):

@@ -14,11 +14,14 @@ from setqueue.jobs import (
     TRACEBACK_MARK,
     HistoryEntry,
     JobInfo,
+    PermanentJobError,
     Progress,
+    TaskCall,
     decode_result,
     parse_job_options,
     parse_retry_timeouts,
     parse_trace_parent,
+    read_envelope,
 )
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys, check_utf8, priority_of_rank, validate_job_id
 from setqueue.limits import LIMIT_STATS
@@ -187,13 +190,14 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
     reason, traceback = split_error(r["error"])
     done_at = r["done_at"]
     due_ms = r["due"] if r["due"] is not None else r["joined"]  # scheduled: due; waiting or running: joined
+    payload = None if r["payload"] is None else text(r["payload"])
     return JobInfo(
         id=job_id,
         queue=queue,
         state=state,
         priority=priority,
         attempts=None if attempts is None else int(attempts),
-        payload=None if r["payload"] is None else text(r["payload"]),
+        payload=payload,
         error=reason,
         enqueued_at=None if enqueued_ms is None else enqueued_ms / 1000,
         done_at=None if done_at is None or state != "done" else done_at / 1000,
@@ -210,6 +214,7 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         result=None if r["result"] is None else decode_result(text(r["result"])),
         result_kept=r["result"] is not None,
         group=None if r["group"] is None else text(r["group"]),
+        task=task_call(payload),
         retry_timeouts=parse_retry_timeouts(own),
     )
 
@@ -236,3 +241,11 @@ def retry_delay(attempt: int, base: float, most: float) -> float:
     exponent = min(max(attempt, 1) - 1, 64)  # 2^64 * base is past any max already
     d = min(most, base * 2.0**exponent)
     return random.uniform(d / 2, d)
+
+
+def task_call(payload: str | None) -> TaskCall | None:
+    """The task call a payload holds, for ``inspect``; None for none, or a malformed one."""
+    try:
+        return read_envelope(payload)
+    except PermanentJobError:
+        return None

@@ -24,15 +24,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from setqueue.jobs import Lease, PermanentJobError
+from setqueue.jobs import ENVELOPE_VERSION, Lease, PermanentJobError, read_envelope
 from setqueue.keys import check_seconds, validate_group, validate_job_id, validate_priority
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-ENVELOPE_VERSION = 1
-# What a task call may carry: the envelope's keys.
-ENVELOPE_KEYS = frozenset({"task", "args", "kwargs", "v"})
 # What an enqueue or send does with an id the queue knows (enqueue.lua): "ignore" leaves the job as it
 # is; "replace" makes a waiting job this call's (debounce); "rerun" runs an ended job again.
 IF_EXISTS = ("ignore", "replace", "rerun")
@@ -174,27 +171,6 @@ def envelope(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str
     return json.dumps(call, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def read_envelope(payload: str | None) -> tuple[str, list[Any], dict[str, Any]] | None:
-    """(task name, args, kwargs) of a task call's payload; None for a payload that is not one. A payload
-    that says it is one but is malformed raises PermanentJobError (no retry makes it right)."""
-    if payload is None or not payload.startswith("{"):
-        return None
-    try:
-        call = json.loads(payload)
-    except ValueError:
-        return None
-    if not isinstance(call, dict) or "task" not in call or not set(call) <= ENVELOPE_KEYS:
-        return None
-    if call.get("v", ENVELOPE_VERSION) != ENVELOPE_VERSION:
-        raise PermanentJobError(
-            f"task call of envelope version {call.get('v')!r}; this worker reads {ENVELOPE_VERSION}"
-        )
-    name, args, kwargs = call["task"], call.get("args", []), call.get("kwargs", {})
-    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise PermanentJobError("malformed task call: task must be a string, args a list, kwargs an object")
-    return name, args, kwargs
-
-
 def prepare_send(
     task: Task[Any, Any] | str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> tuple[str, SendOptions, str]:
@@ -280,7 +256,7 @@ class Tasks:
             if self.default is None:
                 raise PermanentJobError(f"job {lease.id!r} is not a task call, and this worker has no default handler")
             return self.default(lease)
-        name, args, kwargs = call
+        name, args, kwargs = call.name, call.args, call.kwargs
         task = self._tasks.get(name)
         if task is None:
             known = ", ".join(self.names) or "none"
