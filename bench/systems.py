@@ -103,12 +103,15 @@ class SetQueue(System):
     groups: int = 0  # job i in job group i mod groups
     results: bool = False  # the handler returns a small result, kept (RESULT_TTL_SECONDS's default)
     processes: str = ""  # PROCESSES ("": its default)
+    tasks: bool = False  # JOB_HANDLER: the registry of workers/bench_sq_tasks.py, each job a call of its task
+    envelope: bool = False  # each job carries that call's envelope as its payload (with tasks too)
+    beside: str = ""  # the system it takes turns with, trial by trial (matrices/one_server.py)
 
     def worker_settings(self) -> dict[str, str]:
         settings = {
             "REDIS_URL": self.url,
             "QUEUE_NAME": self.queue,
-            "JOB_HANDLER": f"bench_sq_handler:{self.handler()}",
+            "JOB_HANDLER": "bench_sq_tasks:tasks" if self.tasks else f"bench_sq_handler:{self.handler()}",
             "CONCURRENCY": str(self.concurrency or 1),
             "CLAIM_BATCH": str(self.claim_batch),
             "LOG_LEVEL": "WARNING",
@@ -126,10 +129,24 @@ class SetQueue(System):
         settings = ", ".join(f"{k}={v}" for k, v in self.worker_settings().items() if k != "REDIS_URL")
         tree = "" if self.code.is_current else f"; the code of {self.code.ref} ({self.code.sha[:12]})"
         grouped = f"; the jobs in {self.groups:,} job groups (one enqueue call a group)" if self.groups else ""
+        if self.tasks or self.envelope:
+            grouped += f", each job's payload the envelope of a call of the task bench.noop, `{self.payload()}`"
         return (
             f"W x `python -m worker`, {settings}, METRICS_PORT on; enqueue: open_queue().enqueue, 500 a call"
             f"{grouped}{tree}"
         )
+
+    def payload(self) -> str | None:
+        """Every job's payload: what ``send(noop)`` writes (workers/bench_sq_tasks.py), or None."""
+        if not (self.tasks or self.envelope):
+            return None
+        from bench_sq_tasks import ENVELOPE
+
+        return str(ENVELOPE)
+
+    def runs_on(self, tree: CodeTree) -> bool:
+        """Whether ``tree`` can run this system (a tree before tasks by name cannot serve the registry)."""
+        return not self.tasks or (tree.root / "shared" / "setqueue" / "tasks.py").exists()
 
     def per_process(self) -> str:
         return f"{self.concurrency or 1} ({'async tasks' if self.asynchronous else 'threads'})"
@@ -149,17 +166,18 @@ class SetQueue(System):
             self.state["producer"].stdout.readline()  # it has imported setqueue: ready
 
     def enqueue(self, ids: list[str]) -> None:
+        payload = self.payload()
         calls = [(ids[g :: self.groups], f"tenant-{g}") for g in range(self.groups)] if self.groups else [(ids, None)]
         if not self.code.is_current:  # the same calls, in the baseline tree's producer
             self.prepare()
             proc = self.state["producer"]
-            proc.stdin.write(json.dumps(calls) + "\n")
+            proc.stdin.write(json.dumps([[*call, payload] for call in calls]) + "\n")
             proc.stdin.flush()
             if not proc.stdout.readline():
                 raise RuntimeError(f"{self.name}: the producer exited (exit code {proc.wait()})")
             return
         for some, group in calls:
-            self.client().enqueue(some, group=group)
+            self.client().enqueue(some if payload is None else dict.fromkeys(some, payload), group=group)
 
     def commands(self, workers: int) -> list[Command]:
         env = {**self.env(self.code), **self.worker_settings()}

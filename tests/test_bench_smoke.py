@@ -61,10 +61,12 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
     assert "## Throughput and cost per job" in summary(tmp_path, "cpu") and "setqueue-async" in summary(tmp_path, "io")
     assert "50/50 ran" in summary(tmp_path, "due")
     noop = raw(tmp_path, "noop")  # naive is left out; setqueue-auto runs PROCESSES=auto
-    assert sorted({r["system"] for r in noop["runs"]}) == ["setqueue", "setqueue-auto"]
+    turns = ["setqueue", "setqueue-tasks", "setqueue-payload"]  # the registry and the envelope beside setqueue
+    assert [r["system"] for r in noop["runs"]] == [*turns, *turns, "setqueue-auto", "setqueue-auto"]
     assert_exactly_once(noop["runs"], JOBS)
-    assert set(noop["bare_loop"]) == {"no-op loop"} and [lat["ran"] for lat in noop["latency"]] == [10]
+    assert set(noop["bare_loop"]) == {"no-op loop"} and [lat["ran"] for lat in noop["latency"]] == [10, 10]
     assert "| setqueue-auto | 1 |" in summary(tmp_path, "noop")  # (too few jobs for a steady rate)
+    assert "JOB_HANDLER=bench_sq_tasks:tasks" in summary(tmp_path, "noop")
 
 
 @pytest.mark.slow

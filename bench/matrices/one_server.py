@@ -14,11 +14,17 @@ from systems import SetQueue, System, close_all
 
 
 def turns(systems: list[System], ctx: Context) -> list[list[System]]:
-    """With --baseline, each setqueue system with its twin (the same settings, the baseline's code, named
-    <name>@<sha>); any other alone."""
+    """The systems that take turns trial by trial: with --baseline, each setqueue system with its twin (the
+    same settings, the baseline's code, named <name>@<sha>) if that tree can run it; a setqueue system
+    ``beside`` another, with that one (and the twins); any other alone."""
     b = ctx.baseline
-    twin = (lambda s: dataclasses.replace(s, name=s.name + b.suffix(), code=b, state={})) if b else None
-    return [[s, twin(s)] if twin and isinstance(s, SetQueue) else [s] for s in systems]
+    groups: dict[str, list[System]] = {}
+    for s in systems:
+        key = s.beside if isinstance(s, SetQueue) and s.beside in {t.name for t in systems} else s.name
+        twin = b and isinstance(s, SetQueue) and s.runs_on(b)
+        twins = [dataclasses.replace(s, name=s.name + b.suffix(), code=b, state={})] if b and twin else []
+        groups.setdefault(key, []).extend([s, *twins])
+    return list(groups.values())
 
 
 @dataclass

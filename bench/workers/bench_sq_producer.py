@@ -1,7 +1,7 @@
 """A baseline tree's producer (the bench imports this checkout's setqueue): prints a line once it has
-imported setqueue, then for each stdin line, a JSON list of [ids, group or null] calls, enqueues each call's
-ids (in that job group) and prints the number added. It stays up for the whole run: no interpreter start
-inside a timed enqueue."""
+imported setqueue, then for each stdin line, a JSON list of [ids, group or null, payload or null] calls,
+enqueues each call's ids (in that job group, each with that payload) and prints the number added. It stays
+up for the whole run: no interpreter start inside a timed enqueue."""
 
 import json
 import os
@@ -13,5 +13,7 @@ from setqueue import Queue
 queue = Queue.from_url(os.environ["BENCH_REDIS_URL"], name=sys.argv[1])
 print(setqueue.__file__, flush=True)
 for line in sys.stdin:
-    print(sum(queue.enqueue(ids, group=group) for ids, group in json.loads(line)), flush=True)
+    calls = json.loads(line)
+    added = (queue.enqueue(ids if p is None else dict.fromkeys(ids, p), group=g) for ids, g, p in calls)
+    print(sum(added), flush=True)
 queue.close()
