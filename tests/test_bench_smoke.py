@@ -118,8 +118,9 @@ def test_the_cluster_matrix(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_producer_matrix_runs_both_clients_turn_by_turn(tmp_path: Path) -> None:
-    """Enqueue and result() round trips from the blocking client (1 thread) and the asyncio one (1 and 10
-    tasks), each call checked: every id queued once, every round trip its own job's result."""
+    """Enqueue, send and result() round trips from the blocking client (1 thread) and the asyncio one (1 and
+    10 tasks), each call checked: every job queued once, every round trip its own job's result. Enqueue and
+    send take turns."""
     bench(
         tmp_path,
         *("--matrix", "producer", "--producer-tasks", "1,10", "--producer-trials", "2"),
@@ -127,9 +128,11 @@ def test_the_producer_matrix_runs_both_clients_turn_by_turn(tmp_path: Path) -> N
     )
     data = raw(tmp_path, "producer")
     rows = [("blocking", 1), ("asyncio", 1), ("asyncio", 10)]
-    runs = [(op, n, s, k) for op in ("enqueue", "roundtrip") for n in (0, 1) for s, k in rows]
+    phases = [("enqueue", "send"), ("roundtrip",)]
+    runs = [(op, n, s, k) for phase in phases for n in (0, 1) for op in phase for s, k in rows]
     assert [(r["op"], r["trial"], r["system"], r["at_once"]) for r in data["runs"]] == runs
     assert all(r["ok"] and r["ops"] > 0 and r["sent"] >= r["ops"] for r in data["runs"]), data["runs"]
     assert all(r["executed"] == r["sent"] for r in data["runs"] if r["op"] == "roundtrip")
     text = summary(tmp_path, "producer")
     assert "## The result() round trip" in text and "| asyncio | 10 tasks |" in text
+    assert "## Send of single task calls" in text and "- send within 20% of enqueue, blocking, 1 thread: " in text

@@ -1,9 +1,10 @@
 """The producer matrix: what one producer process gets from the blocking client (``setqueue.open_queue``,
 on threads) and the asyncio one (``setqueue.aio.open_queue``, on tasks), side by side on one redis-server:
-enqueue of single ids, and the ``result()`` round trip (enqueue one id, a worker acks it, ``result(id)``
-returns). Each trial is a fresh producer process (workers/bench_sq_producer_load.py) on an empty queue;
-the rows take turns trial by trial. With --baseline the blocking rows get a twin running the baseline's
-code (a tree before setqueue.aio has no asyncio client)."""
+enqueue of single ids, send of single task calls (``send(noop)``: one job, its payload the task envelope),
+and the ``result()`` round trip (enqueue one id, a worker acks it, ``result(id)`` returns). Each trial is a
+fresh producer process (workers/bench_sq_producer_load.py) on an empty queue; the rows take turns trial by
+trial, enqueue's and send's too. With --baseline the blocking rows get a twin running the baseline's code
+(a tree before setqueue.aio has no asyncio client; one before tasks by name, no send)."""
 
 import argparse
 import json
@@ -22,12 +23,15 @@ from systems import SetQueue
 
 NAME = "producer"
 TITLE = "The producer: enqueue and result() round trips, blocking and asyncio clients"
-OPS = {"enqueue": "Enqueue of single ids", "roundtrip": "The result() round trip"}
+OPS = {"enqueue": "Enqueue of single ids", "send": "Send of single task calls", "roundtrip": "The result() round trip"}
+PHASES = (("enqueue", "send"), ("roundtrip",))  # the ops of a phase take turns trial by trial
+SEND_WITHIN = 0.2  # issue 33: send's calls/s within 20% of enqueue's, from one process
 Rows = dict[tuple[str, str, int], list[dict[str, Any]]]  # (op, client name, at once) -> its trials
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--matrix producer (setqueue only; CLAIM_BATCH: --claim-batch)")
+    g.add_argument("--producer-ops", default=",".join(OPS), help=f"from {', '.join(OPS)}")
     g.add_argument("--producer-threads", default="1", help="blocking client: threads calling at once")
     g.add_argument("--producer-tasks", default="1,100", help="asyncio client: tasks calling at once")
     g.add_argument("--producer-seconds", type=float, default=3, help="the measured window of one trial")
@@ -181,22 +185,32 @@ def costs(first: dict[str, Any], last: dict[str, Any], jobs: int, workers: bool)
 
 
 def once(r: dict[str, Any]) -> bool:
-    """Enqueue: every call added its id and the queue holds each once; round trip: every call got its own
-    job's result and every job sent ran once (INCR counter = sent)."""
+    """Enqueue and send: every call added its job and the queue holds each once; round trip: every call got
+    its own job's result and every job sent ran once (INCR counter = sent)."""
     if "error" in r or r["error_count"] or r["wrong"] or r["added"] != r["sent"]:
         return False
-    return bool(r["todos"] == r["sent"] if r["op"] == "enqueue" else r["executed"] == r["sent"])
+    return bool(r["executed"] == r["sent"] if r["op"] == "roundtrip" else r["todos"] == r["sent"])
+
+
+def can_send(code: CodeTree) -> bool:
+    return (code.root / "shared" / "setqueue" / "tasks.py").exists()
 
 
 def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     server = Server()
     rows, logs, runs = loads(a, ctx), ctx.logs(NAME), []
+    chosen = a.producer_ops.split(",")
+    if unknown := set(chosen) - set(OPS):
+        raise SystemExit(f"--producer-ops: unknown {', '.join(sorted(unknown))}")
     try:
         for repeat in range(a.repeat):
-            for op in OPS:
+            for phase in PHASES:
                 for n in range(a.producer_trials):
-                    for load in rows:  # turn by turn: a change of load hits every row
-                        runs.append({**trial(a, server, op, load, n=n, logs=logs), "repeat": repeat})
+                    for op in (op for op in phase if op in chosen):
+                        for load in rows:  # turn by turn: a change of load hits every row
+                            if op == "send" and not can_send(load.code):
+                                continue
+                            runs.append({**trial(a, server, op, load, n=n, logs=logs), "repeat": repeat})
     finally:
         server.close()
     settings = dict(worker_text(a, server.url, code) for code in dict.fromkeys(load.code for load in rows))
@@ -231,8 +245,8 @@ def once_text(rs: list[dict[str, Any]]) -> str:
 
 def op_table(data: dict[str, Any], op: str) -> list[str]:
     rows, suffix, cost = by_row(data["runs"]), report.baseline_suffix(data), report.cost
-    unit = "jobs/s" if op == "enqueue" else "round trips/s"
-    latency = ["call p50 ms", "call p99 ms"] if op == "enqueue" else ["p50 ms", "p90 ms", "p99 ms"]
+    unit = "round trips/s" if op == "roundtrip" else "jobs/s"
+    latency = ["p50 ms", "p90 ms", "p99 ms"] if op == "roundtrip" else ["call p50 ms", "call p99 ms"]
     cols = ["client", "at once", unit, "range (trials)", *(["vs baseline"] if suffix else []), *latency]
     cols += ["producer CPU ms/job", "producer busy"] + (["worker CPU ms/job"] if op == "roundtrip" else [])
     cols += ["Redis CPU ms/job", "Redis cmds/job", "Redis busy", "every call once"]
@@ -254,7 +268,26 @@ def op_table(data: dict[str, Any], op: str) -> list[str]:
         busy = cost(rs, "redis_cpu_utilisation")
         row += [fmt(cost(rs, "redis_cpu_ms_per_job"), 3), fmt(cost(rs, "redis_commands_per_job"), 1)]
         lines.append([*row, fmt(busy and 100 * busy) + "%", once_text(rs)])
-    return [f"## {OPS[op]}\n", *report.table(cols, lines)]
+    return [f"## {OPS[op]}\n", *report.table(cols, lines)] if lines else []
+
+
+def send_targets(data: dict[str, Any]) -> list[str]:
+    """Send against enqueue, row by row (the same client and calls at once), producer CPU per call beside:
+    the target is the blocking client's single thread (issue 33), the others are for information."""
+    rows, cost, L = by_row(data["runs"]), report.cost, []
+    for (op, name, n), rs in rows.items():
+        if op != "send" or not (x := ratio(rate(rs), rate(enq := rows.get(("enqueue", name, n), [])))):
+            continue
+        cpu = [fmt(cost(cell, "producer_cpu_ms_per_job"), 4) for cell in (rs, enq)]
+        what = (
+            f"{fmt(rate(rs))} against {fmt(rate(enq))} calls/s, **{x:.2f}x**; producer CPU {cpu[0]} vs {cpu[1]} ms/call"
+        )
+        if name == "blocking" and n == 1:
+            ok = report.verdict(x >= 1 - SEND_WITHIN)
+            L.append(f"- send within {SEND_WITHIN:.0%} of enqueue, {name}, {at_once_text(name, n)}: {what}: {ok}")
+        else:
+            L.append(f"  - send ÷ enqueue, {name}, {at_once_text(name, n)}: {what}")
+    return L
 
 
 def comparisons(data: dict[str, Any]) -> list[str]:
@@ -291,7 +324,9 @@ def summary(data: dict[str, Any]) -> str:
         f"turns; figures are medians; repeats: {a['repeat']}",
         "blocking: threads sharing one `setqueue.open_queue` client; asyncio: tasks sharing one "
         "`setqueue.aio.open_queue` client on one event loop",
-        "enqueue: `enqueue([id])`, a new id a call, no worker running; round trip: `enqueue([id])`, then "
+        "enqueue: `enqueue([id])`, a new id a call, no worker running; send: `send(noop)`, a call of a no-op "
+        "task (workers/bench_sq_tasks.py; the Task, so its signature is checked): one job of an id send makes, "
+        "its payload the task envelope, no worker running; round trip: `enqueue([id])`, then "
         "`result(id)`, which returns once a worker ran the job and acked it with a 30-byte result, kept (the "
         f"workers: {a['producer_worker']}, under Settings)",
         "cost per job, over the measured window: the producer process's CPU (/proc), the workers' and Redis's "
@@ -300,13 +335,14 @@ def summary(data: dict[str, Any]) -> str:
     runs = data["runs"]
     checks = [
         f"- every call did its job exactly once in every trial: {'yes' if data['ok'] else '**no**'} ({len(runs)} "
-        "trials; enqueue: each id added once and queued once; round trip: each call got its own job's result, and "
-        "the INCR counter = jobs sent)",
+        "trials; enqueue and send: each job added once and queued once; round trip: each call got its own job's "
+        "result, and the INCR counter = jobs sent)",
+        *send_targets(data),
         *comparisons(data),
         "",
     ]
     L = [*report.header(data, TITLE, about), "## Checks\n", *checks]
-    L += op_table(data, "enqueue") + op_table(data, "roundtrip")
+    L += [line for op in OPS for line in op_table(data, op)]
     L += ["## Settings\n", *(f"- **{name}**: {text}" for name, text in data["settings"].items())]
     if a["producer_worker"] == "acker":
         L.append("- `--producer-worker service` runs the worker service instead, which acks successes together")

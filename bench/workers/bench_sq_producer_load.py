@@ -2,7 +2,8 @@
 setqueue: ``python bench_sq_producer_load.py MODE CLIENT AT_ONCE SECONDS WARMUP QUEUE``.
 
 MODE ``enqueue``: each of AT_ONCE loops calls ``enqueue([id])``, a new id each call, no worker running;
-``roundtrip``: ``enqueue([id])`` then ``result(id)``, which a worker's ack ends. CLIENT ``blocking``:
+``send``: ``send(noop)``, a call of the no-op task of workers/bench_sq_tasks.py (its id made by send), no
+worker running; ``roundtrip``: ``enqueue([id])`` then ``result(id)``, which a worker's ack ends. CLIENT ``blocking``:
 AT_ONCE threads sharing one ``setqueue.open_queue`` client; ``asyncio``: AT_ONCE tasks sharing one
 ``setqueue.aio.open_queue`` client on one event loop.
 
@@ -37,7 +38,7 @@ class Loop:
         self.sent = self.added = self.wrong = 0
         self.errors: list[str] = []
 
-    def next_id(self) -> str:
+    def next_id(self) -> str:  # send makes its own
         self.sent += 1
         return f"{MODE[0]}{self.n}-{self.sent}"
 
@@ -72,14 +73,22 @@ class Conductor:
         return {"seconds": t1 - t0, "ops": len(lat), "latencies_ms": lat, **total, "todos": todos, "errors": errors}
 
 
+def the_task() -> Any:
+    """The task ``send`` calls; imported only then (a tree before tasks by name runs the other modes)."""
+    from bench_sq_tasks import noop  # noqa: PLC0415
+
+    return noop
+
+
 def run_blocking(c: Conductor) -> dict[str, Any]:
     q = setqueue.open_queue(URL, QUEUE)
+    task = the_task() if MODE == "send" else None
 
     def loop(me: Loop) -> None:
         while not c.stop:
             job_id, start = me.next_id(), time.perf_counter()
             try:
-                added = q.enqueue([job_id])
+                added = int(q.send(task).created) if task is not None else q.enqueue([job_id])
                 value = q.result(job_id, timeout=RESULT_TIMEOUT) if MODE == "roundtrip" else None
             except Exception as exc:
                 me.errors.append(f"{job_id}: {exc!r}")
@@ -95,7 +104,7 @@ def run_blocking(c: Conductor) -> dict[str, Any]:
         c.stop = True
         for t in threads:
             t.join()
-    todos = q.stats()["todos"] if MODE == "enqueue" else None
+    todos = q.stats()["todos"] if MODE != "roundtrip" else None
     q.close()
     return c.report(todos)
 
@@ -103,13 +112,14 @@ def run_blocking(c: Conductor) -> dict[str, Any]:
 async def run_asyncio(c: Conductor) -> dict[str, Any]:
     from setqueue.aio import open_queue  # noqa: PLC0415  (a tree before setqueue.aio runs blocking only)
 
+    task = the_task() if MODE == "send" else None
     async with open_queue(URL, QUEUE) as q:
 
         async def loop(me: Loop) -> None:
             while not c.stop:
                 job_id, start = me.next_id(), time.perf_counter()
                 try:
-                    added = await q.enqueue([job_id])
+                    added = int((await q.send(task)).created) if task is not None else await q.enqueue([job_id])
                     value = await q.result(job_id, timeout=RESULT_TIMEOUT) if MODE == "roundtrip" else None
                 except Exception as exc:
                     me.errors.append(f"{job_id}: {exc!r}")
@@ -122,7 +132,7 @@ async def run_asyncio(c: Conductor) -> dict[str, Any]:
         finally:
             c.stop = True
             await asyncio.gather(*tasks)
-        todos = (await q.stats())["todos"] if MODE == "enqueue" else None
+        todos = (await q.stats())["todos"] if MODE != "roundtrip" else None
     return c.report(todos)
 
 
