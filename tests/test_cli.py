@@ -32,10 +32,19 @@ def cli(redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]) -> 
     return run
 
 
-def test_push_ids_and_stdin(cli: Cli, queue: Queue) -> None:
-    assert cli("push", "a", "b") == (0, "2 new, 0 already known\n", "")
-    assert cli("push", stdin="b\n\nc\n  d  \n") == (0, "2 new, 1 already known\n", "")
-    assert cli("push", "-", stdin="e\n") == (0, "1 new, 0 already known\n", "")
+@pytest.fixture
+def no_worker(queue_name: str) -> str:
+    """What push says on stderr here, where no worker serves the test queue."""
+    return (
+        f"setqueue: warning: no live worker serves queue '{queue_name}': its jobs wait until one does "
+        "(a typo? setqueue doctor lists the queues with work and no worker)\n"
+    )
+
+
+def test_push_ids_and_stdin(cli: Cli, queue: Queue, no_worker: str) -> None:
+    assert cli("push", "a", "b") == (0, "2 new, 0 already known\n", no_worker)
+    assert cli("push", stdin="b\n\nc\n  d  \n") == (0, "2 new, 1 already known\n", no_worker)
+    assert cli("push", "-", stdin="e\n") == (0, "1 new, 0 already known\n", no_worker)
     assert queue.stats()["todos"] == 5
 
 
@@ -153,23 +162,25 @@ def test_stats_watch_until_ctrl_c(redis_url: str, queue_name: str, queue: Queue)
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
 
 
-def test_push_with_a_payload(cli: Cli, queue: Queue) -> None:
-    assert cli("push", "job-1", "--payload", '{"to": "ann@example.com"}') == (0, "1 new, 0 already known\n", "")
+def test_push_with_a_payload(cli: Cli, queue: Queue, no_worker: str) -> None:
+    pushed = cli("push", "job-1", "--payload", '{"to": "ann@example.com"}')
+    assert pushed == (0, "1 new, 0 already known\n", no_worker)
     info = queue.inspect("job-1")
     assert info is not None and info.payload == '{"to": "ann@example.com"}'
     code, _, err = cli("push", "a", "b", "--payload", "x")
     assert code == 2 and "--payload goes with exactly one ID" in err
 
 
-def test_push_reads_tab_separated_payloads_from_stdin(cli: Cli, queue: Queue) -> None:
-    assert cli("push", stdin='a\tfirst payload\nb\n\nc\t{"n": 1}\twith a tab\n') == (0, "3 new, 0 already known\n", "")
+def test_push_reads_tab_separated_payloads_from_stdin(cli: Cli, queue: Queue, no_worker: str) -> None:
+    pushed = cli("push", stdin='a\tfirst payload\nb\n\nc\t{"n": 1}\twith a tab\n')
+    assert pushed == (0, "3 new, 0 already known\n", no_worker)
     payloads = {i: getattr(queue.inspect(i), "payload", "?") for i in "abc"}
     assert payloads == {"a": "first payload", "b": None, "c": '{"n": 1}\twith a tab'}
 
 
-def test_push_reads_json_lines(cli: Cli, queue: Queue) -> None:
+def test_push_reads_json_lines(cli: Cli, queue: Queue, no_worker: str) -> None:
     lines = '{"id": "a", "payload": "text"}\n{"id": "b", "payload": {"n": 1}}\n{"id": "c"}\n'
-    assert cli("push", "--jsonl", stdin=lines) == (0, "3 new, 0 already known\n", "")
+    assert cli("push", "--jsonl", stdin=lines) == (0, "3 new, 0 already known\n", no_worker)
     payloads = {i: getattr(queue.inspect(i), "payload", "?") for i in "abc"}
     assert payloads == {"a": "text", "b": '{"n":1}', "c": None}
 

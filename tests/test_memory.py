@@ -384,7 +384,7 @@ def test_doctor_on_a_full_redis_says_so(tight: RedisServer, admin: redis.Redis, 
     code, out, _ = cli(tight.url, "doc", "doctor")
     lines = out.splitlines()
     assert code == 1 and [line.split(":")[0].split()[-1] for line in lines] == [
-        "redis", "eviction", "memory", "persistence", "scripts", "cleaner",
+        "redis", "eviction", "memory", "persistence", "scripts", "cleaner", "workers",
     ]  # fmt: skip
     assert lines[2].startswith("FAIL  memory: out of memory"), lines
     admin.config_set("maxmemory", 0)

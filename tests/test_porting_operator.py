@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ import redis
 import setqueue
 import setqueue.aio
 from setqueue import Queue
+from setqueue.registry import live_workers
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.periodic import iso, next_slot, redis_now
-from tests.support import REPO_ROOT, queue_members
+from tests.support import REPO_ROOT, RedisServer, queue_members
 from tests.support.procs import Proc, base_env
 from tests.support.waits import wait_until
 
@@ -115,3 +117,79 @@ def test_a_setqueue_folder_that_shadows_the_package_is_named_in_one_line(tmp_pat
         assert (run.returncode, run.stderr, run.stdout) == (2, said + "\n", ""), argv
     alone = run_in(tmp_path, str(command), "--help")  # the command alone does not look in the current directory
     assert alone.returncode == 0 and alone.stdout.startswith("usage: setqueue")
+
+
+# -- a typo in a queue name strands jobs in silence
+
+
+def live(redis_url: str, name: str) -> int:
+    with redis.Redis.from_url(redis_url) as client:
+        return len(live_workers(client, name))
+
+
+UNSERVED = "its jobs wait until one does (a typo? setqueue doctor lists the queues with work and no worker)"
+
+
+def test_push_warns_when_no_live_worker_serves_the_queue(
+    start_worker: Callable[..., Proc], redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--queue chrages push` printed `1 new` and nothing else: it still does, exit 0, and says on stderr
+    that no worker serves that queue. A worker of QUEUE_NAME=charges,emails serves both."""
+    charges, emails, typo = f"{queue_name}-charges", f"{queue_name}-emails", f"{queue_name}-chrages"
+    worker = start_worker(f"{charges},{emails}")
+    wait_until(lambda: live(redis_url, charges) and live(redis_url, emails), 15, "the worker in the registry")
+    capsys.readouterr()
+    assert cli(redis_url, "--queue", typo, "push", "charge-o5") == (0, "1 new, 0 already known\n")
+    assert capsys.readouterr().err == f"setqueue: warning: no live worker serves queue '{typo}': {UNSERVED}\n"
+    for name in (charges, emails, f"{emails},{typo}"):  # push fills the first queue named
+        assert cli(redis_url, "--queue", name, "push", f"mail-{name}") == (0, "1 new, 0 already known\n")
+        assert capsys.readouterr().err == ""
+    served = setqueue.open_queue(redis_url, [charges, emails])
+    wait_until(lambda: served.stats()["done"] == 3, 30, "the served queues' jobs done")
+    served.close()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0  # a clean stop leaves the registry at once
+    assert cli(redis_url, "--queue", charges, "push", "charge-o6") == (0, "1 new, 0 already known\n")
+    assert capsys.readouterr().err == f"setqueue: warning: no live worker serves queue '{charges}': {UNSERVED}\n"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """Doctor looks at every queue of its Redis: none of the other tests' queues here."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_doctor_lists_the_queues_with_work_and_no_worker(
+    own_redis: RedisServer, tmp_path: Path, procs: list[Proc], queue_name: str
+) -> None:
+    url = own_redis.url
+    charges, typo, later = f"{queue_name}-charges", f"{queue_name}-chrages", f"{queue_name}-later"
+    worker = Proc.start("worker", tmp_path, REDIS_URL=url, QUEUE_NAME=charges, WORKER_HEARTBEAT_SECONDS=0.5)
+    procs.append(worker)
+    worker.wait_ready()
+    wait_until(lambda: live(url, charges), 15, "the worker in the registry")
+    setqueue.open_queue(url, typo).enqueue(["charge-o5"])
+    setqueue.open_queue(url, later).enqueue(["report-1"], delay=3600)
+    setqueue.open_queue(url, f"{queue_name}-wide", shards=3).enqueue(["a", "b", "c", "d"])
+    setqueue.open_queue(url, charges).enqueue(["charge-o4"])
+
+    def workers_line() -> str:
+        _, out = cli(url, "--queue", charges, "doctor")
+        [line] = [line for line in out.splitlines() if line.split()[1:2] == ["workers:"]]
+        return line
+
+    assert workers_line() == (
+        f"WARN  workers: no live worker serves {typo} (1 waiting), {later} (1 scheduled), {queue_name}-wide "
+        f"(4 waiting): their jobs wait until one does (a typo in a queue name?); live workers serve {charges}"
+    )
+    for name, job in ((typo, "charge-o5"), (later, "report-1")):
+        assert cli(url, "--queue", name, "delete", job)[0] == 0
+    wide = Proc.start("worker", tmp_path, name="wide", REDIS_URL=url, QUEUE_NAME=f"{queue_name}-wide", QUEUE_SHARDS=3)
+    procs.append(wide)
+    wide.wait_ready()
+    wait_until(lambda: live(url, f"{queue_name}-wide"), 15, "the sharded queue's worker in the registry")
+    assert workers_line() == (
+        f"ok    workers: live workers serve {charges}, {queue_name}-wide; no queue with jobs lacks one"
+    )

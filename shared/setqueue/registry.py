@@ -109,6 +109,16 @@ def live_workers(client: redis.Redis, queue_name: str) -> list[WorkerRecord]:
     return found
 
 
+def live_worker_count(client: redis.Redis, queue_name: str) -> int:
+    """How many workers of a queue are live (their record has not expired): ``live_workers`` without
+    reading the records, in two commands."""
+    keys = QueueKeys(queue_name)
+    ids = client.zrevrange(keys.workers, 0, MOST_READ - 1)
+    if not ids:
+        return 0
+    return int(client.exists(*(keys.worker(_text(i)) for i in ids)))  # type: ignore[union-attr, arg-type]
+
+
 def all_live_workers(client: redis.Redis, queue_names: Sequence[str]) -> list[WorkerRecord]:
     """The live workers of any of these queues, each once."""
     seen: dict[str, WorkerRecord] = {}

@@ -39,6 +39,7 @@ from setqueue.keys import (
     validate_priority,
 )
 from setqueue.records import job_items
+from setqueue.registry import live_worker_count
 from setqueue.replication import NotReplicated
 from setqueue.runtime.acl import explain_refusal, setuser
 from setqueue.runtime.cli_limits import UsageError, limits_command
@@ -351,6 +352,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
     if args.command == "push":
         added, submitted = _push(args, queue, stdin)
         print(f"{added} new, {submitted - added} already known", file=out)
+        _warn_if_unserved(queue)
         return EXIT_OK
 
     if args.command == "stats":
@@ -424,6 +426,23 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
         return doctor(queue, args.redis_url.startswith("rediss:"), out)
 
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
+
+
+def _warn_if_unserved(queue: JobQueue) -> None:
+    """Jobs pushed into a queue no live worker serves wait in silence (a typo in --queue?): say so. The
+    registry of live workers tells; a worker with WORKER_HEARTBEAT_SECONDS=0 is not in it."""
+    name = queue.queues[0].name  # where push puts new ids
+    try:
+        if live_worker_count(queue.redis, name):
+            return
+    except redis.RedisError:
+        return  # the push went through; this is only a hint
+    print(
+        f"{PROG}: warning: no live worker serves queue {one_line(repr(name))}: its jobs wait until one does "
+        "(a typo? setqueue doctor lists the queues with work and no worker)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _warn_if_evicting(queue: JobQueue, url: str) -> None:

@@ -1,27 +1,35 @@
 """``setqueue doctor``: what a queue needs from its Redis, one line per check, ``ok``, ``WARN`` (it
 works; look at it) or ``FAIL`` (jobs can be lost or refused); exit code 1 when one failed. Writes
 nothing. Checks: redis (version 7.0+, cluster, TLS), eviction (noeviction on every master), memory,
-persistence (AOF), scripts (they run as this user), cleaner (every shard swept lately).
+persistence (AOF), scripts (they run as this user), cleaner (every shard swept lately), workers (every
+queue of this Redis with jobs not ended has a live worker).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import redis
 from redis import exceptions as rexc
 
-from setqueue.client import on_a_cluster
+from setqueue.client import ClusterAwareRedis, on_a_cluster
 from setqueue.interface import JobQueue
 from setqueue.runtime.acl import explain_refusal
 from setqueue.runtime.pressure import MemoryReport, masters, read_memory
+from setqueue.scripts import text
 
 LEAST_VERSION = (7, 0)  # script flags (#!lua flags=...)
 # A sweep older than this: no cleaner is running.
 STALE_SWEEP_SECONDS = 60.0
 MEMORY_HIGH = 0.9
+# A queue's keys that hold jobs not ended, and its live workers' records (setqueue.registry).
+_QUEUE_KEY = re.compile(r"setqueue:\{([^{}]+)\}:(todos|grouped|scheduled|in_progress|worker:.+)")
+_SHARD = re.compile(r"(.+)~\d+")
+_WORK = {"todos": "waiting", "grouped": "waiting", "scheduled": "scheduled", "in_progress": "in progress"}
+MOST_NAMED = 10  # queues one line names
 _NO_INFO = "unknown (this user may not run INFO)"
 
 
@@ -121,6 +129,56 @@ def check_cleaner(queue: JobQueue) -> Finding:
     return Finding("ok", "cleaner", f"every queue swept within {max(ages):.0f}s")
 
 
+def _scan(client: Any, pattern: str) -> Iterator[str]:
+    """Every master's keys matching ``pattern``."""
+    cluster = client.cluster_client() if isinstance(client, ClusterAwareRedis) else None
+    source: Any = cluster if cluster is not None else client
+    for key in source.scan_iter(match=pattern, count=1000):
+        yield text(key)
+
+
+def _named(names: list[str]) -> str:
+    more = len(names) - MOST_NAMED
+    return ", ".join(names[:MOST_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def check_workers(queue: JobQueue) -> Finding:
+    """Every queue of this Redis with jobs waiting, scheduled or in progress has a live worker in the
+    registry, its own or its sharded queue's (one SCAN of the keys)."""
+    client = queue.redis
+    work: dict[str, list[tuple[str, str]]] = {}  # queue (or shard) -> (key, what its jobs are)
+    served: set[str] = set()
+    for key in _scan(client, "setqueue:{*}:[tgsiw]*"):
+        match = _QUEUE_KEY.fullmatch(key)
+        if match is None:
+            continue
+        if match[2].startswith("worker:"):
+            served.add(match[1])
+        else:
+            work.setdefault(match[1], []).append((key, _WORK[match[2]]))
+    unserved: dict[str, dict[str, int]] = {}  # queue -> what -> jobs
+    for name, keys in sorted(work.items()):
+        shard = _SHARD.fullmatch(name)
+        base = shard[1] if shard is not None else name
+        if name in served or base in served:
+            continue
+        counts = unserved.setdefault(base, {})
+        for key, what in keys:
+            counts[what] = counts.get(what, 0) + int(client.zcard(key))  # type: ignore[arg-type]
+    unserved = {name: counts for name, counts in unserved.items() if sum(counts.values())}
+    serving = f"live workers serve {_named(sorted(served))}" if served else "no live worker is registered"
+    if not unserved:
+        return Finding("ok", "workers", f"{serving}; no queue with jobs lacks one")
+    lines = [
+        f"{name} ({', '.join(f'{n:,} {what}' for what, n in counts.items() if n)})" for name, counts in unserved.items()
+    ]
+    return Finding(
+        "WARN",
+        "workers",
+        f"no live worker serves {_named(lines)}: their jobs wait until one does (a typo in a queue name?); {serving}",
+    )
+
+
 def doctor(queue: JobQueue, tls: bool, out: TextIO) -> int:
     """1 when a check failed, else 0; an unreachable Redis raises."""
     report = read_memory(queue.redis)
@@ -131,6 +189,7 @@ def doctor(queue: JobQueue, tls: bool, out: TextIO) -> int:
         lambda: check_persistence(queue),
         lambda: check_scripts(queue),
         lambda: check_cleaner(queue),
+        lambda: check_workers(queue),
     ]
     failed = False
     for check in checks:
