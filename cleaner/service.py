@@ -1,5 +1,5 @@
 """The cleaner: every SWEEP_INTERVAL, requeue jobs whose lease expired, trim done, create due
-periodic runs (SCHEDULES), publish the queue depth; with AUDIT, record lost leases and audit every
+periodic runs (SCHEDULES), publish the queue depth and its live workers; with AUDIT, record lost leases and audit every
 created id (``setqueue.runtime.audit``) each AUDIT_INTERVAL, into the setqueue_audit_* gauges."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import time
 
 from setqueue.interface import JobQueue
 from setqueue.keys import STATES
+from setqueue.registry import live_worker_count
 from setqueue.runtime.audit import Auditor, AuditPass, AuditRecorder
 from setqueue.runtime.logs import plural
 from setqueue.runtime.metrics import GROUP_STANDS, CleanerMetrics, new_registry
@@ -156,6 +157,8 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
             m.results_kept.labels(queue.name).set(stats["results_kept"])
             m.paused.labels(queue.name).set(stats["paused"])
             m.grouped_waiting.labels(queue.name).set(stats["grouped_waiting"])
+            workers = self.retry(functools.partial(live_worker_count, queue.redis, queue.name), "workers")
+            m.queue_workers.labels(queue.name).set(workers)
             for stand, field in GROUP_STANDS.items():
                 m.groups.labels(queue.name, stand).set(stats[field])
             by_priority: dict[int, int] = stats["todos_by_priority"]

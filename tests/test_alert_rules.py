@@ -1,16 +1,22 @@
 """Static checks of the Prometheus side of the reference deployment: every alert is labelled,
 annotated and unit-tested both firing and not firing, and the scrape config covers every service.
-Running promtool itself needs Docker: tests/compose/test_promtool.py."""
+promtool runs the unit tests here when it is on PATH (Debian's prometheus package has it), and always in
+Docker: tests/compose/test_promtool.py."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections import defaultdict
 
-from tests.compose.observability import ALERT_TESTS, PROMETHEUS_CONFIG, alert_rules, load_yaml
+import pytest
+
+from tests.compose.observability import ALERT_TESTS, GRAFANA, PROMETHEUS_CONFIG, alert_rules, load_yaml
 
 REQUIRED_ALERTS = {
     "SetqueueNoWorkers",
     "SetqueueQueueStalled",
+    "SetqueueQueueWithoutWorkers",
     "SetqueueOldestJobTooOld",
     "SetqueueBacklogGrowing",
     "SetqueueHighFailureRate",
@@ -49,6 +55,15 @@ def test_every_alert_is_unit_tested_firing_and_not_firing() -> None:
     for rule in alert_rules():
         assert firing[rule["alert"]], f"{rule['alert']}: no promtool test where it fires"
         assert quiet[rule["alert"]], f"{rule['alert']}: no promtool test where it stays quiet"
+
+
+def test_promtool_checks_the_rules_and_passes_their_unit_tests_when_installed() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not on PATH (apt-get install prometheus); tests/compose/test_promtool.py runs it")
+    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+        run = subprocess.run([promtool, *args], cwd=GRAFANA, capture_output=True, text=True, timeout=120, check=False)
+        assert run.returncode == 0 and "SUCCESS" in run.stdout, run.stdout + run.stderr
 
 
 def test_prometheus_scrapes_every_service_by_dns_and_loads_the_rules() -> None:

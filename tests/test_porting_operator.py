@@ -193,3 +193,30 @@ def test_doctor_lists_the_queues_with_work_and_no_worker(
     assert workers_line() == (
         f"ok    workers: live workers serve {charges}, {queue_name}-wide; no queue with jobs lacks one"
     )
+
+
+def test_the_cleaner_counts_each_queues_live_workers(
+    start_worker: Callable[..., Proc], redis_url: str, queue_name: str, tmp_path: Path, procs: list[Proc]
+) -> None:
+    """setqueue_queue_workers{queue}: what SetqueueQueueWithoutWorkers reads, with the todos depth."""
+    charges, typo = f"{queue_name}-charges", f"{queue_name}-chrages"
+    cleaner = Proc.start(
+        "cleaner", tmp_path, name="cleaner", REDIS_URL=redis_url, QUEUE_NAME=f"{charges},{typo}", SWEEP_INTERVAL=0.1
+    )
+    procs.append(cleaner)
+    cleaner.wait_ready()
+    worker = start_worker(charges)
+    setqueue.open_queue(redis_url, typo).enqueue(["charge-o5"])
+
+    def gauges() -> tuple[float, float, float]:
+        got = cleaner.metrics()
+        return (
+            got[f'setqueue_queue_workers{{queue="{charges}"}}'],
+            got[f'setqueue_queue_workers{{queue="{typo}"}}'],
+            got[f'setqueue_queue_depth{{queue="{typo}",state="todos"}}'],
+        )
+
+    wait_until(lambda: gauges() == (1, 0, 1), 15, "one worker of charges, none of the typo with its job")
+    worker.signal(signal.SIGTERM)
+    worker.wait(30)
+    wait_until(lambda: gauges() == (0, 0, 1), 15, "no worker of charges once it stopped")

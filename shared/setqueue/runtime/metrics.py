@@ -303,7 +303,14 @@ class CleanerMetrics(ServiceMetrics):
             "Age of the oldest job not yet done or dead-lettered (0 if none).",
             "queue",
         )
+        self.queue_workers = _gauge(
+            registry,
+            "setqueue_queue_workers",
+            "Live workers serving the queue, as the registry of live workers counts them.",
+            "queue",
+        )
         for queue in queues:
+            self.queue_workers.labels(queue)
             self.requeued.labels(queue)
             self.done_trimmed.labels(queue)
             self.oldest_pending_age.labels(queue)
