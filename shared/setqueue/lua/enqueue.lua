@@ -8,7 +8,7 @@
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
 -- KEYS[13] cancelled KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of
--- KEYS[18] groups_ready KEYS[19] enqueued (first enqueue time of a job scheduled at once)
+-- KEYS[18] groups_ready KEYS[19] enqueued (first enqueue time of a job due later)
 -- KEYS[20] done_log KEYS[21] finished KEYS[22] results KEYS[23] result_expiry KEYS[24] errors
 -- KEYS[25] attempts KEYS[26] progress KEYS[27] history KEYS[28] groups_resting KEYS[29] groups_full
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
