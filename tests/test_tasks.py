@@ -234,3 +234,19 @@ def test_inspect_the_cli_and_the_console_show_the_task_and_its_arguments(
     assert page.status == 200
     assert '<code>greet</code>(<code>"ada"</code>, punctuation=<code>"?"</code>)' in page.body
     q.close()
+
+
+def test_a_task_says_whether_its_timeouts_are_retried(redis_url: str, queue_name: str) -> None:
+    registry = Tasks()
+
+    @registry.task(name="resize", timeout=5, retry_timeouts=False)
+    def resize(path: str) -> str:
+        return path
+
+    q = setqueue.open_queue(redis_url, queue_name)
+    own = q.send(resize, "a.jpg")
+    sent_over = q.send(resize.options(retry_timeouts=True), "b.jpg")
+    by_name = q.send("resize", "c.jpg")  # by name: the worker's RETRY_TIMEOUTS
+    policies = [q.inspect(s.id).retry_timeouts for s in (own, sent_over, by_name)]  # type: ignore[union-attr]
+    assert policies == [False, True, None]
+    q.close()

@@ -285,6 +285,7 @@ class Operations:
             max_attempts=options.max_attempts,
             timeout=options.timeout,
             group=options.group,
+            retry_timeouts=options.retry_timeouts,
             if_exists=options.if_exists,
         )
         return Sent(job_id, added == 1, name)

@@ -76,6 +76,7 @@ class SendOptions:
     timeout: float | None = None
     group: str | None = None
     if_exists: str = "ignore"
+    retry_timeouts: bool | None = None  # a timeout retried like any failure, or dead-letters the job at once
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -144,10 +145,11 @@ class Task(Generic[P, R]):
         timeout: float | None = None,
         group: str | None = None,
         if_exists: str = "ignore",
+        retry_timeouts: bool | None = None,
     ) -> Task[P, R]:
-        """A copy of this task whose sends carry these job options (over the task's own). ValueError for
-        a bad one."""
-        given = SendOptions(id, delay, at, priority, max_attempts, timeout, group, if_exists)
+        """A copy of this task whose sends carry these job options (over the task's own; see
+        ``setqueue.Queue.enqueue``). ValueError for a bad one."""
+        given = SendOptions(id, delay, at, priority, max_attempts, timeout, group, if_exists, retry_timeouts)
         return Task(self.func, self.name, given.over(self.defaults))
 
     def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -207,6 +209,7 @@ class Tasks:
         max_attempts: int | None = None,
         timeout: float | None = None,
         priority: int | None = None,
+        retry_timeouts: bool | None = None,
     ) -> _Declare: ...
 
     def task(
@@ -218,10 +221,15 @@ class Tasks:
         max_attempts: int | None = None,
         timeout: float | None = None,
         priority: int | None = None,
+        retry_timeouts: bool | None = None,
     ) -> Task[Any, Any] | _Declare:
         """Declare ``func`` a task named ``name`` (default: ``module.function``) whose jobs get these
-        options unless a send gives its own. ValueError for a name declared twice or a bad option."""
-        defaults = SendOptions(priority=priority, max_attempts=max_attempts, timeout=timeout)
+        options unless a send gives its own (``retry_timeouts``: a timeout retried like any failure, or
+        the job dead-lettered at once; None: the worker's RETRY_TIMEOUTS). ValueError for a name
+        declared twice or a bad option."""
+        defaults = SendOptions(
+            priority=priority, max_attempts=max_attempts, timeout=timeout, retry_timeouts=retry_timeouts
+        )
         declare = _Declare(self, name, defaults)
         return declare if func is None else declare(func)
 
