@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -250,3 +251,51 @@ def test_a_task_says_whether_its_timeouts_are_retried(redis_url: str, queue_name
     policies = [q.inspect(s.id).retry_timeouts for s in (own, sent_over, by_name)]  # type: ignore[union-attr]
     assert policies == [False, True, None]
     q.close()
+
+
+def test_setqueue_send_calls_a_task_by_name(
+    start_worker: StartWorker, redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def send(*argv: str) -> tuple[int, str, str]:
+        out = io.StringIO()
+        code = cli_main(["--redis-url", redis_url, "--queue", queue_name, "send", *argv], out=out)
+        return code, out.getvalue(), capsys.readouterr().err
+
+    start_worker(queue_name, JOB_HANDLER=REGISTRY)
+    code, printed, _ = send("add", "2", "3")
+    assert code == 0 and printed.endswith(" new\n")
+    q = setqueue.open_queue(redis_url, queue_name)
+    assert q.result(printed.split()[0], timeout=30) == 5
+    assert send("greet", '"ada"', "--kw", 'punctuation="?"', "--id", "hi-2")[:2] == (0, "hi-2 new\n")
+    assert send("greet", '"bob"', "--id", "hi-2")[:2] == (0, "hi-2 already known\n")
+    assert q.result("hi-2", timeout=30) == "hello ada?"
+    assert send("greet", '"eve"', "--id", "hi-2", "--if-exists", "rerun")[:2] == (0, "hi-2 new\n")
+    q.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["bad\nname", "1"], "cannot send 'bad\\nname': a task name is 1 to 200 printable characters"),
+        (["x" * 201], "a task name is 1 to 200"),
+        (["add", "1", "--if-exists", "maybe"], "argument --if-exists: invalid choice: 'maybe'"),
+        (["add", "ada"], "ARG 1 'ada' is not JSON (a string needs its quotes: '\"ada\"')"),
+        (["add", "--kw", "b"], "--kw 'b': give NAME=JSON"),
+        (["add", '"' + "x" * 2000 + '"'], "more than payload_max_bytes (1,000)"),
+        (["add", "1", "--priority", "11"], "bad --priority"),
+    ],
+)
+def test_bad_send_input_is_one_line_exit_2_and_writes_nothing(
+    argv: list[str], said: str, redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "setqueue", "--redis-url", redis_url, "--queue", queue_name, "send", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PAYLOAD_MAX_BYTES": "1000"},
+    )
+    assert run.returncode == 2, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and said in run.stderr, run.stderr
+    assert list(client.scan_iter(match=f"setqueue:{{{queue_name}*")) == []

@@ -119,16 +119,24 @@ class Task(Generic[P, R]):
     """A function declared as a task: ``name``, the default job options of its calls, and the function.
     Calling the task calls the function directly (no queue involved)."""
 
-    def __init__(self, func: Callable[P, Any], name: str, defaults: SendOptions) -> None:
+    def __init__(self, func: Callable[P, Any] | None, name: str, defaults: SendOptions) -> None:
         self.func = func
         self.name = validate_task_name(name)
         self.defaults = defaults
-        self.signature = inspect.signature(func)
+        self.signature = None if func is None else inspect.signature(func)
         self.is_async = inspect.iscoroutinefunction(func)
-        self.__doc__ = func.__doc__
-        self.__wrapped__ = func
+        self.__doc__ = None if func is None else func.__doc__
+
+    @classmethod
+    def named(cls, name: str) -> Task[..., Any]:
+        """A task known by its name only, for a producer that does not import the workers' code: its sends
+        can carry job options (``named("charge_card").options(id=...)``); their arguments are checked
+        as JSON only. ValueError for a bad name."""
+        return Task(None, name, SendOptions())
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        if self.func is None:
+            raise TypeError(f"task {self.name} is known by its name only here: send it, it runs on a worker")
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -154,7 +162,9 @@ class Task(Generic[P, R]):
 
     def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """TypeError naming the task and the argument when ``args``/``kwargs`` do not bind to the function
-        (missing, extra or unknown keyword)."""
+        (missing, extra or unknown keyword); a task known by its name only takes any."""
+        if self.signature is None:
+            return
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -195,6 +205,7 @@ class Tasks:
     def __init__(self, default: Callable[[Lease], Any] | None = None) -> None:
         self._tasks: dict[str, Task[Any, Any]] = {}
         self.default = default
+        self._runs: dict[str, str] | None = None  # see note_runs
 
     @overload
     def task(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
@@ -234,6 +245,9 @@ class Tasks:
         return declare if func is None else declare(func)
 
     def add(self, task: Task[Any, Any]) -> None:
+        """Serve ``task``; ValueError for a name taken, or a task known by its name only."""
+        if task.func is None:
+            raise ValueError(f"task {task.name} has no function to serve")
         if task.name in self._tasks:
             raise ValueError(f"a task named {task.name!r} is declared twice")
         self._tasks[task.name] = task
@@ -255,6 +269,14 @@ class Tasks:
         """The names of the tasks declared, sorted."""
         return sorted(self._tasks)
 
+    def note_runs(self) -> dict[str, str]:
+        """From now on, note each run of a declared task in the dict returned (the lease's token -> the
+        task's name), for a worker's metrics by task: the worker pops a run's entry once it counts its
+        outcome. A job that names no declared task is not noted. Idempotent: the same dict each time."""
+        if self._runs is None:
+            self._runs = {}
+        return self._runs
+
     def __call__(self, lease: Lease) -> Any:
         """Run the job's task (a coroutine for an ``async def`` one, which the worker awaits). An unknown
         task, a call its function does not accept, or a payload that is no task call without a default
@@ -269,22 +291,24 @@ class Tasks:
         if task is None:
             known = ", ".join(self.names) or "none"
             raise PermanentJobError(f"unknown task {name!r}: this worker serves {known}")
+        if self._runs is not None:
+            self._runs[lease.token] = name
         try:
-            task.signature.bind(*args, **kwargs)
+            task.check_call(tuple(args), kwargs)
         except TypeError as exc:
-            raise PermanentJobError(f"task {name}: the call does not fit the function: {exc}") from None
+            raise PermanentJobError(f"{exc}: the call does not fit the function") from None
         if task.is_async:
             return _run_async(task, lease, args, kwargs)
         token = _current_lease.set(lease)
         try:
-            return task.func(*args, **kwargs)
+            return task(*args, **kwargs)
         finally:
             _current_lease.reset(token)
 
 
 async def _run_async(task: Task[Any, Any], lease: Lease, args: list[Any], kwargs: dict[str, Any]) -> Any:
     _current_lease.set(lease)  # this coroutine runs in a context of its own
-    result: Awaitable[Any] = task.func(*args, **kwargs)
+    result: Awaitable[Any] = task(*args, **kwargs)
     return await result
 
 

@@ -46,6 +46,7 @@ from setqueue.runtime.cli_limits import UsageError, limits_command
 from setqueue.runtime.pressure import read_memory
 from setqueue.runtime.settings import SETTING_BY_NAME, SettingError, check_tls, default, validate_redis_url
 from setqueue.runtime.tls import tls_refusal
+from setqueue.tasks import IF_EXISTS, Sent, Task
 from setqueue.version import __version__
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REDIS, EXIT_JOB_FAILED, EXIT_NOT_ENDED = 0, 1, 2, 3, 4, 124
@@ -107,20 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("ids", nargs="*", metavar="ID", help="job ids; none or - reads stdin")
     push.add_argument("--payload", metavar="TEXT", help="the payload of the one ID given")
     push.add_argument("--jsonl", action="store_true", help="stdin holds JSON lines")
-    push.add_argument(
-        "--priority", type=int, default=0, metavar="N", help=f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher first"
+    _job_option_arguments(push)
+
+    send = _command(
+        sub,
+        "send",
+        "send a call of a task by name; prints its job id and whether it is new",
+        ". Each ARG is one JSON value (a string with its quotes: '\"ada\"'); --kw NAME=JSON gives a keyword "
+        "argument. The worker serving the task checks that they fit its function.",
     )
-    when = push.add_mutually_exclusive_group()
-    when.add_argument("--delay", metavar="DURATION", help="due after 90s, 15m, 2h, 3d (or seconds)")
-    when.add_argument("--at", metavar="TIME", help="due at an ISO 8601 time with a zone")
-    push.add_argument("--max-attempts", type=int, metavar="N", help="the jobs' own claims (1 to 1000)")
-    push.add_argument("--timeout", metavar="DURATION", help="the jobs' own time limit (0 = none)")
-    push.add_argument(
-        "--retry-timeouts",
-        action=argparse.BooleanOptionalAction,
-        help="the jobs' own: a timeout is retried, or (--no-...) dead-letters them (default: RETRY_TIMEOUTS)",
-    )
-    push.add_argument("--group", metavar="NAME", help="the jobs' group: groups take turns")
+    send.add_argument("task", metavar="NAME", help="the task's name")
+    send.add_argument("args", nargs="*", metavar="ARG", help="a positional argument, as JSON")
+    send.add_argument("--kw", action="append", default=[], metavar="NAME=JSON", help="a keyword argument")
+    send.add_argument("--id", metavar="ID", help="the job's id (default: a new one that sorts by time)")
+    _job_option_arguments(send)
 
     stats = sub.add_parser("stats", help="sizes of each state and the oldest pending age")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
@@ -243,6 +244,55 @@ def parse_time(text: str) -> float:
     return parsed.timestamp()
 
 
+def _job_option_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job options push and send take alike."""
+    parser.add_argument(
+        "--priority", type=int, default=0, metavar="N", help=f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher first"
+    )
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--delay", metavar="DURATION", help="due after 90s, 15m, 2h, 3d (or seconds)")
+    when.add_argument("--at", metavar="TIME", help="due at an ISO 8601 time with a zone")
+    parser.add_argument("--max-attempts", type=int, metavar="N", help="the jobs' own claims (1 to 1000)")
+    parser.add_argument("--timeout", metavar="DURATION", help="the jobs' own time limit (0 = none)")
+    parser.add_argument(
+        "--retry-timeouts",
+        action=argparse.BooleanOptionalAction,
+        help="the jobs' own: a timeout is retried, or (--no-...) dead-letters them (default: RETRY_TIMEOUTS)",
+    )
+    parser.add_argument("--group", metavar="NAME", help="the jobs' group: groups take turns")
+    parser.add_argument(
+        "--if-exists",
+        choices=IF_EXISTS,
+        default="ignore",
+        help="a known id: left as it is (ignore), made this call's while it waits (replace), or run again "
+        "once it ended (rerun)",
+    )
+
+
+def _job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The job options given to push or send, checked: enqueue's keyword arguments. CliError (exit 2)."""
+    delay = None if args.delay is None else parse_duration(args.delay)
+    at = None if args.at is None else parse_time(args.at)
+    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
+    try:
+        validate_priority(args.priority)
+        job_options(args.max_attempts, timeout)
+        if args.group is not None:
+            validate_group(check_utf8("--group", args.group))
+    except ValueError as exc:
+        raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
+    return {
+        "delay": delay,
+        "at": at,
+        "priority": args.priority,
+        "max_attempts": args.max_attempts,
+        "timeout": timeout,
+        "group": args.group,
+        "retry_timeouts": args.retry_timeouts,
+        "if_exists": args.if_exists,
+    }
+
+
 def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int, int]:
     """(new, submitted)."""
     from_stdin = not args.ids or args.ids == ["-"]
@@ -256,16 +306,7 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
         jobs = _read_jobs(stdin, args.jsonl)
     else:
         jobs = [(job_id, None) for job_id in args.ids]
-    delay = None if args.delay is None else parse_duration(args.delay)
-    at = None if args.at is None else parse_time(args.at)
-    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
-    try:
-        validate_priority(args.priority)
-        job_options(args.max_attempts, timeout)
-        if args.group is not None:
-            validate_group(check_utf8("--group", args.group))
-    except ValueError as exc:
-        raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
+    options = _job_options(args)
     with _bad_ids_are_usage_errors():
         # All checked before anything is written.
         job_items(dict(jobs), queue.shards[0].payload_max_bytes)
@@ -279,20 +320,43 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
                 else [job_id for job_id, _ in batch]
             )
             try:
-                added += queue.enqueue(
-                    ids,
-                    delay=delay,
-                    at=at,
-                    priority=args.priority,
-                    max_attempts=args.max_attempts,
-                    timeout=timeout,
-                    group=args.group,
-                    retry_timeouts=args.retry_timeouts,
-                )
+                added += queue.enqueue(ids, **options)
             except redis.OutOfMemoryError:
                 before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
                 raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
     return added, len(jobs)
+
+
+def _send(args: argparse.Namespace, queue: JobQueue) -> Sent[Any]:
+    """One call of the task named, its arguments parsed from JSON; everything checked before anything
+    is written (CliError, exit 2)."""
+    options = _job_options(args)
+    values: list[Any] = []
+    for n, text in enumerate(args.args, 1):
+        values.append(_json_argument(f"ARG {n}", text))
+    named: dict[str, Any] = {}
+    for given in args.kw:
+        name, equals, text = given.partition("=")
+        if not equals or not name.isidentifier():
+            raise CliError(f"--kw {one_line(given)!r}: give NAME=JSON, NAME a Python identifier", EXIT_USAGE)
+        named[name] = _json_argument(f"--kw {name}", text)
+    try:
+        task = Task.named(args.task).options(id=args.id, **options)
+        return queue.send(task, *values, **named)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, OptionError):
+            raise
+        raise CliError(f"cannot send {args.task!r}: {exc}", EXIT_USAGE) from None
+    except redis.OutOfMemoryError:
+        raise CliError(f"{OUT_OF_MEMORY}: this send was refused", EXIT_REDIS) from None
+
+
+def _json_argument(where: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        hint = f" (a string needs its quotes: '\"{one_line(text)}\"')" if text and text[0] not in '[{"' else ""
+        raise CliError(f"{where} {one_line(text)!r} is not JSON{hint}", EXIT_USAGE) from None
 
 
 OUT_OF_MEMORY = (
@@ -352,6 +416,12 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
     if args.command == "push":
         added, submitted = _push(args, queue, stdin)
         print(f"{added} new, {submitted - added} already known", file=out)
+        _warn_if_unserved(queue)
+        return EXIT_OK
+
+    if args.command == "send":
+        sent = _send(args, queue)
+        print(f"{sent.id} {'new' if sent.created else 'already known'}", file=out)
         _warn_if_unserved(queue)
         return EXIT_OK
 
