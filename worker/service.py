@@ -30,10 +30,11 @@ from setqueue.jobs import (
 from setqueue.lease import LeaseKeeper
 from setqueue.runtime.audit import AuditRecorder
 from setqueue.runtime.logs import flush_logs, plural
-from setqueue.runtime.metrics import WorkerMetrics, new_registry
+from setqueue.runtime.metrics import OTHER_TASK, WorkerMetrics, new_registry
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.scripts import new_request_id
+from setqueue.tasks import Tasks
 from worker.cancels import CancelListener
 from worker.engine import Engine, Running
 from worker.failures import FailureLog, failure_reason, permanent
@@ -63,14 +64,21 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._from_setting = handler is None
         self.handler = handler if handler is not None else load_handler(s.job_handler)
         self._configure = self._configure_hook(s)
-        super().__init__(settings, WorkerMetrics(new_registry(), s.queue_names), queue)
+        # A task registry notes which task each run is of ((token, id) -> name), popped once its outcome
+        # is counted: the metrics by task. None for a plain handler, whose jobs cost nothing more.
+        self._task_runs: dict[tuple[str, str], str] | None = None
+        task_names: list[str] | None = None
+        if isinstance(self.handler, Tasks):
+            self._task_runs, task_names = self.handler.note_runs(), self.handler.names
+        super().__init__(settings, WorkerMetrics(new_registry(), s.queue_names, task_names), queue)
         self.tracing = worker_tracing()
         handler, self._claim, self._ack_many = self.handler, self.queue.claim, self.queue.ack_many
         if self.tracing is not None:
             handler = self.tracing.wrap(self.handler)
             self._claim = self.tracing.claiming(self.queue.claim, self.queue.name)
             self._ack_many = self.tracing.acking(self.queue.ack_many, self.queue.name)
-        self.engine = Engine(handler, s.concurrency, s.job_timeout_seconds, self._job_ended, s.claim_batch)
+        ended = self._job_ended if self._task_runs is None else self._task_job_ended
+        self.engine = Engine(handler, s.concurrency, s.job_timeout_seconds, ended, s.claim_batch)
         self.keeper = LeaseKeeper(
             self.queue,
             on_renewed=self.metrics.lease_renewals.inc,
@@ -93,6 +101,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._returned: list[Any] = []  # their handlers' values, in the same order
         self._fails: list[tuple[Lease, BaseException]] = []
         self._durations: list[tuple[str, float]] = []  # (queue, seconds)
+        self._task_durations: list[tuple[tuple[str, str], float]] = []  # ((queue, task), seconds): a registry's
         self.failures = FailureLog(self.log)
         self.standin = StandIn(self.queue, s.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
@@ -223,6 +232,15 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             else:
                 self._fails.append((record.lease, error))
 
+    def _task_job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
+        """``_job_ended`` of a worker serving a task registry: the run time by task too."""
+        lease, runs = record.lease, self._task_runs or {}
+        task = runs.get((lease.token, lease.id), OTHER_TASK)  # popped once its outcome is counted
+        seconds = time.monotonic() - record.started
+        with self._ended_lock:
+            self._task_durations.append(((lease.queue, task), seconds))
+        self._job_ended(record, error, value)
+
     def _flush(self, now: float, *, force: bool) -> None:
         with self._ended_lock:
             if not (self._fails or (self._acks and (force or now - self._oldest_ack >= ACK_DELAY_SECONDS))):
@@ -231,8 +249,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             returned, self._returned = self._returned, []
             fails, self._fails = self._fails, []
             durations, self._durations = self._durations, []
+            task_durations, self._task_durations = self._task_durations, []
         for queue, seconds in _grouped(durations).items():
             self.metrics.processing_seconds.observe_many(seconds, queue)
+        for (queue, task), seconds in _grouped(task_durations).items():
+            self.metrics.task_run_seconds.observe_many(seconds, queue, task)
         if acks:
             self._ack(acks, returned)
         for lease, error in fails:
@@ -274,6 +295,17 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if stale:
                 m.stale_acks.labels(queue).inc(stale)
             m.end_to_end_seconds.observe_many(seconds, queue)
+        if self._task_runs is not None:
+            self._count_task_successes(leases, [result.acked for result in results])
+
+    def _count_task_successes(self, leases: list[Lease], acked: list[bool]) -> None:
+        runs, succeeded = self._task_runs or {}, Counter[tuple[str, str]]()
+        for lease, ok in zip(leases, acked, strict=True):
+            task = runs.pop((lease.token, lease.id), OTHER_TASK)
+            if ok:
+                succeeded[lease.queue, task] += 1
+        for (queue, task), n in succeeded.items():
+            self.metrics.task_jobs.labels(queue, task, "success").inc(n)
 
     def _keepable(self, leases: list[Lease], returned: list[Any]) -> tuple[list[Lease], list[Any]]:
         """The leases to ack, with their values. One that cannot be kept (not bytes nor JSON, or over
@@ -297,11 +329,18 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if not running and not waiting:
             return
         self.keeper.drop(running + waiting)
+        self._forget_task_runs(running)
         for lease in running:
             self.metrics.jobs_cancelled.labels(lease.queue, "running").inc()
         for lease in waiting:
             self.metrics.jobs_cancelled.labels(lease.queue, "unstarted").inc()
         self.log.info("job %s cancelled: %s", job_id, "stopping it" if running else "dropped before it started")
+
+    def _forget_task_runs(self, leases: list[Lease]) -> None:
+        """Runs whose outcome is never counted (cancelled, handed back)."""
+        if self._task_runs is not None:
+            for lease in leases:
+                self._task_runs.pop((lease.token, lease.id), None)
 
     def _move(self, lease: Lease, move: MoveTo) -> None:
         """Into the other queue first, then acked here (at least once)."""
@@ -328,10 +367,14 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             until_stopped=False,
         )
         m, queue = self.metrics, lease.queue
+        runs = self._task_runs
+        task = None if runs is None else runs.pop((lease.token, lease.id), OTHER_TASK)
         if outcome is FailOutcome.STALE:
             m.stale_acks.labels(queue).inc()
         else:
             m.jobs_completed.labels(queue, "failure").inc()
+            if task is not None:
+                m.task_jobs.labels(queue, task, "failure").inc()
             m.history_records.labels(queue, "timed out" if reason.startswith("timeout") else "failed").inc()
             if outcome is FailOutcome.RETRIED:
                 m.jobs_retried.labels(queue).inc()
@@ -442,6 +485,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if not leases:
             return
         self.keeper.drop(leases)
+        self._forget_task_runs(leases)
         try:
             outcomes = self.queue.release(leases)
         except Exception as exc:  # Redis down: the leases expire and the cleaner requeues

@@ -205,7 +205,7 @@ class Tasks:
     def __init__(self, default: Callable[[Lease], Any] | None = None) -> None:
         self._tasks: dict[str, Task[Any, Any]] = {}
         self.default = default
-        self._runs: dict[str, str] | None = None  # see note_runs
+        self._runs: dict[tuple[str, str], str] | None = None  # see note_runs
 
     @overload
     def task(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
@@ -269,10 +269,10 @@ class Tasks:
         """The names of the tasks declared, sorted."""
         return sorted(self._tasks)
 
-    def note_runs(self) -> dict[str, str]:
-        """From now on, note each run of a declared task in the dict returned (the lease's token -> the
-        task's name), for a worker's metrics by task: the worker pops a run's entry once it counts its
-        outcome. A job that names no declared task is not noted. Idempotent: the same dict each time."""
+    def note_runs(self) -> dict[tuple[str, str], str]:
+        """From now on, note each run of a declared task in the dict returned (the lease's ``(token, id)``
+        -> the task's name), for a worker's metrics by task: the worker pops a run's entry once it counts
+        its outcome. A job that names no declared task is not noted. Idempotent: the same dict each time."""
         if self._runs is None:
             self._runs = {}
         return self._runs
@@ -292,7 +292,7 @@ class Tasks:
             known = ", ".join(self.names) or "none"
             raise PermanentJobError(f"unknown task {name!r}: this worker serves {known}")
         if self._runs is not None:
-            self._runs[lease.token] = name
+            self._runs[lease.token, lease.id] = name
         try:
             task.check_call(tuple(args), kwargs)
         except TypeError as exc:

@@ -26,6 +26,10 @@ WAIT_BUCKETS = (
     90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700, 3600,
 )  # fmt: skip
 SWEEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+# The task label of a job that names no task the worker's registry declares (an unknown name, or no
+# task call at all): the label's values are the declared names and this, never a name from a payload.
+OTHER_TASK = "other"
+JOB_OUTCOMES = ("success", "failure")
 
 
 def new_registry() -> CollectorRegistry:
@@ -128,9 +132,13 @@ class CreatorMetrics(ServiceMetrics):
 
 
 class WorkerMetrics(ServiceMetrics):
-    """Job counters and histograms carry the ``queue``; the gauges of slots and threads are the process's."""
+    """Job counters and histograms carry the ``queue``; the gauges of slots and threads are the process's.
+    ``tasks``: the names a Tasks registry declares, when the worker serves one (None: a plain handler,
+    and no series by task)."""
 
-    def __init__(self, registry: CollectorRegistry, queues: Sequence[str] = ("default",)) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, queues: Sequence[str] = ("default",), tasks: Sequence[str] | None = None
+    ) -> None:
         super().__init__(registry)
 
         def per_queue(name: str, documentation: str) -> Counter:
@@ -147,8 +155,25 @@ class WorkerMetrics(ServiceMetrics):
             registry=registry,
         )
         for queue in queues:
-            for outcome in ("success", "failure"):
+            for outcome in JOB_OUTCOMES:
                 self.jobs_completed.labels(queue, outcome)
+        self.task_jobs = Counter(
+            "setqueue_task_jobs_total",
+            "Jobs of a task registry finished by this worker, by task (a declared name, or other) and outcome.",
+            ["queue", "task", "outcome"],
+            registry=registry,
+        )
+        self.task_run_seconds = BatchHistogram(
+            "setqueue_task_run_seconds",
+            "Time the task took per job, by task (a declared name, or other).",
+            PROCESSING_BUCKETS,
+            registry,
+            ["queue", "task"],
+        )
+        for queue in queues:  # every declared task's counts, from the start (run times: from its first run)
+            for task in (*tasks, OTHER_TASK) if tasks is not None else ():
+                for outcome in JOB_OUTCOMES:
+                    self.task_jobs.labels(queue, task, outcome)
         self.jobs_retried = per_queue(
             "setqueue_jobs_retried_total", "Failed jobs put back into todos for another attempt."
         )
