@@ -1,27 +1,77 @@
-"""Tasks seen from outside: a worker serving a task registry counts its jobs and their run time by
-task, under a label whose values are the declared names and ``other``, never a name from a payload."""
+"""Tasks seen from outside: a worker serving a task registry lists its tasks in the registry of live
+workers and on the console's workers page, and counts its jobs and their run time by task, under a
+label whose values are the declared names and ``other``, never a name from a payload."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+import redis
 
 import setqueue
 from setqueue import JobFailed, MoveTo, Tasks
+from setqueue.registry import MOST_TASKS_LISTED, WorkerRecord, beat, live_workers
 from setqueue.runtime.metrics import OTHER_TASK
 from setqueue.runtime.settings import WorkerSettings
+from tests.support.console import StartConsole
 from tests.support.procs import Proc, base_env
 from tests.support.tasks_app import add, greet, slow, tasks
 from tests.support.waits import wait_until
+from worker.heartbeat import Heartbeat
 from worker.service import WorkerService
 
 StartWorker = Callable[..., Proc]
 REGISTRY = "tests.support.tasks_app:tasks"
 SERVED = ["add", "flaky", "greet", "slow"]
 OUTCOMES = ("success", "failure")
+
+
+def tasks_cell(page: str, pid: int) -> str:
+    """The tasks cell of the worker of ``pid`` on a workers table."""
+    row = re.search(rf'<tr data-worker="[^"]*" data-pid="{pid}">(.*?)</tr>', page, re.S)
+    assert row, f"no worker of pid {pid} on the page"
+    cell = re.search(r'<td class="tasks">(.*?)</td>', row[1], re.S)
+    assert cell, row[1]
+    return cell[1]
+
+
+def test_the_registry_and_the_console_list_the_tasks_a_worker_serves(
+    start_worker: StartWorker, start_console: StartConsole, client: redis.Redis, queue_name: str
+) -> None:
+    served = start_worker(queue_name, JOB_HANDLER=REGISTRY)
+    plain = start_worker(queue_name)  # tests.support.jobs:handle, a plain handler
+
+    def both() -> dict[int, WorkerRecord] | None:
+        found = {record.pid: record for record in live_workers(client, queue_name)}
+        return found if len(found) == 2 else None
+
+    records = wait_until(both, 20, "both workers' records")
+    assert records is not None
+    mine, other = records[served.process.pid], records[plain.process.pid]
+    assert (mine.tasks, mine.task_count, mine.handler) == (SERVED, len(SERVED), REGISTRY)
+    assert (other.tasks, other.task_count) == ([], 0)
+
+    # A registry larger than a record lists: the first names, sorted, and how many more.
+    many = [f"task-{n:03}" for n in reversed(range(MOST_TASKS_LISTED + 50))]
+    heartbeat = Heartbeat(client, [queue_name], 60, slots=1, snapshot=lambda: (0, []), tasks=many)
+    big = heartbeat.record()
+    assert big.tasks == sorted(many)[:MOST_TASKS_LISTED] and big.task_count == len(many)
+    beat(client, [queue_name], dataclasses.replace(big, pid=0), 60_000)
+
+    browser = start_console(QUEUE_NAME=queue_name).client()
+    page = browser.get("/workers")
+    assert page.status == 200 and "<th>tasks</th>" in page.body
+    assert re.findall(r"<code>([^<]*)</code>", tasks_cell(page.body, served.process.pid)) == SERVED
+    assert "plain handler" in tasks_cell(page.body, plain.process.pid)
+    listed = tasks_cell(page.body, 0)
+    assert re.findall(r"<code>([^<]*)</code>", listed) == big.tasks and "and 50 more" in listed
+    queue_page = browser.get(f"/queues/{queue_name}")  # a queue's page lists its workers too
+    assert "<code>greet</code>" in tasks_cell(queue_page.body, served.process.pid)
 
 
 def task_counts(worker: Proc) -> dict[tuple[str, str], float]:

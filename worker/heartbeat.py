@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from setqueue.registry import MOST_HELD_LISTED, WorkerRecord, beat, leave
+from setqueue.registry import MOST_HELD_LISTED, MOST_TASKS_LISTED, WorkerRecord, beat, leave
 from setqueue.version import __version__
 
 BEATS_TO_LIVE = 3
@@ -40,6 +40,7 @@ class Heartbeat:
         slots: int,
         snapshot: Snapshot,
         handler: str = "",
+        tasks: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.queue_names = list(queue_names)
@@ -47,6 +48,7 @@ class Heartbeat:
         self.slots = slots
         self.snapshot = snapshot
         self.handler = handler
+        self.tasks = sorted(tasks)  # the task registry's names (none: a plain handler)
         self.id = new_worker_id()
         self.host = socket.gethostname()
         self.started_at = time.time()
@@ -85,6 +87,8 @@ class Heartbeat:
             handler=self.handler,
             version=__version__,
             heartbeat_seconds=self.interval,
+            tasks=self.tasks[:MOST_TASKS_LISTED],
+            task_count=len(self.tasks),
         )
 
     def beat_now(self) -> None:

@@ -91,7 +91,13 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         if (every := s.worker_heartbeat_seconds) > 0:
             names = [q.name for q in self.queue.queues]
             self.heartbeat = Heartbeat(
-                self.queue.redis, names, every, slots=s.concurrency, snapshot=self._snapshot, handler=s.job_handler
+                self.queue.redis,
+                names,
+                every,
+                slots=s.concurrency,
+                snapshot=self._snapshot,
+                handler=s.job_handler,
+                tasks=task_names or (),
             )
         shards = self.queue.shards
         self.audit = AuditRecorder(shards[0].redis, shards[0].keys) if s.audit and len(shards) == 1 else None

@@ -18,6 +18,8 @@ from setqueue.keys import QueueKeys
 INDEX_KEEP_MS = 3_600_000
 # Most job ids one record lists (held_count is whole).
 MOST_HELD_LISTED = 100
+# Most task names one record lists (task_count is whole).
+MOST_TASKS_LISTED = 200
 # Most workers one index read returns.
 MOST_READ = 1000
 WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
@@ -40,6 +42,8 @@ class WorkerRecord:
     handler: str = ""
     version: str = ""
     heartbeat_seconds: float = 0.0
+    tasks: list[str] = field(default_factory=list)  # a task registry's names, sorted; at most MOST_TASKS_LISTED
+    task_count: int = 0  # how many tasks it serves (0: a plain handler)
     ttl_seconds: float | None = field(default=None, compare=False)  # filled by the reader: time left
 
     def to_json(self) -> str:
