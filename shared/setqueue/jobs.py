@@ -227,10 +227,10 @@ def read_envelope(payload: str | None) -> TaskCall | None:
         call = json.loads(payload)
     except ValueError:
         return None
-    if not isinstance(call, dict) or "task" not in call or not set(call) <= ENVELOPE_KEYS:
+    if not isinstance(call, dict) or "task" not in call or not call.keys() <= ENVELOPE_KEYS:
         return None
-    if call.get("v", ENVELOPE_VERSION) != ENVELOPE_VERSION:
-        version = call.get("v")
+    version = call.get("v", ENVELOPE_VERSION)
+    if version != ENVELOPE_VERSION:
         raise PermanentJobError(f"task call of envelope version {version!r}; this worker reads {ENVELOPE_VERSION}")
     name, args, kwargs = call["task"], call.get("args", []), call.get("kwargs", {})
     if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):

@@ -20,7 +20,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -125,6 +125,15 @@ class Task(Generic[P, R]):
         self.defaults = defaults
         self.signature = None if func is None else inspect.signature(func)
         self.is_async = inspect.iscoroutinefunction(func)
+        # A signature of plain parameters only (no *args, **kwargs, keyword- or positional-only ones) is
+        # checked without inspect's bind, a few times faster, on every send and every run.
+        plain = self.signature is not None and all(
+            p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
+        )
+        params = list(self.signature.parameters.values()) if plain and self.signature is not None else []
+        self._plain_names = tuple(p.name for p in params) if plain else None
+        self._place = {name: n for n, name in enumerate(self._plain_names or ())}
+        self._required = sum(1 for p in params if p.default is inspect.Parameter.empty)
         self.__doc__ = None if func is None else func.__doc__
 
     @classmethod
@@ -160,10 +169,23 @@ class Task(Generic[P, R]):
         given = SendOptions(id, delay, at, priority, max_attempts, timeout, group, if_exists, retry_timeouts)
         return Task(self.func, self.name, given.over(self.defaults))
 
-    def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the call surely binds to a plain signature (False: let inspect's bind decide and say why)."""
+        names = self._plain_names
+        if names is None or len(args) > len(names):
+            return False
+        if not kwargs:  # the common call: positional arguments only
+            return len(args) >= self._required
+        for name in kwargs:
+            place = self._place.get(name)
+            if place is None or place < len(args):  # unknown, or given twice
+                return False
+        return all(names[n] in kwargs for n in range(len(args), self._required))
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """TypeError naming the task and the argument when ``args``/``kwargs`` do not bind to the function
         (missing, extra or unknown keyword); a task known by its name only takes any."""
-        if self.signature is None:
+        if self.signature is None or self._fits(args, kwargs):
             return
         try:
             self.signature.bind(*args, **kwargs)
@@ -174,13 +196,16 @@ class Task(Generic[P, R]):
 def envelope(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """The payload of a call of task ``name``; TypeError naming the task and the argument that JSON
     cannot carry (NaN and infinities included), checked before anything is sent."""
-    for where, value in [*((f"argument {n + 1}", a) for n, a in enumerate(args)), *kwargs.items()]:
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"task {name}: {where} is not JSON ({exc})") from None
     call = {"task": name, "args": list(args), "kwargs": dict(kwargs), "v": ENVELOPE_VERSION}
-    return json.dumps(call, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return json.dumps(call, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):  # which argument? (only now: one dump a call otherwise)
+        for where, value in [*((f"argument {n + 1}", a) for n, a in enumerate(args)), *kwargs.items()]:
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"task {name}: {where} is not JSON ({exc})") from None
+        raise
 
 
 def prepare_send(
@@ -294,7 +319,7 @@ class Tasks:
         if self._runs is not None:
             self._runs[lease.token, lease.id] = name
         try:
-            task.check_call(tuple(args), kwargs)
+            task.check_call(args, kwargs)
         except TypeError as exc:
             raise PermanentJobError(f"{exc}: the call does not fit the function") from None
         if task.is_async:
