@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,7 @@ def test_an_unknown_task_fails_at_once_naming_it_while_others_go_on(
     fine = q.send(add, 1, 2)
     with pytest.raises(JobFailed) as failed:
         q.result(unknown, timeout=30)
-    assert "unknown task 'charge_card'" in str(failed.value.error) and "add, flaky, greet, slow" in str(
+    assert "unknown task 'charge_card'" in str(failed.value.error) and "add, flaky, greet, patient, slow" in str(
         failed.value.error
     )
     info = q.inspect(unknown.id)
@@ -299,3 +300,16 @@ def test_bad_send_input_is_one_line_exit_2_and_writes_nothing(
     assert run.returncode == 2, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and said in run.stderr, run.stderr
     assert list(client.scan_iter(match=f"setqueue:{{{queue_name}*")) == []
+
+
+def test_a_tasks_own_retry_delays_over_the_workers(start_worker: StartWorker, redis_url: str, queue_name: str) -> None:
+    start_worker(queue_name, JOB_HANDLER=REGISTRY, RETRY_BACKOFF_SECONDS="0")
+    q = setqueue.open_queue(redis_url, queue_name, retry_backoff_seconds=0)
+    fast, slow = q.send(tasks["flaky"], "no backoff"), q.send(tasks["patient"], "backs off")
+    wait_until(lambda: q.inspect(slow.id).state == "scheduled", 30, "patient's retry scheduled")  # type: ignore[union-attr]
+    info = q.inspect(slow.id)
+    assert info is not None and info.due_at is not None
+    assert info.due_at - time.time() > 250  # drawn from 300 to 600 s: the task's own base, not the worker's 0
+    with pytest.raises(JobFailed):
+        q.result(fast, timeout=30)  # flaky: retried at once, the worker's backoff, then dead-lettered
+    q.close()

@@ -28,6 +28,7 @@ from setqueue.jobs import (
     encode_result,
 )
 from setqueue.lease import LeaseKeeper
+from setqueue.records import retry_delay
 from setqueue.runtime.audit import AuditRecorder
 from setqueue.runtime.logs import flush_logs, plural
 from setqueue.runtime.metrics import OTHER_TASK, WorkerMetrics, new_registry
@@ -266,7 +267,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             if isinstance(error, MoveTo):
                 self._move(lease, error)
                 continue
-            delay = error.seconds if isinstance(error, RetryLater) else None
+            delay = error.seconds if isinstance(error, RetryLater) else self._task_retry_delay(lease)
             retry = not permanent(lease, error)
             reason = failure_reason(error)
             outcome = self._fail(lease, reason, retry=retry, delay=delay, quiet=True)
@@ -361,6 +362,23 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.retry(lambda: target.enqueue(job, priority=move.priority), "move", until_stopped=False)
         self.log.info("job %s moved from queue %s to %s", lease.id, lease.queue, move.queue)
         self._ack([lease])
+
+    def _task_retry_delay(self, lease: Lease) -> float | None:
+        """The retry delay of a task that has retry delays of its own (``@tasks.task(retry_backoff_seconds=...)``),
+        the worker's settings filling in what it leaves out; None: the queue's backoff, as for any job."""
+        runs = self._task_runs
+        if runs is None or not isinstance(self.handler, Tasks):
+            return None
+        backoff = self.handler.backoff_of(runs.get((lease.token, lease.id), OTHER_TASK))
+        if backoff is None:
+            return None
+        base, most = backoff
+        s = self.settings
+        return retry_delay(
+            lease.attempt,
+            s.retry_backoff_seconds if base is None else base,
+            s.retry_backoff_max_seconds if most is None else most,
+        )
 
     def _fail(
         self, lease: Lease, reason: str, *, retry: bool = True, delay: float | None = None, quiet: bool = False

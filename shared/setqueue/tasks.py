@@ -125,6 +125,8 @@ class Task(Generic[P, R]):
         self.defaults = defaults
         self.signature = None if func is None else inspect.signature(func)
         self.is_async = inspect.iscoroutinefunction(func)
+        # Its own retry delays: (base, most) seconds, either None for the worker's; None: none of its own.
+        self.backoff: tuple[float | None, float | None] | None = None
         # A signature of plain parameters only (no *args, **kwargs, keyword- or positional-only ones) is
         # checked without inspect's bind, a few times faster, on every send and every run.
         plain = self.signature is not None and all(
@@ -246,6 +248,8 @@ class Tasks:
         timeout: float | None = None,
         priority: int | None = None,
         retry_timeouts: bool | None = None,
+        retry_backoff_seconds: float | None = None,
+        retry_backoff_max_seconds: float | None = None,
     ) -> _Declare: ...
 
     def task(
@@ -258,16 +262,34 @@ class Tasks:
         timeout: float | None = None,
         priority: int | None = None,
         retry_timeouts: bool | None = None,
+        retry_backoff_seconds: float | None = None,
+        retry_backoff_max_seconds: float | None = None,
     ) -> Task[Any, Any] | _Declare:
         """Declare ``func`` a task named ``name`` (default: ``module.function``) whose jobs get these
         options unless a send gives its own (``retry_timeouts``: a timeout retried like any failure, or
-        the job dead-lettered at once; None: the worker's RETRY_TIMEOUTS). ValueError for a name
-        declared twice or a bad option."""
+        the job dead-lettered at once; None: the worker's RETRY_TIMEOUTS). ``retry_backoff_seconds`` and
+        ``retry_backoff_max_seconds``: the retry delays of its failures, as the queue options of those
+        names (None: the worker's). ValueError for a name declared twice or a bad option."""
         defaults = SendOptions(
             priority=priority, max_attempts=max_attempts, timeout=timeout, retry_timeouts=retry_timeouts
         )
-        declare = _Declare(self, name, defaults)
+        for option, seconds in (
+            ("retry_backoff_seconds", retry_backoff_seconds),
+            ("retry_backoff_max_seconds", retry_backoff_max_seconds),
+        ):
+            if seconds is not None:
+                check_seconds(option, seconds)
+        backoff = None
+        if retry_backoff_seconds is not None or retry_backoff_max_seconds is not None:
+            backoff = (retry_backoff_seconds, retry_backoff_max_seconds)
+        declare = _Declare(self, name, defaults, backoff)
         return declare if func is None else declare(func)
+
+    def backoff_of(self, name: str) -> tuple[float | None, float | None] | None:
+        """Task ``name``'s own retry delays: (base, most) seconds, either None for the worker's; None for
+        none of its own (or no such task)."""
+        task = self._tasks.get(name)
+        return None if task is None else task.backoff
 
     def add(self, task: Task[Any, Any]) -> None:
         """Serve ``task``; ValueError for a name taken, or a task known by its name only."""
@@ -340,10 +362,17 @@ async def _run_async(task: Task[Any, Any], lease: Lease, args: list[Any], kwargs
 class _Declare:
     """``@tasks.task(...)`` with options: the decorator that declares the function."""
 
-    def __init__(self, registry: Tasks, name: str | None, defaults: SendOptions) -> None:
+    def __init__(
+        self,
+        registry: Tasks,
+        name: str | None,
+        defaults: SendOptions,
+        backoff: tuple[float | None, float | None] | None = None,
+    ) -> None:
         self.registry = registry
         self.name = name
         self.defaults = defaults
+        self.backoff = backoff
 
     @overload
     def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
@@ -353,5 +382,6 @@ class _Declare:
     def __call__(self, func: Callable[..., Any], /) -> Task[Any, Any]:
         name = self.name or f"{func.__module__}.{func.__qualname__}"
         task: Task[Any, Any] = Task(func, name, self.defaults)
+        task.backoff = self.backoff
         self.registry.add(task)
         return task

@@ -46,3 +46,10 @@ def slow(seconds: float) -> str:
     while time.monotonic() < deadline:
         sum(range(1000))  # Python code: the timeout lands
     return "finished"
+
+
+@tasks.task(name="patient", max_attempts=3, retry_backoff_seconds=600, retry_backoff_max_seconds=3600)
+def patient(reason: str) -> None:
+    """Always fails, and waits long before each retry: its own retry delays (10 min, doubling)."""
+    _log("start", current_lease().id)
+    raise RuntimeError(reason)
