@@ -138,7 +138,7 @@ def test_an_unknown_task_fails_at_once_naming_it_while_others_go_on(
     fine = q.send(add, 1, 2)
     with pytest.raises(JobFailed) as failed:
         q.result(unknown, timeout=30)
-    assert "unknown task 'charge_card'" in str(failed.value.error) and "add, flaky, greet, patient, slow" in str(
+    assert "unknown task 'charge_card'" in str(failed.value.error) and "add, flaky, greet, patient, slow, typo" in str(
         failed.value.error
     )
     info = q.inspect(unknown.id)
@@ -312,4 +312,19 @@ def test_a_tasks_own_retry_delays_over_the_workers(start_worker: StartWorker, re
     assert info.due_at - time.time() > 250  # drawn from 300 to 600 s: the task's own base, not the worker's 0
     with pytest.raises(JobFailed):
         q.result(fast, timeout=30)  # flaky: retried at once, the worker's backoff, then dead-lettered
+    q.close()
+
+
+def test_a_type_error_inside_a_task_is_retried_a_misfit_call_is_not(
+    start_worker: StartWorker, redis_url: str, queue_name: str, tmp_path: Path
+) -> None:
+    start_worker(queue_name, JOB_HANDLER=REGISTRY, RETRY_BACKOFF_SECONDS="0")
+    q = setqueue.open_queue(redis_url, queue_name)
+    inside, misfit = q.send(tasks["typo"], 1), q.send("typo", 1, 2)
+    for sent in (inside, misfit):
+        with pytest.raises(JobFailed):
+            q.result(sent, timeout=30)
+    log = ExecutionLog(tmp_path / "exec.log")
+    assert (log.starts()[inside.id], log.starts()[misfit.id]) == (2, 0)
+    assert "does not fit" in str(q.inspect(misfit.id).error)  # type: ignore[union-attr]
     q.close()

@@ -340,22 +340,34 @@ class Tasks:
             raise PermanentJobError(f"unknown task {name!r}: this worker serves {known}")
         if self._runs is not None:
             self._runs[lease.token, lease.id] = name
-        try:
-            task.check_call(args, kwargs)
-        except TypeError as exc:
-            raise PermanentJobError(f"{exc}: the call does not fit the function") from None
         if task.is_async:
             return _run_async(task, lease, args, kwargs)
         token = _current_lease.set(lease)
         try:
             return task(*args, **kwargs)
+        except TypeError:  # the call's arguments, or the function's own code? Checked only now: rare
+            _refuse_a_misfit(task, args, kwargs)
+            raise
         finally:
             _current_lease.reset(token)
 
 
+def _refuse_a_misfit(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+    """PermanentJobError when the arguments do not bind to the task's function (no retry makes them);
+    nothing when they do (the TypeError came from the function's own code: a failure like any other)."""
+    try:
+        task.check_call(args, kwargs)
+    except TypeError as exc:
+        raise PermanentJobError(f"{exc}: the call does not fit the function") from None
+
+
 async def _run_async(task: Task[Any, Any], lease: Lease, args: list[Any], kwargs: dict[str, Any]) -> Any:
     _current_lease.set(lease)  # this coroutine runs in a context of its own
-    result: Awaitable[Any] = task(*args, **kwargs)
+    try:
+        result: Awaitable[Any] = task(*args, **kwargs)
+    except TypeError:
+        _refuse_a_misfit(task, args, kwargs)
+        raise
     return await result
 
 

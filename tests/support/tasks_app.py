@@ -53,3 +53,10 @@ def patient(reason: str) -> None:
     """Always fails, and waits long before each retry: its own retry delays (10 min, doubling)."""
     _log("start", current_lease().id)
     raise RuntimeError(reason)
+
+
+@tasks.task(name="typo", max_attempts=2)
+def typo(x: int) -> int:
+    """Its own code raises TypeError: a failure like any other, retried (the call itself fits)."""
+    _log("start", current_lease().id)
+    return x + "1"  # type: ignore[operator, no-any-return]
