@@ -8,7 +8,9 @@ import re
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from setqueue.runtime.metrics import CleanerMetrics, CreatorMetrics, SupervisorMetrics, WorkerMetrics
 from tests.compose.observability import (
     COMPOSE_FILE,
     DASHBOARD,
@@ -16,12 +18,15 @@ from tests.compose.observability import (
     DASHBOARD_UID,
     DATASOURCE_UID,
     DATASOURCES,
+    TASK_REGISTRY_ONLY,
     dashboard_queries,
     data_panels,
     fixed_range_windows,
     load_dashboard,
     load_yaml,
+    metric_names,
     panels,
+    row_panels,
 )
 
 EXPECTED_DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
@@ -115,10 +120,7 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
 
 
 def test_the_nothing_lost_row_shows_the_audit(dashboard: dict[str, Any]) -> None:
-    top = dashboard["panels"]
-    row = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == "Nothing lost")
-    after = top[row + 1 :]
-    shown = after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
+    shown = row_panels(dashboard, "Nothing lost")
     exprs = {p["title"]: p["targets"][0]["expr"] for p in shown}
     for title, gauge in (
         ("Lost", "setqueue_audit_lost"),
@@ -131,6 +133,41 @@ def test_the_nothing_lost_row_shows_the_audit(dashboard: dict[str, Any]) -> None
     must_be_zero = [p for p in shown if p["title"] in ("Lost", "In two states", "Unexplained duplicates")]
     for panel in must_be_zero:  # any finding at all is red
         assert panel["fieldConfig"]["defaults"]["thresholds"]["steps"][1] == {"color": "red", "value": 1}
+
+
+def exported(*roles: Any) -> set[str]:
+    """The names of the series these roles' metrics export (a histogram's three, a counter's _total)."""
+    names = set()
+    for role in roles:
+        registry = CollectorRegistry()
+        role(registry)
+        for metric in registry.collect():
+            if metric.type == "histogram":
+                names |= {f"{metric.name}_bucket", f"{metric.name}_sum", f"{metric.name}_count"}
+            else:
+                names.add(metric.name + ("_total" if metric.type == "counter" else ""))
+    return names
+
+
+def test_every_metric_the_dashboard_queries_is_one_the_services_export(dashboard: dict[str, Any]) -> None:
+    every_role = exported(CreatorMetrics, WorkerMetrics, SupervisorMetrics, lambda r: CleanerMetrics(r, audit=True))
+    queried = {name for _, expr in dashboard_queries(dashboard) for name in metric_names(expr)}
+    assert queried - {"up"} <= every_role, queried - every_role - {"up"}
+    # What the live test lets be absent on a stack without a task registry: a worker's, and only those.
+    assert TASK_REGISTRY_ONLY.issubset(exported(WorkerMetrics) - exported(CreatorMetrics, CleanerMetrics))
+
+
+def test_the_tasks_row_shows_jobs_and_run_time_by_task(dashboard: dict[str, Any]) -> None:
+    shown = row_panels(dashboard, "Tasks")
+    exprs = {target["expr"] for panel in shown for target in panel["targets"]}
+    mine = 'queue=~"$queue"'
+    assert f"sum by (task, outcome) (rate(setqueue_task_jobs_total{{{mine}}}[$__rate_interval]))" in exprs
+    buckets = f"rate(setqueue_task_run_seconds_bucket{{{mine}}}[$__rate_interval])"
+    for q in ("0.5", "0.99"):
+        assert f"histogram_quantile({q}, sum by (task, le) ({buckets}))" in exprs
+    # The row queries a registry worker's series alone: the live test's allowance for them covers it all.
+    assert {name for expr in exprs for name in metric_names(expr)} == TASK_REGISTRY_ONLY
+    assert {p["fieldConfig"]["defaults"]["unit"] for p in shown} == {"suffix: jobs/s", "s"}
 
 
 def test_stat_panels_have_thresholds(dashboard: dict[str, Any]) -> None:

@@ -21,6 +21,11 @@ DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "setqueue.yml"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 CLUSTER_COMPOSE_FILE = REPO / "docker-compose.cluster.yml"
 
+# The series only a worker serving a task registry (JOB_HANDLER=module:tasks) exports, which the Tasks
+# row shows. The reference stack's demo worker serves a plain handler: there they are rightly absent,
+# and tests/compose/test_promtool.py evaluates the row on a registry worker's series instead.
+TASK_REGISTRY_ONLY = frozenset({"setqueue_task_jobs_total", "setqueue_task_run_seconds_bucket"})
+
 DATASOURCE_UID = "setqueue-prometheus"
 DASHBOARD_UID = "setqueue-overview"
 
@@ -66,6 +71,14 @@ def dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
         for target in panel.get("targets", [])
         if target.get("expr")
     ]
+
+
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the (expanded) row titled ``title``, up to the next row."""
+    top: list[dict[str, Any]] = dashboard["panels"]
+    row = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == title)
+    after = top[row + 1 :]
+    return after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
 
 
 def alert_rules() -> list[dict[str, Any]]:

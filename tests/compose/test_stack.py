@@ -12,6 +12,7 @@ import pytest
 from python_on_whales import DockerClient
 
 from tests.compose.observability import (
+    TASK_REGISTRY_ONLY,
     alert_rules,
     dashboard_queries,
     is_filter,
@@ -114,13 +115,17 @@ def test_jobs_flow_from_creator_to_done(stack: Stack) -> None:
 
 def problems(stack: Stack, queries: list[tuple[str, str]]) -> list[str]:
     """What is wrong with each (where, PromQL): an error, or no data unless it is a condition (which may
-    filter everything out) whose series exist."""
+    filter everything out) whose series exist, or it reads only series of a task registry's worker and
+    the stack has none (its demo worker serves a plain handler; test_promtool runs those on data)."""
     found = []
     for where, expr in queries:
         answer = stack.query(expr)
         if answer["status"] != "success":
             found.append(f"{where}: {answer.get('errorType')}: {answer.get('error')}")
         elif not answer["data"]["result"]:
+            names = metric_names(expr)
+            if names and names <= TASK_REGISTRY_ONLY and not any(stack.values(f"count({n})") for n in names):
+                continue
             if not is_filter(expr):
                 found.append(f"{where}: no data for {expr}")
             else:
