@@ -228,9 +228,21 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._fail(lease, reason, retry=retry)
 
     def _job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
+        self._end(record, error, value, None)
+
+    def _task_job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
+        """``_job_ended`` of a worker serving a task registry: the run time by task too."""
+        lease, runs = record.lease, self._task_runs or {}
+        self._end(record, error, value, runs.get((lease.token, lease.id), OTHER_TASK))  # popped once counted
+
+    def _end(self, record: Running, error: BaseException | None, value: Any, task: str | None) -> None:
+        """Note a job's end for the next flush: its run time (by task too, for a registry), its ack or fail."""
         duration = time.monotonic() - record.started
+        queue = record.lease.queue
         with self._ended_lock:
-            self._durations.append((record.lease.queue, duration))
+            self._durations.append((queue, duration))
+            if task is not None:
+                self._task_durations.append(((queue, task), duration))
             if error is None:
                 if not self._acks:
                     self._oldest_ack = time.monotonic()
@@ -238,15 +250,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self._returned.append(value)
             else:
                 self._fails.append((record.lease, error))
-
-    def _task_job_ended(self, record: Running, error: BaseException | None, value: Any) -> None:
-        """``_job_ended`` of a worker serving a task registry: the run time by task too."""
-        lease, runs = record.lease, self._task_runs or {}
-        task = runs.get((lease.token, lease.id), OTHER_TASK)  # popped once its outcome is counted
-        seconds = time.monotonic() - record.started
-        with self._ended_lock:
-            self._task_durations.append(((lease.queue, task), seconds))
-        self._job_ended(record, error, value)
 
     def _flush(self, now: float, *, force: bool) -> None:
         with self._ended_lock:
