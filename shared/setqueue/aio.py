@@ -33,8 +33,8 @@ from setqueue.client import OptionError, connection_options, redact_url
 from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
-from setqueue.keys import QueueKeys, check_seconds, validate_job_id
-from setqueue.operations import Operations, QueueCore
+from setqueue.keys import check_seconds, validate_job_id
+from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
 from setqueue.sharded import ShardRouter
@@ -263,7 +263,7 @@ def _awaitable(
     return run
 
 
-class Queue:
+class Queue(QueueFront):
     """A queue of any kind (plain, sharded, several served as one) on asyncio; made by ``open_queue``.
     Every method that talks to Redis is a coroutine."""
 
@@ -275,48 +275,11 @@ class Queue:
         queues: Sequence[Queue] | None,
     ) -> None:
         self.redis = client
-        self.router = router
-        self.name = router.name
+        self._made_of(router, shards, queues)
         self.operations = Operations(router)
         self.executor = AsyncExecutor(client)
-        self._shards: Sequence[Queue] = (self,) if shards is None else tuple(shards)
-        self._queues: Sequence[Queue] = (self,) if queues is None else tuple(queues)
         self._ended: dict[QueueCore, EndedListener] = {}
         self._blocked: dict[str, asyncio.Task[Any]] = {}  # BLPOPs across Cluster slots still waiting
-
-    @property
-    def queues(self) -> Sequence[Queue]:
-        """Itself, or the queues served as one."""
-        return self._queues
-
-    @property
-    def shards(self) -> Sequence[Queue]:
-        """Itself, its shards, or all the shards of the queues served as one: plain queues."""
-        return self._shards
-
-    @property
-    def core(self) -> QueueCore:
-        """The one core of a plain queue; AttributeError for a queue of several (see ``shards``)."""
-        cores = self.router.cores
-        if len(cores) != 1:
-            raise AttributeError(f"queue {self.name!r} has {len(cores)} shards: each of .shards has one core")
-        return cores[0]
-
-    @property
-    def keys(self) -> QueueKeys:
-        return self.core.keys
-
-    @property
-    def lease_seconds(self) -> float:
-        return self.operations.first.lease_seconds
-
-    @property
-    def retry_backoff_seconds(self) -> float:
-        return self.operations.first.retry_backoff_seconds
-
-    @property
-    def request_ttl_seconds(self) -> float:
-        return self.operations.first.request_ttl_seconds
 
     # -- every operation of JobQueue, written once in setqueue.operations
 
@@ -354,14 +317,6 @@ class Queue:
     async def send(self, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> Sent[Any]:
         """Send a call of ``task`` as one job (``setqueue.Queue.send``, awaited)."""
         return await self.executor.run(self.operations.send(task, args, kwargs))
-
-    def backoff_delay(self, attempt: int) -> float:
-        """The retry delay after ``attempt`` (no I/O)."""
-        return self.operations.backoff_delay(attempt)
-
-    def due_in(self) -> float | None:
-        """Seconds until more could be claimed, as the last short claims saw it (no I/O)."""
-        return self.operations.due_in()
 
     async def wait_for_work(self, timeout: float) -> bool:
         """Wait until woken by an enqueue or requeue, ``timeout`` passes, or ``due_in`` comes; True when

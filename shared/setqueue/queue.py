@@ -27,8 +27,8 @@ from setqueue.client import (
     until_due,
 )
 from setqueue.executors import Executor
-from setqueue.keys import QueueKeys, check_seconds, validate_job_id
-from setqueue.operations import Operations, QueueCore
+from setqueue.keys import check_seconds, validate_job_id
+from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.records import job_items
 from setqueue.routing import PlainRouter, Router
 from setqueue.steps import Steps
@@ -50,7 +50,7 @@ def _blocking(op: Callable[Concatenate[Operations, P], Steps[R]]) -> Callable[Co
     return run
 
 
-class Queue:
+class Queue(QueueFront):
     """A queue on redis-py's blocking client: one named queue in one Redis (or one Redis Cluster
     slot), or, built by ``setqueue.open_queue``, a sharded queue or several queues served as one (each
     the same class over another router). It implements ``setqueue.JobQueue``.
@@ -71,12 +71,9 @@ class Queue:
         """Open over ``router``; ``shards`` and ``queues``: the plain and named queues it is made of
         (None: itself)."""
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
-        self.router = router
-        self.name = router.name
+        self._made_of(router, shards, queues)
         self.operations = Operations(router, reporter=self.progress)
         self.executor = Executor(self.redis)
-        self._shards: Sequence[Queue] = (self,) if shards is None else tuple(shards)
-        self._queues: Sequence[Queue] = (self,) if queues is None else tuple(queues)
         self._ended: dict[QueueCore, EndedListener] = {}  # the subscriptions result() waits on
         self._waiter: ClusterWaiter | None = None  # made by a first wait across Cluster slots
 
@@ -84,75 +81,6 @@ class Queue:
     def from_url(cls, url: str, name: str = "default", **options: Any) -> Queue:
         """A plain queue on a new client for ``url`` (``setqueue.client.connect``); any kind: ``open_queue``."""
         return cls(connect(url), name, **options)
-
-    # -- what it is made of
-
-    @property
-    def core(self) -> QueueCore:
-        """The one core of a plain queue; AttributeError for a queue of several (see ``shards``)."""
-        cores = self.router.cores
-        if len(cores) != 1:
-            raise AttributeError(f"queue {self.name!r} has {len(cores)} shards: each of .shards has one core")
-        return cores[0]
-
-    @property
-    def queues(self) -> Sequence[Queue]:
-        """Itself, or the queues served as one."""
-        return self._queues
-
-    @property
-    def shards(self) -> Sequence[Queue]:
-        """Itself, its shards, or all the shards of the queues served as one: plain queues."""
-        return self._shards
-
-    @property
-    def keys(self) -> QueueKeys:
-        """A plain queue's key layout."""
-        return self.core.keys
-
-    @property
-    def lease_seconds(self) -> float:
-        return self.operations.first.lease_seconds
-
-    @property
-    def max_attempts(self) -> int:
-        return self.operations.first.max_attempts
-
-    @property
-    def retry_backoff_seconds(self) -> float:
-        return self.operations.first.retry_backoff_seconds
-
-    @property
-    def request_ttl_seconds(self) -> float:
-        """How long a call's result is kept for a resend with the same request id."""
-        return self.operations.first.request_ttl_seconds
-
-    @property
-    def result_ttl_seconds(self) -> float:
-        return self.operations.first.result_ttl_seconds
-
-    @property
-    def wake_cap(self) -> int:
-        return self.operations.first.wake_cap
-
-    @property
-    def payload_max_bytes(self) -> int:
-        return self.operations.first.payload_max_bytes
-
-    @property
-    def limited(self) -> bool:
-        """As the last claims found it: a rate or group limits exist (claim only for free slots)."""
-        return any(core.limited for core in self.router.cores)
-
-    @property
-    def on_held(self) -> Callable[[str, str], None] | None:
-        """Told (queue name, "paused" | "rate" | "group") when limits held jobs back."""
-        return self.operations.first.on_held
-
-    @on_held.setter
-    def on_held(self, told: Callable[[str, str], None] | None) -> None:
-        for core in self.router.cores:
-            core.on_held = told
 
     # -- every operation of JobQueue, written once in setqueue.operations
 
@@ -190,14 +118,6 @@ class Queue:
         """Send a call of ``task`` (a ``Task``: checked against its function's signature, by mypy too; or a
         task's name) as one job: ``Operations.send``. Returns ``Sent(id, created, task)``."""
         return self.executor.run(self.operations.send(task, args, kwargs))
-
-    def backoff_delay(self, attempt: int) -> float:
-        """The retry delay after ``attempt`` (``Operations.backoff_delay``)."""
-        return self.operations.backoff_delay(attempt)
-
-    def due_in(self) -> float | None:
-        """Seconds until more could be claimed, as the last short claims saw it (None: not known)."""
-        return self.operations.due_in()
 
     def wake_keys(self) -> list[str]:
         """The lists an idle worker blocks on."""
