@@ -29,7 +29,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
-from setqueue.client import OptionError, connection_options, redact_url
+from setqueue.client import OptionError, Waiters, connection_options, redact_url
 from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
@@ -180,7 +180,7 @@ class EndedListener:
     def __init__(self, client: AsyncRedis, channel: str) -> None:
         self._client = client
         self._channel = channel
-        self._waiting: dict[str, list[asyncio.Event]] = {}
+        self._waiting: Waiters[asyncio.Event] = Waiters()
         self._subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refused: rexc.NoPermissionError | None = None
@@ -188,8 +188,7 @@ class EndedListener:
     async def watch(self, job_ids: Sequence[str]) -> asyncio.Event:
         """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
         event = asyncio.Event()
-        for job_id in job_ids:
-            self._waiting.setdefault(job_id, []).append(event)
+        self._waiting.add(job_ids, event)
         if self._task is None:
             self._task = asyncio.create_task(self._listen(), name="setqueue-results")
         try:
@@ -206,12 +205,7 @@ class EndedListener:
             raise rexc.NoPermissionError(str(self._refused))
 
     def forget(self, job_ids: Sequence[str], event: asyncio.Event) -> None:
-        for job_id in job_ids:
-            events = self._waiting.get(job_id, [])
-            if event in events:
-                events.remove(event)
-            if not events:
-                self._waiting.pop(job_id, None)
+        self._waiting.forget(job_ids, event)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -243,12 +237,7 @@ class EndedListener:
                     await pubsub.aclose()
 
     def _wake(self, job_ids: Sequence[str] | None) -> None:
-        if job_ids is None:
-            events = [event for waiting in self._waiting.values() for event in waiting]
-        else:
-            events = [event for job_id in job_ids for event in self._waiting.get(job_id, ())]
-        for event in events:
-            event.set()
+        self._waiting.wake(job_ids)
 
 
 def _awaitable(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import Any, TypeAlias, TypedDict, cast
+from typing import Any, Generic, Protocol, TypeAlias, TypedDict, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -386,6 +386,47 @@ def on_a_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+
+E = TypeVar("E", bound=_Settable)
+
+
+class Waiters(Generic[E]):
+    """The events of the ``result()`` calls waiting on one ended channel, by job id (thread-safe): what
+    both clients' listeners keep, whatever kind of event their waiters wait on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, list[E]] = {}
+
+    def add(self, job_ids: Sequence[str], event: E) -> None:
+        """``event`` is set when any of ``job_ids`` ends (or by ``wake(None)``)."""
+        with self._lock:
+            for job_id in job_ids:
+                self._by_id.setdefault(job_id, []).append(event)
+
+    def forget(self, job_ids: Sequence[str], event: E) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                events = self._by_id.get(job_id, [])
+                if event in events:
+                    events.remove(event)
+                if not events:
+                    self._by_id.pop(job_id, None)
+
+    def wake(self, job_ids: Sequence[str] | None) -> None:
+        """Set the events waiting on ``job_ids`` (None: every one, to look again)."""
+        with self._lock:
+            if job_ids is None:
+                events = [event for waiting in self._by_id.values() for event in waiting]
+            else:
+                events = [event for job_id in job_ids for event in self._by_id.get(job_id, ())]
+        for event in events:
+            event.set()
+
+
 class EndedListener:
     """One subscription to a queue's ended channel shared by its ``result()`` calls: a daemon thread
     wakes waiters as their ids end; a dropped subscription wakes everyone to look again. NOPERM is no
@@ -394,8 +435,8 @@ class EndedListener:
     def __init__(self, client: redis.Redis, channel: str) -> None:
         self._client = client
         self._channel = channel
-        self._lock = threading.Lock()
-        self._waiting: dict[str, list[threading.Event]] = {}
+        self._lock = threading.Lock()  # starts one listening thread
+        self._waiting: Waiters[threading.Event] = Waiters()
         self._subscribed = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -404,9 +445,8 @@ class EndedListener:
     def watch(self, job_ids: Sequence[str]) -> threading.Event:
         """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
         event = threading.Event()
+        self._waiting.add(job_ids, event)
         with self._lock:
-            for job_id in job_ids:
-                self._waiting.setdefault(job_id, []).append(event)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._listen, name="setqueue-results", daemon=True)
                 self._thread.start()
@@ -421,13 +461,7 @@ class EndedListener:
             raise rexc.NoPermissionError(str(self._refused))
 
     def forget(self, job_ids: Sequence[str], event: threading.Event) -> None:
-        with self._lock:
-            for job_id in job_ids:
-                events = self._waiting.get(job_id, [])
-                if event in events:
-                    events.remove(event)
-                if not events:
-                    self._waiting.pop(job_id, None)
+        self._waiting.forget(job_ids, event)
 
     def close(self) -> None:
         self._closed = True
@@ -456,10 +490,4 @@ class EndedListener:
                 pubsub.close()
 
     def _wake(self, job_ids: Sequence[str] | None) -> None:
-        with self._lock:
-            if job_ids is None:
-                events = [event for waiting in self._waiting.values() for event in waiting]
-            else:
-                events = [event for job_id in job_ids for event in self._waiting.get(job_id, ())]
-        for event in events:
-            event.set()
+        self._waiting.wake(job_ids)
