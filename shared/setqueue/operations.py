@@ -403,14 +403,14 @@ class Operations:
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
-        encoded = [
-            encode_result(value, self.router.of_lease(lease).result_max_bytes)
-            if self.router.of_lease(lease).result_ttl_seconds > 0
-            else None
-            for lease, value in zip(leases, given, strict=True)
-        ]
+        by_core = self._by_core(leases)  # each lease routed once
+        encoded: list[str | None] = [None] * len(leases)
+        for core, positions in by_core.items():  # every result checked before anything is sent
+            if core.result_ttl_seconds > 0:
+                for n in positions:
+                    encoded[n] = encode_result(given[n], core.result_max_bytes)
         out: list[AckResult] = [AckResult(False, None)] * len(leases)
-        for core, positions in self._by_core(leases).items():
+        for core, positions in by_core.items():
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(positions)):
                 now, acked, dropped = yield from core.commands.ack(
