@@ -25,6 +25,7 @@ from typing import Any, NoReturn, TextIO
 import redis
 
 from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
+from setqueue.embedded import INSTALL_HINT
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
 from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
@@ -41,6 +42,7 @@ from setqueue.keys import (
 from setqueue.records import job_items
 from setqueue.registry import live_worker_count
 from setqueue.replication import NotReplicated
+from setqueue.runtime import demo_command
 from setqueue.runtime.acl import explain_refusal, setuser
 from setqueue.runtime.cli_limits import UsageError, limits_command
 from setqueue.runtime.pressure import read_memory
@@ -176,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument("--most", type=int, default=50, metavar="N", help="at most N groups (50)")
 
     _command(sub, "doctor", "check what the queue needs from Redis", ". Exit code 1 when a check failed.")
+    demo = _command(
+        sub,
+        "demo",
+        "run the whole system on an embedded server: no Docker, no Redis installed",
+        f". Needs {INSTALL_HINT}; takes no --redis-url. Ctrl-C or SIGTERM stops everything it started.",
+    )
+    demo_command.add_arguments(demo)
     acl = _command(sub, "acl-rule", "print the ACL SETUSER command of a least-privilege setqueue user")
     acl.add_argument("user", nargs="?", default="setqueue", metavar="USER")
     return parser
@@ -692,6 +701,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
             return EXIT_USAGE
         print(setuser(args.user), file=out)
         return EXIT_OK
+    if args.command == "demo":  # runs its own server
+        return demo_command.main(args, parse_duration)
     queue: JobQueue | None = None
     try:
         try:
