@@ -29,7 +29,17 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
-from setqueue.client import OptionError, Waiters, connection_options, redact_url
+from setqueue.client import (
+    CATCH_UPS,
+    LISTEN_SLICE_SECONDS,
+    LIVENESS_MESSAGE,
+    Liveness,
+    OptionError,
+    Waiters,
+    blocking_limit,
+    connection_options,
+    redact_url,
+)
 from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
@@ -139,7 +149,8 @@ class AsyncRedis:
         return await (await self.target()).blpop(list(keys), timeout=timeout)
 
     def pubsub(self) -> Any:
-        return self.plain.pubsub(ignore_subscribe_messages=True)
+        """A PubSub on the URL's node; its subscribe confirmations are messages too."""
+        return self.plain.pubsub()
 
     async def aclose(self) -> None:
         await self.plain.aclose()
@@ -174,8 +185,10 @@ def connect(
 
 class EndedListener:
     """One subscription to a queue's ended channel shared by every ``result()`` waiting on it: a task
-    sets waiters' events as their ids end; a dropped subscription wakes everyone to look again.
-    NOPERM is no outage: the listener stops and ``watch``/``check`` raise it to every waiter."""
+    sets waiters' events as their ids end. A dropped or silent subscription is replaced and, once Redis
+    confirms the new one, every waiter reads its jobs again (a catch-up, as in
+    ``setqueue.client.EndedListener``). NOPERM is no outage: the listener stops and ``watch``/``check``
+    raise it to every waiter."""
 
     def __init__(self, client: AsyncRedis, channel: str) -> None:
         self._client = client
@@ -184,6 +197,7 @@ class EndedListener:
         self._subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refused: rexc.NoPermissionError | None = None
+        self.catch_ups = 0
 
     async def watch(self, job_ids: Sequence[str]) -> asyncio.Event:
         """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
@@ -214,23 +228,39 @@ class EndedListener:
                 await self._task
 
     async def _listen(self) -> None:
+        confirmed = False  # Redis confirmed a subscription before: another one follows a gap
         while True:
             pubsub = self._client.pubsub()
             try:
                 await pubsub.subscribe(self._channel)
-                self._subscribed.set()
+                alive = Liveness()
                 while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None and message.get("type") == "message":
+                    message = await pubsub.get_message(timeout=LISTEN_SLICE_SECONDS)
+                    if message is None:
+                        alive.check()
+                        if alive.ping_due():
+                            await pubsub.ping(LIVENESS_MESSAGE)
+                        continue
+                    alive.heard()
+                    kind = message.get("type")
+                    if kind == "message":
                         self._wake(str(message["data"]).split("\n")[1:])
+                    elif kind == "subscribe":
+                        self._subscribed.set()
+                        # Not the first (ours after a drop, or redis-py's own after a reconnect):
+                        # jobs may have ended unseen, so every waiter reads again.
+                        if confirmed:
+                            self.catch_ups += 1
+                            CATCH_UPS.add()
+                            self._wake(None)
+                        confirmed = True
             except rexc.NoPermissionError as exc:  # no resubscription helps: every waiter is told
                 self._refused = exc
                 self._subscribed.set()
                 self._wake(None)
                 return
-            except Exception:  # dropped: waiters look again; resubscribe
+            except Exception:  # dropped or dead: subscribe again, then waiters look again
                 self._subscribed.clear()
-                self._wake(None)
                 await asyncio.sleep(0.1)
             finally:
                 with contextlib.suppress(Exception):
@@ -317,7 +347,7 @@ class Queue(QueueFront):
             if timeout <= 0:
                 return True
         keys = await self.wake_keys()
-        blpop_timeout = max(timeout, 0.001)
+        blpop_timeout = blocking_limit(self.redis.plain, timeout)  # replies before the socket timeout
         if len(keys) == 1 or not await self.redis.on_a_cluster():
             return await self.redis.blpop(keys, blpop_timeout) is not None
         for key in keys:

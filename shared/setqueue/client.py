@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import socket
 import ssl
 import threading
 import time
@@ -302,6 +303,15 @@ def connect(
     return ClusterAwareRedis(url, retry=_Retry(backoff, retries=retries), **options)
 
 
+# TCP keepalive: an idle connection whose host vanished (no FIN nor RST) is found dead by the kernel
+# within 15 + 3 x 5 = 30 s; a busy one is given up at the socket timeout first.
+KEEPALIVE_OPTIONS: dict[int, int] = (
+    {socket.TCP_KEEPIDLE: 15, socket.TCP_KEEPINTVL: 5, socket.TCP_KEEPCNT: 3}
+    if hasattr(socket, "TCP_KEEPIDLE")  # Linux; elsewhere the system's own keepalive times
+    else {}
+)
+
+
 def connection_options(
     url: str,
     *,
@@ -315,7 +325,9 @@ def connection_options(
     retry policy). Raises OptionError as ``tls_options``."""
     tls = tls_options(url, tls_ca_file, tls_cert_file, tls_key_file)
     # unix:// refuses the TCP keepalive argument.
-    tcp: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    tcp: dict[str, Any] = (
+        {} if url.startswith("unix:") else {"socket_keepalive": True, "socket_keepalive_options": KEEPALIVE_OPTIONS}
+    )
     return {
         "decode_responses": True,
         "socket_connect_timeout": socket_connect_timeout,
@@ -336,9 +348,21 @@ def until_due(due_in: float | None, timeout: float, block: Callable[[float], boo
     return block(timeout)
 
 
+def blocking_limit(client: Any, timeout: float) -> float:
+    """``timeout`` cut so that a blocking command (BLPOP) replies before the client's socket timeout:
+    a wait that outlasts it would read as a dead connection. The margin covers a slow round trip."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    socket_timeout = kwargs.get("socket_timeout")
+    if socket_timeout:
+        margin = min(0.5, socket_timeout / 2)  # half a second, or half a short timeout
+        timeout = min(timeout, socket_timeout - margin)
+    return max(timeout, 0.001)
+
+
 def take_wake_token(client: redis.Redis, keys: Sequence[str], timeout: float) -> bool:
-    """One BLPOP on the wake lists (one slot on a Cluster): True if a token was taken, False on timeout."""
-    return client.blpop(list(keys), timeout=max(timeout, 0.001)) is not None
+    """One BLPOP on the wake lists (one slot on a Cluster): True if a token was taken, False on timeout.
+    The BLPOP blocks at most ``blocking_limit``: a half-open connection is given up at the socket timeout."""
+    return client.blpop(list(keys), timeout=blocking_limit(client, timeout)) is not None
 
 
 # The longest one BLPOP of a ClusterWaiter blocks (a BLPOP cannot be called off).
@@ -427,9 +451,76 @@ class Waiters(Generic[E]):
             event.set()
 
 
+# A subscription hears from Redis at least every LISTENER_PING_SECONDS: when nothing came for that
+# long it sends a PING, and a PING unanswered for LISTENER_DEAD_SECONDS means a dead connection (half-
+# open: no FIN nor RST ever comes, and a socket timeout never fires on a connection that only reads).
+# The listener then closes it and subscribes on a new one, so a silently lost subscription is found
+# within LISTENER_PING_SECONDS + LISTENER_DEAD_SECONDS (3 s) plus one listening slice.
+LISTENER_PING_SECONDS = 1.0
+LISTENER_DEAD_SECONDS = 2.0
+LISTEN_SLICE_SECONDS = 0.5
+LIVENESS_MESSAGE = "setqueue-liveness"
+
+
+class SubscriptionLost(rexc.ConnectionError):
+    """A subscription's PING went unanswered: its connection is dead, whatever the socket says."""
+
+
+class Liveness:
+    """When a subscription last heard from Redis: whether to PING it, or give it up for dead."""
+
+    def __init__(self) -> None:
+        self._heard = time.monotonic()
+        self._pinged: float | None = None
+
+    def heard(self) -> None:
+        self._heard, self._pinged = time.monotonic(), None
+
+    def ping_due(self) -> bool:
+        """True once per silence of LISTENER_PING_SECONDS: send a PING now."""
+        now = time.monotonic()
+        if self._pinged is None and now - self._heard >= LISTENER_PING_SECONDS:
+            self._pinged = now
+            return True
+        return False
+
+    def check(self) -> None:
+        """Raise SubscriptionLost when a PING went unanswered for LISTENER_DEAD_SECONDS."""
+        if self._pinged is not None and time.monotonic() - self._pinged > LISTENER_DEAD_SECONDS:
+            raise SubscriptionLost(f"no reply to a PING within {LISTENER_DEAD_SECONDS:g}s")
+
+
+class _Tally:
+    """A process-wide count, thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __int__(self) -> int:
+        with self._lock:
+            return self._count
+
+
+# Catch-ups of this process's result listeners (both clients'): each a resubscription after a lost or
+# dead subscription, followed by a fresh read of every awaited job (what ended in the gap is seen).
+CATCH_UPS = _Tally()
+
+
+def listener_catch_ups() -> int:
+    """How many times this process's ``result()`` listeners caught up after a resubscription."""
+    return int(CATCH_UPS)
+
+
 class EndedListener:
     """One subscription to a queue's ended channel shared by its ``result()`` calls: a daemon thread
-    wakes waiters as their ids end; a dropped subscription wakes everyone to look again. NOPERM is no
+    wakes waiters as their ids end. A dropped or silent subscription (``Liveness``) is replaced; once
+    Redis confirms the new one every waiter is woken to read its jobs again (a catch-up, counted in
+    ``catch_ups`` and ``CATCH_UPS``), so a job that ended in the gap is not missed. NOPERM is no
     outage: the listener stops and ``watch``/``check`` raise it to every waiter."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
@@ -441,9 +532,10 @@ class EndedListener:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._refused: rexc.NoPermissionError | None = None
+        self.catch_ups = 0
 
     def watch(self, job_ids: Sequence[str]) -> threading.Event:
-        """An event set when any of ``job_ids`` ends or the subscription drops; subscribes if not yet."""
+        """An event set when any of ``job_ids`` ends or the subscription was renewed; subscribes if not yet."""
         event = threading.Event()
         self._waiting.add(job_ids, event)
         with self._lock:
@@ -467,23 +559,39 @@ class EndedListener:
         self._closed = True
 
     def _listen(self) -> None:
+        confirmed = False  # Redis confirmed a subscription before: another one follows a gap
         while not self._closed:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(self._channel)
-                self._subscribed.set()
+                alive = Liveness()
                 while not self._closed:
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is not None and message.get("type") == "message":
+                    message = pubsub.get_message(timeout=LISTEN_SLICE_SECONDS)
+                    if message is None:
+                        alive.check()
+                        if alive.ping_due():
+                            pubsub.ping(LIVENESS_MESSAGE)
+                        continue
+                    alive.heard()
+                    kind = message.get("type")
+                    if kind == "message":
                         self._wake(str(message["data"]).split("\n")[1:])
+                    elif kind == "subscribe":
+                        self._subscribed.set()
+                        # Not the first (ours after a drop, or redis-py's own after a reconnect):
+                        # jobs may have ended unseen, so every waiter reads again.
+                        if confirmed:
+                            self.catch_ups += 1
+                            CATCH_UPS.add()
+                            self._wake(None)
+                        confirmed = True
             except rexc.NoPermissionError as exc:  # no resubscription helps: every waiter is told
                 self._refused = exc
                 self._subscribed.set()
                 self._wake(None)
                 return
-            except Exception:  # dropped (or closed): waiters look again; resubscribe
+            except Exception:  # dropped, dead (or closed): subscribe again, then waiters look again
                 self._subscribed.clear()
-                self._wake(None)
                 if not self._closed:
                     time.sleep(0.1)
             finally:

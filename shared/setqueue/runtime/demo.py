@@ -45,7 +45,11 @@ def configure(
 def configure_worker(settings: WorkerSettings) -> None:
     audit = None
     if settings.audit:
-        queue = Queue(connect(settings.redis_url, **settings.tls_options()), settings.queue_names[0])
+        timeout = settings.redis_timeout_seconds
+        client = connect(
+            settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout, **settings.tls_options()
+        )
+        queue = Queue(client, settings.queue_names[0])
         audit = AuditRecorder(queue.redis, queue.keys)
     configure(settings.work_seconds, settings.work_jitter, settings.fail_rate, audit)
 

@@ -106,8 +106,13 @@ class Service(Generic[S, M]):
         self.queue_options = {k: v for k, v in settings.queue_options().items() if k != "name"}
         if queue is None:
             names = settings.queue_names if self.serves_several else settings.queue_names[:1]
+            # REDIS_TIMEOUT_SECONDS bounds each reply: a half-open connection is given up within it.
+            timeout = settings.redis_timeout_seconds
+            client = connect(
+                settings.redis_url, socket_connect_timeout=timeout, socket_timeout=timeout, **settings.tls_options()
+            )
             queue = open_queue(
-                settings.redis_url, names, shards=settings.queue_shards, **settings.tls_options(), **self.queue_options
+                settings.redis_url, names, shards=settings.queue_shards, client=client, **self.queue_options
             )
         self.queue = queue
         self.metrics = metrics

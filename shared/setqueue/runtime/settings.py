@@ -273,6 +273,15 @@ SETTINGS: tuple[Setting, ...] = (
         "all",
         check=parse_queue_names,
     ),
+    Setting(
+        "REDIS_TIMEOUT_SECONDS",
+        float,
+        "5",
+        "Longest wait for one Redis reply (connect, or a command) before it is resent on a new connection",
+        "all",
+        low=0.05,
+        high=300,
+    ),
     Setting("QUEUE_SHARDS", int, "1", "Shards of a queue (the same in every service)", "all", low=1, high=MAX_SHARDS),
     Setting(
         "LEASE_SECONDS",
@@ -547,6 +556,7 @@ class CommonSettings:
     redis_tls_ca_file: str
     redis_tls_cert_file: str
     redis_tls_key_file: str
+    redis_timeout_seconds: float
     queue_name: str
     queue_shards: int
     lease_seconds: float
