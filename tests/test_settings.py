@@ -21,7 +21,7 @@ from tests.support import REPO_ROOT, RedisServer
 from tests.support.procs import base_env
 
 COMMON = {
-    "REDIS_URL": ["not-a-url", "http://localhost:6379", "redis://localhost:notaport/0"],
+    "REDIS_URL": ["not-a-url", "http://localhost:6379", "redis://localhost:notaport/0", "redis+sentinel://localhost"],
     "QUEUE_NAME": ["has space", "emails,emails", "emails,,reports"],
     "QUEUE_SHARDS": ["0", "-2", "5000", "many"],
     "METRICS_HOST": ["not a host!", ""],

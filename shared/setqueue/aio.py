@@ -47,6 +47,7 @@ from setqueue.keys import check_seconds, validate_job_id
 from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
+from setqueue.sentinel import async_master_pool, is_sentinel_url
 from setqueue.sharded import ShardRouter
 from setqueue.steps import RunScript, Steps
 from setqueue.tasks import Sent, Task
@@ -78,12 +79,11 @@ class AsyncRedis:
         self._options = options
         # Coroutines beyond max_connections wait for a connection (at most the socket timeout) rather
         # than fail: a thousand producers awaiting results on one loop share a few connections.
-        pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=options.get("socket_timeout"), **options
-        )
+        pool_of = async_master_pool if is_sentinel_url(url) else redis.asyncio.BlockingConnectionPool.from_url
+        pool = pool_of(url, max_connections=max_connections, timeout=options.get("socket_timeout"), **options)
         self.plain: redis.asyncio.Redis = redis.asyncio.Redis.from_pool(pool)  # closing it closes the pool
         self._cluster: AsyncRedisCluster | None = None
-        self._decided = False
+        self._decided = is_sentinel_url(url)  # a master found through sentinels is never a cluster node
 
     async def target(self) -> Any:
         """The client that sends commands: the plain one, or the cluster one (connects to decide)."""

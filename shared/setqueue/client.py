@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import socket
 import ssl
 import threading
@@ -49,18 +50,21 @@ TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password, for logs and error messages."""
+    """The URL without its passwords (the user's, and a ``password=`` or ``sentinel_password=``
+    option), for logs and error messages; a Sentinel URL's several hosts are kept."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        parts.port  # noqa: B018 - a port that is not a number: unparsable
     except ValueError:
-        return "<unparsable URL>"
+        if not url.split("://", 1)[0].lower().endswith("+sentinel"):  # several host:port pairs
+            return "<unparsable URL>"
+        parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}:***@{hosts}" if at and ":" in userinfo else parts.netloc
+    query = re.sub(r"(^|&)((?:sentinel_)?password)=[^&]*", r"\1\2=***", parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class ClusterUnavailable(redis.ConnectionError):
@@ -116,12 +120,17 @@ class ClusterAwareRedis(redis.Redis):
     every call raises ``OptionError``."""
 
     def __init__(self, url: str, *, cluster: RedisCluster | None = None, **options: Any) -> None:
-        super().__init__(connection_pool=redis.ConnectionPool.from_url(url, **options))
+        # setqueue.sentinel builds on this module: imported when a URL names sentinels.
+        from setqueue import sentinel  # noqa: PLC0415
+
+        by_sentinels = sentinel.is_sentinel_url(url)  # a master found through sentinels, never a cluster node
+        pool = sentinel.master_pool(url, **options) if by_sentinels else redis.ConnectionPool.from_url(url, **options)
+        super().__init__(connection_pool=pool)
         self.auto_close_connection_pool = True
         self._url = url
         self._options = options
         self._cluster = cluster
-        self._decided = cluster is not None
+        self._decided = cluster is not None or by_sentinels
         self._refused: OptionError | None = None
         self._deciding = threading.Lock()
 
@@ -249,11 +258,12 @@ def tls_failure(error: BaseException) -> ssl.SSLError | None:
 def tls_options(
     url: str, tls_ca_file: str | None = None, tls_cert_file: str | None = None, tls_key_file: str | None = None
 ) -> dict[str, Any]:
-    """redis-py's keyword arguments for a rediss:// URL: the server's certificate and host name are
-    verified (against ``tls_ca_file``, else the system CAs); ``tls_cert_file``/``tls_key_file``: a
-    client certificate. OptionError for a tls file on a non-rediss URL, or a key without certificate."""
+    """redis-py's keyword arguments for a rediss:// URL (or rediss+sentinel://): the server's certificate
+    and host name are verified (against ``tls_ca_file``, else the system CAs);
+    ``tls_cert_file``/``tls_key_file``: a client certificate. OptionError for a tls file on a
+    non-rediss URL, or a key without certificate."""
     given = {"tls_ca_file": tls_ca_file, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file}
-    if not url.startswith("rediss:"):
+    if not url.startswith(("rediss:", "rediss+sentinel:")):
         for name, value in given.items():
             if value:
                 raise OptionError(name, f"is for a rediss:// URL (TLS), and {redact_url(url)} is not one")

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from setqueue.client import OptionError, TlsFiles, redact_url, tls_options
 from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
 from setqueue.operations import QueueCore
+from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -213,13 +214,19 @@ def validate_redis_url(url: str) -> str:
     def bad(problem: str) -> SettingError:
         return SettingError("REDIS_URL", f"{url!r}{problem}")
 
+    if is_sentinel_url(url):
+        try:
+            parse_sentinel_url(url)
+        except OptionError as exc:
+            raise SettingError("REDIS_URL", exc.problem) from None
+        return url
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
         raise bad(f" is not a URL ({exc})") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise bad(" must start with redis://, rediss:// or unix://")
+        raise bad(" must start with redis://, rediss://, unix:// or redis+sentinel://")
     _check_url_options(url, parts.query)
     if parts.scheme == "unix":
         if not parts.path:
@@ -258,7 +265,8 @@ SETTINGS: tuple[Setting, ...] = (
         "REDIS_URL",
         str,
         "redis://localhost:6379/0",
-        "redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0)",
+        "redis://[:password@]host:port/db, rediss:// or unix://; or any node of a Redis Cluster (db 0); "
+        "or redis+sentinel://[:password@]host:port,host:port/master/db (Redis Sentinel)",
         "all",
         check=validate_redis_url,
     ),

@@ -1,0 +1,271 @@
+"""A master found through Redis Sentinel: ``redis+sentinel://`` URLs (docs/guide.md#redis-sentinel).
+
+The form::
+
+    redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB][?OPTIONS]
+    rediss+sentinel://...   TLS to the sentinels and to the master
+
+- ``HOST[:PORT]``: the sentinels, comma-separated (port 26379 unless given; ``[::1]:26379`` for IPv6);
+  any one that answers is enough.
+- ``MASTER``: the master's name in the sentinels' configuration (``sentinel monitor MASTER ...``).
+- ``DB``: the master's database, 0 unless given.
+- ``USER``/``PASSWORD``: the master's (and its replicas'), as in a ``redis://`` URL.
+- ``OPTIONS``: ``sentinel_password`` and ``sentinel_username`` for sentinels that require a password
+  of their own (``requirepass`` in sentinel.conf); ``protocol``, ``socket_timeout``,
+  ``socket_connect_timeout``, ``health_check_interval``, ``ssl_check_hostname`` for the master's
+  connections, as in a ``redis://`` URL. Percent-encode what a password holds of ``@:/,?&%``.
+
+Every connection to the master asks a sentinel where it is first (redis-py's
+``SentinelConnectionPool``): after a failover, a dropped connection reconnects to the promoted
+replica, and a demoted master's ``READONLY`` drops the connection. Each sentinel is asked with the
+connect timeout for both connecting and its reply, and never resent there: the call that needed the
+master is what resends (the client's retries)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis import exceptions as rexc
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.retry import Retry
+
+from setqueue.client import NO_CLIENT_SETINFO, OptionError, redact_url
+
+SCHEMES = ("redis+sentinel", "rediss+sentinel")
+DEFAULT_SENTINEL_PORT = 26379
+# The master's connection options a URL may set (redis-py's names and parsers).
+MASTER_URL_OPTIONS = (
+    *("protocol", "socket_timeout", "socket_connect_timeout"),
+    *("health_check_interval", "ssl_check_hostname"),
+)
+SENTINEL_URL_OPTIONS = ("sentinel_username", "sentinel_password")
+
+
+def is_sentinel_url(url: str) -> bool:
+    """Whether ``url`` names a master through sentinels (``redis+sentinel://`` or ``rediss+sentinel://``)."""
+    return url.split("://", 1)[0].lower() in SCHEMES
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """A ``redis+sentinel://`` URL, taken apart (``parse_sentinel_url``)."""
+
+    master: str  # the master's name the sentinels monitor
+    sentinels: tuple[tuple[str, int], ...]  # (host, port) of each sentinel, in the URL's order
+    db: int
+    tls: bool  # rediss+sentinel://: TLS to the sentinels and the master
+    username: str | None  # the master's
+    password: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+    options: Mapping[str, Any] = field(default_factory=dict)  # MASTER_URL_OPTIONS given, parsed
+
+    def sentinel_options(self, timeout: float, tls: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of a client of one sentinel: ``timeout`` to connect and for a reply,
+        no resend (``retry`` is added by the caller: sync and asyncio differ), the sentinels' password."""
+        options: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout, **NO_CLIENT_SETINFO}
+        if self.sentinel_username:
+            options["username"] = self.sentinel_username
+        if self.sentinel_password:
+            options["password"] = self.sentinel_password
+        if self.tls:
+            options.update({"ssl": True, **tls})
+        return options
+
+    def master_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` (``setqueue.client.connection_options``'s) for the master's connections, with the
+        URL's db, user, password and options (which win, as in a ``redis://`` URL)."""
+        merged: dict[str, Any] = {**options, "db": self.db, **self.options}
+        if self.username:
+            merged["username"] = self.username
+        if self.password:
+            merged["password"] = self.password
+        if self.tls:
+            merged["ssl"] = True
+        return merged
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """``url`` taken apart (the form: this module's docstring). Raises OptionError("url", one line)
+    for what does not fit: no sentinel, a bad port, no master name, a db that is not a number, an
+    unknown option."""
+    where = redact_url(url)
+
+    def bad(problem: str) -> OptionError:
+        return OptionError("url", f"{where}: {problem}")
+
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise bad(f"not a URL ({exc})") from None
+    if parts.scheme.lower() not in SCHEMES:
+        raise bad("a Sentinel URL starts with redis+sentinel:// or rediss+sentinel://")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    sentinels = tuple(_sentinel_address(each, bad) for each in hosts.split(","))
+    path = [unquote(step) for step in parts.path.split("/")[1:]]
+    if not path or not path[0]:
+        raise bad("names no master: end it in /MASTER or /MASTER/DB (the name in sentinel monitor)")
+    if len(path) > 2 or (len(path) == 2 and not (path[1].isdigit() and int(path[1]) < 2**31)):
+        raise bad("after /MASTER comes at most /DB, a number")
+    options: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name not in MASTER_URL_OPTIONS + SENTINEL_URL_OPTIONS:
+            known = ", ".join(MASTER_URL_OPTIONS + SENTINEL_URL_OPTIONS)
+            raise bad(f"unknown option {name!r} (known: {known})")
+        given[name] = values[-1]
+        if name in MASTER_URL_OPTIONS:
+            try:
+                options[name] = URL_QUERY_ARGUMENT_PARSERS[name](values[-1])  # type: ignore[operator]
+            except (TypeError, ValueError):
+                raise bad(f"option {name}={values[-1]!r} is not valid") from None
+    return SentinelUrl(
+        master=path[0],
+        sentinels=sentinels,
+        db=int(path[1]) if len(path) == 2 else 0,
+        tls=parts.scheme.lower() == "rediss+sentinel",
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+        sentinel_username=given.get("sentinel_username") or None,
+        sentinel_password=given.get("sentinel_password") or None,
+        options=options,
+    )
+
+
+def _sentinel_address(text: str, bad: Any) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` as (host, port)."""
+    try:
+        address = urlsplit("//" + text)
+        port = address.port
+    except ValueError:
+        raise bad(f"{text!r} is not a sentinel's host[:port]") from None
+    if not address.hostname:
+        raise bad("names no sentinel: HOST[:PORT],... after //" if not text else f"{text!r} names no host")
+    if port == 0:
+        raise bad(f"{text!r} has port 0")
+    return address.hostname, port or DEFAULT_SENTINEL_PORT
+
+
+def _no_master(found: SentinelUrl, problems: Sequence[str], known: set[str]) -> str:
+    """One line: why no sentinel gave the master's address."""
+    if problems:
+        said = "; ".join(problems)
+    elif known:
+        said = f"none knows a master named {found.master!r} (they know {', '.join(sorted(known))})"
+    else:
+        said = f"none has a master {found.master!r} up (failing over, or none monitored)"
+    return f"no sentinel gave the master {found.master!r}: {said}"
+
+
+def _refused_every(problems: Sequence[BaseException], count: int) -> rexc.AuthenticationError | None:
+    """Every sentinel refused the user or password: no resend helps (a final error)."""
+    refused = [p for p in problems if isinstance(p, rexc.AuthenticationError)]
+    if refused and len(refused) == count:
+        return rexc.AuthenticationError(f"the sentinels refused sentinel_username/sentinel_password: {refused[0]}")
+    return None
+
+
+class Sentinels(redis.sentinel.Sentinel):
+    """redis-py's Sentinel, saying in one line why no master was found (MasterNotFoundError, a
+    ConnectionError: transient), and raising AuthenticationError when every sentinel refused the password."""
+
+    def __init__(self, found: SentinelUrl, timeout: float, tls: Mapping[str, Any]) -> None:
+        options = {**found.sentinel_options(timeout, tls), "retry": Retry(NoBackoff(), 0)}
+        super().__init__(list(found.sentinels), sentinel_kwargs=options)  # type: ignore[no-untyped-call]
+        self.found = found
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        problems: list[str] = []
+        errors: list[BaseException] = []
+        known: set[str] = set()
+        for index, sentinel in enumerate(self.sentinels):
+            try:
+                masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[assignment]
+            except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError) as exc:
+                where = sentinel.connection_pool.connection_kwargs
+                problems.append(f"{where.get('host')}:{where.get('port')}: {exc}")
+                errors.append(exc)
+                continue
+            known.update(masters)
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]  # ask it first next time
+                return str(state["ip"]), int(state["port"])
+        refused = _refused_every(errors, len(self.sentinels))
+        if refused is not None:
+            raise refused
+        raise redis.sentinel.MasterNotFoundError(_no_master(self.found, problems, known))
+
+
+class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
+    """``Sentinels`` on asyncio."""
+
+    def __init__(self, found: SentinelUrl, timeout: float, tls: Mapping[str, Any]) -> None:
+        options = {**found.sentinel_options(timeout, tls), "retry": AsyncRetry(NoBackoff(), 0)}
+        super().__init__(list(found.sentinels), sentinel_kwargs=options)  # type: ignore[no-untyped-call]
+        self.found = found
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        problems: list[str] = []
+        errors: list[BaseException] = []
+        known: set[str] = set()
+        for index, sentinel in enumerate(self.sentinels):
+            try:
+                masters: dict[str, Any] = await sentinel.sentinel_masters()  # type: ignore[assignment]
+            except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError) as exc:
+                where = sentinel.connection_pool.connection_kwargs
+                problems.append(f"{where.get('host')}:{where.get('port')}: {exc}")
+                errors.append(exc)
+                continue
+            known.update(masters)
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
+                return str(state["ip"]), int(state["port"])
+        refused = _refused_every(errors, len(self.sentinels))
+        if refused is not None:
+            raise refused
+        raise redis.asyncio.sentinel.MasterNotFoundError(_no_master(self.found, problems, known))
+
+
+def _tls_only(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ssl_*`` options (``setqueue.client.tls_options``'s), for the sentinels as for the master."""
+    return {name: value for name, value in options.items() if name.startswith("ssl_")}
+
+
+def master_pool(url: str, **options: Any) -> redis.sentinel.SentinelConnectionPool:
+    """A blocking client's pool of connections to the master ``url`` names, found through its
+    sentinels on every (re)connect; ``options``: ``setqueue.client.connection_options``' (and
+    ``retry``). Raises OptionError for a URL that does not fit."""
+    found = parse_sentinel_url(url)
+    timeout = float(found.options.get("socket_connect_timeout", options.get("socket_connect_timeout", 5)))
+    sentinels = Sentinels(found, timeout, _tls_only(options))
+    return redis.sentinel.SentinelConnectionPool(found.master, sentinels, **found.master_options(options))  # type: ignore[no-untyped-call]
+
+
+class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
+    """redis.asyncio's Sentinel pool, but waiting for a free connection (as ``setqueue.aio.AsyncRedis``'s
+    plain pool) instead of failing past ``max_connections``."""
+
+
+def async_master_pool(
+    url: str, *, max_connections: int, timeout: float | None, **options: Any
+) -> redis.asyncio.sentinel.SentinelConnectionPool:
+    """``master_pool`` on asyncio: at most ``max_connections`` connections, a coroutine waiting at most
+    ``timeout`` seconds for one."""
+    found = parse_sentinel_url(url)
+    connect_timeout = float(found.options.get("socket_connect_timeout", options.get("socket_connect_timeout", 5)))
+    sentinels = AsyncSentinels(found, connect_timeout, _tls_only(options))
+    return _BlockingSentinelPool(  # type: ignore[no-untyped-call]
+        found.master, sentinels, max_connections=max_connections, timeout=timeout, **found.master_options(options)
+    )

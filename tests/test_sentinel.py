@@ -1,0 +1,128 @@
+"""Redis Sentinel (docs/guide.md#redis-sentinel): a ``redis+sentinel://`` URL reaches the master its
+sentinels name, for the library (blocking and asyncio), the CLI, the services and the console, and they
+follow a promotion; with ``WAIT_REPLICAS=1`` a failover loses no acknowledged write."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from setqueue import OptionError, open_queue
+from setqueue import aio as setqueue_aio
+from setqueue.client import redact_url
+from setqueue.runtime.settings import SettingError, validate_redis_url
+from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
+from tests.support.sentinel import MASTER_NAME, SentinelSetup
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelSetup]:
+    """One setup for the tests that kill nothing."""
+    with SentinelSetup().start() as setup:
+        yield setup
+
+
+# -- the URL
+
+
+def test_a_sentinel_url_names_the_master_its_sentinels_and_each_password() -> None:
+    url = "redis+sentinel://app:p%40ss@10.0.0.1,10.0.0.2:26380,[::1]:5000/mymaster/3?sentinel_password=s3&protocol=3"
+    assert is_sentinel_url(url) and is_sentinel_url("REDISS+SENTINEL://h/m") and not is_sentinel_url("redis://h")
+    found = parse_sentinel_url(url)
+    assert found.master == "mymaster" and found.db == 3 and not found.tls
+    assert found.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380), ("::1", 5000))
+    assert (found.username, found.password) == ("app", "p@ss")
+    assert (found.sentinel_username, found.sentinel_password) == (None, "s3")
+    assert found.options == {"protocol": 3}
+    plain = parse_sentinel_url("rediss+sentinel://h/m")
+    assert (plain.db, plain.tls, plain.password, plain.sentinel_password) == (0, True, None, None)
+    assert validate_redis_url(url) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis+sentinel://h1,h2", "names no master"),
+        ("redis+sentinel://h1/", "names no master"),
+        ("redis+sentinel:///m", "names no sentinel"),
+        ("redis+sentinel://h1,,h2/m", "names no sentinel"),
+        ("redis+sentinel://h1:port/m", "'h1:port' is not a sentinel's host[:port]"),
+        ("redis+sentinel://h1:0/m", "has port 0"),
+        ("redis+sentinel://h1/m/x", "at most /DB, a number"),
+        ("redis+sentinel://h1/m/0/1", "at most /DB, a number"),
+        ("redis+sentinel://h1/m?master=x", "unknown option 'master'"),
+        ("redis+sentinel://h1/m?protocol=many", "option protocol='many' is not valid"),
+    ],
+)
+def test_a_bad_sentinel_url_is_one_line_naming_redis_url(url: str, said: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        parse_sentinel_url(url)
+    assert raised.value.option == "url" and said in str(raised.value) and "\n" not in str(raised.value)
+    with pytest.raises(SettingError, match="REDIS_URL") as setting:
+        validate_redis_url(url)
+    assert said in str(setting.value)
+
+
+def test_logs_never_show_a_sentinel_url_s_passwords() -> None:
+    url = "redis+sentinel://app:secret1@h1:1,h2:2/m/0?sentinel_password=secret2&protocol=3"
+    assert redact_url(url) == "redis+sentinel://app:***@h1:1,h2:2/m/0?sentinel_password=***&protocol=3"
+    assert redact_url("redis+sentinel://h1,h2/m") == "redis+sentinel://h1,h2/m"
+    assert redact_url("redis://:pw@host:6379/0?password=x") == "redis://:***@host:6379/0?password=***"
+
+
+# -- the library
+
+
+def test_the_library_reaches_the_master_through_its_sentinels_and_waits_for_its_replica(
+    sentinels: SentinelSetup, queue_name: str
+) -> None:
+    """Blocking and asyncio, with ``wait_replicas=1``: each write confirmed by the replica."""
+    queue = open_queue(sentinels.url(db=2), queue_name, wait_replicas=1, wait_timeout_seconds=5)
+    try:
+        assert queue.enqueue({"a": "pa", "b": "pb"}) == 2
+        [lease] = queue.claim(1)
+        assert queue.ack(lease)
+        assert queue.stats()["done"] == 1
+    finally:
+        queue.close()
+    master = sentinels.master_port()
+    assert master is not None
+    with sentinels.client(master) as client:
+        client.select(2)  # type: ignore[no-untyped-call]
+        assert client.sismember(queue.keys.done, "a")
+
+    async def on_asyncio() -> None:
+        aqueue = setqueue_aio.open_queue(sentinels.url(db=2), queue_name, wait_replicas=1, wait_timeout_seconds=5)
+        async with aqueue:
+            [lease] = await aqueue.claim(1)
+            assert lease.id == "b" and lease.payload == "pb"
+            assert await aqueue.ack(lease)
+            assert (await aqueue.stats())["done"] == 2
+
+    asyncio.run(on_asyncio())
+    replica = next(node.port for node in sentinels.nodes if node.port != master)
+    with sentinels.client(replica) as client:
+        client.select(2)  # type: ignore[no-untyped-call]
+        assert client.smembers(queue.keys.done) == {"a", "b"}  # WAIT 1: on the replica before the reply
+
+
+def test_the_wrong_sentinel_password_is_refused_not_retried(sentinels: SentinelSetup, queue_name: str) -> None:
+    url = sentinels.url().replace("sentinel_password=", "sentinel_password=wrong")
+    queue = open_queue(url, queue_name)
+    try:
+        with pytest.raises(Exception, match="the sentinels refused sentinel_username/sentinel_password"):
+            queue.stats()
+    finally:
+        queue.close()
+
+
+def test_a_master_name_the_sentinels_do_not_know_is_said(sentinels: SentinelSetup, queue_name: str) -> None:
+    url = sentinels.url().replace(f"/{MASTER_NAME}/", "/typo/")
+    queue = open_queue(url, queue_name)
+    try:
+        with pytest.raises(Exception, match=f"none knows a master named 'typo' \\(they know {MASTER_NAME}\\)"):
+            queue.stats()
+    finally:
+        queue.close()
