@@ -55,6 +55,7 @@ from setqueue.jobs import JobInfo
 from setqueue.keys import validate_job_id
 from setqueue.limits import Rate, parse_concurrency
 from setqueue.runtime.cli_limits import OFF
+from setqueue.sentinel import async_master_pool, is_sentinel_url
 from setqueue.tracing import trace_id
 from setqueue.version import __version__
 
@@ -139,7 +140,11 @@ class Health:
 
     async def up(self) -> bool:
         if self._client is None:  # made on the server's event loop, which its connections belong to
-            self._client = redis.asyncio.Redis.from_url(self.url, **self._options)
+            if is_sentinel_url(self.url):  # the master its sentinels name, asked within the same timeout
+                pool = async_master_pool(self.url, max_connections=4, timeout=self.timeout, **self._options)
+                self._client = redis.asyncio.Redis.from_pool(pool)
+            else:
+                self._client = redis.asyncio.Redis.from_url(self.url, **self._options)
         try:
             return bool(await asyncio.wait_for(self._client.ping(), self.timeout))
         except (redis.RedisError, OSError, TimeoutError):

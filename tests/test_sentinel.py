@@ -5,15 +5,22 @@ follow a promotion; with ``WAIT_REPLICAS=1`` a failover loses no acknowledged wr
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from setqueue import OptionError, open_queue
 from setqueue import aio as setqueue_aio
 from setqueue.client import redact_url
+from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.settings import SettingError, validate_redis_url
 from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
+from tests.support import free_port
+from tests.support.console import ConsoleProc
+from tests.support.procs import Proc
 from tests.support.sentinel import MASTER_NAME, SentinelSetup
 
 
@@ -126,3 +133,44 @@ def test_a_master_name_the_sentinels_do_not_know_is_said(sentinels: SentinelSetu
             queue.stats()
     finally:
         queue.close()
+
+
+# -- the CLI and the console
+
+
+def test_the_cli_pushes_and_counts_through_the_sentinels(
+    sentinels: SentinelSetup, queue_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = io.StringIO()
+    url = sentinels.url()
+    assert cli_main(["--redis-url", url, "--queue", queue_name, "--wait-replicas", "1", "push", "a", "b"], out=out) == 0
+    assert out.getvalue() == "2 new, 0 already known\n"
+    out = io.StringIO()
+    assert cli_main(["--redis-url", url, "--queue", queue_name, "stats", "--json"], out=out) == 0
+    assert json.loads(out.getvalue())["todos"] == 2
+    assert "error" not in capsys.readouterr().err
+
+
+def test_the_cli_says_a_bad_url_in_one_line_exit_2_and_no_sentinel_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["--redis-url", "redis+sentinel://h1,h2", "stats"], out=io.StringIO()) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("setqueue: invalid --redis-url / REDIS_URL: ") and "names no master" in line
+    url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/mymaster"
+    assert cli_main(["--redis-url", url, "stats"], out=io.StringIO()) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"setqueue: cannot reach Redis at {url}: no sentinel gave the master 'mymaster': ")
+
+
+def test_the_console_reads_and_checks_redis_through_the_sentinels(
+    sentinels: SentinelSetup, queue_name: str, tmp_path: Path, procs: list[Proc]
+) -> None:
+    queue = open_queue(sentinels.url(), queue_name)
+    try:
+        queue.enqueue(["seen-in-the-console"])
+    finally:
+        queue.close()
+    console = ConsoleProc.start_console(tmp_path, sentinels.url(), QUEUE_NAME=queue_name)
+    procs.append(console)
+    assert console.healthz() == (200, {"status": "ok"})  # one PING, through the sentinels
+    page = console.client().get(f"/queues/{queue_name}/jobs/todos")
+    assert page.status == 200 and "seen-in-the-console" in page.body

@@ -502,7 +502,7 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
     if args.command == "doctor":
         from setqueue.runtime.doctor import doctor  # noqa: PLC0415 - only this command needs it
 
-        return doctor(queue, args.redis_url.startswith("rediss:"), out)
+        return doctor(queue, args.redis_url.startswith(("rediss:", "rediss+sentinel:")), out)
 
     raise CliError(f"unknown command {args.command}", EXIT_USAGE)  # pragma: no cover - argparse checks
 
