@@ -1,11 +1,13 @@
 """`setqueue demo` on a fresh venv with only the embedded extra installed (no Docker, no redis-server on
-PATH): jobs flow, the console answers, and Ctrl-C or SIGTERM leaves no process and no folder behind."""
+PATH), started as the README's quick start writes it: jobs flow, the console answers, and Ctrl-C or
+SIGTERM leaves no process and no folder behind."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,9 +28,11 @@ from tests.support.waits import wait_until
 pytestmark = pytest.mark.slow
 
 
-# The README's start without Docker, run from the checkout: its install, then the demo.
-INSTALL = "pip install '.[embedded]'"
-START = "setqueue demo"
+# The README's start without Docker, run from the checkout as written: its install (the venv
+# fixture), then the demo (the Ctrl-C test).
+README = (REPO_ROOT / "README.md").read_text()
+QUICK_START = README[README.index("## Quick start") : README.index("## Test\n")]
+[(INSTALL, START)] = re.findall(r"```sh\n(pip install .*?) && (setqueue demo)\n```", QUICK_START)
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +75,8 @@ class Demo:
 
 @pytest.fixture
 def start_demo(extra_venv: Path, tmp_path: Path) -> Iterator[Demo]:
-    """`setqueue demo --workers 2 --rate 50 --work-seconds 0.05` in its own session (as from a terminal)
-    with only the venv on PATH, its output (not a terminal) in a file."""
+    """The README's `setqueue demo`, as written, in its own session (as from a terminal) with only the
+    venv on PATH, its output (not a terminal) in a file."""
     names = {setting.name for setting in SETTINGS}
     env = {k: v for k, v in os.environ.items() if k not in names}
     env["PATH"] = str(extra_venv / "bin")  # no redis-server, no docker
@@ -81,7 +85,7 @@ def start_demo(extra_venv: Path, tmp_path: Path) -> Iterator[Demo]:
     output = tmp_path / "demo.out"
     with output.open("wb") as out:
         process = subprocess.Popen(
-            ["setqueue", "demo", "--workers", "2", "--rate", "50", "--work-seconds", "0.05"],
+            shlex.split(START),
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -148,6 +152,11 @@ def stopped_cleanly(demo: Demo, tree: dict[int, str]) -> None:
     assert "stopped; removed" in demo.text()
 
 
+def test_the_readme_shows_both_starts() -> None:
+    assert "```sh\ndocker compose up --build\n```" in QUICK_START  # run by the compose tests (tests/compose)
+    assert INSTALL == "pip install '.[embedded]'"
+
+
 def test_ctrl_c_stops_a_demo_whose_jobs_flow_and_whose_console_answers(start_demo: Demo, extra_venv: Path) -> None:
     demo = start_demo
     wait_until(demo.started, 90, "the demo's console line")
@@ -162,7 +171,7 @@ def test_ctrl_c_stops_a_demo_whose_jobs_flow_and_whose_console_answers(start_dem
     wait_until(lambda: client.scard(done) > first, 60, "more jobs done")
     client.close()
     wait_until(lambda: re.search(r"jobs/s +backlog \d+ +done [1-9]", demo.text()), 30, "a live line with jobs done")
-    assert "workers 2/2" in demo.text()
+    wait_until(lambda: "workers 2/2" in demo.text(), 30, "a live line with both workers")
     tree = the_whole_system(demo, extra_venv)
     os.killpg(demo.process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
     stopped_cleanly(demo, tree)
