@@ -9,6 +9,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
 from tests.support import free_port
 from tests.support.console import ConsoleProc
 from tests.support.procs import Proc
-from tests.support.sentinel import MASTER_NAME, SentinelSetup
+from tests.support.sentinel import MASTER_NAME, SentinelSetup, failover_run
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,24 @@ def test_the_console_reads_and_checks_redis_through_the_sentinels(
     assert console.healthz() == (200, {"status": "ok"})  # one PING, through the sentinels
     page = console.client().get(f"/queues/{queue_name}/jobs/todos")
     assert page.status == 200 and "seen-in-the-console" in page.body
+
+
+# -- a failover
+
+
+@pytest.mark.slow
+def test_the_services_follow_a_promotion_and_with_wait_replicas_lose_no_acknowledged_write(
+    tmp_path: Path, procs: list[Proc], record_property: Any
+) -> None:
+    """SIGKILL the master mid-run (300 jobs at 150/s, two workers, the cleaner, the creator, through
+    the sentinels): its replica is promoted, the services follow within FOLLOW_BOUND_SECONDS, and with
+    ``WAIT_REPLICAS=1`` every created id ends done, each run once (the execution log and the audit).
+    ``python -m tests.support.sentinel RUNS WAIT_REPLICAS`` measures the same for docs/guide.md."""
+    figures = failover_run(tmp_path, procs, wait_replicas=1, total=300)
+    record_property("sentinel_failover", figures)
+    print(f"\nsentinel failover: {figures}")
+    assert figures["done"] == 300 and figures["failed"] == 0, figures
+    assert figures["lost"] == figures["audit_lost"] == figures["audit_in_two_states"] == 0, figures
+    assert figures["audit_created"] == 300 and figures["never_run_but_done"] == 0, figures
+    assert figures["run_twice_without_a_lost_lease"] == 0, figures
+    assert figures["services_alive"] and figures["backed_off"], figures

@@ -4,16 +4,23 @@ password, the sentinels another, so a URL must give both."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Self
 
 import redis
 
+from setqueue import Queue
+from setqueue.runtime.audit import Auditor
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc
 from tests.support.redis_server import RedisServer, free_port, need
 from tests.support.waits import wait_until
 
@@ -24,6 +31,12 @@ SENTINEL_PASSWORD = "sentinel-secret"
 DOWN_AFTER_MS = 500
 FAILOVER_TIMEOUT_MS = 2000
 QUORUM = 2
+# The password is set once a node answers (RedisServer.start pings without one); a replica syncs at
+# once rather than after a diskless sync's default 5 s wait.
+# The services follow a promotion within this of the kill (measured: about 2 s; the failover takes
+# about 1.8 s of it, the services' backoff the rest; the margin is for a loaded machine).
+FOLLOW_BOUND_SECONDS = 20
+NODE_ARGS = ("--masterauth", PASSWORD, "--repl-diskless-sync-delay", "0")
 
 
 def redis_sentinel_binary() -> str:
@@ -96,11 +109,8 @@ class SentinelSetup:
 
     def __init__(self) -> None:
         self.sentinel_binary = redis_sentinel_binary()
-        # The password is set once a node answers (RedisServer.start pings without one); a replica
-        # syncs at once rather than after a diskless sync's default 5 s wait.
-        args = ["--masterauth", PASSWORD, "--repl-diskless-sync-delay", "0"]
-        self.nodes = [RedisServer(args=args)]
-        self.nodes.append(RedisServer(args=[*args, "--replicaof", "127.0.0.1", str(self.nodes[0].port)]))
+        self.nodes = [RedisServer(args=NODE_ARGS)]
+        self.nodes.append(RedisServer(args=[*NODE_ARGS, "--replicaof", "127.0.0.1", str(self.nodes[0].port)]))
         self.sentinels: list[SentinelProcess] = []
 
     def start(self) -> Self:
@@ -149,10 +159,7 @@ class SentinelSetup:
                 for m in states
             ):
                 return False
-            with self.client(master) as c:
-                replication = c.info("replication")
-            replicas = [v for k, v in replication.items() if k.startswith("slave") and isinstance(v, dict)]
-            return any(r.get("state") == "online" for r in replicas)
+            return self.replica_in_sync(master)
 
         wait_until(settled, timeout, f"sentinels settled on the master at {master} with a replica in sync", 0.1)
 
@@ -175,9 +182,21 @@ class SentinelSetup:
         assert port is not None
         return port
 
-    def restart(self, port: int) -> None:
-        """The killed node back on its port, empty; the sentinels make it the new master's replica."""
-        self._start(self.node(port))
+    def restart(self, port: int, replica_of: int) -> None:
+        """The killed node back on its port, empty, as the replica of ``replica_of`` (as a deployment
+        that asks the sentinels for the master before it starts a node; else the sentinels would turn
+        it into one on their next INFO, up to 10 s later)."""
+        node = self.node(port)
+        node.args = [*NODE_ARGS, "--replicaof", "127.0.0.1", str(replica_of)]
+        self._start(node)
+
+    def replica_in_sync(self, master: int) -> bool:
+        """Whether ``master`` has a replica online."""
+        with self.client(master) as c:
+            replication = c.info("replication")
+        return any(
+            v.get("state") == "online" for k, v in replication.items() if k.startswith("slave") and isinstance(v, dict)
+        )
 
     def cleanup(self) -> None:
         for sentinel in self.sentinels:
@@ -190,3 +209,130 @@ class SentinelSetup:
 
     def __exit__(self, *exc_info: object) -> None:
         self.cleanup()
+
+
+def _service_settings(url: str, name: str, log: Path, wait_replicas: int) -> dict[str, Any]:
+    return {
+        "REDIS_URL": url,
+        "QUEUE_NAME": name,
+        "JOB_HANDLER": "tests.support.jobs:handle",
+        "EXEC_LOG": str(log),
+        "RETRY_BACKOFF_SECONDS": 0,
+        "AUDIT": "true",  # the creator records what it made; the audit finds any id in no state
+        "DONE_MAX_COUNT": 0,  # no retention: an id gone from done is lost, not trimmed
+        "DONE_MAX_AGE_SECONDS": 0,
+        # Leases outlast the failover, or jobs would run again for that reason alone.
+        "LEASE_SECONDS": 10,
+        "WAIT_REPLICAS": wait_replicas,
+        "WAIT_TIMEOUT_SECONDS": 0.5,
+    }
+
+
+def failover_run(
+    tmp_path: Path, procs: list[Proc], *, wait_replicas: int, total: int = 600, rate: float = 150
+) -> dict[str, Any]:
+    """A cleaner, two workers and a creator (``total`` jobs at ``rate``/s) through a Sentinel URL;
+    the master SIGKILLed once a quarter is done, restarted (a replica again) once the sentinels name
+    the new master; then the queue drained. Returns what it cost: ``promoted_seconds`` (kill to the
+    sentinels naming the replica), ``followed_seconds`` (kill to the first ack on the new master),
+    ``lost`` (created, in no state), ``run_twice``, and the audit's findings."""
+    prefix = "sleep-0.01"
+    name = f"failover-{os.urandom(4).hex()}"
+    log = tmp_path / f"exec-{name}.log"
+    setup = SentinelSetup().start()
+    started: list[Proc] = []
+    queue: Queue | None = None
+    try:
+        url = setup.url()
+        settings = _service_settings(url, name, log, wait_replicas)
+        queue = Queue.from_url(url, name)
+        keys = queue.keys
+        started.append(Proc.start("cleaner", tmp_path, name=f"cleaner-{name}", SWEEP_INTERVAL=0.2, **settings))
+        for n in range(2):
+            worker = Proc.start("worker", tmp_path, name=f"worker-{n}-{name}", CONCURRENCY=4, **settings)
+            started.append(worker)
+        creator = Proc.start(
+            "creator",
+            tmp_path,
+            name=f"creator-{name}",
+            CREATE_TOTAL=total,
+            CREATE_RATE=rate,
+            CREATE_ID_PREFIX=prefix,
+            **settings,
+        )
+        started.append(creator)
+        procs.extend(started)
+        old = setup.nodes[0].port
+        with setup.client(old) as master:
+            wait_until(lambda: int(master.scard(keys.done)) >= total // 4, 60, "a quarter of the jobs done")
+            done_before = int(master.scard(keys.done))
+        setup.kill(old)
+        killed_at = time.monotonic()
+        new = setup.wait_failover(old)
+        promoted_seconds = time.monotonic() - killed_at
+        setup.restart(old, replica_of=new)  # WAIT 1 needs a replica again
+        with setup.client(new) as master:
+            promoted_with = int(master.scard(keys.done))
+            wait_until(
+                lambda: int(master.scard(keys.done)) > promoted_with,
+                FOLLOW_BOUND_SECONDS,
+                f"an ack on the new master within {FOLLOW_BOUND_SECONDS} s of the kill",
+                0.01,
+            )
+            followed_seconds = time.monotonic() - killed_at
+            wait_until(lambda: setup.replica_in_sync(new), 60, "the killed node back as a replica", 0.01)
+            replica_back_seconds = time.monotonic() - killed_at
+        assert creator.wait(90) == 0, creator.log()
+
+        def drained() -> bool:
+            assert queue is not None
+            stats = queue.stats()
+            return bool(stats["todos"] == stats["in_progress"] == stats["scheduled"] == 0)
+
+        wait_until(drained, 90, "the queue drained after the failover")
+        created = {f"{prefix}-{n}" for n in range(1, total + 1)}
+        done = set(queue.redis.smembers(keys.done))  # type: ignore[arg-type]
+        failed = set(queue.redis.smembers(keys.failed))  # type: ignore[arg-type]
+        runs = ExecutionLog(log).starts()
+        lost_leases = queue.redis.hgetall(keys.audit_lease_lost)
+        twice = sorted(job for job, count in runs.items() if count > 1)
+        audit = Auditor(queue.redis, keys, retention=False).audit()
+        alive = all(p.alive() for p in started if p is not creator)
+        return {
+            "wait_replicas": wait_replicas,
+            "done_before_kill": done_before,
+            "promoted_seconds": round(promoted_seconds, 2),
+            "followed_seconds": round(followed_seconds, 2),
+            "replica_back_seconds": round(replica_back_seconds, 2),
+            "done": len(done),
+            "failed": len(failed),
+            "lost": len(created - done - failed),
+            "run_twice": len(twice),
+            "run_twice_without_a_lost_lease": len([job for job in twice if job not in lost_leases]),
+            "never_run_but_done": len(done - set(runs)),
+            "audit_created": audit.created,
+            "audit_lost": audit.lost,
+            "audit_in_two_states": audit.in_two_states,
+            "services_alive": alive,
+            "backed_off": "redis unavailable" in "".join(p.log() for p in started if p is not creator),
+        }
+    finally:
+        if queue is not None:
+            queue.close()
+        for p in started:  # before the servers go
+            p.stop()
+        setup.cleanup()
+
+
+def main() -> None:
+    """``python -m tests.support.sentinel RUNS WAIT_REPLICAS``: the failover run that many times, a JSON
+    line of figures each (docs/guide.md#redis-sentinel quotes them)."""
+    runs, wait_replicas = int(sys.argv[1]), int(sys.argv[2])
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="setqueue-failover-") as folder:
+            procs: list[Proc] = []
+            print(json.dumps(failover_run(Path(folder), procs, wait_replicas=wait_replicas)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
