@@ -113,7 +113,8 @@ class CreatorService(Service[CreatorSettings, CreatorMetrics]):
         # Batches go to the groups in turn (a resend keeps its group).
         group = f"group-{self._batches % groups + 1}" if groups else None
         self._batches += 1
-        added = self.retry(lambda: self.target.enqueue(batch, group=group), "enqueue")
+        # One request id across resends: an enqueue whose reply was lost counts its jobs as created once.
+        added = self.resendable(lambda rid: self.target.enqueue(batch, group=group, request_id=rid), "enqueue")
         self.sent += len(batch)
         self.created += added
         self.duplicates += len(batch) - added

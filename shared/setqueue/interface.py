@@ -55,6 +55,7 @@ class JobQueue(Protocol):
         group: str | None = None,
         retry_timeouts: bool | None = None,
         if_exists: str = "ignore",
+        request_id: str | None = None,
     ) -> int: ...
 
     @overload

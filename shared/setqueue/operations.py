@@ -214,6 +214,7 @@ class Operations:
         group: str | None = None,
         retry_timeouts: bool | None = None,
         if_exists: str = "ignore",
+        request_id: str | None = None,
     ) -> Steps[int]:
         """Add job ids, or a mapping id -> payload, at the back of the line in order; returns how many
         were new (an id the queue knows, in any state but trimmed from done, is not added again).
@@ -229,9 +230,10 @@ class Operations:
         call's (payload, priority, due time, options: debounce, many calls and one run with the last
         arguments), and leaves a running or ended one alone; "rerun" runs an ended job (done, failed,
         cancelled) again as a new job, its history keeping the earlier run, and leaves a waiting or
-        running one alone. A replaced job is not counted as new; a rerun is. Everything is checked
-        before anything is sent: TypeError or ValueError name the bad argument, and nothing is
-        written."""
+        running one alone. A replaced job is not counted as new; a rerun is. ``request_id``: the same
+        id retries a call whose reply was lost, and returns the first call's count (docs/guide.md,
+        "Resends"). Everything is checked before anything is sent: TypeError or ValueError name the
+        bad argument, and nothing is written."""
         validate_priority(priority)
         if group is not None:
             validate_group(group)
@@ -248,7 +250,8 @@ class Operations:
         with_payloads = isinstance(ids, Mapping)
         added: dict[QueueCore, int] = defaultdict(int)
         for core, items in by_core.items():
-            for chunk in chunks(items):
+            core_request = self.router.part(request_id, core)
+            for number, chunk in enumerate(chunks(items)):
                 added[core] += yield from core.commands.enqueue(
                     chunk,
                     with_payloads=with_payloads,
@@ -260,6 +263,7 @@ class Operations:
                     job_options=own,
                     group=group or "",
                     if_exists=if_exists,
+                    request_id=numbered(core_request, number),
                 )
         # As enqueue.lua: jobs due later wake one worker.
         yield from self.made_claimable(

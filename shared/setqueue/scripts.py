@@ -327,9 +327,10 @@ class QueueCommands:
         job_options: str = "",
         group: str = "",
         if_exists: str = "ignore",
+        request_id: str | None = None,
     ) -> Steps[int]:
         """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new);
-        ``if_exists``: what a known id does (see enqueue.lua's header)."""
+        ``if_exists``: what a known id does (see enqueue.lua's header); ``request_id``: as for ack."""
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -345,7 +346,7 @@ class QueueCommands:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
-        keys = self._keys("enqueue", request=self._request(None))
+        keys = self._keys("enqueue", request=self._request(request_id))
         reply = yield self._run("enqueue", keys, args)
         added: int = json.loads(reply)[0]
         return int(added)

@@ -38,6 +38,7 @@ from setqueue.runtime.metrics import ServiceMetrics
 from setqueue.runtime.pressure import MemoryReport, read_memory
 from setqueue.runtime.settings import SETTINGS, CommonSettings, SettingError
 from setqueue.runtime.tls import tls_refusal
+from setqueue.scripts import new_request_id
 from setqueue.version import __version__
 
 T = TypeVar("T")
@@ -177,6 +178,20 @@ class Service(Generic[S, M]):
             return bool(self._health_client.ping())
         except (rexc.RedisError, OptionError):
             return False
+
+    def resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
+        """``retry`` of ``call(request_id)`` with one request id across resends, so a call whose reply was
+        lost returns its first result (docs/guide.md, "Resends"); a fresh id after half the time Redis
+        keeps that result."""
+        request_id, since = new_request_id(), time.monotonic()
+
+        def attempt() -> T:
+            nonlocal request_id, since
+            if time.monotonic() - since > self.queue.request_ttl_seconds / 2:
+                request_id, since = new_request_id(), time.monotonic()
+            return call(request_id)
+
+        return self.retry(attempt, what, until_stopped=until_stopped)
 
     def retry(self, call: Callable[[], T], what: str, *, until_stopped: bool = True) -> T:
         """``call()`` until it gets through. With ``until_stopped`` a stop during an outage raises
