@@ -17,12 +17,14 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import due_latency
+import instr
 import memory
 from common import BENCH, REPO, Context, git, log, machine, worktree
 from matrices import cluster, cpu, io, noop, producer
 from systems import PEERS
 
-MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in (cpu, io, noop, producer, cluster, memory, due_latency)}
+MODULES = (cpu, io, noop, producer, cluster, memory, due_latency, instr)
+MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in MODULES}
 ALL_SYSTEMS = ("setqueue", *PEERS)
 
 
