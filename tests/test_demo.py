@@ -21,7 +21,7 @@ import redis
 
 from setqueue.runtime.cli import main
 from setqueue.runtime.settings import SETTINGS
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, free_port
 from tests.support.embedded import embedded_binary
 from tests.support.waits import wait_until
 
@@ -81,6 +81,7 @@ def start_demo(extra_venv: Path, tmp_path: Path) -> Iterator[Demo]:
     env = {k: v for k, v in os.environ.items() if k not in names}
     env["PATH"] = str(extra_venv / "bin")  # no redis-server, no docker
     env["TMPDIR"] = str(tmp_path / "tmp")
+    env["CONSOLE_PORT"] = str(free_port())  # not 8080, which a compose stack beside may publish
     (tmp_path / "tmp").mkdir()
     output = tmp_path / "demo.out"
     with output.open("wb") as out:
@@ -193,12 +194,18 @@ def test_sigterm_stops_the_demo_and_everything_it_started(start_demo: Demo, extr
         ("--work-seconds", "soon", "--work-seconds: 'soon' is not a number"),
         ("--fail-rate", "1.5", "--fail-rate: 1.5 is out of range (must be between 0 and 1)"),
         ("--duration", "forever", "--duration 'forever' is not a duration like 90s, 15m, 2h or 3d (at most a year)"),
+        ("CONSOLE_PORT", "http", "invalid setting CONSOLE_PORT: 'http' is not a whole number"),
     ],
 )
 def test_a_bad_option_is_one_line_and_exit_2(
-    option: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+    option: str, value: str, says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(["demo", option, value]) == 2
+    monkeypatch.delenv("CONSOLE_PORT", raising=False)
+    if option.isupper():  # a setting from the environment
+        monkeypatch.setenv(option, value)
+        assert main(["demo"]) == 2
+    else:
+        assert main(["demo", option, value]) == 2
     assert capsys.readouterr().err == f"setqueue: demo: {says}\n"
 
 

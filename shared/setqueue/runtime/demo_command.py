@@ -48,7 +48,6 @@ from setqueue.runtime.settings import DEMO_HANDLER, SETTING_BY_NAME, SETTINGS, S
 
 EXIT_OK, EXIT_DIED, EXIT_USAGE, EXIT_SERVER = 0, 1, 2, 3
 QUEUE_NAME = "default"
-CONSOLE_PORT = 8080  # as in the compose stack, if it is free; else any free port
 MOST_WORKERS = 64
 # Each worker runs CONCURRENCY jobs at once, as in compose; on SIGTERM it has SHUTDOWN_GRACE_SECONDS
 # to finish them, and the demo waits that long plus STOP_MARGIN_SECONDS before SIGKILL.
@@ -68,6 +67,7 @@ class DemoOptions:
     work_seconds: float  # a job's mean duration (the demo handler's WORK_SECONDS)
     fail_rate: float  # the share of runs that raise (FAIL_RATE)
     duration: float  # seconds before it stops on its own; 0 = until Ctrl-C or SIGTERM
+    console_port: int  # CONSOLE_PORT (8080) if free, else any free port
 
 
 class DemoError(Exception):
@@ -94,8 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_options(args: argparse.Namespace, parse_duration: Callable[[str, str], float]) -> DemoOptions:
-    """The options, checked with the bounds of the settings they become; DemoError (exit 2) naming the
-    option otherwise. ``parse_duration(text, option)`` is the command line's."""
+    """The options, checked with the bounds of the settings they become, and CONSOLE_PORT from the
+    environment; DemoError (exit 2) naming the option or setting otherwise. ``parse_duration(text,
+    option)`` is the command line's."""
 
     def setting(option: str, name: str, raw: str) -> Any:
         try:
@@ -115,7 +116,11 @@ def read_options(args: argparse.Namespace, parse_duration: Callable[[str, str], 
         duration = parse_duration(args.duration, "--duration")
     except Exception as exc:  # the command line's own error type, one line
         raise DemoError(str(exc), EXIT_USAGE) from None
-    return DemoOptions(workers, rate, work_seconds, fail_rate, duration)
+    try:
+        console_port = SETTING_BY_NAME["CONSOLE_PORT"].read(os.environ)
+    except SettingError as exc:
+        raise DemoError(str(exc), EXIT_USAGE) from None
+    return DemoOptions(workers, rate, work_seconds, fail_rate, duration, console_port)
 
 
 @dataclass
@@ -284,7 +289,7 @@ def _run(demo: _Demo) -> None:
     except EmbeddedStartError as exc:
         raise DemoError(f"the embedded server did not start: {exc}", EXIT_SERVER) from None
     version = _server_version(demo.server.url)
-    console_port = CONSOLE_PORT if _port_free(CONSOLE_PORT) else free_port()
+    console_port = o.console_port if _port_free(o.console_port) else free_port()
     demo.start("console", "console", CONSOLE_HOST="127.0.0.1", CONSOLE_PORT=console_port)
     demo.start("cleaner", "cleaner", SWEEP_INTERVAL=2)
     for n in range(1, o.workers + 1):
