@@ -146,8 +146,8 @@ def the_whole_system(demo: Demo, venv: Path) -> dict[int, str]:
     return tree
 
 
-def stopped_cleanly(demo: Demo, tree: dict[int, str]) -> None:
-    assert demo.process.wait(60) == 0, demo.text()
+def stopped_cleanly(demo: Demo, tree: dict[int, str], code: int = 0) -> None:
+    assert demo.process.wait(60) == code, demo.text()
     assert not [pid for pid in tree if alive(pid)], f"left running: {tree}"
     assert list(demo.tmp.iterdir()) == [], "its folder is gone"
     assert "stopped; removed" in demo.text()
@@ -184,6 +184,16 @@ def test_sigterm_stops_the_demo_and_everything_it_started(start_demo: Demo, extr
     tree = the_whole_system(demo, extra_venv)
     demo.process.send_signal(signal.SIGTERM)  # to the demo alone, as a process manager would
     stopped_cleanly(demo, tree)
+
+
+def test_a_process_that_dies_ends_the_demo_with_one_line_and_nothing_left(start_demo: Demo, extra_venv: Path) -> None:
+    demo = start_demo
+    wait_until(demo.started, 90, "the demo's console line")
+    tree = the_whole_system(demo, extra_venv)
+    [worker, *_] = sorted(pid for pid, command in tree.items() if command.endswith("-m worker"))
+    os.kill(worker, signal.SIGKILL)
+    stopped_cleanly(demo, tree, code=1)
+    assert re.search(r"^setqueue: demo: the worker-\d exited with code -9: .+$", demo.text(), re.M), demo.text()
 
 
 @pytest.mark.parametrize(

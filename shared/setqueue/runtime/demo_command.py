@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import os
 import shutil
 import signal
@@ -33,6 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+import redis
+
 from setqueue.client import connect
 from setqueue.embedded import (
     EmbeddedServer,
@@ -43,6 +46,7 @@ from setqueue.embedded import (
     server_binary,
 )
 from setqueue.factory import open_queue
+from setqueue.interface import JobQueue
 from setqueue.registry import live_worker_count
 from setqueue.runtime.settings import DEMO_HANDLER, SETTING_BY_NAME, SETTINGS, SettingError
 
@@ -57,6 +61,7 @@ STOP_MARGIN_SECONDS = 5.0
 READY_TIMEOUT_SECONDS = 60.0  # for the console to answer and the workers to register, on a busy machine
 TTY_EVERY_SECONDS = 1.0  # the live line, rewritten in place
 LOG_EVERY_SECONDS = 5.0  # the live line as plain lines, when the output is not a terminal
+TICK_SECONDS = 0.2  # how often it looks whether every process it started still runs
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -194,16 +199,12 @@ class _Demo:
         for service in self.services:
             code = service.process.poll()
             if code is not None:
-                raise DemoError(
-                    f"the {service.name} exited with code {code}: {service.last_line()}"
-                    f" (its log: {service.log}, removed on exit)",
-                    EXIT_DIED,
-                )
+                raise DemoError(f"the {service.name} exited with code {code}: {service.last_line()}", EXIT_DIED)
 
     def stop(self) -> None:
-        """SIGTERM to every service at once (the creator first), a bounded wait, SIGKILL to what is left;
-        then the server, then the folder."""
-        running = [s for s in self.services if s.process.poll() is None]
+        """SIGTERM to every service at once, the last started (the creator) first, a bounded wait, SIGKILL
+        to what is left; then the server, then the folder."""
+        running = [s for s in reversed(self.services) if s.process.poll() is None]  # the creator first
         for service in running:
             with contextlib.suppress(ProcessLookupError):
                 service.process.send_signal(signal.SIGKILL if self.hurry else signal.SIGTERM)
@@ -319,42 +320,51 @@ def _run(demo: _Demo) -> None:
 
 
 def _watch(demo: _Demo) -> None:
-    """The live line until the duration ends (or a signal raises _Stop)."""
+    """The live line until the duration ends (or a signal raises _Stop); a service that exits ends it
+    within a tick."""
     tty = demo.out.isatty()
     every = TTY_EVERY_SECONDS if tty else LOG_EVERY_SECONDS
     started = time.monotonic()
+    ends = started + demo.options.duration if demo.options.duration else math.inf
     assert demo.server is not None
     queue = open_queue(demo.server.url, QUEUE_NAME)
     client = connect(demo.server.url)
     try:
         last: tuple[float, int] | None = None
+        next_line = started
         while True:
             demo.check_alive()
             now = time.monotonic()
-            stats = queue.stats()
-            finished = int(stats["done"]) + int(stats["failed"])
-            # Jobs ended (done or dead-lettered) per second since the last line; none on the first.
-            rate = "-" if last is None else f"{(finished - last[1]) / max(now - last[0], 1e-9):.1f}"
-            last = (now, finished)
-            workers = live_worker_count(client, QUEUE_NAME)
-            line = (
-                f"{rate:>7} jobs/s   backlog {int(stats['todos']):,}   done {int(stats['done']):,}"
-                f"   failed {int(stats['failed']):,}   workers {workers}/{demo.options.workers}"
-            )
-            if tty:
-                print(f"\r{line}\x1b[K", end="", file=demo.out, flush=True)
-                demo.line_open = True
-            else:
-                print(line, file=demo.out, flush=True)
-            if demo.options.duration and now - started >= demo.options.duration:
+            if now >= next_line or now >= ends:
+                last = _live_line(demo, queue, client, last, now, tty=tty)
+                next_line = now + every
+            if now >= ends:
                 return
-            wait = every
-            if demo.options.duration:
-                wait = min(every, max(demo.options.duration - (time.monotonic() - started), 0.0))
-            time.sleep(wait)
+            time.sleep(max(min(TICK_SECONDS, next_line - now, ends - now), 0.0))
     finally:
         queue.close()
         client.close()
+
+
+def _live_line(
+    demo: _Demo, queue: JobQueue, client: redis.Redis, last: tuple[float, int] | None, now: float, *, tty: bool
+) -> tuple[float, int]:
+    """Print the line; returns (now, jobs ended so far) for the next line's rate."""
+    stats = queue.stats()
+    finished = int(stats["done"]) + int(stats["failed"])
+    # Jobs ended (done or dead-lettered) per second since the last line; none on the first.
+    rate = "-" if last is None else f"{(finished - last[1]) / max(now - last[0], 1e-9):.1f}"
+    workers = live_worker_count(client, QUEUE_NAME)
+    line = (
+        f"{rate:>7} jobs/s   backlog {int(stats['todos']):,}   done {int(stats['done']):,}"
+        f"   failed {int(stats['failed']):,}   workers {workers}/{demo.options.workers}"
+    )
+    if tty:
+        print(f"\r{line}\x1b[K", end="", file=demo.out, flush=True)
+        demo.line_open = True
+    else:
+        print(line, file=demo.out, flush=True)
+    return now, finished
 
 
 def _wait_for(demo: _Demo, condition: Callable[[], bool], what: str) -> None:
