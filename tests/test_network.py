@@ -5,14 +5,11 @@ docs/guide.md#network, and the times it measures are printed (``-s``), never ass
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,18 @@ SILENCE_FOUND_SECONDS = LISTENER_PING_SECONDS + LISTENER_DEAD_SECONDS + 0.5
 def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
     with FaultProxy(redis_server.port) as p:
         yield p
+
+
+Record = Callable[[str, object], None]
+
+
+def figures(record: Record, recovery: float, bound: float, **more: object) -> None:
+    """The scenario's figures in the JUnit report (scripts/chaos --network collects them): how long
+    recovery took after the fault ended, its stated bound, and counts (lost jobs, unexplained re-runs)."""
+    record("recovery_seconds", round(recovery, 3))
+    record("bound_seconds", round(bound, 3))
+    for key, value in more.items():
+        record(key, value)
 
 
 @pytest.fixture
@@ -67,7 +76,7 @@ class Waiting:
 
 @pytest.mark.parametrize("fault", ["blackhole", "reset"])
 def test_a_result_waiter_whose_subscription_went_silent_still_sees_the_end(
-    proxy: FaultProxy, redis_server: RedisServer, name: str, fault: str
+    proxy: FaultProxy, redis_server: RedisServer, name: str, fault: str, record_property: Record
 ) -> None:
     direct = Queue.from_url(redis_server.url, name=name)
     through = Queue.from_url(proxy.url(), name=name)
@@ -89,12 +98,13 @@ def test_a_result_waiter_whose_subscription_went_silent_still_sees_the_end(
     wait_until(lambda: waiting.at is not None, 30, "result() to return")
     assert waiting.error is None and waiting.value == {"n": 1}
     assert listener.catch_ups >= 1 and listener_catch_ups() > before
-    print(f"\n{fault}: result() saw the end after {waiting.at - ended:.2f}s (bound {SILENCE_FOUND_SECONDS:g}s)")  # type: ignore[operator]
+    assert waiting.at is not None
+    figures(record_property, waiting.at - ended, SILENCE_FOUND_SECONDS, catch_ups=listener.catch_ups, lost=0)
     through.close()
 
 
 def test_an_async_result_waiter_whose_subscription_went_silent_still_sees_the_end(
-    proxy: FaultProxy, redis_server: RedisServer, name: str
+    proxy: FaultProxy, redis_server: RedisServer, name: str, record_property: Record
 ) -> None:
     direct = Queue.from_url(redis_server.url, name=name)
     direct.enqueue(["a"])
@@ -119,7 +129,7 @@ def test_an_async_result_waiter_whose_subscription_went_silent_still_sees_the_en
 
     value, seconds, catch_ups = asyncio.run(main())
     assert value == "done" and catch_ups >= 1
-    print(f"\nasync result() saw the end after {seconds:.2f}s (bound {SILENCE_FOUND_SECONDS:g}s)")
+    figures(record_property, seconds, SILENCE_FOUND_SECONDS, catch_ups=catch_ups, lost=0)
 
 
 # -- services behind the proxy
@@ -167,7 +177,13 @@ def unexplained_reruns(q: Queue, log: ExecutionLog) -> dict[str, int]:
 
 
 def test_a_worker_blackholed_for_twice_its_lease_is_fenced_and_serves_again(
-    proxy: FaultProxy, redis_server: RedisServer, name: str, tmp_path: Path, procs: list[Proc]
+    proxy: FaultProxy,
+    redis_server: RedisServer,
+    name: str,
+    tmp_path: Path,
+    procs: list[Proc],
+    *,
+    record_property: Record,
 ) -> None:
     q = Queue.from_url(redis_server.url, name=name)
     log = ExecutionLog(tmp_path / "exec.log")
@@ -211,10 +227,8 @@ def test_a_worker_blackholed_for_twice_its_lease_is_fenced_and_serves_again(
     stats = q.stats()
     assert stats["todos"] == stats["in_progress"] == stats["failed"] == 0
     assert unexplained_reruns(q, log) == {}
-    print(
-        f"\nworker cut off: {len(swept)} jobs swept and run elsewhere; noticed {notice:.2f}s after the heal"
-        f" (bound {NOTICE_SECONDS:.2f}s)"
-    )
+    reruns = sum(n - 1 for n in log.starts().values())
+    figures(record_property, notice, NOTICE_SECONDS, swept=len(swept), reruns=reruns, unexplained_reruns=0, lost=0)
 
 
 STANDIN = 2.0  # STANDIN_SWEEP_SECONDS of the test's worker
@@ -224,7 +238,13 @@ STANDIN_BOUND = STANDIN + min(5.0, STANDIN / 4)
 
 
 def test_with_the_cleaner_blackholed_jobs_flow_and_a_worker_sweeps_in_its_stead(
-    proxy: FaultProxy, redis_server: RedisServer, name: str, tmp_path: Path, procs: list[Proc]
+    proxy: FaultProxy,
+    redis_server: RedisServer,
+    name: str,
+    tmp_path: Path,
+    procs: list[Proc],
+    *,
+    record_property: Record,
 ) -> None:
     q = Queue.from_url(redis_server.url, name=name)
     log = ExecutionLog(tmp_path / "exec.log")
@@ -232,42 +252,43 @@ def test_with_the_cleaner_blackholed_jobs_flow_and_a_worker_sweeps_in_its_stead(
         procs, "cleaner", tmp_path, "cleaner", **service_env(proxy.url(), name, tmp_path, SWEEP_INTERVAL=0.2)
     )
     wait_until(lambda: q.seconds_since_sweep() is not None, 20, "the cleaner sweeping")
-    proxy.blackhole()
-    cut_at = time.monotonic()
-    # A worker that dies holding jobs: only a sweep brings them back.
-    held = [f"held-{n}" for n in range(3)]
+    # A worker that will die holding jobs (only a sweep brings them back), and one that stands in.
+    gate = tmp_path / "gate"
+    doomed = start(procs, "worker", tmp_path, "doomed", **service_env(redis_server.url, name, tmp_path, GATE=gate))
+    held = [f"gate-{n}" for n in range(3)]
     q.enqueue(held)
-    holder = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.actors", "hold", redis_server.url, name, "3"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert {job_id for job_id, _ in json.loads(holder.stdout.readline())} == set(held)
-    finally:
-        holder.kill()
-        holder.wait()
+    wait_until(lambda: set(log.starts()) >= set(held), 20, "the doomed worker running the held jobs")
     worker = start(
         procs,
         "worker",
         tmp_path,
         "worker",
-        **service_env(redis_server.url, name, tmp_path, STANDIN_SWEEP_SECONDS=STANDIN),
+        **service_env(redis_server.url, name, tmp_path, GATE=gate, STANDIN_SWEEP_SECONDS=STANDIN),
     )
+    proxy.blackhole()
+    last_sweep = redis_clock(q.redis) - (q.seconds_since_sweep() or 0.0)
+    doomed.signal(signal.SIGKILL)
     flowing = [f"flow-{n}" for n in range(20)]
     q.enqueue(flowing)
     wait_until(lambda: set(log.ends()) >= set(flowing), 30, "new jobs done while the cleaner is cut off")
     wait_until(lambda: worker.metric("setqueue_standin_sweeps_total") >= 1, 30, "a stand-in sweep", 0.02)
-    took_over = time.monotonic() - cut_at
+    # By the Redis clock, from the cleaner's last sweep to the stand-in's (each stamps the queue).
+    took_over = redis_clock(q.redis) - (q.seconds_since_sweep() or 0.0) - last_sweep
+    gate.touch()
     wait_until(lambda: q.stats()["done"] == len(held) + len(flowing), 30, "the held jobs swept and run")
     assert unexplained_reruns(q, log) == {}
     assert cleaner.alive()
-    print(f"\ncleaner cut off: a worker swept in its stead after {took_over:.2f}s (bound {STANDIN_BOUND:g}s)")
+    figures(record_property, took_over, STANDIN_BOUND, held=len(held), unexplained_reruns=0, lost=0)
 
 
 def test_an_idle_worker_whose_connection_went_silent_sees_new_work(
-    proxy: FaultProxy, redis_server: RedisServer, name: str, tmp_path: Path, procs: list[Proc]
+    proxy: FaultProxy,
+    redis_server: RedisServer,
+    name: str,
+    tmp_path: Path,
+    procs: list[Proc],
+    *,
+    record_property: Record,
 ) -> None:
     q = Queue.from_url(redis_server.url, name=name)
     log = ExecutionLog(tmp_path / "exec.log")
@@ -281,11 +302,17 @@ def test_an_idle_worker_whose_connection_went_silent_sees_new_work(
     wait_until(lambda: "new-1" in log.ends(), 30, "the new job run")
     took = time.monotonic() - healed
     wait_until(lambda: q.stats()["done"] == 1, 10, "it acked")
-    print(f"\nidle worker cut off: ran the new job {took:.2f}s after the heal (bound {IDLE_BOUND:g}s)")
+    figures(record_property, took, IDLE_BOUND, lost=0)
 
 
 def test_a_creator_whose_enqueue_replies_are_lost_resends_and_counts_each_job_once(
-    proxy: FaultProxy, redis_server: RedisServer, name: str, tmp_path: Path, procs: list[Proc]
+    proxy: FaultProxy,
+    redis_server: RedisServer,
+    name: str,
+    tmp_path: Path,
+    procs: list[Proc],
+    *,
+    record_property: Record,
 ) -> None:
     q = Queue.from_url(redis_server.url, name=name)
     total = 60
@@ -302,3 +329,5 @@ def test_a_creator_whose_enqueue_replies_are_lost_resends_and_counts_each_job_on
     assert creator.wait(60) == 0, creator.log()
     assert q.stats()["todos"] == total
     assert f"created {total} new jobs (0 duplicates)" in creator.log(), creator.log()
+    record_property("created", total)
+    record_property("added_twice", 0)

@@ -25,6 +25,7 @@ from python_on_whales.exceptions import DockerException
 from setqueue.runtime.audit import AuditReport
 from tests.compose.observability import REPO
 from tests.compose.stack import Stack, WaitTimeout, running_stack
+from tests.network_chaos import network_section
 
 SERVICES = ["redis", "creator", "worker", "cleaner"]
 FAULTS = {
@@ -472,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(minutes=args.minutes, create_rate=args.rate, **({"seed": args.seed} if args.seed is not None else {}))
     verdict = run(plan, say=lambda line: print(line, flush=True))
     path = write_results(verdict, args.out)
-    args.summary.write_text(verdict.markdown(), encoding="utf-8")
+    # The network section (scripts/chaos --network) is its own run's: kept as it is.
+    args.summary.write_text(verdict.markdown() + network_section(args.summary), encoding="utf-8")
     print()
     print(verdict.markdown())
     print(f"chaos: results in {path}, summary in {args.summary}")

@@ -139,9 +139,11 @@ class FaultProxy:
     async def _close(self) -> None:
         if self._server is not None:
             self._server.close()
-        tasks = [task for link in self._links.values() for task in link.tasks]
         for link in list(self._links.values()):
             self._drop(link, reset=False)
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _reset_all(self) -> int:
