@@ -47,6 +47,7 @@ from setqueue.keys import check_seconds, validate_job_id
 from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
+from setqueue.script_cache import SCRIPT_LOAD_ATTEMPTS, is_noscript, name_script
 from setqueue.sentinel import async_master_pool, is_sentinel_url
 from setqueue.sharded import ShardRouter
 from setqueue.steps import RunScript, Steps
@@ -111,13 +112,18 @@ class AsyncRedis:
         return await (await self.target()).execute_command(*args, **options)
 
     async def evalsha_step(self, sha: str, source: str, keys: Any, args: Any) -> Any:
-        """EVALSHA, loading the script on NOSCRIPT (matched by its error class, not its text)."""
+        """EVALSHA, loading the script on NOSCRIPT (``is_noscript``: by its code, not its text) and
+        resending, at most SCRIPT_LOAD_ATTEMPTS times (``setqueue.script_cache.call_script``'s rule)."""
         target = await self.target()
-        try:
-            return await target.evalsha(sha, len(keys), *keys, *args)
-        except rexc.NoScriptError:
+        for _ in range(SCRIPT_LOAD_ATTEMPTS):
+            try:
+                return await target.evalsha(sha, len(keys), *keys, *args)
+            except rexc.ResponseError as exc:
+                if not is_noscript(exc):
+                    name_script(exc, sha)
+                    raise
             await target.script_load(source)
-            return await target.evalsha(sha, len(keys), *keys, *args)
+        return await target.evalsha(sha, len(keys), *keys, *args)
 
     async def snapshot(self, commands: tuple[tuple[Any, ...], ...], transaction: bool) -> list[Any]:
         """The commands in one pipeline: in one MULTI if ``transaction``."""
@@ -131,13 +137,15 @@ class AsyncRedis:
         NotReplicated (``setqueue.replication``)."""
         wait = step.wait
         assert wait is not None
-        for _ in range(2):
+        for _ in range(SCRIPT_LOAD_ATTEMPTS):
             pipe = self.plain.pipeline(transaction=False)
             pipe.evalsha(sha, len(step.keys), *step.keys, *step.args)
             pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
             try:
                 reply, confirmed = await pipe.execute()
-            except rexc.NoScriptError:  # a node that has not seen it yet (new, restarted, failed over)
+            except rexc.ResponseError as exc:  # NOSCRIPT: a node lost it or never saw it (restart, failover)
+                if not is_noscript(exc):
+                    raise
                 await self.plain.script_load(step.source)
                 continue
             if confirmed < wait.replicas:
@@ -326,6 +334,7 @@ class Queue(QueueFront):
     limits = _awaitable(Operations.limits)
     groups = _awaitable(Operations.groups)
     ping = _awaitable(Operations.ping)
+
     wake_keys = _awaitable(Operations.wake_keys)
 
     @overload

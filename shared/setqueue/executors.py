@@ -13,6 +13,7 @@ from redis import exceptions as rexc
 from redis.commands.core import Script as RedisScript
 
 from setqueue.client import OptionError, on_a_cluster
+from setqueue.script_cache import call_script
 from setqueue.steps import AskCluster, RunScript, Send, Snapshot, Step, Steps
 
 R = TypeVar("R")
@@ -39,7 +40,7 @@ class Executor:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._scripts: dict[str, RedisScript] = {}  # by source: EVALSHA, loaded on NOSCRIPT
+        self._scripts: dict[str, RedisScript] = {}  # by source: EVALSHA, loaded on NOSCRIPT (call_script)
 
     def run(self, steps: Steps[R]) -> R:
         """The result of the operation ``steps``, having sent each of its steps."""
@@ -53,7 +54,7 @@ class Executor:
                 script = self._scripts[step.source] = self.client.register_script(step.source)
             if step.wait is not None:
                 return step.wait.call(self.client, step.name, script, step.keys, step.args)
-            return script(keys=step.keys, args=step.args)
+            return call_script(self.client, script.sha, step.source, step.keys, step.args)
         if isinstance(step, Send):
             return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
         if isinstance(step, Snapshot):

@@ -19,8 +19,11 @@ from redis.exceptions import (
     ClusterDownError,
     NoScriptError,
     RedisClusterException,
+    ResponseError,
     TryAgainError,
 )
+
+from setqueue.script_cache import SCRIPT_LOAD_ATTEMPTS, is_noscript
 
 # On a Cluster, how often one confirmed call looks for the slot's master again before a ConnectionError.
 ROUTING_ATTEMPTS = 3
@@ -74,13 +77,15 @@ class ReplicaWait:
         raise AssertionError("unreachable")
 
     def _send(self, node: redis.Redis, name: str, script: RedisScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        for _ in range(2):
+        for _ in range(SCRIPT_LOAD_ATTEMPTS):
             pipe = node.pipeline(transaction=False)  # one connection: WAIT covers the script's writes
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             pipe.wait(self.replicas, self.timeout_ms)
             try:
                 reply, confirmed = pipe.execute()
-            except NoScriptError:  # a node that has not seen it yet (new, restarted, failed over)
+            except ResponseError as exc:  # NOSCRIPT: a node lost it or never saw it (restart, failover)
+                if not is_noscript(exc):
+                    raise
                 node.script_load(script.script)
                 continue
             if confirmed < self.replicas:

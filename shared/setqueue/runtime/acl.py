@@ -45,8 +45,10 @@ def setuser(user: str = "setqueue", password: str = "PASSWORD") -> str:
     return " ".join(["ACL", "SETUSER", user, *rule(password)])
 
 
-# A script's command refused: "... script: <sha>, on @user_script:<line>." (7.2 also names the command).
-_IN_SCRIPT = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
+# A script's command refused: "... script: <sha>, on @user_script:<line>." (7.2 also names the command);
+# Valkey 9: "ACL failure in script: ... the '<command>' command script: on @user_script:<line>.", no sha
+# (the call marks the error with it: setqueue.script_cache.name_script).
+_IN_SCRIPT = re.compile(r"script: (?:([0-9a-f]{40}), )?on @user_script:(\d+)")
 _COMMAND = re.compile(r"'([a-z|]+)' command")
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 _SCRIPT_NAMES = {hashlib.sha1(source.encode()).hexdigest(): name for name, source in SOURCES.items()}
@@ -71,7 +73,8 @@ def explain_refusal(error: Exception) -> str | None:  # noqa: PLR0911 (a return 
     ):
         return None
     found = _IN_SCRIPT.search(text)
-    name = _SCRIPT_NAMES.get(found[1]) if found else None
+    sha = (found[1] if found else None) or getattr(error, "script_sha", None)
+    name = _SCRIPT_NAMES.get(sha) if sha else None
     command = _COMMAND.search(text)
     called = command[1].upper() if command else None
     line = int(found[2]) if found else 0

@@ -33,6 +33,7 @@ from setqueue.jobs import Lease
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys
 from setqueue.queue import Queue
 from setqueue.runtime.settings import CommonSettings, SettingError
+from setqueue.script_cache import call_script
 from setqueue.scripts import text
 from setqueue.steps import Snapshot
 
@@ -66,11 +67,12 @@ class AuditRecorder:
         self._record_run = client.register_script(_RECORD_RUN)
 
     def created(self, prefix: str, count: int) -> None:
-        self._raise_created(keys=[self.keys.audit_created], args=[prefix, count])
+        call_script(self.redis, self._raise_created.sha, _RAISE_CREATED, [self.keys.audit_created], [prefix, count])
 
     def run(self, lease: Lease, *, succeeded: bool) -> None:
         runs = self.keys.audit_successes if succeeded else self.keys.audit_failures
-        self._record_run(keys=[self.keys.audit_run(lease.token, lease.id), runs], args=[lease.id, RUN_RECORD_TTL_MS])
+        keys = [self.keys.audit_run(lease.token, lease.id), runs]
+        call_script(self.redis, self._record_run.sha, _RECORD_RUN, keys, [lease.id, RUN_RECORD_TTL_MS])
 
     def lease_lost(self, ids: Sequence[str]) -> None:
         pipe = self.redis.pipeline(transaction=False)
