@@ -34,6 +34,7 @@ from setqueue.jobs import (
     UnknownJob,
 )
 from setqueue.keys import QueueKeys
+from setqueue.layout import LayoutVersionError
 from setqueue.lease import LeaseKeeper
 from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
@@ -50,6 +51,7 @@ __all__ = [
     "JobInfo",
     "JobQueue",
     "JobTimeout",
+    "LayoutVersionError",
     "Lease",
     "LeaseKeeper",
     "MoveTo",

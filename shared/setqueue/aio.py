@@ -44,6 +44,7 @@ from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
 from setqueue.keys import check_seconds, validate_job_id
+from setqueue.layout import LayoutCheck
 from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
@@ -304,7 +305,7 @@ class Queue(QueueFront):
         self.redis = client
         self._made_of(router, shards, queues)
         self.operations = Operations(router)
-        self.executor = AsyncExecutor(client)
+        self.executor = AsyncExecutor(client, LayoutCheck([core.name for core in router.cores]))
         self._ended: dict[QueueCore, EndedListener] = {}
         self._blocked: dict[str, asyncio.Task[Any]] = {}  # BLPOPs across Cluster slots still waiting
 
@@ -333,7 +334,10 @@ class Queue(QueueFront):
     set_group_limits = _awaitable(Operations.set_group_limits)
     limits = _awaitable(Operations.limits)
     groups = _awaitable(Operations.groups)
-    ping = _awaitable(Operations.ping)
+
+    async def ping(self, *, record: bool = False) -> bool:
+        """``Operations.ping``, checking the key-layout version and recording none (``setqueue.Queue.ping``)."""
+        return await self.executor.run(self.operations.ping(record=record), check_layout=False)
 
     wake_keys = _awaitable(Operations.wake_keys)
 

@@ -13,6 +13,7 @@ from redis import exceptions as rexc
 from redis.commands.core import Script as RedisScript
 
 from setqueue.client import OptionError, on_a_cluster
+from setqueue.layout import LayoutCheck
 from setqueue.script_cache import call_script
 from setqueue.steps import AskCluster, RunScript, Send, Snapshot, Step, Steps
 
@@ -38,13 +39,15 @@ def _drive(steps: Steps[R], do: Callable[[Step], Any]) -> R:
 class Executor:
     """Runs operations on one blocking client (``redis.Redis``, or ``ClusterAwareRedis``)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, layout: LayoutCheck | None = None) -> None:
         self.client = client
+        self.layout = layout  # the queue's layout version check, run before its first operation
         self._scripts: dict[str, RedisScript] = {}  # by source: EVALSHA, loaded on NOSCRIPT (call_script)
 
-    def run(self, steps: Steps[R]) -> R:
-        """The result of the operation ``steps``, having sent each of its steps."""
-        return _drive(steps, self.do)
+    def run(self, steps: Steps[R], *, check_layout: bool = True) -> R:
+        """The result of the operation ``steps``, having sent each of its steps (after the layout check,
+        until it has passed, unless ``check_layout`` is False: the operation checks it itself)."""
+        return _drive(steps if self.layout is None or not check_layout else self.layout.around(steps), self.do)
 
     def do(self, step: Step) -> Any:
         """Send one step; its reply."""
@@ -110,13 +113,15 @@ def script_sha(source: str) -> str:
 class AsyncExecutor:
     """Runs operations on one asyncio client; no thread, no blocking call."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, layout: LayoutCheck | None = None) -> None:
         self.client = client
+        self.layout = layout  # the queue's layout version check, run before its first operation
         self._shas: dict[str, str] = {}
 
-    async def run(self, steps: Steps[R]) -> R:
-        """The result of the operation ``steps``, having awaited each of its steps."""
-        return await _drive_async(steps, self.do)
+    async def run(self, steps: Steps[R], *, check_layout: bool = True) -> R:
+        """The result of the operation ``steps``, having awaited each of its steps (``Executor.run``)."""
+        checked = steps if self.layout is None or not check_layout else self.layout.around(steps)
+        return await _drive_async(checked, self.do)
 
     async def do(self, step: Step) -> Any:
         """Send one step; its reply."""

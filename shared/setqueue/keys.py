@@ -24,6 +24,13 @@ MAX_IDS_PER_CALL = 500
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
 # The most shards of one queue (setqueue.sharded).
 MAX_SHARDS = 1024
+# The version of this key layout (docs/reference.md#layout-versions). A queue records the one it was
+# written with in its ``layout`` key; a client of another version refuses the queue before it writes
+# anything (setqueue.layout). Bump it with any change an older client would misread: a key added that
+# it would not keep up, a key's type, or what a member, field, value or score holds.
+LAYOUT_VERSION = 1
+# The version of a queue written before queues recorded theirs: keys, but no ``layout`` key.
+UNRECORDED_LAYOUT_VERSION = 1
 
 
 # A job's rank, its score in todos, grouped and in_progress (lua/includes/rank.lua):
@@ -328,6 +335,13 @@ class QueueKeys:
         SCHEDULES registers its own at the cleaner's start; ``setqueue schedules add|remove`` and the API
         change them; every cleaner creates their runs and the command line lists them."""
         return self.prefix + "schedules"
+
+    @property
+    def layout(self) -> str:
+        """String: a whole number, the key-layout version (LAYOUT_VERSION) the queue was written with.
+        Written once (SET NX) by the first client that uses the queue, never changed; a client of another
+        version refuses the queue (LayoutVersionError) before it writes anything (setqueue.layout)."""
+        return self.prefix + "layout"
 
     @property
     def seq(self) -> str:

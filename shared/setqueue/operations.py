@@ -47,6 +47,7 @@ from setqueue.keys import (
     validate_job_id,
     validate_priority,
 )
+from setqueue.layout import check_layout
 from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.records import (
     chunks,
@@ -815,9 +816,12 @@ class Operations:
         return list(merged.values())[:most]
 
     def ping(self, *, record: bool = False) -> Steps[bool]:
-        """Redis answers for every core, and each queue was opened with the shard count Redis records for
-        it (else OptionError naming ``shards``). ``record``: write a sharded queue's count if none is."""
+        """Redis answers for every core, each was written with this client's key-layout version (else
+        LayoutVersionError; never recorded here: a queue's first other operation does), and each queue
+        was opened with the shard count Redis records for it (else OptionError naming ``shards``).
+        ``record``: write a sharded queue's count if none is."""
         answered = True
+        yield from check_layout([core.name for core in self.router.cores], record=False)
         for core in self.router.cores:
             answered = bool((yield Send(("PING",)))) and answered
             stored = yield Send(("GET", core.keys.shards))

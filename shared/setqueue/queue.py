@@ -28,6 +28,7 @@ from setqueue.client import (
 )
 from setqueue.executors import Executor
 from setqueue.keys import check_seconds, validate_job_id
+from setqueue.layout import LayoutCheck
 from setqueue.operations import Operations, QueueCore, QueueFront
 from setqueue.records import job_items
 from setqueue.routing import PlainRouter, Router
@@ -73,7 +74,7 @@ class Queue(QueueFront):
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
         self._made_of(router, shards, queues)
         self.operations = Operations(router, reporter=self.progress)
-        self.executor = Executor(self.redis)
+        self.executor = Executor(self.redis, LayoutCheck([core.name for core in router.cores]))
         self._ended: dict[QueueCore, EndedListener] = {}  # the subscriptions result() waits on
         self._waiter: ClusterWaiter | None = None  # made by a first wait across Cluster slots
 
@@ -107,7 +108,11 @@ class Queue(QueueFront):
     set_group_limits = _blocking(Operations.set_group_limits)
     limits = _blocking(Operations.limits)
     groups = _blocking(Operations.groups)
-    ping = _blocking(Operations.ping)
+
+    def ping(self, *, record: bool = False) -> bool:
+        """``Operations.ping``: it checks the key-layout version itself and records none (the queue's first
+        other operation does), so a command that refuses its input after a ping has written nothing."""
+        return self.executor.run(self.operations.ping(record=record), check_layout=False)
 
     @overload
     def send(self, task: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Sent[R]: ...
