@@ -16,6 +16,7 @@ import redis
 
 from setqueue.keys import QueueKeys
 from setqueue.scripts import text
+from tests.support.servers import server_binary, server_kind, url_query
 
 
 def need(what: str, reason: str) -> None:
@@ -35,9 +36,10 @@ def free_port() -> int:
 
 
 def redis_server_binary() -> str:
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    """The server the tests start: redis-server, or valkey-server (tests/support/servers.py chooses)."""
+    binary, missing = server_binary()
     if not binary:
-        need("redis-server", "not on PATH and REDIS_SERVER is not set (the test command installs it)")
+        need(f"{server_kind()} server", missing)
     return binary  # type: ignore[return-value]
 
 
@@ -56,7 +58,7 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0{url_query()}"
 
     def start(self) -> Self:
         command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir]

