@@ -15,11 +15,11 @@ The form::
   ``socket_connect_timeout``, ``health_check_interval``, ``ssl_check_hostname`` for the master's
   connections, as in a ``redis://`` URL. Percent-encode what a password holds of ``@:/,?&%``.
 
-Every connection to the master asks a sentinel where it is first (redis-py's
-``SentinelConnectionPool``): after a failover, a dropped connection reconnects to the promoted
-replica, and a demoted master's ``READONLY`` drops the connection. Each sentinel is asked with the
-connect timeout for both connecting and its reply, and never resent there: the call that needed the
-master is what resends (the client's retries)."""
+Every connect to the master, a reconnect inside a command's resends too, first asks a sentinel where
+it is (redis-py's ``SentinelConnectionPool`` with ``FollowingConnection``): after a failover a dropped
+connection reconnects to the promoted replica, and a demoted master's ``READONLY`` drops the
+connection. Each sentinel is asked with the connect timeout for both connecting and its reply, and
+never resent there: the call that needed the master is what resends (the client's retries)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.asyncio.sentinel
+import redis.connection
 import redis.sentinel
 from redis import exceptions as rexc
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -89,8 +91,6 @@ class SentinelUrl:
             merged["username"] = self.username
         if self.password:
             merged["password"] = self.password
-        if self.tls:
-            merged["ssl"] = True
         return merged
 
 
@@ -238,6 +238,44 @@ class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
         raise redis.asyncio.sentinel.MasterNotFoundError(_no_master(self.found, problems, known))
 
 
+class FollowingConnection(redis.sentinel.SentinelManagedConnection):
+    """A connection to the master that asks the sentinels where it is on *every* connect. redis-py's
+    asks only when the pool hands out a new connection: one dropped inside a command's resends (by a
+    demoted master's READONLY, or a dead one) reconnects to the address it had, until the resends run out."""
+
+    def _connect_retry(self) -> None:
+        if self._sock:
+            return
+        self.connect_check_health(check_health=self.connection_pool.check_connection, retry_socket_connect=False)
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+
+class FollowingSSLConnection(FollowingConnection, redis.connection.SSLConnection):
+    """``FollowingConnection`` over TLS."""
+
+
+class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """``FollowingConnection`` on asyncio."""
+
+    async def _connect_retry(self) -> None:
+        if self._reader:
+            return
+        await self.connect_check_health(check_health=self.connection_pool.check_connection, retry_socket_connect=False)
+
+    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if not self.is_connected and self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+
+class AsyncFollowingSSLConnection(AsyncFollowingConnection, redis.asyncio.connection.SSLConnection):
+    """``AsyncFollowingConnection`` over TLS."""
+
+
 def _tls_only(options: Mapping[str, Any]) -> dict[str, Any]:
     """The ``ssl_*`` options (``setqueue.client.tls_options``'s), for the sentinels as for the master."""
     return {name: value for name, value in options.items() if name.startswith("ssl_")}
@@ -250,7 +288,10 @@ def master_pool(url: str, **options: Any) -> redis.sentinel.SentinelConnectionPo
     found = parse_sentinel_url(url)
     timeout = float(found.options.get("socket_connect_timeout", options.get("socket_connect_timeout", 5)))
     sentinels = Sentinels(found, timeout, _tls_only(options))
-    return redis.sentinel.SentinelConnectionPool(found.master, sentinels, **found.master_options(options))  # type: ignore[no-untyped-call]
+    connection = FollowingSSLConnection if found.tls else FollowingConnection
+    return redis.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        found.master, sentinels, connection_class=connection, **found.master_options(options)
+    )
 
 
 class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
@@ -267,5 +308,10 @@ def async_master_pool(
     connect_timeout = float(found.options.get("socket_connect_timeout", options.get("socket_connect_timeout", 5)))
     sentinels = AsyncSentinels(found, connect_timeout, _tls_only(options))
     return _BlockingSentinelPool(  # type: ignore[no-untyped-call]
-        found.master, sentinels, max_connections=max_connections, timeout=timeout, **found.master_options(options)
+        found.master,
+        sentinels,
+        connection_class=AsyncFollowingSSLConnection if found.tls else AsyncFollowingConnection,
+        max_connections=max_connections,
+        timeout=timeout,
+        **found.master_options(options),
     )

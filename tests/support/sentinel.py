@@ -4,6 +4,7 @@ password, the sentinels another, so a URL must give both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -198,6 +200,29 @@ class SentinelSetup:
             v.get("state") == "online" for k, v in replication.items() if k.startswith("slave") and isinstance(v, dict)
         )
 
+    @contextlib.contextmanager
+    def replication_cut(self, master: int) -> Iterator[None]:
+        """Within, iptables drops what ``master`` sends its replica (sentinels and clients still reach
+        both): a failover in here promotes a replica that missed every write since. Needs root."""
+        iptables = shutil.which("iptables") or ""
+        if not iptables or os.geteuid() != 0:
+            need("iptables", "a replication cut drops packets with an iptables rule, as root")
+        with self.client(master) as client:
+            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+        assert links, f"{master} has no replica connected"
+        rules = [
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "--dport", str(p), "-j", "DROP"] for p in links
+        ]
+        added: list[list[str]] = []
+        try:
+            for rule in rules:
+                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
+                added.append(rule)
+            yield
+        finally:
+            for rule in added:
+                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
+
     def cleanup(self) -> None:
         for sentinel in self.sentinels:
             sentinel.cleanup()
@@ -229,13 +254,14 @@ def _service_settings(url: str, name: str, log: Path, wait_replicas: int) -> dic
 
 
 def failover_run(
-    tmp_path: Path, procs: list[Proc], *, wait_replicas: int, total: int = 600, rate: float = 150
+    tmp_path: Path, procs: list[Proc], *, wait_replicas: int, cut: bool = False, total: int = 600, rate: float = 150
 ) -> dict[str, Any]:
     """A cleaner, two workers and a creator (``total`` jobs at ``rate``/s) through a Sentinel URL;
-    the master SIGKILLed once a quarter is done, restarted (a replica again) once the sentinels name
-    the new master; then the queue drained. Returns what it cost: ``promoted_seconds`` (kill to the
-    sentinels naming the replica), ``followed_seconds`` (kill to the first ack on the new master),
-    ``lost`` (created, in no state), ``run_twice``, and the audit's findings."""
+    the master SIGKILLed once a quarter is done (with ``cut``: after 1.5 s of its replica cut off),
+    restarted (a replica again) once the sentinels name the new master; then the queue drained.
+    Returns what it cost: ``promoted_seconds`` (kill to the sentinels naming the replica),
+    ``followed_seconds`` (kill to the first ack on the new master), ``lost`` (created, in no state),
+    ``run_twice``, and the audit's findings."""
     prefix = "sleep-0.01"
     name = f"failover-{os.urandom(4).hex()}"
     log = tmp_path / f"exec-{name}.log"
@@ -266,10 +292,14 @@ def failover_run(
         with setup.client(old) as master:
             wait_until(lambda: int(master.scard(keys.done)) >= total // 4, 60, "a quarter of the jobs done")
             done_before = int(master.scard(keys.done))
-        setup.kill(old)
-        killed_at = time.monotonic()
-        new = setup.wait_failover(old)
-        promoted_seconds = time.monotonic() - killed_at
+        # The cut lasts until the failover: the dead master's kernel would resend what it had sent.
+        with setup.replication_cut(old) if cut else contextlib.nullcontext():
+            if cut:
+                time.sleep(1.5)  # writes go on that the replica never gets
+            setup.kill(old)
+            killed_at = time.monotonic()
+            new = setup.wait_failover(old)
+            promoted_seconds = time.monotonic() - killed_at
         setup.restart(old, replica_of=new)  # WAIT 1 needs a replica again
         with setup.client(new) as master:
             promoted_with = int(master.scard(keys.done))
@@ -300,6 +330,7 @@ def failover_run(
         alive = all(p.alive() for p in started if p is not creator)
         return {
             "wait_replicas": wait_replicas,
+            "cut": cut,
             "done_before_kill": done_before,
             "promoted_seconds": round(promoted_seconds, 2),
             "followed_seconds": round(followed_seconds, 2),
@@ -325,13 +356,15 @@ def failover_run(
 
 
 def main() -> None:
-    """``python -m tests.support.sentinel RUNS WAIT_REPLICAS``: the failover run that many times, a JSON
-    line of figures each (docs/guide.md#redis-sentinel quotes them)."""
-    runs, wait_replicas = int(sys.argv[1]), int(sys.argv[2])
+    """``python -m tests.support.sentinel RUNS WAIT_REPLICAS kill|cut [TOTAL RATE]``: the failover run
+    that many times, a JSON line of figures each (docs/guide.md#redis-sentinel quotes them)."""
+    runs, wait_replicas, cut = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "cut"
+    total, rate = (int(sys.argv[4]), float(sys.argv[5])) if len(sys.argv) > 5 else (600, 150.0)
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="setqueue-failover-") as folder:
             procs: list[Proc] = []
-            print(json.dumps(failover_run(Path(folder), procs, wait_replicas=wait_replicas)), flush=True)
+            figures = failover_run(Path(folder), procs, wait_replicas=wait_replicas, cut=cut, total=total, rate=rate)
+            print(json.dumps(figures), flush=True)
 
 
 if __name__ == "__main__":
