@@ -22,7 +22,8 @@ from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
 from tests.support import free_port
 from tests.support.console import ConsoleProc
 from tests.support.procs import Proc
-from tests.support.sentinel import MASTER_NAME, SentinelSetup, failover_run
+from tests.support.sentinel import MASTER_NAME, SentinelSetup, TlsSentinel, failover_run
+from tests.support.tls import TlsRedisServer, make_pki
 from tests.support.waits import wait_until
 
 
@@ -153,7 +154,9 @@ def test_the_cli_pushes_and_counts_through_the_sentinels(
     assert "error" not in capsys.readouterr().err
 
 
-def test_the_cli_says_a_bad_url_in_one_line_exit_2_and_no_sentinel_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_says_a_bad_url_in_one_line_exit_2_and_no_sentinel_exit_3(
+    sentinels: SentinelSetup, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli_main(["--redis-url", "redis+sentinel://h1,h2", "stats"], out=io.StringIO()) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("setqueue: invalid --redis-url / REDIS_URL: ") and "names no master" in line
@@ -161,6 +164,11 @@ def test_the_cli_says_a_bad_url_in_one_line_exit_2_and_no_sentinel_exit_3(capsys
     assert cli_main(["--redis-url", url, "stats"], out=io.StringIO()) == 3
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"setqueue: cannot reach Redis at {url}: no sentinel gave the master 'mymaster': ")
+    refused = sentinels.url().replace("sentinel_password=", "sentinel_password=wrong")
+    assert cli_main(["--redis-url", refused, "stats"], out=io.StringIO()) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert "refused the user or password: the sentinels refused sentinel_username/sentinel_password" in line
+    assert "wrong" not in line and "secret" not in line
 
 
 def test_the_console_reads_and_checks_redis_through_the_sentinels(
@@ -232,3 +240,32 @@ def test_the_services_follow_a_promotion_and_with_wait_replicas_lose_no_acknowle
     assert figures["audit_created"] == 300 and figures["never_run_but_done"] == 0, figures
     assert figures["run_twice_without_a_lost_lease"] == 0, figures
     assert figures["services_alive"] and figures["backed_off"], figures
+
+
+def test_rediss_sentinel_speaks_tls_to_the_sentinel_and_the_master(tmp_path: Path, queue_name: str) -> None:
+    """A TLS-only master and sentinel (certificates for localhost and 127.0.0.1, the address the
+    sentinel gives), checked against the CA in REDIS_TLS_CA_FILE's place, blocking and asyncio."""
+    pki = make_pki(tmp_path / "pki")
+    master = TlsRedisServer(pki).start()
+    sentinel = TlsSentinel(pki, master.port, tmp_path)
+    try:
+        url = f"rediss+sentinel://localhost:{sentinel.port}/{MASTER_NAME}/0"
+        queue = open_queue(url, queue_name, tls_ca_file=str(pki.ca))
+        try:
+            assert queue.enqueue(["over-tls", "async-over-tls"]) == 2
+            [lease] = queue.claim(1)
+            assert queue.ack(lease)
+        finally:
+            queue.close()
+
+        async def on_asyncio() -> None:
+            async with setqueue_aio.open_queue(url, queue_name, tls_ca_file=str(pki.ca)) as aqueue:
+                [lease] = await aqueue.claim(1)
+                assert lease.id == "async-over-tls" and await aqueue.ack(lease)
+
+        asyncio.run(on_asyncio())
+        with master.admin() as client:
+            assert client.scard(queue.keys.done) == 2
+    finally:
+        sentinel.stop()
+        master.cleanup()

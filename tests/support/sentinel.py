@@ -24,6 +24,7 @@ from setqueue.runtime.audit import Auditor
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.redis_server import RedisServer, free_port, need
+from tests.support.tls import Pki
 from tests.support.waits import wait_until
 
 MASTER_NAME = "setqueue-master"
@@ -234,6 +235,46 @@ class SentinelSetup:
 
     def __exit__(self, *exc_info: object) -> None:
         self.cleanup()
+
+
+class TlsSentinel:
+    """One redis-sentinel speaking only TLS (the certificates of ``pki``), to its clients and to the
+    TLS-only master on ``master_port`` it monitors (quorum 1)."""
+
+    def __init__(self, pki: Pki, master_port: int, folder: Path) -> None:
+        self.port = free_port()
+        config = folder / f"sentinel-tls-{self.port}.conf"
+        tls = [f"tls-cert-file {pki.server_cert}", f"tls-key-file {pki.server_key}", f"tls-ca-cert-file {pki.ca}"]
+        config.write_text(
+            "\n".join(
+                [
+                    *("port 0", f"tls-port {self.port}", "bind 127.0.0.1", "protected-mode no", f"dir {folder}"),
+                    *(*tls, "tls-auth-clients no", "tls-replication yes", "loglevel warning"),
+                    f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 1",
+                    "",
+                ]
+            )
+        )
+        self.process = subprocess.Popen(
+            [redis_sentinel_binary(), str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis(port=self.port, ssl=True, ssl_ca_certs=str(pki.ca), socket_connect_timeout=0.5)
+
+        def answers() -> bool:
+            try:
+                return bool(client.sentinel_master(MASTER_NAME))
+            except redis.RedisError:
+                return False
+
+        try:
+            wait_until(answers, 10, "the TLS sentinel to name its master")
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
 
 
 def _service_settings(url: str, name: str, log: Path, wait_replicas: int) -> dict[str, Any]:
