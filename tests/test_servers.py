@@ -14,7 +14,7 @@ import redis
 from setqueue import open_queue
 from setqueue.runtime.cli import main as cli_main
 from tests.support import REPO_ROOT
-from tests.support.servers import SUITES, server_kind
+from tests.support.servers import ONCE_ONLY, SUITES, server_kind
 
 REFERENCE = REPO_ROOT / "docs" / "reference.md"
 
@@ -51,6 +51,9 @@ def test_the_suites_name_test_files_that_exist_and_need_no_docker_or_browser() -
             text = (REPO_ROOT / path).read_text()
             assert not re.search(r"mark\.(compose|browser)\b", text), path
     assert "tests/test_servers.py" in SUITES["core"]
+    for test in ONCE_ONLY:
+        path, name = test.split("::")
+        assert f"def {name}(" in (REPO_ROOT / path).read_text(), test
 
 
 def test_the_tested_servers_table_says_what_the_test_command_runs() -> None:

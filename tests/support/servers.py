@@ -7,8 +7,9 @@ suites that run on every server of the matrix (docs/reference.md#tested-servers)
   library, the services and the CLI all speak that RESP version; unset, redis-py's default (RESP3 from
   redis-py 8, RESP2 before).
 
-``python -m tests.support.servers core|services|cli|matrix`` prints a suite's files, one a line
-(scripts/test runs the extra servers' pytest with them)."""
+``main(["core"|"services"|"cli"|"matrix"])`` prints a suite's pytest arguments, one a line: its files,
+then a ``--deselect`` for each of ONCE_ONLY in them (scripts/test runs the extra servers' pytest with
+them)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ SUITES: dict[str, tuple[str, ...]] = {
     "matrix": CORE + SERVICES + CLI,  # what runs on every server of the matrix
 }
 
+# Tests of those files that run on the first server only: what they load is setqueue's, not the server's.
+ONCE_ONLY: tuple[str, ...] = (
+    # A million jobs paged by the console: a load test of its paging, minutes long on any server.
+    "tests/test_console.py::test_a_queue_of_a_million_jobs_pages_from_redis_ranges",
+)
+
 SERVERS = ("redis", "valkey")
 
 
@@ -98,9 +105,17 @@ def url_query() -> str:
     return f"?protocol={protocol}"
 
 
-if __name__ == "__main__":
-    names = sys.argv[1:] or ["matrix"]
-    for name in names:
+def main(names: list[str]) -> None:
+    """Print the pytest arguments of the suites ``names`` (all of the matrix when none), one a line."""
+    for name in names or ["matrix"]:
         if name not in SUITES:
             sys.exit(f"servers: no suite {name!r}; the suites are {', '.join(SUITES)}")
-        print("\n".join(SUITES[name]))
+        files = SUITES[name]
+        print("\n".join(files))
+        for test in ONCE_ONLY:
+            if test.split("::")[0] in files:
+                print(f"--deselect={test}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
