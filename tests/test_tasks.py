@@ -19,7 +19,7 @@ import redis
 import setqueue
 import setqueue.aio
 from setqueue import JobFailed, Tasks
-from setqueue.jobs import ENVELOPE_VERSION
+from setqueue.jobs import ENVELOPE_VERSION, PermanentJobError, TaskCall, read_envelope
 from setqueue.runtime.cli import main as cli_main
 from setqueue.tasks import new_job_id
 from tests.support import REPO_ROOT
@@ -328,3 +328,32 @@ def test_a_type_error_inside_a_task_is_retried_a_misfit_call_is_not(
     assert (log.starts()[inside.id], log.starts()[misfit.id]) == (2, 0)
     assert "does not fit" in str(q.inspect(misfit.id).error)  # type: ignore[union-attr]
     q.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "read"),
+    [
+        (None, None),
+        ("", None),
+        ("plain text", None),
+        ("[1, 2]", None),
+        (' {"task": "x"}', None),  # a task call's payload starts with its object
+        ('{"a": 1}', None),  # no task key
+        ('{"task": "x", "extra": 1}', None),  # a key the envelope does not have
+        ('{"task": "x"', None),  # broken JSON
+        ('{"task": "x"} more', None),  # something after the object
+        ('{"task": "x"} \n', TaskCall("x", [], {})),  # white space after it is JSON's
+        ('{"task":"x","args":[1,{"a":[2]}],"kwargs":{"k":null},"v":1}', TaskCall("x", [1, {"a": [2]}], {"k": None})),
+    ],
+)
+def test_the_envelope_reader_takes_exactly_the_documented_objects(payload: str | None, read: TaskCall | None) -> None:
+    assert read_envelope(payload) == read
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ['{"task": "x", "v": 2}', '{"task": 1}', '{"task": "x", "args": {}}', '{"task": "x", "kwargs": []}'],
+)
+def test_a_malformed_task_call_fails_for_good(payload: str) -> None:
+    with pytest.raises(PermanentJobError):
+        read_envelope(payload)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from setqueue.jobs import ENVELOPE_VERSION, Lease, PermanentJobError, read_envelope
+from setqueue.jobs import ENVELOPE_VERSION, Lease, PermanentJobError, envelope_parts
 from setqueue.keys import check_seconds, validate_group, validate_job_id, validate_priority
 
 P = ParamSpec("P")
@@ -328,12 +328,12 @@ class Tasks:
         """Run the job's task (a coroutine for an ``async def`` one, which the worker awaits). An unknown
         task, a call its function does not accept, or a payload that is no task call without a default
         handler raises PermanentJobError: the job fails at once, with the reason."""
-        call = read_envelope(lease.payload)
+        call = envelope_parts(lease.payload)
         if call is None:
             if self.default is None:
                 raise PermanentJobError(f"job {lease.id!r} is not a task call, and this worker has no default handler")
             return self.default(lease)
-        name, args, kwargs = call.name, call.args, call.kwargs
+        name, args, kwargs = call
         task = self._tasks.get(name)
         if task is None:
             known = ", ".join(self.names) or "none"
@@ -344,7 +344,7 @@ class Tasks:
             return _run_async(task, lease, args, kwargs)
         token = _current_lease.set(lease)
         try:
-            return task(*args, **kwargs)
+            return task.func(*args, **kwargs)  # type: ignore[misc] # a declared task has its function
         except TypeError:  # the call's arguments, or the function's own code? Checked only now: rare
             _refuse_a_misfit(task, args, kwargs)
             raise
