@@ -9,6 +9,7 @@ No Docker: real redis-server, worker, cleaner and creator processes on this host
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -19,13 +20,17 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from setqueue import Queue
+from setqueue import Queue, open_queue
+from setqueue.sharded import shard_names
 from tests.support import RedisServer
+from tests.support.cluster import RedisClusterNodes
 from tests.support.faultproxy import FaultProxy
+from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.redis_server import REPO_ROOT
 from tests.support.waits import wait_until
@@ -82,15 +87,36 @@ class Latency:
 
 
 @dataclass
+class ClusterCut:
+    """One Cluster master cut off from every client (its replica's link kept, so no failover)."""
+
+    jobs: int
+    cut_seconds: float
+    before_per_shard: float  # jobs/s of each other shard before the cut
+    during_per_shard: float  # and during it
+    resumed_seconds: float  # heal -> the cut shard's first job done
+    done: int
+    failed: int
+    reruns: int
+    unexplained_reruns: int
+
+    @property
+    def passed(self) -> bool:
+        return self.done + self.failed == self.jobs and self.failed == 0 and self.unexplained_reruns == 0
+
+
+@dataclass
 class NetworkRun:
     started: str
     rounds: int
     outcomes: list[list[Outcome]] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)
+    cluster: ClusterCut | None = None
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for round_ in self.outcomes for o in round_)
+        scenarios = all(o.passed for round_ in self.outcomes for o in round_)
+        return scenarios and (self.cluster is None or self.cluster.passed)
 
 
 def run_scenarios(rounds: int, out: Path, say: Any) -> list[list[Outcome]]:
@@ -160,6 +186,91 @@ def measure_latency(round_trip: float, jobs: int, out: Path) -> Latency:
     )
 
 
+@contextlib.contextmanager
+def cut_off(cluster: RedisClusterNodes, master: int) -> Iterator[None]:
+    """Within, iptables drops every packet to and from ``master``'s client port but its replica's
+    link: clients time out, the cluster bus and replication go on (no failover). Needs root."""
+    with cluster.client(master) as client:
+        links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+    rules = []
+    for link in links:
+        rules.append(
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--dport", str(master), "!", "--sport", str(link), "-j", "DROP"]
+        )
+        rules.append(
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "!", "--dport", str(link), "-j", "DROP"]
+        )
+    added: list[list[str]] = []
+    try:
+        for rule in rules:
+            subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True)
+            added.append(rule)
+        yield
+    finally:
+        for rule in added:
+            subprocess.run(["iptables", "-D", *rule], check=False, capture_output=True)
+
+
+def cluster_partition(jobs: int, cut_seconds: float, out: Path) -> ClusterCut:
+    """A 3-shard queue on a 3-master Cluster drained by 2 workers and a cleaner (lease 2 s, timeouts
+    0.5 s); one shard's master is cut off from them for ``cut_seconds``."""
+    cluster = RedisClusterNodes().start()
+    procs: list[Proc] = []
+    log_path = out / "cluster-exec.log"
+    log_path.unlink(missing_ok=True)
+    try:
+        cluster.wait_ready()
+        name = cluster.evenly_sharded_name("cut", 3)
+        masters = cluster.shard_masters(name, 3)
+        shards = shard_names(name, 3)
+        direct = {shard: Queue(cluster.client(master), shard) for shard, master in zip(shards, masters, strict=True)}
+        queue = open_queue(cluster.url(), name, shards=3)
+        queue.enqueue([f"sleep-0.01-{n}" for n in range(jobs)])
+        env = {
+            "REDIS_URL": cluster.url(masters[1]), "QUEUE_NAME": name, "QUEUE_SHARDS": 3, "LEASE_SECONDS": 2,
+            "REDIS_TIMEOUT_SECONDS": 0.5, "JOB_HANDLER": "tests.support.jobs:handle", "EXEC_LOG": str(log_path),
+            "WORKER_HEARTBEAT_SECONDS": 0,
+        }  # fmt: skip
+        procs.append(Proc.start("cleaner", out, name="cluster-cleaner", SWEEP_INTERVAL=0.5, **env))
+        for n in range(2):
+            procs.append(Proc.start("worker", out, name=f"cluster-worker-{n}", CONCURRENCY=4, **env))
+
+        def others() -> int:
+            return sum(q.stats()["done"] for shard, q in direct.items() if shard != shards[0])
+
+        wait_until(lambda: others() >= jobs // 20, 120, "the other shards flowing", 0.05)
+        started, begin = time.monotonic(), others()
+        wait_until(lambda: others() >= begin + jobs // 10, 120, "a tenth more done", 0.05)
+        before = (others() - begin) / (time.monotonic() - started) / 2
+        with cut_off(cluster, masters[0]):
+            start, at = others(), time.monotonic()
+            time.sleep(cut_seconds)  # the fault's length is the scenario, not a wait for a condition
+            during = (others() - start) / (time.monotonic() - at) / 2
+        healed = time.monotonic()
+        cut_shard = direct[shards[0]]
+        base = cut_shard.stats()["done"]
+        wait_until(lambda: cut_shard.stats()["done"] > base, 120, "the cut shard resuming", 0.02)
+        resumed = time.monotonic() - healed
+        wait_until(lambda: queue.stats()["todos"] + queue.stats()["in_progress"] == 0, 300, "drained", 0.2)
+        stats = queue.stats()
+        starts = ExecutionLog(log_path).starts()
+        reruns = {job_id: n for job_id, n in starts.items() if n > 1}
+        unexplained = [
+            job_id
+            for job_id, n in reruns.items()
+            if n > 1 + sum(1 for entry in queue.history(job_id) if entry.kind == "lease lost")
+        ]
+        queue.close()
+        return ClusterCut(
+            jobs, cut_seconds, round(before, 1), round(during, 1), round(resumed, 2), stats["done"], stats["failed"],
+            sum(n - 1 for n in reruns.values()), len(unexplained),
+        )  # fmt: skip
+    finally:
+        for proc in procs:
+            proc.stop()
+        cluster.cleanup()
+
+
 def markdown(run: NetworkRun) -> str:
     lines = [
         SECTION,
@@ -207,6 +318,19 @@ def markdown(run: NetworkRun) -> str:
             f"| {lat.round_trip_ms:g} ms | {lat.jobs_per_second:,.0f} | {lat.claim_ms:g} ms | {lat.renew_ms:g} ms |"
             f" {lat.lease_floor_seconds:g} s |"
         )
+    if (cut := run.cluster) is not None:
+        lines += [
+            "",
+            f"**A Cluster node cut off** (iptables, its replica's link kept: no failover): a 3-shard queue on 3"
+            f" masters, {cut.jobs:,} jobs of 10 ms, 2 workers and a cleaner (lease 2 s, `REDIS_TIMEOUT_SECONDS`"
+            f" 0.5 s); one shard's master cut off from them for {cut.cut_seconds:g} s. Each other shard:"
+            f" {cut.before_per_shard:g} jobs/s before, {cut.during_per_shard:g} jobs/s during the cut; the cut"
+            f" shard's jobs resumed {cut.resumed_seconds:g} s after the heal; {cut.done:,} done, {cut.failed} failed,"
+            f" 0 lost; {cut.reruns} re-runs, {cut.unexplained_reruns} without a lost lease to explain them."
+            " Claims pass over the cut shard and renewals and acks reach the other shards, but a worker acks"
+            " a batch of jobs from every shard as one call, retried until the cut shard answers: the other"
+            " shards' jobs finish, their acks wait for the heal (see the guide).",
+        ]
     lines += [
         "",
         "The rule ([guide](guide.md#network)): `LEASE_SECONDS >= 3 x (REDIS_TIMEOUT_SECONDS + 1 s + round trip)`;"
@@ -237,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/chaos --network", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="times the scenarios run (default 3)")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs drained at 5 ms (a fifth of them at 50 ms)")
+    parser.add_argument("--cluster-jobs", type=int, default=6000, help="jobs of the Cluster partition (0: skip it)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "chaos", help="where the raw results go")
     parser.add_argument("--summary", type=Path, default=REPO_ROOT / "docs" / "chaos.md", help="the summary")
     args = parser.parse_args(argv)
@@ -255,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
             latency = measure_latency(round_trip, jobs, Path(logs))
             say(f"{latency.round_trip_ms:g} ms: {latency.jobs_per_second:g} jobs/s, renewal {latency.renew_ms:g} ms")
             run.latency.append(latency)
+        if args.cluster_jobs:
+            run.cluster = cluster_partition(args.cluster_jobs, 6.0, Path(logs))
+            say(f"cluster cut: {run.cluster}")
     stem = now.strftime("%Y-%m-%d-%H%M")
     (args.out / f"network-{stem}.json").write_text(json.dumps(asdict(run), indent=2) + "\n", encoding="utf-8")
     section = markdown(run)

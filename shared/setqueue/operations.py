@@ -19,7 +19,7 @@ from typing import Any, Self
 
 import redis
 
-from setqueue.client import OptionError
+from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError
 from setqueue.jobs import (
     AckResult,
     FailOutcome,
@@ -71,6 +71,12 @@ log = logging.getLogger("setqueue.queue")
 
 # The sweep stamp's TTL (sweep.lua sets it): seconds_since_sweep counts down from it.
 SWEPT_STAMP_MS = 86_400_000
+
+# How long claims pass over a core (shard) whose Redis failed a claim with a transient error: with
+# one Cluster node cut off, each claim would otherwise wait out the client's timeouts on it before
+# serving the others. A claim that applied but whose reply was lost leaves leases nobody holds: they
+# run out, and the sweep hands the jobs on (a lost lease in their history).
+UNREACHABLE_SKIP_SECONDS = 5.0
 
 # renew.lua's answer per lease.
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
@@ -170,6 +176,9 @@ class Operations:
         self.reporter = reporter
         self.first = router.cores[0]  # whose options a queue of several cores reports as its own
         self._on_a_cluster: bool | None = None
+        # Cores (shards, queues) whose Redis failed a claim with a transient error -> until when
+        # (monotonic) claims pass them over: see UNREACHABLE_SKIP_SECONDS.
+        self._unreachable: dict[QueueCore, float] = {}
 
     def on_a_cluster(self) -> Steps[bool]:
         """Whether the client runs on a Redis Cluster (asked once)."""
@@ -305,10 +314,25 @@ class Operations:
         if count < 1:
             raise ValueError("count must be at least 1")
         leases: list[Lease] = []
-        for core, part in self.router.claim_order(request_id):
-            leases += yield from self._claim_core(core, count - len(leases), part)
+        order = list(self.router.claim_order(request_id))
+        now = time.monotonic()
+        reachable = [(core, part) for core, part in order if self._unreachable.get(core, 0.0) <= now] or order
+        failed: Exception | None = None
+        for core, part in reachable:
+            try:
+                leases += yield from self._claim_core(core, count - len(leases), part)
+            except TRANSIENT_REDIS_ERRORS as exc:
+                if len(order) == 1:
+                    raise
+                # One unreachable core (a cut Cluster node) must not hold up the others.
+                self._unreachable[core] = time.monotonic() + UNREACHABLE_SKIP_SECONDS
+                failed = exc
+                continue
+            self._unreachable.pop(core, None)
             if len(leases) == count:
                 break
+        if failed is not None and not leases:
+            raise failed
         return leases
 
     def _claim_core(self, core: QueueCore, count: int, request_id: str | None) -> Steps[list[Lease]]:
@@ -385,11 +409,17 @@ class Operations:
     def renew_outcomes(self, leases: Sequence[Lease]) -> Steps[list[RenewOutcome]]:
         """As ``renew_many``, telling a lost lease (LOST) from a cancelled job (CANCELLED)."""
         outcomes: list[RenewOutcome] = [RenewOutcome.LOST] * len(leases)
+        failed: Exception | None = None
         for core, positions in self._by_core(leases).items():
-            for chunk in chunks(positions):
-                replies = yield from core.commands.renew([leases[n] for n in chunk], lease_ms=core.lease_ms)
-                for n, reply in zip(chunk, replies, strict=True):
-                    outcomes[n] = _RENEWALS[reply]
+            try:
+                for chunk in chunks(positions):
+                    replies = yield from core.commands.renew([leases[n] for n in chunk], lease_ms=core.lease_ms)
+                    for n, reply in zip(chunk, replies, strict=True):
+                        outcomes[n] = _RENEWALS[reply]
+            except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' leases are renewed all the same
+                failed = failed or exc
+        if failed is not None:
+            raise failed
         return outcomes
 
     def ack(self, lease: Lease, result: Any = None) -> Steps[bool]:
@@ -415,31 +445,37 @@ class Operations:
                 for n in positions:
                     encoded[n] = encode_result(given[n], core.result_max_bytes)
         out: list[AckResult] = [AckResult(False, None)] * len(leases)
+        failed: Exception | None = None
         for core, positions in by_core.items():
-            core_request = self.router.part(request_id, core)
-            for number, chunk in enumerate(chunks(positions)):
-                now, acked, dropped = yield from core.commands.ack(
-                    [leases[n] for n in chunk],
-                    [encoded[n] for n in chunk],
-                    request_ttl_ms=core.request_ttl_ms,
-                    done_max_count=core.done_max_count,
-                    payload_keep_bytes=core.payload_keep_bytes,
-                    result_ttl_ms=round(core.result_ttl_seconds * 1000),
-                    wake_cap=core.wake_cap,
-                    request_id=numbered(core_request, number),
-                )
-                if dropped:
-                    lost = sum(1 for n, ok in zip(chunk, acked, strict=True) if ok and encoded[n])
-                    log.warning(
-                        "queue %s: Redis is full (out of memory): %d jobs done without keeping what their "
-                        "handlers returned (result() says it is gone)",
-                        core.name,
-                        lost,
+            try:
+                core_request = self.router.part(request_id, core)
+                for number, chunk in enumerate(chunks(positions)):
+                    now, acked, dropped = yield from core.commands.ack(
+                        [leases[n] for n in chunk],
+                        [encoded[n] for n in chunk],
+                        request_ttl_ms=core.request_ttl_ms,
+                        done_max_count=core.done_max_count,
+                        payload_keep_bytes=core.payload_keep_bytes,
+                        result_ttl_ms=round(core.result_ttl_seconds * 1000),
+                        wake_cap=core.wake_cap,
+                        request_id=numbered(core_request, number),
                     )
-                for n, ok in zip(chunk, acked, strict=True):
-                    enqueued_at = leases[n].enqueued_at
-                    waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
-                    out[n] = AckResult(ok, waited)
+                    if dropped:
+                        lost = sum(1 for n, ok in zip(chunk, acked, strict=True) if ok and encoded[n])
+                        log.warning(
+                            "queue %s: Redis is full (out of memory): %d jobs done without keeping what their "
+                            "handlers returned (result() says it is gone)",
+                            core.name,
+                            lost,
+                        )
+                    for n, ok in zip(chunk, acked, strict=True):
+                        enqueued_at = leases[n].enqueued_at
+                        waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
+                        out[n] = AckResult(ok, waited)
+            except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' jobs are acked all the same
+                failed = failed or exc
+        if failed is not None:
+            raise failed  # resent with the same request_id, the acked parts answer as before
         return out
 
     def fail(
