@@ -24,6 +24,7 @@ from setqueue.runtime.audit import Auditor
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.redis_server import RedisServer, free_port, need
+from tests.support.servers import url_query
 from tests.support.tls import Pki
 from tests.support.waits import wait_until
 
@@ -132,7 +133,8 @@ class SentinelSetup:
 
     def url(self, db: int = 0, scheme: str = "redis+sentinel") -> str:
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"{scheme}://:{PASSWORD}@{hosts}/{MASTER_NAME}/{db}?sentinel_password={SENTINEL_PASSWORD}"
+        protocol = url_query().replace("?", "&")  # SETQUEUE_TEST_PROTOCOL's, as every test server's URL
+        return f"{scheme}://:{PASSWORD}@{hosts}/{MASTER_NAME}/{db}?sentinel_password={SENTINEL_PASSWORD}{protocol}"
 
     def node(self, port: int) -> RedisServer:
         return next(node for node in self.nodes if node.port == port)
