@@ -17,4 +17,4 @@ def noop() -> None:
     run_job(current_lease().id)
 
 
-ENVELOPE = envelope(NAME, (), {})  # {"task":"bench.noop","args":[],"kwargs":{},"v":1}
+ENVELOPE = envelope(NAME, (), {})  # {"task":"bench.noop","v":1}

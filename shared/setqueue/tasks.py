@@ -197,8 +197,14 @@ class Task(Generic[P, R]):
 
 def envelope(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """The payload of a call of task ``name``; TypeError naming the task and the argument that JSON
-    cannot carry (NaN and infinities included), checked before anything is sent."""
-    call = {"task": name, "args": list(args), "kwargs": dict(kwargs), "v": ENVELOPE_VERSION}
+    cannot carry (NaN and infinities included), checked before anything is sent. Empty ``args`` and
+    ``kwargs`` are left out, as the envelope allows: a shorter payload to keep and to read on every run."""
+    call: dict[str, Any] = {"task": name}
+    if args:
+        call["args"] = list(args)
+    if kwargs:
+        call["kwargs"] = dict(kwargs)
+    call["v"] = ENVELOPE_VERSION
     try:
         return json.dumps(call, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # which argument? (only now: one dump a call otherwise)
