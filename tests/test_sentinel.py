@@ -64,6 +64,7 @@ def test_a_sentinel_url_names_the_master_its_sentinels_and_each_password() -> No
         ("redis+sentinel://h1/m/0/1", "at most /DB, a number"),
         ("redis+sentinel://h1/m?master=x", "unknown option 'master'"),
         ("redis+sentinel://h1/m?protocol=many", "option protocol='many' is not valid"),
+        ("redis+sentinel://h1/m?ssl_check_hostname=false", "is for a rediss+sentinel:// URL"),
     ],
 )
 def test_a_bad_sentinel_url_is_one_line_naming_redis_url(url: str, said: str) -> None:

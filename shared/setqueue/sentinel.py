@@ -23,7 +23,7 @@ never resent there: the call that needed the master is what resends (the client'
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -124,6 +124,8 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
             known = ", ".join(MASTER_URL_OPTIONS + SENTINEL_URL_OPTIONS)
             raise bad(f"unknown option {name!r} (known: {known})")
         given[name] = values[-1]
+        if name.startswith("ssl_") and parts.scheme.lower() != "rediss+sentinel":
+            raise bad(f"option {name} is for a rediss+sentinel:// URL (TLS)")
         if name in MASTER_URL_OPTIONS:
             try:
                 options[name] = URL_QUERY_ARGUMENT_PARSERS[name](values[-1])  # type: ignore[operator]
@@ -156,23 +158,42 @@ def _sentinel_address(text: str, bad: Any) -> tuple[str, int]:
     return address.hostname, port or DEFAULT_SENTINEL_PORT
 
 
-def _no_master(found: SentinelUrl, problems: Sequence[str], known: set[str]) -> str:
-    """One line: why no sentinel gave the master's address."""
-    if problems:
-        said = "; ".join(problems)
-    elif known:
-        said = f"none knows a master named {found.master!r} (they know {', '.join(sorted(known))})"
-    else:
-        said = f"none has a master {found.master!r} up (failing over, or none monitored)"
-    return f"no sentinel gave the master {found.master!r}: {said}"
+class _Round:
+    """One round of asking each sentinel for the master (both clients' ``discover_master``): what
+    failed, and the one line that says why no master was found."""
 
+    def __init__(self, found: SentinelUrl) -> None:
+        self.found = found
+        self.problems: list[str] = []
+        self.errors: list[BaseException] = []
+        self.known: set[str] = set()  # the master names the answering sentinels monitor
 
-def _refused_every(problems: Sequence[BaseException], count: int) -> rexc.AuthenticationError | None:
-    """Every sentinel refused the user or password: no resend helps (a final error)."""
-    refused = [p for p in problems if isinstance(p, rexc.AuthenticationError)]
-    if refused and len(refused) == count:
-        return rexc.AuthenticationError(f"the sentinels refused sentinel_username/sentinel_password: {refused[0]}")
-    return None
+    def failed(self, sentinel: Any, error: BaseException) -> None:
+        where = sentinel.connection_pool.connection_kwargs
+        self.problems.append(f"{where.get('host')}:{where.get('port')}: {error}")
+        self.errors.append(error)
+
+    def master(self, masters: dict[str, Any], healthy: Any) -> tuple[str, int] | None:
+        """The master's (host, port) in one sentinel's SENTINEL MASTERS reply if it is up there, else None."""
+        self.known.update(masters)
+        state = masters.get(self.found.master)
+        if state and healthy(state, self.found.master):
+            return str(state["ip"]), int(state["port"])
+        return None
+
+    def error(self, count: int, not_found: type[Exception]) -> Exception:
+        """AuthenticationError when all ``count`` sentinels refused the password (final), else
+        ``not_found`` (a ConnectionError: transient) saying why."""
+        refused = [e for e in self.errors if isinstance(e, rexc.AuthenticationError)]
+        if refused and len(refused) == count:
+            return rexc.AuthenticationError(f"the sentinels refused sentinel_username/sentinel_password: {refused[0]}")
+        if self.problems:
+            said = "; ".join(self.problems)
+        elif self.known:
+            said = f"none knows a master named {self.found.master!r} (they know {', '.join(sorted(self.known))})"
+        else:
+            said = f"none has a master {self.found.master!r} up (failing over, or none monitored)"
+        return not_found(f"no sentinel gave the master {self.found.master!r}: {said}")
 
 
 class Sentinels(redis.sentinel.Sentinel):
@@ -185,26 +206,20 @@ class Sentinels(redis.sentinel.Sentinel):
         self.found = found
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        problems: list[str] = []
-        errors: list[BaseException] = []
-        known: set[str] = set()
+        """The (host, port) of the URL's master (``service_name`` is that name) from the first sentinel
+        that names it up; that sentinel is asked first next time."""
+        round_ = _Round(self.found)
         for index, sentinel in enumerate(self.sentinels):
             try:
                 masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[assignment]
             except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError) as exc:
-                where = sentinel.connection_pool.connection_kwargs
-                problems.append(f"{where.get('host')}:{where.get('port')}: {exc}")
-                errors.append(exc)
+                round_.failed(sentinel, exc)
                 continue
-            known.update(masters)
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
-                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]  # ask it first next time
-                return str(state["ip"]), int(state["port"])
-        refused = _refused_every(errors, len(self.sentinels))
-        if refused is not None:
-            raise refused
-        raise redis.sentinel.MasterNotFoundError(_no_master(self.found, problems, known))
+            address = round_.master(masters, self.check_master_state)
+            if address is not None:
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
+                return address
+        raise round_.error(len(self.sentinels), redis.sentinel.MasterNotFoundError)
 
 
 class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
@@ -216,26 +231,19 @@ class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
         self.found = found
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
-        problems: list[str] = []
-        errors: list[BaseException] = []
-        known: set[str] = set()
+        """As ``Sentinels.discover_master``."""
+        round_ = _Round(self.found)
         for index, sentinel in enumerate(self.sentinels):
             try:
                 masters: dict[str, Any] = await sentinel.sentinel_masters()  # type: ignore[assignment]
             except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError) as exc:
-                where = sentinel.connection_pool.connection_kwargs
-                problems.append(f"{where.get('host')}:{where.get('port')}: {exc}")
-                errors.append(exc)
+                round_.failed(sentinel, exc)
                 continue
-            known.update(masters)
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
+            address = round_.master(masters, self.check_master_state)
+            if address is not None:
                 self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
-                return str(state["ip"]), int(state["port"])
-        refused = _refused_every(errors, len(self.sentinels))
-        if refused is not None:
-            raise refused
-        raise redis.asyncio.sentinel.MasterNotFoundError(_no_master(self.found, problems, known))
+                return address
+        raise round_.error(len(self.sentinels), redis.asyncio.sentinel.MasterNotFoundError)
 
 
 class FollowingConnection(redis.sentinel.SentinelManagedConnection):
