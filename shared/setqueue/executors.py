@@ -14,6 +14,7 @@ from redis.commands.core import Script as RedisScript
 
 from setqueue.client import OptionError, on_a_cluster
 from setqueue.layout import LayoutCheck
+from setqueue.replication import confirmed_call
 from setqueue.script_cache import call_script
 from setqueue.steps import AskCluster, RunScript, Send, Snapshot, Step, Steps
 
@@ -56,7 +57,7 @@ class Executor:
             if script is None:
                 script = self._scripts[step.source] = self.client.register_script(step.source)
             if step.wait is not None:
-                return step.wait.call(self.client, step.name, script, step.keys, step.args)
+                return confirmed_call(self.client, step, script)
             return call_script(self.client, script.sha, step.source, step.keys, step.args)
         if isinstance(step, Send):
             return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]

@@ -23,8 +23,7 @@ import redis
 
 from setqueue.keys import STATES, QueueKeys
 from setqueue.limits import LIMIT_STATS
-from setqueue.replication import ReplicaWait
-from setqueue.steps import RunScript, Steps, text
+from setqueue.steps import ReplicaWait, RunScript, Steps, text
 
 NAMES = (
     "enqueue",

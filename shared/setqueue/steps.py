@@ -24,9 +24,23 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from setqueue.replication import ReplicaWait
-
 R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """Confirm each write script call on ``replicas`` replicas, waiting at most ``timeout_ms``: a script
+    step's ``wait``, which the executors send with ``setqueue.replication.confirmed_call``. ValueError for
+    fewer than 1 replica or 1 ms."""
+
+    replicas: int
+    timeout_ms: int
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {self.replicas}")
+        if self.timeout_ms < 1:  # WAIT 0 would block forever
+            raise ValueError(f"timeout_ms must be at least 1, got {self.timeout_ms}")
 
 
 @dataclass(frozen=True, slots=True)
