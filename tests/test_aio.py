@@ -18,7 +18,7 @@ import setqueue
 import setqueue.aio
 from setqueue import JobQueue, UnknownJob
 from setqueue.client import LISTENER_PING_SECONDS
-from setqueue.operations import QueueCore
+from setqueue.core import QueueCore
 from setqueue.steps import Steps
 
 # Not operations on Redis: the same plain methods in both clients.

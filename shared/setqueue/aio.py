@@ -40,12 +40,13 @@ from setqueue.client import (
     connection_options,
     redact_url,
 )
+from setqueue.core import QueueCore
 from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
 from setqueue.group import MultiRouter
 from setqueue.keys import check_seconds, validate_job_id
 from setqueue.layout import LayoutCheck
-from setqueue.operations import Operations, QueueCore, QueueFront
+from setqueue.operations import Operations, QueueFront
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
 from setqueue.script_cache import SCRIPT_LOAD_ATTEMPTS, is_noscript, name_script

@@ -26,10 +26,11 @@ from setqueue.client import (
     take_wake_token,
     until_due,
 )
+from setqueue.core import QueueCore
 from setqueue.executors import Executor
 from setqueue.keys import check_seconds, validate_job_id
 from setqueue.layout import LayoutCheck
-from setqueue.operations import Operations, QueueCore, QueueFront
+from setqueue.operations import Operations, QueueFront
 from setqueue.records import job_items
 from setqueue.routing import PlainRouter, Router
 from setqueue.steps import Steps

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from setqueue.client import OptionError, TlsFiles, redact_url, tls_options
+from setqueue.core import QueueCore
 from setqueue.keys import MAX_IDS_PER_CALL, MAX_SHARDS, parse_queue_names, validate_job_id
-from setqueue.operations import QueueCore
 from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
