@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from setqueue import Queue
-from setqueue.operations import QueueCore
+from setqueue.core import QueueCore
 from setqueue.runtime.settings import (
     SETTINGS,
     CleanerSettings,
@@ -69,13 +69,18 @@ def module_files() -> dict[str, Path]:
     return files
 
 
+# Beside the core, with the runtime: ``python -m setqueue``, and the pytest plugin that starts workers
+# with their settings for users' tests.
+ENTRY_POINTS = ("setqueue.__main__", "setqueue.testing")
+
+
 def core_modules() -> list[str]:
-    """The library without its runtime and ``python -m setqueue``."""
+    """The library without its runtime and its entry points."""
     return sorted(
         m
         for m in module_files()
         if m.startswith("setqueue") and not m.startswith("setqueue.runtime")
-        if m != "setqueue.__main__" and m not in GLUE
+        if m not in ENTRY_POINTS and m not in GLUE
     )
 
 
