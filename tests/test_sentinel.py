@@ -15,10 +15,11 @@ import pytest
 
 from setqueue import OptionError, open_queue
 from setqueue import aio as setqueue_aio
+from setqueue import sentinel as setqueue_sentinel
 from setqueue.client import redact_url
 from setqueue.runtime.cli import main as cli_main
 from setqueue.runtime.settings import SettingError, validate_redis_url
-from setqueue.sentinel import is_sentinel_url, parse_sentinel_url
+from setqueue.sentinel import RECHECK_SECONDS, is_sentinel_url, parse_sentinel_url
 from tests.support import free_port
 from tests.support.console import ConsoleProc
 from tests.support.procs import Proc
@@ -190,11 +191,62 @@ def test_the_console_reads_and_checks_redis_through_the_sentinels(
 # -- a failover
 
 
-def test_open_queues_follow_a_switch_of_master_the_demoted_one_refusing_writes(
+def switch_master(sentinels: SentinelSetup) -> tuple[int, int]:
+    """SENTINEL FAILOVER, until every sentinel names the new master; (old, new) ports. The old master
+    stays a master until the sentinels' next INFO of it (up to 10 s): ``demote`` does that at once."""
+    old = sentinels.master_port()
+    assert old is not None
+    sentinels.sentinels[0].client.sentinel_failover(MASTER_NAME)
+    new = sentinels.wait_failover(old)
+    wait_until(lambda: {s.master().get("port") for s in sentinels.sentinels} == {new}, 10, "every sentinel")
+    return old, new
+
+
+def demote(sentinels: SentinelSetup, old: int, new: int) -> None:
+    """What the sentinels do to the old master on their next INFO of it, up to 10 s later."""
+    with sentinels.client(old) as client:
+        client.replicaof("127.0.0.1", new)
+    wait_until(lambda: sentinels.replica_in_sync(new), 10, "the old master in sync as a replica")
+
+
+def test_open_queues_move_to_a_new_master_while_the_old_one_still_takes_writes(
     sentinels: SentinelSetup, queue_name: str
 ) -> None:
-    """SENTINEL FAILOVER: the old master lives on as a replica, so the open connections are not
-    dropped; its READONLY reply drops them and the next try asks the sentinels (blocking and asyncio)."""
+    """A switch of master (SENTINEL FAILOVER, or a partition) leaves the old master taking writes
+    until the sentinels demote it; a pool asks the sentinels again every RECHECK_SECONDS, so open
+    queues (blocking and asyncio) write to the new master within about that, not 10 s."""
+    queue = open_queue(sentinels.url(), queue_name)
+    aqueue = setqueue_aio.open_queue(sentinels.url(), queue_name)
+    loop = asyncio.new_event_loop()
+    probes = iter(range(1_000_000))
+
+    def lands(on: int) -> bool:
+        sync_id, async_id = f"probe-{next(probes)}", f"async-probe-{next(probes)}"
+        queue.enqueue([sync_id])
+        loop.run_until_complete(aqueue.enqueue([async_id]))
+        with sentinels.client(on) as client:
+            return all(client.zscore(queue.keys.todos, job_id) is not None for job_id in (sync_id, async_id))
+
+    try:
+        old = sentinels.master_port()
+        assert old is not None and lands(old)
+        old, new = switch_master(sentinels)
+        bound = RECHECK_SECONDS + 4  # the sentinel a pool asks first may learn of the switch last
+        wait_until(lambda: lands(new), bound, f"both queues writing to the new master within {bound} s")
+        demote(sentinels, old, new)
+    finally:
+        queue.close()
+        loop.run_until_complete(aqueue.aclose())
+        loop.close()
+
+
+def test_a_demoted_master_s_readonly_sends_the_call_to_the_new_master(
+    sentinels: SentinelSetup, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a recheck in between, an open connection to the old master stays; once the old master
+    is a replica its READONLY reply drops it and the call's next try asks the sentinels (blocking and
+    asyncio): the enqueue lands on the new master, confirmed by its replica."""
+    monkeypatch.setattr(setqueue_sentinel, "RECHECK_SECONDS", 3600.0)
     queue = open_queue(sentinels.url(), queue_name, wait_replicas=1, wait_timeout_seconds=5)
     aqueue = setqueue_aio.open_queue(sentinels.url(), queue_name, wait_replicas=1, wait_timeout_seconds=5)
 
@@ -204,15 +256,8 @@ def test_open_queues_follow_a_switch_of_master_the_demoted_one_refusing_writes(
     loop = asyncio.new_event_loop()
     try:
         assert queue.enqueue(["before"]) == 1 and loop.run_until_complete(enqueue("async-before")) == 1
-        old = sentinels.master_port()
-        assert old is not None
-        sentinels.sentinels[0].client.sentinel_failover(MASTER_NAME)
-        new = sentinels.wait_failover(old)
-        wait_until(lambda: {s.master().get("port") for s in sentinels.sentinels} == {new}, 10, "every sentinel")
-        # What the sentinels do to the old master on their next INFO of it, up to 10 s later.
-        with sentinels.client(old) as client:
-            client.replicaof("127.0.0.1", new)
-        wait_until(lambda: sentinels.replica_in_sync(new), 10, "the old master in sync as a replica")
+        old, new = switch_master(sentinels)
+        demote(sentinels, old, new)
         assert queue.enqueue(["after"]) == 1 and loop.run_until_complete(enqueue("async-after")) == 1
         with sentinels.client(new) as client:
             assert client.zcard(queue.keys.todos) == 4

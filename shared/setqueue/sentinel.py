@@ -18,11 +18,14 @@ The form::
 Every connect to the master, a reconnect inside a command's resends too, first asks a sentinel where
 it is (redis-py's ``SentinelConnectionPool`` with ``FollowingConnection``): after a failover a dropped
 connection reconnects to the promoted replica, and a demoted master's ``READONLY`` drops the
-connection. Each sentinel is asked with the connect timeout for both connecting and its reply, and
-never resent there: the call that needed the master is what resends (the client's retries)."""
+connection. A pool also asks again every RECHECK_SECONDS as it hands out a connection (``FollowingPool``),
+for a switch that leaves the old master alive and taking writes. Each sentinel is asked with the
+connect timeout for both connecting and its reply, and never resent there: the call that needed the
+master is what resends (the client's retries)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,6 +292,50 @@ def _tls_only(options: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in options.items() if name.startswith("ssl_")}
 
 
+# How often a pool asks the sentinels again, as it hands out a connection, whether the master moved:
+# a switch of master (SENTINEL FAILOVER, a partition) leaves the old one taking writes until the
+# sentinels make it a replica on their next INFO of it, up to 10 s later; open connections would
+# write there all that while. After a failed check (no sentinel answers) the next waits longer, so
+# sentinels that are down do not slow every call.
+RECHECK_SECONDS = 1.0
+RECHECK_AFTER_FAILURE_SECONDS = 30.0
+
+
+class _Recheck:
+    """When a pool asks again (RECHECK_SECONDS); not before it has found a master once."""
+
+    def __init__(self) -> None:
+        self.next_at = 0.0
+
+    def due(self, master_address: object) -> bool:
+        now = time.monotonic()
+        if master_address is None or now < self.next_at:
+            return False
+        self.next_at = now + RECHECK_SECONDS  # set first: one check at a time, whatever the callers
+        return True
+
+    def failed(self) -> None:
+        self.next_at = time.monotonic() + RECHECK_AFTER_FAILURE_SECONDS
+
+
+class FollowingPool(redis.sentinel.SentinelConnectionPool):
+    """redis-py's Sentinel pool, but asking the sentinels again at most every RECHECK_SECONDS as it
+    hands out a connection: when the master moved, its idle connections to the old one are dropped
+    (and busy ones when they come back), so the next command goes to the new master."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._recheck = _Recheck()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._recheck.due(self.master_address):
+            try:
+                self.get_master_address()  # type: ignore[no-untyped-call] # drops the idle connections if it moved
+            except (rexc.ConnectionError, rexc.TimeoutError):  # the connect itself asks, and says why
+                self._recheck.failed()
+        return super().get_connection(*args, **kwargs)
+
+
 def master_pool(url: str, **options: Any) -> redis.sentinel.SentinelConnectionPool:
     """A blocking client's pool of connections to the master ``url`` names, found through its
     sentinels on every (re)connect; ``options``: ``setqueue.client.connection_options``' (and
@@ -297,14 +344,25 @@ def master_pool(url: str, **options: Any) -> redis.sentinel.SentinelConnectionPo
     timeout = float(found.options.get("socket_connect_timeout", options.get("socket_connect_timeout", 5)))
     sentinels = Sentinels(found, timeout, _tls_only(options))
     connection = FollowingSSLConnection if found.tls else FollowingConnection
-    return redis.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
-        found.master, sentinels, connection_class=connection, **found.master_options(options)
-    )
+    return FollowingPool(found.master, sentinels, connection_class=connection, **found.master_options(options))
 
 
 class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
     """redis.asyncio's Sentinel pool, but waiting for a free connection (as ``setqueue.aio.AsyncRedis``'s
-    plain pool) instead of failing past ``max_connections``."""
+    plain pool) instead of failing past ``max_connections``, and asking the sentinels again as
+    ``FollowingPool`` does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._recheck = _Recheck()
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._recheck.due(self.master_address):
+            try:
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+            except (rexc.ConnectionError, rexc.TimeoutError):
+                self._recheck.failed()
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 def async_master_pool(

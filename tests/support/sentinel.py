@@ -19,7 +19,7 @@ from typing import Any, Self
 
 import redis
 
-from setqueue import Queue
+from setqueue import Queue, open_queue
 from setqueue.runtime.audit import Auditor
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
@@ -398,11 +398,51 @@ def failover_run(
         setup.cleanup()
 
 
+def switch_run(*, wait_replicas: int, seconds: float = 15) -> dict[str, Any]:
+    """One blocking queue enqueuing one id at a time (every 10 ms) for ``seconds`` while SENTINEL
+    FAILOVER switches the master (the old one alive, left to the sentinels to demote): how many
+    acknowledged enqueues the new master lacks afterwards, and how many calls failed meanwhile."""
+    setup = SentinelSetup().start()
+    try:
+        queue = open_queue(setup.url(), "switch", wait_replicas=wait_replicas, wait_timeout_seconds=0.5)
+        acknowledged: list[str] = []
+        refused = 0
+        setup.sentinels[0].client.sentinel_failover(MASTER_NAME)
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            job_id = f"job-{len(acknowledged) + refused}"
+            try:
+                if queue.enqueue([job_id]) == 1:
+                    acknowledged.append(job_id)
+            except redis.RedisError:  # NotReplicated among them
+                refused += 1
+            time.sleep(0.01)
+        master = setup.master_port()
+        assert master is not None
+        with setup.client(master) as client:
+            kept = set(client.zrange(queue.keys.todos, 0, -1))  # type: ignore[arg-type]
+        queue.close()
+        lost = [job_id for job_id in acknowledged if job_id not in kept]
+        return {
+            "wait_replicas": wait_replicas,
+            "acknowledged": len(acknowledged),
+            "refused": refused,
+            "lost": len(lost),
+        }
+    finally:
+        setup.cleanup()
+
+
 def main() -> None:
-    """``python -m tests.support.sentinel RUNS WAIT_REPLICAS kill|cut [TOTAL RATE]``: the failover run
-    that many times, a JSON line of figures each (docs/guide.md#redis-sentinel quotes them)."""
+    """``python -m tests.support.sentinel RUNS WAIT_REPLICAS kill|cut|switch [TOTAL RATE]``: the
+    failover run (``switch_run`` for switch) that many times, a JSON line of figures each
+    (docs/guide.md#redis-sentinel quotes them)."""
     runs, wait_replicas, cut = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "cut"
     total, rate = (int(sys.argv[4]), float(sys.argv[5])) if len(sys.argv) > 5 else (600, 150.0)
+    if sys.argv[3] == "switch":
+        for _ in range(runs):
+            print(json.dumps(switch_run(wait_replicas=wait_replicas)), flush=True)
+        return
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="setqueue-failover-") as folder:
             procs: list[Proc] = []
