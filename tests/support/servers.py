@@ -31,6 +31,7 @@ CORE: tuple[str, ...] = (
     "tests/test_sharded.py",
     "tests/test_registry.py",
     "tests/test_resend.py",
+    "tests/test_replication.py",  # WAIT on a real replica
     "tests/test_scripts_survive.py",
     "tests/test_layout_version.py",
     "tests/test_servers.py",
@@ -44,6 +45,7 @@ SERVICES: tuple[str, ...] = (
     "tests/test_periodic.py",
     "tests/test_tasks.py",
     "tests/test_console.py",
+    "tests/test_memory.py",  # a full server: its refusals, INFO memory, eviction policies
 )
 # The setqueue command, and a least-privilege user's refusals (their texts come from the server).
 CLI: tuple[str, ...] = (
