@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from setqueue import FailOutcome, OptionError, Queue, open_queue
-from setqueue.client import ClusterAwareRedis
+from setqueue.client import ClusterAwareRedis, connect
 from setqueue.factory import QueueGroup, ShardedQueue
-from setqueue.jobs import RenewOutcome
+from setqueue.jobs import Lease, RenewOutcome
 from setqueue.keys import QueueKeys
+from setqueue.operations import PartlyAcked
 from setqueue.runtime.cli import main as cli_main
 from setqueue.scripts import CONTRACTS, NAMES, SOURCES
 from setqueue.sharded import shard_of
@@ -610,3 +612,46 @@ def test_the_services_drain_a_six_shard_queue_each_job_once(
         assert all(p.alive() for p in procs if p is not creator)
     finally:
         q.close()
+
+
+def test_a_sharded_queue_serves_its_other_shards_while_one_node_is_cut_off(cluster: RedisClusterNodes) -> None:
+    name = cluster.evenly_sharded_name("cut", 3)
+    masters = cluster.shard_masters(name, 3)
+    client = connect(cluster.url(masters[1]), socket_timeout=0.5, socket_connect_timeout=0.5)
+    q = open_queue(cluster.url(), name, shards=3, client=client, lease_seconds=30)
+    ids = [f"job-{n}" for n in range(90)]
+    q.enqueue(ids)
+    for _ in range(3):  # every script has run on every node before the cut
+        warm = q.claim(3)
+        q.renew_outcomes(warm)
+        q.ack_many(warm)
+    cut = {job_id for job_id in ids if masters[shard_of(job_id, 3)] == masters[0]}
+    mixed: list[Lease] = []
+    while not (any(lease.id in cut for lease in mixed) and any(lease.id not in cut for lease in mixed)):
+        mixed += q.claim(3)
+    late = [lease for lease in mixed if lease.id in cut]
+    with cluster.clients_cut(masters[0]):
+        with pytest.raises(PartlyAcked) as partly:  # waits out the timeouts on the cut node once
+            q.ack_many(mixed)
+        assert [r is None for r in partly.value.results] == [lease.id in cut for lease in mixed]
+        assert all(r.acked for r in partly.value.results if r is not None)  # the other shards' acked
+        claimed = q.claim(10)  # the cut shard passed over: the others serve at once
+        assert claimed and not {lease.id for lease in claimed} & cut
+        with pytest.raises(redis.ConnectionError):  # the cut shard's renewals reported, not waited for
+            q.renew_outcomes(claimed + late)
+        assert all(q.renew_many(claimed))
+        assert all(r.acked for r in q.ack_many(claimed))
+
+    def acked_after_heal() -> bool:
+        try:
+            q.ack_many(late)  # stale if the ack sent into the cut arrived after all (TCP resends it)
+        except PartlyAcked:  # still passed over (UNREACHABLE_SKIP_SECONDS)
+            return False
+        return all(info is not None and info.state == "done" for info in map(q.inspect, [x.id for x in late]))
+
+    wait_until(acked_after_heal, 20, "the cut shard's acks after the heal", 0.2)
+    rest = q.claim(90)
+    q.ack_many(rest)
+    stats = q.stats()
+    assert (stats["done"], stats["todos"], stats["in_progress"]) == (90, 0, 0)
+    q.close()

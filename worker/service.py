@@ -28,6 +28,7 @@ from setqueue.jobs import (
     encode_result,
 )
 from setqueue.lease import LeaseKeeper
+from setqueue.operations import PartlyAcked
 from setqueue.records import retry_delay
 from setqueue.runtime.audit import AuditRecorder
 from setqueue.runtime.logs import flush_logs, plural
@@ -49,6 +50,7 @@ ZOMBIE_AFTER_SECONDS = 1.0  # still running this long after its timeout: a zombi
 BACKSTOP_SECONDS = 10.0  # past the grace: exit even if Redis never answered the last acks
 EXIT_ZOMBIES = 4
 MAX_BLOCK_SECONDS = 20.0  # under redis-py's 30 s socket timeout
+UNREACHED_SAID_EVERY_SECONDS = 10.0  # a shard cut off is logged at most this often (acks try it every flush)
 
 
 T = TypeVar("T")
@@ -112,6 +114,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.failures = FailureLog(self.log)
         self.standin = StandIn(self.queue, s.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
+        self._unreached_said = -UNREACHED_SAID_EVERY_SECONDS  # when an ack last said a shard was cut off
         self._handback_seconds = s.lease_seconds / 3
         self._shutting_down = False
         self._stopped = threading.Event()  # run() returned: the backstop stands down
@@ -287,9 +290,8 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             leases, results_of = self._keepable(leases, returned)
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # Done work: retry through an outage (the shutdown backstop still applies).
-        results = self._resendable(
-            lambda rid: self._ack_many(leases, results=results_of, request_id=rid), "ack", until_stopped=False
-        )
+        reached = self._resendable(lambda rid: self._ack_reachable(leases, results_of, rid), "ack", until_stopped=False)
+        leases, results = self._keep_unreached(leases, results_of, reached)
         per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
         for lease, result in zip(leases, results, strict=True):
             counts, seconds = per_queue.get(lease.queue) or per_queue.setdefault(lease.queue, ([0, 0], []))
@@ -307,6 +309,37 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             m.end_to_end_seconds.observe_many(seconds, queue)
         if self._task_runs is not None:
             self._count_task_successes(leases, [result.acked for result in results])
+
+    def _ack_reachable(self, leases: list[Lease], results: list[Any] | None, request_id: str) -> list[Any]:
+        """``ack_many``; when one shard is cut off but others answered, their results (None for the
+        cut shard's leases) rather than a wait for the cut shard that would hold the others' acks up."""
+        try:
+            return self._ack_many(leases, results=results, request_id=request_id)
+        except PartlyAcked as exc:
+            if self._shutting_down:  # no later flush: wait for the cut shard (the backstop still applies)
+                raise
+            if (now := time.monotonic()) - self._unreached_said >= UNREACHED_SAID_EVERY_SECONDS:
+                self._unreached_said = now
+                self.log.warning("ack: %s; the other shards' jobs are acked, its own again at the next flush", exc)
+            return exc.results
+
+    def _keep_unreached(
+        self, leases: list[Lease], returned: list[Any] | None, reached: list[Any]
+    ) -> tuple[list[Lease], list[Any]]:
+        """The leases acked and their results; those whose shard was not reached go back to be acked
+        at the next flush (held again meanwhile: renewed, if their shard comes back in time)."""
+        if all(result is not None for result in reached):
+            return leases, reached
+        values = returned if returned is not None else [None] * len(leases)
+        again = [(lease, value) for lease, value, result in zip(leases, values, reached, strict=True) if result is None]
+        self.keeper.hold(lease for lease, _ in again)
+        with self._ended_lock:
+            if not self._acks:
+                self._oldest_ack = time.monotonic()
+            self._acks += [lease for lease, _ in again]
+            self._returned += [value for _, value in again]
+        kept = [(lease, result) for lease, result in zip(leases, reached, strict=True) if result is not None]
+        return [lease for lease, _ in kept], [result for _, result in kept]
 
     def _count_task_successes(self, leases: list[Lease], acked: list[bool]) -> None:
         runs, succeeded = self._task_runs or {}, Counter[tuple[str, str]]()

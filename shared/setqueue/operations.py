@@ -77,6 +77,17 @@ SWEPT_STAMP_MS = 86_400_000
 # run out, and the sweep hands the jobs on (a lost lease in their history).
 UNREACHABLE_SKIP_SECONDS = 5.0
 
+
+class PartlyAcked(redis.ConnectionError):
+    """``ack_many`` of several cores (shards) could not reach one: ``results`` has each lease's
+    ``AckResult``, None where its core was not reached. A transient error: resending the whole call
+    with the same request id is right too (the reached parts answer as before)."""
+
+    def __init__(self, message: str, results: list[AckResult | None]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 # renew.lua's answer per lease.
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
 
@@ -220,6 +231,26 @@ class Operations:
 
     # -- workers
 
+    def _passed_over(self, core: QueueCore) -> bool:
+        """Whether this call passes ``core`` over: it failed with a transient error within
+        UNREACHABLE_SKIP_SECONDS, and there are other cores to serve. Once that time is up one call
+        tries it again (the probe) while the others go on passing it over until it answers."""
+        until = self._unreachable.get(core)
+        if until is None or len(self.router.cores) == 1:
+            return False
+        now = time.monotonic()
+        if until > now:
+            return True
+        self._unreachable[core] = now + UNREACHABLE_SKIP_SECONDS  # this call probes; the others skip it
+        return False
+
+    def _reached(self, core: QueueCore) -> None:
+        self._unreachable.pop(core, None)
+
+    def _unreached(self, core: QueueCore) -> None:
+        if len(self.router.cores) > 1:
+            self._unreachable[core] = time.monotonic() + UNREACHABLE_SKIP_SECONDS
+
     def claim(self, count: int = 1, *, request_id: str | None = None) -> Steps[list[Lease]]:
         """Claim up to ``count`` jobs from the front of the line (priority, then first in first out), one
         script call per core visited; one lease (one lock) covers a call's jobs until each ends. Due
@@ -229,8 +260,9 @@ class Operations:
             raise ValueError("count must be at least 1")
         leases: list[Lease] = []
         order = list(self.router.claim_order(request_id))
-        now = time.monotonic()
-        reachable = [(core, part) for core, part in order if self._unreachable.get(core, 0.0) <= now] or order
+        reachable = [(core, part) for core, part in order if not self._passed_over(core)]
+        if not reachable:
+            raise redis.ConnectionError("every core of the queue is unreachable (passed over for now)")
         failed: Exception | None = None
         for core, part in reachable:
             try:
@@ -238,11 +270,10 @@ class Operations:
             except TRANSIENT_REDIS_ERRORS as exc:
                 if len(order) == 1:
                     raise
-                # One unreachable core (a cut Cluster node) must not hold up the others.
-                self._unreachable[core] = time.monotonic() + UNREACHABLE_SKIP_SECONDS
+                self._unreached(core)  # one unreachable core (a cut Cluster node) must not hold up the others
                 failed = exc
                 continue
-            self._unreachable.pop(core, None)
+            self._reached(core)
             if len(leases) == count:
                 break
         if failed is not None and not leases:
@@ -325,12 +356,17 @@ class Operations:
         outcomes: list[RenewOutcome] = [RenewOutcome.LOST] * len(leases)
         failed: Exception | None = None
         for core, positions in self._by_core(leases).items():
+            if self._passed_over(core):
+                failed = failed or redis.ConnectionError(f"queue {core.name}: unreachable, passed over for now")
+                continue
             try:
                 for chunk in chunks(positions):
                     replies = yield from core.commands.renew([leases[n] for n in chunk], lease_ms=core.lease_ms)
                     for n, reply in zip(chunk, replies, strict=True):
                         outcomes[n] = _RENEWALS[reply]
+                self._reached(core)
             except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' leases are renewed all the same
+                self._unreached(core)
                 failed = failed or exc
         if failed is not None:
             raise failed
@@ -348,7 +384,9 @@ class Operations:
         be JSON, or bytes, of at most result_max_bytes (TypeError/ValueError, all checked before anything
         is sent). ``request_id`` retries a call whose reply was lost. Out of memory, the jobs are acked
         without their results (``result()`` then raises ResultGone). Returns per lease whether it was
-        acked (False: stale, nothing changed) and how long its job waited in the queue."""
+        acked (False: stale, nothing changed) and how long its job waited in the queue. When a core
+        (shard) of several cannot be reached, raises PartlyAcked (a ConnectionError) with what the
+        others said."""
         given = list(results) if results is not None else [None] * len(leases)
         if len(given) != len(leases):
             raise ValueError(f"{len(given)} results for {len(leases)} leases")
@@ -358,9 +396,12 @@ class Operations:
             if core.result_ttl_seconds > 0:
                 for n in positions:
                     encoded[n] = encode_result(given[n], core.result_max_bytes)
-        out: list[AckResult] = [AckResult(False, None)] * len(leases)
+        out: list[AckResult | None] = [None] * len(leases)
         failed: Exception | None = None
         for core, positions in by_core.items():
+            if self._passed_over(core):
+                failed = failed or redis.ConnectionError(f"queue {core.name}: unreachable, passed over for now")
+                continue
             try:
                 core_request = self.router.part(request_id, core)
                 for number, chunk in enumerate(chunks(positions)):
@@ -386,11 +427,15 @@ class Operations:
                         enqueued_at = leases[n].enqueued_at
                         waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
                         out[n] = AckResult(ok, waited)
+                self._reached(core)
             except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' jobs are acked all the same
+                self._unreached(core)
                 failed = failed or exc
         if failed is not None:
-            raise failed  # resent with the same request_id, the acked parts answer as before
-        return out
+            if len(self.router.cores) > 1:  # the caller may ack the other cores' jobs and come back for these
+                raise PartlyAcked(str(failed), out) from failed
+            raise failed
+        return [result or AckResult(False, None) for result in out]
 
     def fail(
         self,

@@ -182,6 +182,31 @@ class RedisClusterNodes:
             for rule in added:
                 subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
+    @contextlib.contextmanager
+    def clients_cut(self, master: int) -> Iterator[None]:
+        """Within, iptables drops every packet to and from ``master``'s client port but its replicas'
+        links: clients time out, while the cluster bus and replication go on (no failover). Needs root."""
+        iptables = shutil.which("iptables") or ""
+        if not iptables or os.geteuid() != 0:
+            need("iptables", "cutting a node off its clients drops packets with iptables rules, as root")
+        with self.client(master) as client:
+            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+        ports = ",".join(map(str, links)) or "0"
+        rules = [
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--dport", str(master), "-m", "multiport", "!", "--sports", ports],
+            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "-m", "multiport", "!", "--dports", ports],
+        ]
+        rules = [[*rule, "-j", "DROP"] for rule in rules]
+        added: list[list[str]] = []
+        try:
+            for rule in rules:
+                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
+                added.append(rule)
+            yield
+        finally:
+            for rule in added:
+                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
+
     def wait_failover(self, dead: int, slot: int, timeout: float = 60) -> int:
         """Until a live node took ``slot`` over from ``dead`` and all report cluster_state:ok; its port."""
         deadline = time.monotonic() + timeout
