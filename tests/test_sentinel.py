@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from setqueue import OptionError, open_queue
 from setqueue import aio as setqueue_aio
@@ -31,6 +32,13 @@ from tests.support.waits import wait_until
 @pytest.fixture(scope="module")
 def sentinels() -> Iterator[SentinelSetup]:
     """One setup for the tests that kill nothing."""
+    with SentinelSetup().start() as setup:
+        yield setup
+
+
+@pytest.fixture
+def fresh_sentinels() -> Iterator[SentinelSetup]:
+    """A setup of its own, for a test that switches the master."""
     with SentinelSetup().start() as setup:
         yield setup
 
@@ -82,6 +90,17 @@ def test_logs_never_show_a_sentinel_url_s_passwords() -> None:
     assert redact_url(url) == "redis+sentinel://app:***@h1:1,h2:2/m/0?sentinel_password=***&protocol=3"
     assert redact_url("redis+sentinel://h1,h2/m") == "redis+sentinel://h1,h2/m"
     assert redact_url("redis://:pw@host:6379/0?password=x") == "redis://:***@host:6379/0?password=***"
+
+
+def test_a_pool_asks_again_each_second_and_later_when_no_sentinel_answered() -> None:
+    recheck = setqueue_sentinel._Recheck()
+    assert not recheck.due(None)  # no master found yet: the connect asks anyway
+    assert recheck.due(("127.0.0.1", 6379)) and not recheck.due(("127.0.0.1", 6379))  # once a second
+    soon = recheck.next_at
+    recheck.failed(answered=True)  # a failover under way: ask again as usual
+    assert recheck.next_at == soon
+    recheck.failed(answered=False)  # no sentinel answered: not every call should wait on them
+    assert recheck.next_at - soon >= setqueue_sentinel.RECHECK_AFTER_FAILURE_SECONDS - setqueue_sentinel.RECHECK_SECONDS
 
 
 # -- the library
@@ -196,7 +215,15 @@ def switch_master(sentinels: SentinelSetup) -> tuple[int, int]:
     stays a master until the sentinels' next INFO of it (up to 10 s): ``demote`` does that at once."""
     old = sentinels.master_port()
     assert old is not None
-    sentinels.sentinels[0].client.sentinel_failover(MASTER_NAME)
+
+    def failover() -> bool:
+        try:
+            return bool(sentinels.sentinels[0].client.sentinel_failover(MASTER_NAME))
+        except redis.ResponseError as exc:  # NOGOODSLAVE: it has not seen the replica's state yet
+            assert "NOGOODSLAVE" in str(exc)
+            return False
+
+    wait_until(failover, 15, "the sentinel to start a failover")
     new = sentinels.wait_failover(old)
     wait_until(lambda: {s.master().get("port") for s in sentinels.sentinels} == {new}, 10, "every sentinel")
     return old, new
@@ -210,11 +237,12 @@ def demote(sentinels: SentinelSetup, old: int, new: int) -> None:
 
 
 def test_open_queues_move_to_a_new_master_while_the_old_one_still_takes_writes(
-    sentinels: SentinelSetup, queue_name: str
+    fresh_sentinels: SentinelSetup, queue_name: str
 ) -> None:
     """A switch of master (SENTINEL FAILOVER, or a partition) leaves the old master taking writes
     until the sentinels demote it; a pool asks the sentinels again every RECHECK_SECONDS, so open
     queues (blocking and asyncio) write to the new master within about that, not 10 s."""
+    sentinels = fresh_sentinels
     queue = open_queue(sentinels.url(), queue_name)
     aqueue = setqueue_aio.open_queue(sentinels.url(), queue_name)
     loop = asyncio.new_event_loop()
@@ -241,11 +269,12 @@ def test_open_queues_move_to_a_new_master_while_the_old_one_still_takes_writes(
 
 
 def test_a_demoted_master_s_readonly_sends_the_call_to_the_new_master(
-    sentinels: SentinelSetup, queue_name: str, monkeypatch: pytest.MonkeyPatch
+    fresh_sentinels: SentinelSetup, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a recheck in between, an open connection to the old master stays; once the old master
     is a replica its READONLY reply drops it and the call's next try asks the sentinels (blocking and
     asyncio): the enqueue lands on the new master, confirmed by its replica."""
+    sentinels = fresh_sentinels
     monkeypatch.setattr(setqueue_sentinel, "RECHECK_SECONDS", 3600.0)
     queue = open_queue(sentinels.url(), queue_name, wait_replicas=1, wait_timeout_seconds=5)
     aqueue = setqueue_aio.open_queue(sentinels.url(), queue_name, wait_replicas=1, wait_timeout_seconds=5)

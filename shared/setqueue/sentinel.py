@@ -170,6 +170,7 @@ class _Round:
         self.problems: list[str] = []
         self.errors: list[BaseException] = []
         self.known: set[str] = set()  # the master names the answering sentinels monitor
+        self.answered = False  # a sentinel replied (none may name the master up: a failover)
 
     def failed(self, sentinel: Any, error: BaseException) -> None:
         where = sentinel.connection_pool.connection_kwargs
@@ -178,6 +179,7 @@ class _Round:
 
     def master(self, masters: dict[str, Any], healthy: Any) -> tuple[str, int] | None:
         """The master's (host, port) in one sentinel's SENTINEL MASTERS reply if it is up there, else None."""
+        self.answered = True
         self.known.update(masters)
         state = masters.get(self.found.master)
         if state and healthy(state, self.found.master):
@@ -207,11 +209,12 @@ class Sentinels(redis.sentinel.Sentinel):
         options = {**found.sentinel_options(timeout, tls), "retry": Retry(NoBackoff(), 0)}
         super().__init__(list(found.sentinels), sentinel_kwargs=options)  # type: ignore[no-untyped-call]
         self.found = found
+        self.last_round = _Round(found)  # what the last discover_master found
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         """The (host, port) of the URL's master (``service_name`` is that name) from the first sentinel
         that names it up; that sentinel is asked first next time."""
-        round_ = _Round(self.found)
+        round_ = self.last_round = _Round(self.found)
         for index, sentinel in enumerate(self.sentinels):
             try:
                 masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[assignment]
@@ -232,10 +235,11 @@ class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
         options = {**found.sentinel_options(timeout, tls), "retry": AsyncRetry(NoBackoff(), 0)}
         super().__init__(list(found.sentinels), sentinel_kwargs=options)  # type: ignore[no-untyped-call]
         self.found = found
+        self.last_round = _Round(found)  # what the last discover_master found
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
         """As ``Sentinels.discover_master``."""
-        round_ = _Round(self.found)
+        round_ = self.last_round = _Round(self.found)
         for index, sentinel in enumerate(self.sentinels):
             try:
                 masters: dict[str, Any] = await sentinel.sentinel_masters()  # type: ignore[assignment]
@@ -295,7 +299,7 @@ def _tls_only(options: Mapping[str, Any]) -> dict[str, Any]:
 # How often a pool asks the sentinels again, as it hands out a connection, whether the master moved:
 # a switch of master (SENTINEL FAILOVER, a partition) leaves the old one taking writes until the
 # sentinels make it a replica on their next INFO of it, up to 10 s later; open connections would
-# write there all that while. After a failed check (no sentinel answers) the next waits longer, so
+# write there all that while. After a check no sentinel answered, the next waits longer, so
 # sentinels that are down do not slow every call.
 RECHECK_SECONDS = 1.0
 RECHECK_AFTER_FAILURE_SECONDS = 30.0
@@ -314,8 +318,11 @@ class _Recheck:
         self.next_at = now + RECHECK_SECONDS  # set first: one check at a time, whatever the callers
         return True
 
-    def failed(self) -> None:
-        self.next_at = time.monotonic() + RECHECK_AFTER_FAILURE_SECONDS
+    def failed(self, answered: bool) -> None:
+        """No master found: sentinels that answered (a failover under way) are asked again as usual;
+        none answering, not before RECHECK_AFTER_FAILURE_SECONDS."""
+        if not answered:
+            self.next_at = time.monotonic() + RECHECK_AFTER_FAILURE_SECONDS
 
 
 class FollowingPool(redis.sentinel.SentinelConnectionPool):
@@ -332,7 +339,7 @@ class FollowingPool(redis.sentinel.SentinelConnectionPool):
             try:
                 self.get_master_address()  # type: ignore[no-untyped-call] # drops the idle connections if it moved
             except (rexc.ConnectionError, rexc.TimeoutError):  # the connect itself asks, and says why
-                self._recheck.failed()
+                self._recheck.failed(self.sentinel_manager.last_round.answered)
         return super().get_connection(*args, **kwargs)
 
 
@@ -361,7 +368,7 @@ class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis
             try:
                 await self.get_master_address()  # type: ignore[no-untyped-call]
             except (rexc.ConnectionError, rexc.TimeoutError):
-                self._recheck.failed()
+                self._recheck.failed(self.sentinel_manager.last_round.answered)
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
