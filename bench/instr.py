@@ -122,11 +122,13 @@ def count(tree: CodeTree, variant: str, jobs: int, fixed: dict[str, str]) -> dic
     argv = [sys.executable, str(WORKERS_DIR / "bench_sq_instr.py"), "--jobs", str(jobs), "--variant", variant]
     try:
         proc = subprocess.run(argv, env=env, cwd=tree.root, capture_output=True, text=True, timeout=7200, check=False)
+        server_log = (server.dir / "valgrind.log").read_text(errors="replace")[-2000:]
     finally:
         server.close()
     name = f"setqueue{tree.suffix()}"
     if proc.returncode != 0 or not proc.stdout.strip():
-        return {"tree": name, "variant": variant, "error": (proc.stderr or proc.stdout).strip()[-2000:]}
+        error = (proc.stderr or proc.stdout).strip()[-2000:]
+        return {"tree": name, "variant": variant, "error": error, "server_log": server_log}
     res: dict[str, Any] = json.loads(proc.stdout)
     per_job = {phase: per_job_figures(res, phase) for phase in PHASES}
     text = ", ".join(f"{phase} {f['instructions']:,.0f} instr {f['ll_misses']:.1f} LL" for phase, f in per_job.items())

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from setqueue.keys import STATES, QueueKeys
+from setqueue.keys import STATES, QueueKeys, priority_of_rank
 from setqueue.limits import LIMIT_STATS
 from setqueue.steps import ReplicaWait, RunScript, Steps, text
 
@@ -264,7 +264,8 @@ class ClaimHeader:
 
 
 # claim.lua's reply: CLAIM_HEADER fields (now ms, next ms, held, limited), then CLAIM_JOB fields per
-# job (id, attempt, enqueue ms, priority, payload, own options).
+# job (id, attempt, enqueue ms, rank, payload, own options; attempt, enqueue ms and rank as numbers or
+# as the strings Redis holds them in).
 CLAIM_HEADER = 4
 CLAIM_JOB = 6
 
@@ -374,11 +375,13 @@ class QueueCommands:
         jobs = reply[CLAIM_HEADER:]
         leases = []
         for start in range(0, len(jobs), CLAIM_JOB):
-            job_id, attempt, enqueued_ms, priority, payload, own = jobs[start : start + CLAIM_JOB]
+            job_id, attempt, enqueued_text, rank, payload, own = jobs[start : start + CLAIM_JOB]
+            enqueued_ms = float(enqueued_text)
             enqueued_at = enqueued_ms / 1000 if enqueued_ms >= 0 else None
+            priority = priority_of_rank(float(rank))
             payload_text = None if payload is None else text(payload)
             own_text = None if own is None else text(own)
-            leases.append(make(text(job_id), token, attempt, payload_text, enqueued_at, now, priority, own_text))
+            leases.append(make(text(job_id), token, int(attempt), payload_text, enqueued_at, now, priority, own_text))
         return leases, header
 
     def renew(self, leases: Sequence[Held], *, lease_ms: int) -> Steps[list[int]]:

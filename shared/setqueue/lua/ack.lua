@@ -39,6 +39,9 @@ local cached = recorded(request)
 if cached then return cached end
 
 local now = now_ms()
+-- Printed once, not per job: every job of the call ends at this time (and its result expires together).
+local now_text = string.format('%d', now)
+local expires_text = string.format('%d', now + result_ttl)
 local locks, tokens, ids, claim_of, joined, attempt, result, keep_payload = read_claims(FIRST_LOCK, CLAIMS, 6)
 local owner = redis.call('HMGET', owners, unpack(ids))
 -- The first enqueue time of a job that joined the line later (scheduled, retried after a backoff).
@@ -54,18 +57,18 @@ for j = 1, #ids do
   if not seen[id] and owner[j] == tokens[c] then
     seen[id] = true
     owned[#owned + 1] = id
-    scored[#scored + 1] = now
+    scored[#scored + 1] = now_text
     scored[#scored + 1] = id
     local with_result = result_ttl > 0 and result[j] ~= ''
     if with_result and drop_results ~= '1' then
       returned[#returned + 1] = id
       returned[#returned + 1] = result[j]
-      expiring[#expiring + 1] = now + result_ttl
+      expiring[#expiring + 1] = expires_text
       expiring[#expiring + 1] = id
     end
     if keep_payload[j] ~= '1' then unkept[#unkept + 1] = id end
     kept[#kept + 1] = id
-    kept[#kept + 1] = finished_record(first[j] or joined[j], now, attempt[j], with_result)
+    kept[#kept + 1] = finished_record(first[j] or joined[j], now_text, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1
     flags[j] = '1'
   else
@@ -82,10 +85,11 @@ if acked > 0 then
   redis.call('SADD', done, unpack(owned))
   redis.call('ZREM', pending, unpack(owned))
   redis.call('HDEL', attempts, unpack(owned))
-  if #unkept > 0 then redis.call('HDEL', payloads, unpack(unkept)) end
-  redis.call('HDEL', errors, unpack(owned))
+  -- What only some jobs have, dropped only where the queue has any (no arguments for an absent key).
+  if #unkept > 0 and redis.call('EXISTS', payloads) == 1 then redis.call('HDEL', payloads, unpack(unkept)) end
+  if redis.call('EXISTS', errors) == 1 then redis.call('HDEL', errors, unpack(owned)) end
   redis.call('HDEL', owners, unpack(owned))
-  redis.call('HDEL', options, unpack(owned))
+  if redis.call('EXISTS', options) == 1 then redis.call('HDEL', options, unpack(owned)) end
   if #first > 0 then redis.call('HDEL', enqueued, unpack(owned)) end
   redis.call('ZADD', done_log, unpack(scored))
   redis.call('HSET', finished, unpack(kept))

@@ -13,8 +13,11 @@
 -- ARGV[5] promote (most due ids to promote)  ARGV[6] wake_cap
 -- Returns now ms; when (ms) more could be claimed if short (-1: wait to be woken); what held jobs
 -- back ("", "paused", "rate", "group"); 1 if a rate or group limits exist, else 0; then per id in
--- line order: id, attempt, enqueue ms (-1 unknown), priority, payload, own options (nil: none). A
--- resend returns the first call's ids (one a line in the record) this claim still owns.
+-- line order: id, attempt, enqueue ms (as pending holds it; -1 unknown), rank (as in_progress holds
+-- it: the client works out the priority), payload, own options (nil: none). A resend returns the
+-- first call's ids (one a line in the record) this claim still owns.
+-- Per job, no number is parsed or printed on the happy path: a rank and an enqueue time go on as the
+-- strings Redis gave (printing a float costs more than the command that moves the job).
 local request, todos, in_progress, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, priorities, options, limits = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
@@ -35,6 +38,7 @@ local G = {
 }
 local now = now_ms()
 local FOREVER = math.huge
+local FIRST_ATTEMPT = '1'
 
 local paused, rate, tat, has_groups, default_concurrency, default_rate = unpack(redis.call(  -- one read when unlimited
   'HMGET', limits, 'paused', 'rate', 'tat', 'grouped', 'group_concurrency', 'group_rate'))
@@ -211,7 +215,7 @@ else
       local front = redis.call('ZPOPMIN', todos, want)
       for j = 1, #front, 2 do
         ids[#ids + 1] = front[j]
-        ranks[#ranks + 1] = tonumber(front[j + 1])
+        ranks[#ranks + 1] = front[j + 1]  -- a string: in_progress gets it as it is
       end
       -- Short while every waiting group has its concurrency in progress.
       if #ids < want and has_groups and redis.call('EXISTS', groups_full) == 1 then held = 'group' end
@@ -234,8 +238,10 @@ else
     local before = redis.call('HMGET', attempts, unpack(ids))
     local counts, owned = {}, {}
     for j = 1, #ids do
-      tries[j] = (tonumber(before[j]) or 0) + 1
-      counts[2 * j - 1], counts[2 * j] = ids[j], tries[j]
+      local count = FIRST_ATTEMPT  -- most claims are a job's first: nothing to parse or print
+      if before[j] then count = tostring(tonumber(before[j]) + 1) end
+      tries[j] = count
+      counts[2 * j - 1], counts[2 * j] = ids[j], count
       owned[2 * j - 1], owned[2 * j] = ids[j], token
     end
     redis.call('HSET', attempts, unpack(counts))
@@ -255,15 +261,17 @@ end
 local reply = {now, next_at, held, limited}
 if #ids > 0 then
   local enqueued = redis.call('ZMSCORE', pending, unpack(ids))
-  local payload = redis.call('HMGET', payloads, unpack(ids))
-  local own = redis.call('HMGET', options, unpack(ids))
+  -- Payloads and own options only where the queue has any (no arguments, no nils, for an absent key).
+  local payload, own = {}, {}
+  if redis.call('EXISTS', payloads) == 1 then payload = redis.call('HMGET', payloads, unpack(ids)) end
+  if redis.call('EXISTS', options) == 1 then own = redis.call('HMGET', options, unpack(ids)) end
   for j = 1, #ids do
     reply[#reply + 1] = ids[j]
-    reply[#reply + 1] = tonumber(tries[j])
-    reply[#reply + 1] = tonumber(enqueued[j]) or -1
-    reply[#reply + 1] = priority_of(ranks[j] or 0)
-    reply[#reply + 1] = payload[j]
-    reply[#reply + 1] = own[j]
+    reply[#reply + 1] = tries[j]
+    reply[#reply + 1] = enqueued[j] or -1
+    reply[#reply + 1] = ranks[j] or 0
+    reply[#reply + 1] = payload[j] or false  -- false: a nil reply (a nil would end the table)
+    reply[#reply + 1] = own[j] or false
   end
 end
 return reply

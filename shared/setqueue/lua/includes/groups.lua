@@ -100,7 +100,7 @@ end
 -- left_progress: groups count their jobs down, a full one takes a turn again; forget: drop their
 -- group too. Returns how many groups took a turn (to wake).
 local function left_progress(G, ids, forget)
-  if #ids == 0 then return 0 end
+  if #ids == 0 or redis.call('EXISTS', G.group_of) == 0 then return 0 end  -- no job has a group
   local groups = redis.call('HMGET', G.group_of, unpack(ids))
   local count, order, had = {}, {}, {}
   for j = 1, #ids do
