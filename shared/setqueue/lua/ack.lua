@@ -51,14 +51,15 @@ if redis.call('EXISTS', enqueued) == 1 then first = redis.call('HMGET', enqueued
 -- One command per key for the batch (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
 local returned, expiring, unkept = {}, {}, {}
+local acked = 0  -- a count, not #owned: Lua's # searches the table each time
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
   -- The same lease twice in one call: the second is stale.
   if not seen[id] and owner[j] == tokens[c] then
     seen[id] = true
-    owned[#owned + 1] = id
-    scored[#scored + 1] = now_text
-    scored[#scored + 1] = id
+    acked = acked + 1
+    owned[acked] = id
+    scored[2 * acked - 1], scored[2 * acked] = now_text, id
     local with_result = result_ttl > 0 and result[j] ~= ''
     if with_result and drop_results ~= '1' then
       returned[#returned + 1] = id
@@ -67,8 +68,8 @@ for j = 1, #ids do
       expiring[#expiring + 1] = id
     end
     if keep_payload[j] ~= '1' then unkept[#unkept + 1] = id end
-    kept[#kept + 1] = id
-    kept[#kept + 1] = finished_record(first[j] or joined[j], now_text, attempt[j], with_result)
+    kept[2 * acked - 1] = id
+    kept[2 * acked] = finished_record(first[j] or joined[j], now_text, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1
     flags[j] = '1'
   else
@@ -76,7 +77,6 @@ for j = 1, #ids do
   end
 end
 
-local acked = #owned
 if acked > 0 then
   redis.call('ZREM', in_progress, unpack(owned))
   local G = {limits = limits, group_of = group_of, running = group_running, full = groups_full, ready = groups_ready}

@@ -115,7 +115,7 @@ local function claim_groups(want, ids, ranks)
           for i = 1, took do
             local id = member_id(members[i], group)
             ids[#ids + 1] = id
-            ranks[#ranks + 1] = member_rank(members[i], group)
+            ranks[#ranks + 1] = rank_text(member_rank(members[i], group))
             taken[#taken + 1] = members[i]
             taken_ids[#taken_ids + 1] = id
           end

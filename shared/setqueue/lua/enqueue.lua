@@ -137,7 +137,8 @@ if placed > 0 then
       redis.call('HSET', priorities, unpack(kept))
     end
   else
-    for j = 1, placed do scored[2 * j - 1] = now end
+    local now_text = string.format('%d', now)  -- printed once for the call, not per job
+    for j = 1, placed do scored[2 * j - 1] = now_text end
     join_back(G, todos, seq, new_ids, priority, groups)
     redis.call('ZADD', pending, unpack(scored))
   end

@@ -45,7 +45,7 @@ local function line_up(G, todos, ids, ranks, groups)
   for j = 1, #ids do
     local group, rank = groups[j], ranks[j]
     if group then
-      grouped[#grouped + 1] = rank
+      grouped[#grouped + 1] = rank_text(rank)
       grouped[#grouped + 1] = ids[j]
       members[#members + 1] = 0
       members[#members + 1] = line_member(group, rank, ids[j])
@@ -55,7 +55,7 @@ local function line_up(G, todos, ids, ranks, groups)
         if redis.call('ZLEXCOUNT', G.lines, low, high) == 0 then starting[#starting + 1] = group end
       end
     else
-      plain[#plain + 1] = rank
+      plain[#plain + 1] = rank_text(rank)
       plain[#plain + 1] = ids[j]
     end
   end

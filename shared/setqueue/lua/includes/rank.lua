@@ -1,12 +1,19 @@
 -- includes/rank.lua: todos and in_progress are scored by rank = (TOP_PRIORITY - priority) *
 -- RANK_BAND + place, lowest claimed first; a place comes from seq when the job joins the line. A job
 -- put back through no fault of its own keeps its rank. Ranks stay below 2^53 (exact as a double);
--- never concatenate one into a string (tostring keeps 14 digits): pass it as a number.
+-- never concatenate one into a string (tostring keeps 14 digits): pass it as a number, or as
+-- rank_text prints it.
 local RANK_BAND = 281474976710656  -- 2^48 places per priority
 local TOP_PRIORITY = 10            -- priorities run from -TOP_PRIORITY to TOP_PRIORITY
 
 local function rank_of(priority, place)
   return (TOP_PRIORITY - priority) * RANK_BAND + place
+end
+
+-- rank_text: a rank (a number, or a string Redis gave) as the whole number it is, for a command's
+-- argument. Exact below 2^53, and a tenth of the work of the %.17g Redis prints a Lua number with.
+local function rank_text(rank)
+  return string.format('%d', rank)
 end
 
 local function priority_of(rank)
