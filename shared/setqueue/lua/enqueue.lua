@@ -88,22 +88,28 @@ local function take_back(id)
 end
 
 -- placed: every id this call places (new, replaced, rerun); added: how many of them are new jobs.
-local added, placed, new_ids, scored, seen = 0, 0, {}, {}, {}
+-- Known ids are looked up for the whole batch first: taking one back changes no other id's answer.
+local added, placed, new_ids, scored, seen, paid = 0, 0, {}, {}, {}, {}
+local known = known_of(ids, todos, in_progress, done, failed, scheduled, cancelled, grouped)
 for j = 1, #ids do
   local id = ids[j]
   if not seen[id] then
     seen[id] = true
-    local new = not is_known(id, todos, in_progress, done, failed, scheduled, cancelled, grouped)
+    local new = not known[j]
     local back = not new and if_exists ~= 'ignore' and take_back(id)
     if new or back then
       if new or if_exists == 'rerun' then added = added + 1 end
       placed = placed + 1
       new_ids[placed] = id
       scored[2 * placed - 1], scored[2 * placed] = due, id
-      if given then redis.call('HSET', payloads, id, given[j]) end
+      if given then
+        paid[#paid + 1] = id
+        paid[#paid + 1] = given[j]
+      end
     end
   end
 end
+if #paid > 0 then redis.call('HSET', payloads, unpack(paid)) end
 
 if placed > 0 and job_options ~= '' then
   local own = {}
