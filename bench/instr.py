@@ -211,6 +211,15 @@ def summary(data: dict[str, Any]) -> str:
             rows.append([variant, *cells])
         cols = ["variant", "instr before", "instr after", "change", "LL before", "LL after", "change"]
         lines += table([*cols, "commands before", "commands after", "change"], rows)
+        now, before = by.get(("plain", "setqueue")), by.get(("plain", twin))
+        if now and before:
+            lines += ["Targets (claim + ack of a no-op job, plain, against the baseline):", ""]
+            for key, what in (("instructions", "instructions"), ("ll_misses", "simulated last-level misses")):
+                n = sum(now["per_job"][p][key] for p in ("claim", "ack"))
+                b = sum(before["per_job"][p][key] for p in ("claim", "ack"))
+                met = "**met**" if n <= 0.6 * b else "**not met**"
+                lines.append(f"- at least 40% fewer {what}: {change(n, b)}, {met}")
+            lines.append("")
     lines += ["## Per job, per script", ""]
     rows = []
     for r in runs:
