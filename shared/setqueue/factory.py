@@ -73,7 +73,8 @@ def open_queue(
     tls_key_file: str | None = None,
     **options: Any,
 ) -> Queue:
-    """The queue ``name`` on ``url`` (redis, rediss, unix; one Redis or any Cluster node), on one client:
+    """The queue ``name`` on ``url`` (redis, rediss, unix: one Redis or any Cluster node; redis+sentinel,
+    rediss+sentinel: the master its sentinels name, ``setqueue.sentinel``), on one client:
     a plain queue for one name; a sharded queue of ``name~0`` .. ``name~N-1`` for ``shards=N``; several
     queues served as one (strict priority, in order) for a list of names (a str is one name: one with a
     comma is refused; only ``QUEUE_NAME`` separates names with commas). ``options`` go to every plain queue
