@@ -13,17 +13,19 @@ local function known_of(ids, todos, in_progress, done, failed, scheduled, cancel
   local known = {}
   for j = 1, #ids do known[j] = false end
   if #ids == 0 then return known end
-  for _, sorted in ipairs({todos, in_progress, scheduled, grouped}) do
-    if redis.call('EXISTS', sorted) == 1 then
-      local scores = redis.call('ZMSCORE', sorted, unpack(ids))
+  local sorted_sets = {todos, in_progress, scheduled, grouped}
+  for s = 1, #sorted_sets do
+    if redis.call('EXISTS', sorted_sets[s]) == 1 then
+      local scores = redis.call('ZMSCORE', sorted_sets[s], unpack(ids))
       for j = 1, #ids do
         if scores[j] then known[j] = true end
       end
     end
   end
-  for _, set in ipairs({done, failed, cancelled}) do
-    if redis.call('EXISTS', set) == 1 then
-      local members = redis.call('SMISMEMBER', set, unpack(ids))
+  local sets = {done, failed, cancelled}
+  for s = 1, #sets do
+    if redis.call('EXISTS', sets[s]) == 1 then
+      local members = redis.call('SMISMEMBER', sets[s], unpack(ids))
       for j = 1, #ids do
         if members[j] == 1 then known[j] = true end
       end
