@@ -1,6 +1,7 @@
 """A bad network between the clients or services and Redis (tests/support/faultproxy.py): half-open
 connections, resets, partitions. Each waits on conditions; the bounds it states are in
-docs/guide.md#network, and the times it measures are printed (``-s``), never asserted."""
+docs/guide.md#network, and the times it measures go to the JUnit report (``figures``: scripts/chaos
+--network collects them), never asserted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from setqueue import Queue, aio
 from setqueue.client import LISTENER_DEAD_SECONDS, LISTENER_PING_SECONDS, listener_catch_ups
+from tests.network_chaos import network_section, replace_section
 from tests.support import RedisServer
 from tests.support.faultproxy import FaultProxy
 from tests.support.jobs import ExecutionLog
@@ -331,3 +333,14 @@ def test_a_creator_whose_enqueue_replies_are_lost_resends_and_counts_each_job_on
     assert f"created {total} new jobs (0 duplicates)" in creator.log(), creator.log()
     record_property("created", total)
     record_property("added_twice", 0)
+
+
+def test_the_network_section_of_the_chaos_summary_is_kept_by_either_run(tmp_path: Path) -> None:
+    summary = tmp_path / "chaos.md"
+    summary.write_text("# Chaos run\n\nthe compose run's verdict\n", encoding="utf-8")
+    replace_section(summary, "## Network\n\nfirst figures\n")
+    replace_section(summary, "## Network\n\nlater figures\n")  # the network run replaces its own section
+    expected = "# Chaos run\n\nthe compose run's verdict\n\n## Network\n\nlater figures\n"
+    assert summary.read_text(encoding="utf-8") == expected
+    kept = network_section(summary)  # what the compose run appends to its own new summary
+    assert kept == "\n## Network\n\nlater figures\n"
