@@ -219,7 +219,12 @@ def summary(data: dict[str, Any]) -> str:
                 b = sum(before["per_job"][p][key] for p in ("claim", "ack"))
                 met = "**met**" if n <= 0.6 * b else "**not met**"
                 lines.append(f"- at least 40% fewer {what}: {change(n, b)}, {met}")
-            lines.append("")
+            where = "../reference.md#what-each-transition-of-a-job-touches-and-why"
+            lines += [
+                "",
+                f"What each job touches, and where the work that is left goes: [the key layout]({where}).",
+                "",
+            ]
     lines += ["## Per job, per script", ""]
     rows = []
     for r in runs:
