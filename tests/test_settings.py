@@ -152,3 +152,11 @@ def test_redact_url_hides_the_password() -> None:
     assert redact_url("redis://:secret@redis:6379/0") == "redis://:***@redis:6379/0"
     assert redact_url("redis://user:secret@redis/0") == "redis://user:***@redis/0"
     assert redact_url("redis://localhost:6379/0") == "redis://localhost:6379/0"
+
+
+def test_a_wait_for_replicas_must_end_before_the_redis_timeout() -> None:
+    env = {"WAIT_REPLICAS": "1", "WAIT_TIMEOUT_SECONDS": "5", "REDIS_TIMEOUT_SECONDS": "5", "JOB_HANDLER": DEMO_HANDLER}
+    with pytest.raises(SettingError, match="WAIT_TIMEOUT_SECONDS: 5 must be shorter than REDIS_TIMEOUT_SECONDS"):
+        WorkerSettings.from_env(env)
+    assert WorkerSettings.from_env({**env, "REDIS_TIMEOUT_SECONDS": "6"}).wait_timeout_seconds == 5
+    assert WorkerSettings.from_env({**env, "WAIT_REPLICAS": "0"}).wait_replicas == 0  # no WAIT: no limit

@@ -589,6 +589,12 @@ class CommonSettings:
 
     def __post_init__(self) -> None:
         check_tls(self.redis_url, self.tls_options())
+        if self.wait_replicas > 0 and self.wait_timeout_seconds >= self.redis_timeout_seconds:
+            raise SettingError(
+                "WAIT_TIMEOUT_SECONDS",
+                f"{self.wait_timeout_seconds:g} must be shorter than REDIS_TIMEOUT_SECONDS "
+                f"({self.redis_timeout_seconds:g}): a WAIT that outlasts it reads as a dead connection",
+            )
 
     def tls_options(self) -> TlsFiles:
         return {
