@@ -51,7 +51,7 @@ if redis.call('EXISTS', enqueued) == 1 then first = redis.call('HMGET', enqueued
 -- One command per key for the batch (see claim.lua).
 local flags, owned, scored, kept, seen, held_less = {}, {}, {}, {}, {}, {}
 local returned, expiring, unkept = {}, {}, {}
-local acked = 0  -- a count, not #owned: Lua's # searches the table each time
+local acked, kept_results, dropped_payloads = 0, 0, 0  -- counts, not #t: Lua's # searches the table each time
 for j = 1, #ids do
   local id, c = ids[j], claim_of[j]
   -- The same lease twice in one call: the second is stale.
@@ -62,12 +62,14 @@ for j = 1, #ids do
     scored[2 * acked - 1], scored[2 * acked] = now_text, id
     local with_result = result_ttl > 0 and result[j] ~= ''
     if with_result and drop_results ~= '1' then
-      returned[#returned + 1] = id
-      returned[#returned + 1] = result[j]
-      expiring[#expiring + 1] = expires_text
-      expiring[#expiring + 1] = id
+      kept_results = kept_results + 1
+      returned[2 * kept_results - 1], returned[2 * kept_results] = id, result[j]
+      expiring[2 * kept_results - 1], expiring[2 * kept_results] = expires_text, id
     end
-    if keep_payload[j] ~= '1' then unkept[#unkept + 1] = id end
+    if keep_payload[j] ~= '1' then
+      dropped_payloads = dropped_payloads + 1
+      unkept[dropped_payloads] = id
+    end
     kept[2 * acked - 1] = id
     kept[2 * acked] = finished_record(first[j] or joined[j], now_text, attempt[j], with_result)
     held_less[c] = (held_less[c] or 0) + 1

@@ -213,9 +213,9 @@ else
       soonest = math.min(soonest, group_soonest)
     else
       local front = redis.call('ZPOPMIN', todos, want)
-      for j = 1, #front, 2 do
-        ids[#ids + 1] = front[j]
-        ranks[#ranks + 1] = front[j + 1]  -- a string: in_progress gets it as it is
+      for j = 1, #front / 2 do
+        ids[j] = front[2 * j - 1]
+        ranks[j] = front[2 * j]  -- a string: in_progress gets it as it is
       end
       -- Short while every waiting group has its concurrency in progress.
       if #ids < want and has_groups and redis.call('EXISTS', groups_full) == 1 then held = 'group' end
@@ -265,13 +265,15 @@ if #ids > 0 then
   local payload, own = {}, {}
   if redis.call('EXISTS', payloads) == 1 then payload = redis.call('HMGET', payloads, unpack(ids)) end
   if redis.call('EXISTS', options) == 1 then own = redis.call('HMGET', options, unpack(ids)) end
+  local at = #reply  -- a count, not #reply: Lua's # searches the table each time
   for j = 1, #ids do
-    reply[#reply + 1] = ids[j]
-    reply[#reply + 1] = tries[j]
-    reply[#reply + 1] = enqueued[j] or -1
-    reply[#reply + 1] = ranks[j] or 0
-    reply[#reply + 1] = payload[j] or false  -- false: a nil reply (a nil would end the table)
-    reply[#reply + 1] = own[j] or false
+    reply[at + 1] = ids[j]
+    reply[at + 2] = tries[j]
+    reply[at + 3] = enqueued[j] or -1
+    reply[at + 4] = ranks[j] or 0
+    reply[at + 5] = payload[j] or false  -- false: a nil reply (a nil would end the table)
+    reply[at + 6] = own[j] or false
+    at = at + 6
   end
 end
 return reply
