@@ -101,20 +101,21 @@ def test_a_small_group_is_served_before_a_big_one_has_run_twice_the_slots(
     start_workers: Callable[..., list[Proc]], log: ExecutionLog, queue: Queue
 ) -> None:
     workers, slots = 4, 10
-    queue.enqueue([f"sleep-0.005-a{i}" for i in range(2000)], group="A")
+    queue.enqueue([f"sleep-0.05-a{i}" for i in range(2000)], group="A")
     start_workers(workers, CONCURRENCY=slots)
-    wait_until(lambda: len(start_times(log, "sleep-0.005-a")) >= 100, 30, "group A running")
+    wait_until(lambda: len(start_times(log, "sleep-0.05-a")) >= 100, 30, "group A running")
     enqueued_at = time.time()  # the handlers' clock: the same machine's
-    queue.enqueue([f"sleep-0.005-b{i}" for i in range(10)], group="B")
-    wait_until(lambda: len(start_times(log, "sleep-0.005-b")) == 10, 30, "every B job started")
-    last_b = max(start_times(log, "sleep-0.005-b"))
-    a_times = start_times(log, "sleep-0.005-a")
+    queue.enqueue([f"sleep-0.05-b{i}" for i in range(10)], group="B")
+    wait_until(lambda: len(start_times(log, "sleep-0.05-b")) == 10, 30, "every B job started")
+    last_b = max(start_times(log, "sleep-0.05-b"))
+    a_times = start_times(log, "sleep-0.05-a")
     a_meanwhile = [at for at in a_times if enqueued_at < at < last_b]
     # The A jobs prefetched already (at most CLAIM_BATCH a worker), then A and B taking turns.
     print(f"A started {len(a_meanwhile)} jobs while B's 10 started (bound {2 * workers * slots})")
     assert len(a_meanwhile) < 2 * workers * slots, len(a_meanwhile)
     # B did not wait for A's backlog: A still had jobs to start when B's last one started. (A's rest
-    # takes a fraction of a second, so counting A's starts at any later time races with it.)
+    # takes 2.5 s on 40 slots, jobs of 50 ms: time for B's claims on a loaded machine, where jobs of
+    # 5 ms left it a quarter of a second; counting A's starts at any later time races with it.)
     assert len([at for at in a_times if at <= last_b]) < 2000
 
 
