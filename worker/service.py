@@ -35,7 +35,6 @@ from setqueue.runtime.logs import flush_logs, plural
 from setqueue.runtime.metrics import OTHER_TASK, WorkerMetrics, new_registry
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import WorkerSettings, load_handler
-from setqueue.scripts import new_request_id
 from setqueue.tasks import Tasks
 from worker.cancels import CancelListener
 from worker.engine import Engine, Running
@@ -290,7 +289,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             leases, results_of = self._keepable(leases, returned)
         self.keeper.drop(leases)  # first: a renewal racing the ack must not report the lease lost
         # Done work: retry through an outage (the shutdown backstop still applies).
-        reached = self._resendable(lambda rid: self._ack_reachable(leases, results_of, rid), "ack", until_stopped=False)
+        reached = self.resendable(lambda rid: self._ack_reachable(leases, results_of, rid), "ack", until_stopped=False)
         leases, results = self._keep_unreached(leases, results_of, reached)
         per_queue: dict[str, tuple[list[int], list[float]]] = {}  # queue -> ([acked, stale], seconds)
         for lease, result in zip(leases, results, strict=True):
@@ -421,7 +420,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
     ) -> FailOutcome:
         """Fail the attempt; a dead letter is logged unless ``quiet`` (the caller logs the failure)."""
         self.keeper.drop([lease])
-        outcome = self._resendable(
+        outcome = self.resendable(
             lambda rid: self.queue.fail(lease, reason, retry=retry, delay=delay, request_id=rid),
             "fail",
             until_stopped=False,
@@ -460,7 +459,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 count = self.engine.wanted(self.stop_event, prefetch=not limited)
                 if count == 0:
                     continue
-                leases = self._resendable(lambda rid, n=count: self._claim(n, request_id=rid), "claim")  # type: ignore[misc]
+                leases = self.resendable(lambda rid, n=count: self._claim(n, request_id=rid), "claim")  # type: ignore[misc]
                 if not leases:
                     self.retry(lambda: self.queue.wait_for_work(block), "wait")
                     continue
@@ -520,19 +519,6 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.log.warning("shutdown took longer than the grace plus %gs: exiting", BACKSTOP_SECONDS)
         flush_logs()
         self.exit_now(self._exit_code or 1)
-
-    def _resendable(self, call: Callable[[str], T], what: str, *, until_stopped: bool = True) -> T:
-        """``self.retry`` of ``call(request_id)``, one id across retries (docs/guide.md, "Resends"); a fresh
-        one after half the time Redis keeps the result."""
-        request_id, since = new_request_id(), time.monotonic()
-
-        def attempt() -> T:
-            nonlocal request_id, since
-            if time.monotonic() - since > self.queue.request_ttl_seconds / 2:
-                request_id, since = new_request_id(), time.monotonic()
-            return call(request_id)
-
-        return self.retry(attempt, what, until_stopped=until_stopped)
 
     def _observe_queue_wait(self, leases: list[Lease]) -> None:
         waits = _grouped(
