@@ -16,6 +16,7 @@ from redis.crc import key_slot
 from setqueue.keys import QueueKeys
 from setqueue.sharded import shard_names
 from tests.support import RedisServer, free_port, need
+from tests.support.packets import dropped, replica_links, replication_rules
 
 SLOTS = 16384
 
@@ -162,50 +163,24 @@ class RedisClusterNodes:
     def replication_cut(self, master: int) -> Iterator[None]:
         """Within, iptables drops what ``master`` sends its replicas while it serves clients and the
         bus: a failover in here promotes a replica that missed every write since. Needs root."""
-        iptables = shutil.which("iptables") or ""
-        if not iptables or os.geteuid() != 0:
-            need("iptables", "a replication cut drops packets with an iptables rule, as root")
         with self.client(master) as client:
-            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+            links = replica_links(client)
         assert links, f"{master} has no replica connected"
-        rules = [
-            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "--dport", str(port), "-j", "DROP"]
-            for port in links
-        ]
-        added: list[list[str]] = []
-        try:
-            for rule in rules:
-                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
-                added.append(rule)
+        with dropped(replication_rules(master, links), "a replication cut"):
             yield
-        finally:
-            for rule in added:
-                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
     @contextlib.contextmanager
     def clients_cut(self, master: int) -> Iterator[None]:
         """Within, iptables drops every packet to and from ``master``'s client port but its replicas'
         links: clients time out, while the cluster bus and replication go on (no failover). Needs root."""
-        iptables = shutil.which("iptables") or ""
-        if not iptables or os.geteuid() != 0:
-            need("iptables", "cutting a node off its clients drops packets with iptables rules, as root")
         with self.client(master) as client:
-            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
-        ports = ",".join(map(str, links)) or "0"
+            ports = ",".join(map(str, replica_links(client))) or "0"
         rules = [
             ["OUTPUT", "-o", "lo", "-p", "tcp", "--dport", str(master), "-m", "multiport", "!", "--sports", ports],
             ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "-m", "multiport", "!", "--dports", ports],
         ]
-        rules = [[*rule, "-j", "DROP"] for rule in rules]
-        added: list[list[str]] = []
-        try:
-            for rule in rules:
-                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
-                added.append(rule)
+        with dropped([[*rule, "-j", "DROP"] for rule in rules], "cutting a node off its clients"):
             yield
-        finally:
-            for rule in added:
-                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
     def wait_failover(self, dead: int, slot: int, timeout: float = 60) -> int:
         """Until a live node took ``slot`` over from ``dead`` and all report cluster_state:ok; its port."""

@@ -22,6 +22,7 @@ import redis
 from setqueue import Queue, open_queue
 from setqueue.runtime.audit import Auditor
 from tests.support.jobs import ExecutionLog
+from tests.support.packets import dropped, replica_links, replication_rules
 from tests.support.procs import Proc
 from tests.support.redis_server import RedisServer, free_port, need
 from tests.support.servers import url_query
@@ -207,24 +208,11 @@ class SentinelSetup:
     def replication_cut(self, master: int) -> Iterator[None]:
         """Within, iptables drops what ``master`` sends its replica (sentinels and clients still reach
         both): a failover in here promotes a replica that missed every write since. Needs root."""
-        iptables = shutil.which("iptables") or ""
-        if not iptables or os.geteuid() != 0:
-            need("iptables", "a replication cut drops packets with an iptables rule, as root")
         with self.client(master) as client:
-            links = [int(link["addr"].rsplit(":", 1)[1]) for link in client.client_list(_type="replica")]
+            links = replica_links(client)
         assert links, f"{master} has no replica connected"
-        rules = [
-            ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(master), "--dport", str(p), "-j", "DROP"] for p in links
-        ]
-        added: list[list[str]] = []
-        try:
-            for rule in rules:
-                subprocess.run([iptables, "-I", *rule], check=True, capture_output=True)
-                added.append(rule)
+        with dropped(replication_rules(master, links), "a replication cut"):
             yield
-        finally:
-            for rule in added:
-                subprocess.run([iptables, "-D", *rule], check=False, capture_output=True)
 
     def cleanup(self) -> None:
         for sentinel in self.sentinels:
