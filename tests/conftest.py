@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,12 @@ from setqueue import Queue
 from tests.support import RedisServer
 from tests.support.console import ConsoleProc, StartConsole, StartWorker
 from tests.support.procs import Proc
+
+# scripts/test runs some suites as background jobs of a non-interactive shell, and those start with
+# SIGINT ignored: every process a test started would inherit that, and no test could press Ctrl-C.
+# A Python handler here is reset to the default in each child, as in a user's terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
