@@ -117,15 +117,26 @@ class AsyncRedis:
         """EVALSHA, loading the script on NOSCRIPT (``is_noscript``: by its code, not its text) and
         resending, at most SCRIPT_LOAD_ATTEMPTS times (``setqueue.script_cache.call_script``'s rule)."""
         target = await self.target()
-        for _ in range(SCRIPT_LOAD_ATTEMPTS):
+        try:
+            return await target.evalsha(sha, len(keys), *keys, *args)
+        except rexc.ResponseError as exc:
+            if not is_noscript(exc):
+                name_script(exc, sha)
+                raise
+        for attempt in range(1, SCRIPT_LOAD_ATTEMPTS + 1):
             try:
-                return await target.evalsha(sha, len(keys), *keys, *args)
+                if target is not self.plain:  # a Cluster: load on every master, then resend
+                    await target.script_load(source)
+                    return await target.evalsha(sha, len(keys), *keys, *args)
+                pipe = target.pipeline(transaction=False)  # one Redis: load and resend back to back
+                pipe.script_load(source)
+                pipe.evalsha(sha, len(keys), *keys, *args)
+                return (await pipe.execute())[1]
             except rexc.ResponseError as exc:
-                if not is_noscript(exc):
+                if not is_noscript(exc) or attempt == SCRIPT_LOAD_ATTEMPTS:
                     name_script(exc, sha)
                     raise
-            await target.script_load(source)
-        return await target.evalsha(sha, len(keys), *keys, *args)
+        raise AssertionError("unreachable")
 
     async def snapshot(self, commands: tuple[tuple[Any, ...], ...], transaction: bool) -> list[Any]:
         """The commands in one pipeline: in one MULTI if ``transaction``."""

@@ -26,16 +26,33 @@ def is_noscript(error: BaseException) -> bool:
 
 def call_script(client: Any, sha: str, source: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     """EVALSHA of the script ``source`` (its SHA1 ``sha``) on a blocking client; on NOSCRIPT, SCRIPT LOAD
-    and resend (at most SCRIPT_LOAD_ATTEMPTS loads). Its reply; raises what Redis raised otherwise."""
-    for _ in range(SCRIPT_LOAD_ATTEMPTS):
+    and resend (at most SCRIPT_LOAD_ATTEMPTS loads). Its reply; raises what Redis raised otherwise.
+
+    On one Redis the load and the resend go in one pipeline: Redis runs one client's pipelined commands
+    one after the other, so a flush between the two (another client's, or a failover's) is unlikely
+    however slow this client is; a Cluster client loads on every master, then resends."""
+    try:
+        return client.evalsha(sha, len(keys), *keys, *args)
+    except rexc.ResponseError as exc:
+        if not is_noscript(exc):
+            name_script(exc, sha)
+            raise
+    cluster = getattr(client, "cluster_client", None)
+    on_one_redis = cluster is None or cluster() is None
+    for attempt in range(1, SCRIPT_LOAD_ATTEMPTS + 1):
         try:
-            return client.evalsha(sha, len(keys), *keys, *args)
+            if not on_one_redis:
+                client.script_load(source)
+                return client.evalsha(sha, len(keys), *keys, *args)
+            pipe = client.pipeline(transaction=False)
+            pipe.script_load(source)
+            pipe.evalsha(sha, len(keys), *keys, *args)
+            return pipe.execute()[1]
         except rexc.ResponseError as exc:
-            if not is_noscript(exc):
+            if not is_noscript(exc) or attempt == SCRIPT_LOAD_ATTEMPTS:
                 name_script(exc, sha)
                 raise
-        client.script_load(source)
-    return client.evalsha(sha, len(keys), *keys, *args)
+    raise AssertionError("unreachable")
 
 
 def name_script(error: BaseException, sha: str) -> None:
