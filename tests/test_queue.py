@@ -13,7 +13,7 @@ from tests.support import queue_members
 from tests.support.waits import wait_for_redis_clock
 
 EMPTY = {
-    **dict.fromkeys(("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "results_kept"), 0),
+    **dict.fromkeys(("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "waiting", "results_kept"), 0),
     "oldest_pending_age_seconds": 0.0,
     "todos_by_priority": {},
     **dict.fromkeys(LIMIT_STATS, 0),

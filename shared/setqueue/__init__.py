@@ -36,6 +36,7 @@ from setqueue.jobs import (
 from setqueue.keys import QueueKeys
 from setqueue.layout import LayoutVersionError
 from setqueue.lease import LeaseKeeper
+from setqueue.links import DependencyResult, JobRef, Link, WaitProgress
 from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
 from setqueue.scripts import new_request_id
@@ -44,16 +45,19 @@ from setqueue.version import __version__
 
 __all__ = [
     "AckResult",
+    "DependencyResult",
     "FailOutcome",
     "HistoryEntry",
     "JobCancelled",
     "JobFailed",
     "JobInfo",
     "JobQueue",
+    "JobRef",
     "JobTimeout",
     "LayoutVersionError",
     "Lease",
     "LeaseKeeper",
+    "Link",
     "MoveTo",
     "NotReplicated",
     "OptionError",
@@ -71,6 +75,7 @@ __all__ = [
     "Task",
     "Tasks",
     "UnknownJob",
+    "WaitProgress",
     "__version__",
     "current_lease",
     "new_request_id",

@@ -346,6 +346,7 @@ class Queue(QueueFront):
     set_group_limits = _awaitable(Operations.set_group_limits)
     limits = _awaitable(Operations.limits)
     groups = _awaitable(Operations.groups)
+    dependencies = _awaitable(Operations.dependencies)
 
     async def ping(self, *, record: bool = False) -> bool:
         """``Operations.ping``, checking the key-layout version and recording none (``setqueue.Queue.ping``)."""

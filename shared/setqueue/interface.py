@@ -11,6 +11,7 @@ import redis
 from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult
 from setqueue.keys import QueueKeys
 from setqueue.limits import GroupInfo, Limits, Rate
+from setqueue.links import JobRef
 from setqueue.tasks import Sent, Task
 
 P = ParamSpec("P")
@@ -55,6 +56,8 @@ class JobQueue(Protocol):
         group: str | None = None,
         retry_timeouts: bool | None = None,
         if_exists: str = "ignore",
+        depends_on: Iterable[str | Sent[Any] | JobRef] | None = None,
+        if_dependency_fails: str = "fail",
         request_id: str | None = None,
     ) -> int: ...
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from setqueue.keys import validate_priority, validate_queue_name
+from setqueue.links import DependencyResult, Link, WaitProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class Lease:
     task: TaskCall | None = None  # its payload read as a task call (None: not one)
     # Keeps what the handler says of its progress (the queue it was claimed from binds it).
     reporter: Callable[[Lease, float, str], bool] | None = field(default=None, compare=False, repr=False)
+    # Reads its dependencies' outcomes and results (a blocking queue binds it; setqueue.aio: none).
+    linker: Callable[[str], list[DependencyResult]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -54,6 +57,15 @@ class Lease:
         if self.reporter is None:
             raise RuntimeError(f"the lease of {self.id!r} was not claimed from a queue: nowhere to report to")
         return self.reporter(self, float(fraction), message.replace("\n", " ")[:200])
+
+    def dependencies(self) -> list[DependencyResult]:
+        """The job's dependencies in the order given (``depends_on``), each with how it ended and what its
+        handler returned: what a callback combines (docs/guide.md#dependencies). Empty for a job without
+        any. RuntimeError for a lease not claimed from a blocking queue: with ``setqueue.aio``, call
+        ``await queue.dependencies(lease.id)``."""
+        if self.linker is None:
+            raise RuntimeError(f"the lease of {self.id!r} cannot read its dependencies: use queue.dependencies(id)")
+        return self.linker(self.id)
 
     def json(self) -> Any:
         """The payload read as JSON (what ``enqueue`` stored for a dict, a list or a number). ``PayloadError``
@@ -173,7 +185,7 @@ class JobInfo:
 
     id: str
     queue: str  # the name of the queue that holds it (a sharded queue's name, not its shard's)
-    state: str  # one of keys.STATES: todos, in_progress, done, failed, scheduled or cancelled
+    state: str  # one of keys.STATES: todos, in_progress, done, failed, scheduled, cancelled or waiting
     priority: int | None  # -10 to 10; None: not known (a job in done or cancelled)
     attempts: int | None  # claims so far (0: never claimed); None: not known
     payload: str | None
@@ -196,6 +208,12 @@ class JobInfo:
     group: str | None = None  # the job group it was enqueued in (kept until it is done or cancelled)
     retry_timeouts: bool | None = None  # the job's own: a timeout retried, or dead-lettered (None: the worker's)
     task: TaskCall | None = None  # its payload read as a task call (None: not one)
+    # Its dependencies, in the order given, and jobs that wait for it (each at most records.LINKS_SHOWN),
+    # with their states now (docs/guide.md#dependencies).
+    depends_on: tuple[Link, ...] = ()
+    dependents: tuple[Link, ...] = ()
+    waiting_on: WaitProgress | None = None  # how many of its dependencies ended, how (None: it has none)
+    if_dependency_fails: str | None = None  # "fail" or "run" (None: it has no dependencies)
 
 
 class PermanentJobError(Exception):

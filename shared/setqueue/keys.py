@@ -28,9 +28,20 @@ MAX_SHARDS = 1024
 # written with in its ``layout`` key; a client of another version refuses the queue before it writes
 # anything (setqueue.layout). Bump it with any change an older client would misread: a key added that
 # it would not keep up, a key's type, or what a member, field, value or score holds.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 # The version of a queue written before queues recorded theirs: keys, but no ``layout`` key.
 UNRECORDED_LAYOUT_VERSION = 1
+
+
+# The most dependents one release.lua call tells, and the most dependencies one register.lua call
+# registers: it bounds how long one call blocks Redis however many jobs a callback waits for
+# (docs/reference.md#dependencies states the measured bound).
+LINKS_PER_CALL = 500
+# What a job's dependencies can end as, from a dependent's side: done, failed (dead-lettered),
+# cancelled, deleted, or unknown (trimmed by retention or deleted before it was registered).
+DEPENDENCY_OUTCOMES = ("done", "failed", "cancelled", "deleted", "unknown")
+# if_dependency_fails: what a dependency that ends other than done does to its dependent.
+IF_DEPENDENCY_FAILS = ("fail", "run")
 
 
 # A job's rank, its score in todos, grouped and in_progress (lua/includes/rank.lua):
@@ -39,8 +50,8 @@ UNRECORDED_LAYOUT_VERSION = 1
 # below 2^53: exact as a double, which is how Lua and the scores hold it.
 RANK_BAND = 2**48
 # The states a job can be in, in the order inspect looks (JobInfo.state is one of them). "todos" also
-# covers waiting jobs that have a group (the grouped key).
-STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
+# covers jobs in line that have a group (the grouped key); "waiting" is a job held by its dependencies.
+STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "waiting")
 
 
 def priority_of_rank(rank: float) -> int:
@@ -370,6 +381,79 @@ class QueueKeys:
         standing in for one. Its age is read from its TTL (a day less PTTL), so by the Redis clock alone;
         no key: nobody swept within a day. A worker sweeps itself when nobody has for a while."""
         return self.prefix + "swept"
+
+    # -- dependencies (enqueue's depends_on; lua/includes/links.lua; docs/reference.md#dependencies) ------
+
+    @property
+    def waiting(self) -> str:
+        """Sorted set: member = job id of each job held by dependencies that have not all ended (the
+        waiting state: never claimed); score = when it was enqueued (ms). When the last one ends it goes
+        to the line (or scheduled, with a delay), or to failed when one failed and it was enqueued with
+        if_dependency_fails "fail"."""
+        return self.prefix + "waiting"
+
+    @property
+    def deps(self) -> str:
+        """Hash: field = job id enqueued with dependencies; value = "<count>|<fail or run>|<due ms or
+        empty>|<generation>|<priority>": how many dependencies it has, what one that fails does, when
+        it may run once released, the enqueue call that made it (a registration or release made for an
+        earlier run of the id is ignored) and its priority. Kept as long as the id (retention, delete),
+        so inspect can show its dependencies after it ran."""
+        return self.prefix + "deps"
+
+    @property
+    def linked(self) -> str:
+        """Set: member = job id that has per-job dependency keys (``depends_on``, ``arrived`` or
+        ``dependents``): a job ending or forgotten looks here (one SMISMEMBER a batch) before it drops
+        or releases them, so jobs without dependencies pay one EXISTS a call."""
+        return self.prefix + "linked"
+
+    @property
+    def registering(self) -> str:
+        """Sorted set: member = job id whose dependencies are still being registered with them (each in
+        its dependency's queue: ``dependents``); score = when that began (ms). The enqueuer registers at
+        once and removes it; a cleaner finishes one older than LINK_GRACE_SECONDS that an enqueuer
+        left (registering is idempotent)."""
+        return self.prefix + "registering"
+
+    @property
+    def releasing(self) -> str:
+        """Sorted set: member = job id that ended (done, failed, cancelled, deleted) while it had
+        dependents still to be told; score = when it ended (ms). The worker (or whoever ended it)
+        tells them at once, a page at a time (LINKS_PER_CALL), and removes it; a cleaner finishes one
+        older than LINK_GRACE_SECONDS (telling is idempotent: a dependent counts a dependency once)."""
+        return self.prefix + "releasing"
+
+    @property
+    def release_outcomes(self) -> str:
+        """Hash: field = job id in releasing; value = how it ended, as its dependents are told: done,
+        failed, cancelled or deleted. Gone with its releasing entry."""
+        return self.prefix + "release_outcomes"
+
+    def depends_on(self, job_id: str) -> str:
+        """List: the dependencies of ``job_id``, in the order given, each "<queue> <id>" (the queue, or
+        the shard of a sharded queue, that holds it: queue names have no spaces). Written once when the
+        job is enqueued (renamed from the call's ``staging`` list); gone with the job."""
+        return f"{self.prefix}depends_on:{job_id}"
+
+    def arrived(self, job_id: str) -> str:
+        """Hash: field = "<queue> <id>" of each dependency of ``job_id`` that has ended; value = how
+        (done, failed, cancelled, deleted, unknown). Written with HSETNX, so a dependency told twice
+        counts once; the job is released when it holds as many fields as the job has dependencies.
+        Gone with the job."""
+        return f"{self.prefix}arrived:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """Set: member = "<queue> <generation> <id>" of each job that waits for ``job_id`` (registered
+        while it had not ended). Read a page at a time (SSCAN) to tell them when it ends; kept until
+        the job is forgotten, so inspect can list its dependents."""
+        return f"{self.prefix}dependents:{job_id}"
+
+    def staging(self, request_id: str) -> str:
+        """List with a TTL of a day: the dependency list of one enqueue call, written in pages (RPUSH)
+        before the call so that no script takes a whole long list as arguments; the enqueue copies it
+        to each new job's ``depends_on`` and deletes it. One an enqueuer dropped expires."""
+        return f"{self.prefix}staging:{request_id}"
 
     # -- limits (setqueue.limits; lua/claim.lua enforces it, docs/guide.md#limits) -------------
 

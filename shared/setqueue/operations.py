@@ -39,6 +39,8 @@ from setqueue.jobs import (
     parse_trace_parent,
 )
 from setqueue.keys import (
+    IF_DEPENDENCY_FAILS,
+    LINKS_PER_CALL,
     MAX_IDS_PER_CALL,
     QueueKeys,
     check_seconds,
@@ -49,6 +51,7 @@ from setqueue.keys import (
 )
 from setqueue.layout import check_layout
 from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
+from setqueue.links import DependencyResult, JobRef, Link, parse_deps_header, progress_of, split_link, unique_links
 from setqueue.records import (
     chunks,
     inspect_reads,
@@ -61,9 +64,10 @@ from setqueue.records import (
     split_error,
 )
 from setqueue.routing import Router
-from setqueue.scripts import QueueCommands
+from setqueue.scripts import QueueCommands, new_request_id
+from setqueue.sharded import shard_name, shard_of
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
-from setqueue.tasks import IF_EXISTS, Sent, Task, new_job_id, prepare_send
+from setqueue.tasks import IF_EXISTS, Sent, Task, check_dependencies, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
@@ -76,6 +80,18 @@ SWEPT_STAMP_MS = 86_400_000
 # serving the others. A claim that applied but whose reply was lost leaves leases nobody holds: they
 # run out, and the sweep hands the jobs on (a lost lease in their history).
 UNREACHABLE_SKIP_SECONDS = 5.0
+
+# How old (seconds, by the Redis clock) a registering or releasing entry must be before a sweep
+# finishes it: whoever made it (the enqueuer, the worker that ended a dependency) does so at once,
+# so an older one was left by a process that died or lost Redis midway. Finishing twice is harmless
+# (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
+# cleaner's sweep interval it bounds the delay a crash adds to a release.
+LINK_GRACE_SECONDS = 10.0
+# The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging).
+STAGING_CHUNK = 1000
+
+# A dependency as a caller names it: a job id of this queue, what send returned, or a job of any queue.
+Dependency = str | Sent[Any] | JobRef
 
 
 class PartlyAcked(redis.ConnectionError):
@@ -92,18 +108,36 @@ class PartlyAcked(redis.ConnectionError):
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
 
 
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """HGETALL's reply as (field, value) pairs: a dict (redis-py's callback, RESP3) or a flat list."""
+    if isinstance(reply, dict):
+        return list(reply.items())
+    return list(zip(reply[0::2], reply[1::2], strict=True))
+
+
 class Operations:
     """Every operation of ``JobQueue``, sans-I/O, over ``router``. Each public method returns the
-    operation's ``Steps``; an executor runs them. ``reporter``: what leases report progress through."""
+    operation's ``Steps``; an executor runs them. ``reporter``: what leases report progress through;
+    ``linker``: what they read their dependencies through."""
 
-    def __init__(self, router: Router[QueueCore], reporter: Callable[[Lease, float, str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        router: Router[QueueCore],
+        reporter: Callable[[Lease, float, str], bool] | None = None,
+        linker: Callable[[str], list[DependencyResult]] | None = None,
+    ) -> None:
         self.router = router
         self.reporter = reporter
+        self.linker = linker
         self.first = router.cores[0]  # whose options a queue of several cores reports as its own
         self._on_a_cluster: bool | None = None
         # Cores (shards, queues) whose Redis failed a claim with a transient error -> until when
         # (monotonic) claims pass them over: see UNREACHABLE_SKIP_SECONDS.
         self._unreachable: dict[QueueCore, float] = {}
+        # The script calls of other queues (or shards) that dependencies link to, by name.
+        self._elsewhere: dict[str, QueueCommands] = {core.name: core.commands for core in router.cores}
+        # Other queues' shard counts (1: not sharded), read once: where their jobs live.
+        self._shard_counts: dict[str, int] = {}
 
     def on_a_cluster(self) -> Steps[bool]:
         """Whether the client runs on a Redis Cluster (asked once)."""
@@ -149,10 +183,21 @@ class Operations:
         group: str | None = None,
         retry_timeouts: bool | None = None,
         if_exists: str = "ignore",
+        depends_on: Iterable[Dependency] | None = None,
+        if_dependency_fails: str = "fail",
         request_id: str | None = None,
     ) -> Steps[int]:
         """Add job ids, or a mapping id -> payload, at the back of the line in order; returns how many
         were new (an id the queue knows, in any state but trimmed from done, is not added again).
+
+        ``depends_on``: jobs each of these waits for (docs/guide.md#dependencies): ids of this queue,
+        what ``send`` returned, or ``JobRef(queue, id)`` for a job of any queue of the same Redis or
+        Cluster. The new jobs wait (state "waiting", never claimed) until all of them ended, then join
+        the line (or scheduled, with ``delay``/``at``). ``if_dependency_fails``: "fail" (the default)
+        dead-letters a job as soon as one of its dependencies ends other than done (failed, cancelled,
+        deleted), naming it; "run" releases it once all ended, however. A dependency already ended
+        counts at once. UnknownJob for a dependency no queue knows, with nothing written; a job that
+        waits for dependencies is not replaced (``if_exists="replace"`` leaves it).
 
         A payload is a str (kept as is), bytes (UTF-8 text) or anything JSON can encode (kept as compact
         JSON), at most ``payload_max_bytes``. ``priority`` (-10..10): higher is claimed first.
@@ -176,6 +221,12 @@ class Operations:
             raise ValueError(f"if_exists must be one of {', '.join(IF_EXISTS)}, got {if_exists!r}")
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
+        if if_dependency_fails not in IF_DEPENDENCY_FAILS:
+            choices = ", ".join(IF_DEPENDENCY_FAILS)
+            raise ValueError(f"if_dependency_fails must be one of {choices}, got {if_dependency_fails!r}")
+        dependencies = None if depends_on is None else list(depends_on)
+        if dependencies is not None:
+            check_dependencies(dependencies)
         delay_ms = 0 if delay is None else round(check_seconds("delay", delay) * 1000)
         at_ms = None if at is None else round(check_seconds("at", at) * 1000)
         own = job_options(max_attempts, timeout, current_trace_parent(), retry_timeouts)
@@ -183,10 +234,16 @@ class Operations:
         for item in job_items(ids, self.first.payload_max_bytes):
             by_core[self.router.home(item[0])].append(item)
         with_payloads = isinstance(ids, Mapping)
+        links: list[str] = []
+        if dependencies:  # each known, or nothing is written
+            links = yield from self._links_of(dependencies)
         added: dict[QueueCore, int] = defaultdict(int)
         for core, items in by_core.items():
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(items)):
+                staged = None
+                if links:  # the list each new job of the chunk copies
+                    staged = yield from self._stage(core, links, if_dependency_fails)
                 added[core] += yield from core.commands.enqueue(
                     chunk,
                     with_payloads=with_payloads,
@@ -198,8 +255,14 @@ class Operations:
                     job_options=own,
                     group=group or "",
                     if_exists=if_exists,
+                    dependencies=staged,
                     request_id=numbered(core_request, number),
                 )
+                if staged is not None:  # each new job registers with its dependencies now
+                    for job_id, _payload in chunk:
+                        yield from self._register(core, job_id)
+        if links:
+            return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.
         yield from self.made_claimable(
             {core: n if delay is None and at is None else min(n, 1) for core, n in added.items()}
@@ -226,8 +289,209 @@ class Operations:
             group=options.group,
             retry_timeouts=options.retry_timeouts,
             if_exists=options.if_exists,
+            depends_on=options.depends_on,
+            if_dependency_fails=options.if_dependency_fails or "fail",
         )
-        return Sent(job_id, added == 1, name)
+        return Sent(job_id, added == 1, name, self.router.queue_name(self.router.home(job_id)))
+
+    # -- dependencies (lua/includes/links.lua; docs/reference.md#dependencies)
+
+    def _commands_of(self, name: str) -> QueueCommands:
+        """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
+        commands = self._elsewhere.get(name)
+        if commands is None:
+            commands = self._elsewhere[name] = QueueCommands(QueueKeys(name), self.first.commands.wait)
+        return commands
+
+    def _link_of(self, dependency: Dependency) -> Steps[str]:
+        """The link ("<queue or shard> <id>") of one dependency as a caller named it."""
+        if isinstance(dependency, str):
+            return f"{self.router.home(dependency).name} {dependency}"
+        queue, job_id = dependency.queue, dependency.id
+        home = self.router.home(job_id)
+        if not queue or queue == self.router.queue_name(home):
+            return f"{home.name} {job_id}"
+        shards = self._shard_counts.get(queue)
+        if shards is None:  # another queue: how many shards it was opened with (none written: 1)
+            stored = yield Send(("GET", QueueKeys(queue).shards))
+            shards = self._shard_counts[queue] = 1 if stored is None else int(text(stored))
+        name = queue if shards == 1 else shard_name(queue, shard_of(job_id, shards))
+        return f"{name} {job_id}"
+
+    def _links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]:
+        """The links of ``dependencies``, each once, in order; UnknownJob naming the first that no queue
+        knows (read only: nothing is written)."""
+        links: list[str] = []
+        for dependency in dependencies:
+            links.append((yield from self._link_of(dependency)))
+        links = unique_links(links)
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in links:
+            queue, job_id = split_link(link)
+            by_queue[queue].append(job_id)
+        for queue, job_ids in by_queue.items():
+            for chunk in chunks(job_ids):
+                states = yield from self._commands_of(queue).lookup(chunk)
+                for job_id, state in zip(chunk, states, strict=True):
+                    if state is None:
+                        raise UnknownJob(
+                            f"dependency {job_id!r} is not in queue {queue!r} (never enqueued, "
+                            "deleted, or trimmed from done by its retention)"
+                        )
+        return links
+
+    def _stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]:
+        """Write ``links`` to a fresh staging list of ``core`` (pages of STAGING_CHUNK, a day's TTL), for
+        enqueue.lua to copy: no script takes a long list as arguments. Returns enqueue's
+        ``dependencies``."""
+        staging = core.keys.staging(new_request_id())
+        for start in range(0, len(links), STAGING_CHUNK):
+            yield Send(("RPUSH", staging, *links[start : start + STAGING_CHUNK]))
+        yield Send(("PEXPIRE", staging, 86_400_000))
+        return len(links), mode, staging
+
+    def _register(self, core: QueueCore, job_id: str) -> Steps[None]:
+        """Register waiting job ``job_id`` of ``core`` with its dependencies, page by page (register.lua);
+        those of other queues with depend.lua there, bringing back the ones that ended (arrive.lua). Then
+        tell the dependents of any job that failed on the way. Idempotent: a sweep redoes one left
+        unfinished."""
+        releases: list[tuple[str, str]] = []
+        start: int | None = 0
+        while start is not None:
+            page = yield from core.commands.register(job_id, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            releases += [(core.name, released) for released in page.releases]
+            if page.elsewhere:
+                dependent = f"{core.name} {page.generation} {job_id}"
+                by_queue: dict[str, list[str]] = defaultdict(list)
+                for link in page.elsewhere:
+                    queue, dependency = split_link(link)
+                    by_queue[queue].append(dependency)
+                arrivals: list[tuple[str, str, str, str]] = []
+                for queue, dependencies in by_queue.items():
+                    answers = yield from self._commands_of(queue).depend(dependent, dependencies)
+                    for dependency, answer in zip(dependencies, answers, strict=True):
+                        if answer:  # it had ended (or is gone): it counts now
+                            arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
+                if arrivals:
+                    failed = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
+                    releases += [(core.name, released) for released in failed]
+                if page.next_start is None:  # the last page: now the entry can go
+                    yield from core.commands.register(job_id, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            start = page.next_start
+        yield from self._release_all(releases)
+
+    def _release_all(self, ended: Sequence[tuple[str, str]]) -> Steps[None]:
+        """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended, page by page
+        (release.lua); those of other queues with arrive.lua there. A dependent that fails in turn has
+        its own dependents told too. Idempotent: a sweep redoes one left unfinished."""
+        todo = list(ended)
+        while todo:
+            queue, job_id = todo.pop()
+            commands = self._commands_of(queue)
+            cursor: str | None = "0"
+            while cursor is not None:
+                page = yield from commands.release(job_id, cursor, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
+                todo += [(queue, released) for released in page.releases]
+                if page.elsewhere:
+                    by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+                    for dependent in page.elsewhere:
+                        its_queue, rest = split_link(dependent)
+                        generation, dependent_id = split_link(rest)
+                        by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", page.outcome))
+                    for its_queue, arrivals in by_queue.items():
+                        failed = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=self.first.wake_cap)
+                        todo += [(its_queue, released) for released in failed]
+                    if page.next_cursor is None:  # the last page: now the entry can go
+                        yield from commands.release(job_id, None, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
+                cursor = page.next_cursor
+
+    def _tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
+        """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
+        key): tell them now. Redis failing meanwhile leaves the record for a sweep to finish
+        (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
+        if not told:
+            return
+        try:
+            yield from self._release_all([(core.name, job_id) for job_id in told])
+        except TRANSIENT_REDIS_ERRORS as exc:
+            log.warning(
+                "queue %s: telling the dependents of %d ended jobs failed (%s); a sweep will", core.name, len(told), exc
+            )
+
+    def _finish_links(self, core: QueueCore, limit: int) -> Steps[int]:
+        """A sweep's part: finish registrations and releases older than LINK_GRACE_SECONDS that their
+        makers left (died, or lost Redis). Returns how many it finished."""
+        seconds, micros = yield Send(("TIME",))
+        before = int(seconds) * 1000 + int(micros) // 1000 - round(LINK_GRACE_SECONDS * 1000)
+        k = core.keys
+        registering = yield Send(("ZRANGE", k.registering, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
+        for job_id in registering:
+            yield from self._register(core, text(job_id))
+        releasing = yield Send(("ZRANGE", k.releasing, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
+        yield from self._release_all([(core.name, text(job_id)) for job_id in releasing])
+        return len(registering) + len(releasing)
+
+    def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]:
+        """The dependencies of ``job_id`` in the order given, each with how it ended and what its handler
+        returned (``DependencyResult``): what a callback combines. Empty for a job without dependencies
+        or an unknown id. ValueError for a malformed id."""
+        core = yield from self.holder(job_id)
+        if core is None:
+            return []
+        k = core.keys
+        listed, arrived = yield Snapshot((("LRANGE", k.depends_on(job_id), 0, -1), ("HGETALL", k.arrived(job_id))))
+        links = [text(link) for link in listed]
+        ended = {text(link): text(outcome) for link, outcome in _pairs(arrived)}
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in links:
+            queue, dependency = split_link(link)
+            by_queue[queue].append(dependency)
+        kept: dict[str, tuple[Any, str | None]] = {}
+        for queue, ids in by_queue.items():
+            qk = QueueKeys(queue)
+            for chunk in chunks(ids):
+                replies = yield Snapshot(
+                    tuple(c for i in chunk for c in (("HGET", qk.results, i), ("HGET", qk.errors, i)))
+                )
+                for n, dependency in enumerate(chunk):
+                    result, error = replies[2 * n], replies[2 * n + 1]
+                    value = None if result is None else decode_result(text(result))
+                    kept[f"{queue} {dependency}"] = (value, None if error is None else split_error(error)[0])
+        out = []
+        for link in links:
+            queue, dependency = split_link(link)
+            value, error = kept.get(link, (None, None))
+            out.append(DependencyResult(queue, dependency, ended.get(link), value, error))
+        return out
+
+    def _links_shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]:
+        """inspect's dependency fields of ``job_id`` from its snapshot ``r``: its dependencies and
+        dependents (``Link``, with their states now, read per queue), its progress and mode."""
+        if r["deps"] is None and not r["dependents"]:
+            return {}
+        links = [text(link) for link in r["depends_on"]]
+        dependents = []
+        for member in r["dependents"]:
+            queue, rest = split_link(text(member))
+            dependents.append(f"{queue} {split_link(rest)[1]}")
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in (*links, *dependents):
+            queue, other = split_link(link)
+            by_queue[queue].append(other)
+        states: dict[str, str | None] = {}
+        for queue, ids in by_queue.items():
+            for chunk in chunks(list(dict.fromkeys(ids))):
+                found = yield from self._commands_of(queue).lookup(chunk)
+                states.update({f"{queue} {other}": state for other, state in zip(chunk, found, strict=True)})
+        shown: dict[str, Any] = {
+            "depends_on": tuple(Link(*split_link(link), states.get(link)) for link in links),
+            "dependents": tuple(Link(*split_link(link), states.get(link)) for link in dependents),
+        }
+        if r["deps"] is not None:
+            count, mode, _due, _generation, _priority = parse_deps_header(text(r["deps"]))
+            shown["waiting_on"] = progress_of(count, (text(outcome) for outcome in r["arrived"]))
+            shown["if_dependency_fails"] = mode
+        return shown
 
     # -- workers
 
@@ -308,6 +572,7 @@ class Operations:
                 trace_parent=parse_trace_parent(own),
                 retry_timeouts=parse_retry_timeouts(own),
                 reporter=self.reporter,
+                linker=self.linker,
             )
 
         leases, header = yield from core.commands.claim(
@@ -405,7 +670,7 @@ class Operations:
             try:
                 core_request = self.router.part(request_id, core)
                 for number, chunk in enumerate(chunks(positions)):
-                    now, acked, dropped = yield from core.commands.ack(
+                    now, acked, dropped, told = yield from core.commands.ack(
                         [leases[n] for n in chunk],
                         [encoded[n] for n in chunk],
                         request_ttl_ms=core.request_ttl_ms,
@@ -427,6 +692,7 @@ class Operations:
                         enqueued_at = leases[n].enqueued_at
                         waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
                         out[n] = AckResult(ok, waited)
+                    yield from self._tell(core, told)
                 self._reached(core)
             except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' jobs are acked all the same
                 self._unreached(core)
@@ -472,7 +738,7 @@ class Operations:
         for core, positions in self._by_core([item[0] for item in items]).items():
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(positions)):
-                replied = yield from core.commands.fail(
+                replied, told = yield from core.commands.fail(
                     [items[n] for n in chunk],
                     request_ttl_ms=core.request_ttl_ms,
                     max_attempts=core.max_attempts,
@@ -482,6 +748,7 @@ class Operations:
                 for n, reply in zip(chunk, replied, strict=True):
                     outcomes[n] = FailOutcome(reply)
                     claimable[core] += outcomes[n] in (FailOutcome.RETRIED, FailOutcome.RELEASED)
+                yield from self._tell(core, told)
         yield from self.made_claimable(claimable)
         return outcomes
 
@@ -519,7 +786,7 @@ class Operations:
                 # Owners as read: the script checks they still hold.
                 read = (yield Send(("HMGET", k.owners, *candidates))) if candidates else []
                 owners = [None if o is None else text(o) for o in read]
-                page_requeued, page_dead, page_trimmed, _promoted = yield from core.commands.sweep(
+                page_requeued, page_dead, page_trimmed, _promoted, told = yield from core.commands.sweep(
                     candidates,
                     owners,
                     request_ttl_ms=core.request_ttl_ms,
@@ -528,9 +795,12 @@ class Operations:
                     done_max_age_ms=round(core.done_max_age_seconds * 1000) if trim_pending else 0,
                     trim_limit=MAX_IDS_PER_CALL,
                 )
+                yield from self._tell(core, told)
                 requeued += page_requeued
                 dead += page_dead
                 trimmed += page_trimmed
+                if trim_pending:  # once a call too: registrations and releases their makers left
+                    yield from self._finish_links(core, MAX_IDS_PER_CALL)
                 trim_pending = False
             examined += len(candidates)
             if core.sweep_cursor == 0 or examined >= limit:
@@ -567,7 +837,11 @@ class Operations:
         r = dict(zip(reads, replies, strict=True))
         token = None if r["owner"] is None else text(r["owner"])
         ttl_ms = (yield Send(("PTTL", core.keys.lock(token)))) if token is not None else -2
-        return job_info(job_id, self.router.queue_name(core), r, ttl_ms)
+        info = job_info(job_id, self.router.queue_name(core), r, ttl_ms)
+        if info is None:
+            return None
+        shown = yield from self._links_shown(core, job_id, r)
+        return dataclasses.replace(info, **shown) if shown else info
 
     def holder(self, job_id: str) -> Steps[QueueCore | None]:
         """The core that knows ``job_id``, or None (several candidates: the first whose inspect finds it)."""
@@ -613,13 +887,15 @@ class Operations:
         returns the state it was in, or None if unknown."""
         return (yield from self._end_job(job_id, QueueCommands.delete))
 
-    def _end_job(self, job_id: str, command: Callable[..., Steps[str | None]]) -> Steps[str | None]:
+    def _end_job(self, job_id: str, command: Callable[..., Steps[tuple[str | None, bool]]]) -> Steps[str | None]:
         validate_job_id(job_id)
         for core in self.router.holders(job_id):
             token = yield from self._owner(core, job_id)
-            was = yield from command(
+            was, told = yield from command(
                 core.commands, job_id, token, request_ttl_ms=core.request_ttl_ms, wake_cap=core.wake_cap
             )
+            if told:
+                yield from self._tell(core, [job_id])
             if was is not None:
                 return was
         return None
@@ -677,7 +953,7 @@ class Operations:
         that is no longer kept), UnknownJob. One snapshot, or an ack between a job's done and pending
         reads would make it look unknown."""
         k = core.keys
-        reads = ("in_done", "result", "finished", "in_failed", "in_cancelled", "error", "pending", "due")
+        reads = ("in_done", "result", "finished", "in_failed", "in_cancelled", "error", "pending", "due", "waiting")
         commands: list[tuple[Any, ...]] = []
         for job_id in job_ids:
             commands += [
@@ -689,6 +965,7 @@ class Operations:
                 ("HGET", k.errors, job_id),
                 ("ZSCORE", k.pending, job_id),
                 ("ZSCORE", k.scheduled, job_id),
+                ("ZSCORE", k.waiting, job_id),
             ]
         replies = yield Snapshot(tuple(commands))
         waiting: list[str] = []
@@ -705,7 +982,7 @@ class Operations:
             elif r["in_failed"] or r["in_cancelled"]:
                 reason, traceback = split_error(r["error"])
                 raise JobFailed(job_id, "failed" if r["in_failed"] else "cancelled", reason or None, traceback)
-            elif r["pending"] is None and r["due"] is None:
+            elif r["pending"] is None and r["due"] is None and r["waiting"] is None:
                 raise UnknownJob(f"job {job_id!r} is not in queue {self.router.name!r}")
             else:
                 waiting.append(job_id)

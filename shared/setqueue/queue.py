@@ -74,7 +74,7 @@ class Queue(QueueFront):
         (None: itself)."""
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
         self._made_of(router, shards, queues)
-        self.operations = Operations(router, reporter=self.progress)
+        self.operations = Operations(router, reporter=self.progress, linker=self.dependencies)
         self.executor = Executor(self.redis, LayoutCheck([core.name for core in router.cores]))
         self._ended: dict[QueueCore, EndedListener] = {}  # the subscriptions result() waits on
         self._waiter: ClusterWaiter | None = None  # made by a first wait across Cluster slots
@@ -109,6 +109,7 @@ class Queue(QueueFront):
     set_group_limits = _blocking(Operations.set_group_limits)
     limits = _blocking(Operations.limits)
     groups = _blocking(Operations.groups)
+    dependencies = _blocking(Operations.dependencies)
 
     def ping(self, *, record: bool = False) -> bool:
         """``Operations.ping``: it checks the key-layout version itself and records none (the queue's first

@@ -25,9 +25,12 @@ from setqueue.jobs import (
 )
 from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys, check_utf8, priority_of_rank, validate_job_id
 from setqueue.limits import LIMIT_STATS
+from setqueue.links import parse_deps_header
 from setqueue.steps import text
 
 T = TypeVar("T")
+# The most dependencies and dependents of one job that inspect shows (a callback may have 100,000).
+LINKS_SHOWN = 100
 
 
 def chunks(items: Sequence[T], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[T]]:
@@ -151,6 +154,11 @@ def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
         "done_at": ("ZSCORE", k.done_log, job_id),
         "grouped_rank": ("ZSCORE", k.grouped, job_id),
         "group": ("HGET", k.group_of, job_id),
+        "waiting_since": ("ZSCORE", k.waiting, job_id),
+        "deps": ("HGET", k.deps, job_id),
+        "depends_on": ("LRANGE", k.depends_on(job_id), 0, LINKS_SHOWN - 1),
+        "arrived": ("HVALS", k.arrived(job_id)),
+        "dependents": ("SRANDMEMBER", k.dependents(job_id), LINKS_SHOWN),
     }
 
 
@@ -165,6 +173,7 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         bool(r["in_failed"]),
         r["due"] is not None,
         bool(r["in_cancelled"]),
+        r["waiting_since"] is not None,
     )
     states = [name for name, is_member in zip(STATES, member, strict=True) if is_member]
     if not states:
@@ -176,8 +185,12 @@ def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobI
         priority = priority_of_rank(rank)
     elif state in ("scheduled", "failed"):
         priority = int(r["kept_priority"]) if r["kept_priority"] is not None else 0
+    elif state == "waiting":
+        priority = parse_deps_header(text(r["deps"]))[4] if r["deps"] is not None else 0
     # First enqueued: kept apart only when it joined the line later (scheduled, retried after a backoff).
     enqueued_ms: Any = r["joined"] if r["first"] is None else int(text(r["first"]))
+    if state == "waiting":
+        enqueued_ms = r["waiting_since"]
     attempts: Any = r["attempts"]
     finished_at: float | None = None
     if state in ("done", "failed", "cancelled"):

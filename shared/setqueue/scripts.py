@@ -40,10 +40,15 @@ NAMES = (
     "progress",
     "set_limits",
     "list_groups",
+    "register",
+    "depend",
+    "arrive",
+    "release",
+    "lookup",
 )
 
 # The scripts that write nothing, which a ReplicaWait leaves alone.
-READ_ONLY = frozenset({"stats", "list_groups"})
+READ_ONLY = frozenset({"stats", "list_groups", "lookup"})
 
 
 __all__ = ["CONTRACTS", "NAMES", "SOURCES", "QueueCommands", "ScriptContractError", "new_request_id", "text"]
@@ -170,8 +175,9 @@ def parse_contract(name: str, source: str) -> Contract:
     )
 
 
-# The KEYS a call names itself (its request record, one claim's lock); the rest are layout keys.
-PER_CALL_KEYS = ("request", "lock")
+# The KEYS a call names itself (its request record, one claim's lock, its dependency list); the rest
+# are layout keys.
+PER_CALL_KEYS = ("request", "lock", "staging")
 
 
 def layout_key_names() -> frozenset[str]:
@@ -327,10 +333,15 @@ class QueueCommands:
         job_options: str = "",
         group: str = "",
         if_exists: str = "ignore",
+        dependencies: tuple[int, str, str] | None = None,
         request_id: str | None = None,
     ) -> Steps[int]:
         """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new);
-        ``if_exists``: what a known id does (see enqueue.lua's header); ``request_id``: as for ack."""
+        ``if_exists``: what a known id does (see enqueue.lua's header); ``dependencies``: (how many,
+        "fail" or "run", the staging key holding their list) when the jobs wait for some (they go to
+        waiting; ``register`` then registers them); ``request_id``: as for ack."""
+        request_id = request_id or new_request_id()
+        count, mode, staging = dependencies if dependencies is not None else ("", "", self.k.staging(request_id))
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -341,12 +352,16 @@ class QueueCommands:
             job_options,
             group,
             if_exists,
+            count,
+            mode,
+            request_id,  # the generation of the links the call makes
+            self.k.prefix,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
-        keys = self._keys("enqueue", request=self._request(request_id))
+        keys = self._keys("enqueue", request=self._request(request_id), staging=staging)
         reply = yield self._run("enqueue", keys, args)
         added: int = json.loads(reply)[0]
         return int(added)
@@ -404,10 +419,11 @@ class QueueCommands:
         result_ttl_ms: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> Steps[tuple[float, list[bool], bool]]:
-        """ack.lua: the Redis clock (s), per lease whether acked, and whether results were dropped because
-        Redis is full. ``results``: encoded, None for nothing to keep. A payload of at most
-        ``payload_keep_bytes`` (UTF-8) stays with its job in done."""
+    ) -> Steps[tuple[float, list[bool], bool, list[str]]]:
+        """ack.lua: the Redis clock (s), per lease whether acked, whether results were dropped because
+        Redis is full, and the acked ids whose dependents are to be told (``release``). ``results``:
+        encoded, None for nothing to keep. A payload of at most ``payload_keep_bytes`` (UTF-8) stays with
+        its job in done."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
         per_lease: list[Any] = []
@@ -421,7 +437,8 @@ class QueueCommands:
         def args(drop_results: bool) -> list[Any]:
             channel = self.k.ended_channel
             drop = "1" if drop_results else "0"
-            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, *listed, *per_lease]
+            prefix = self.k.prefix
+            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, prefix, *listed, *per_lease]
 
         dropped = False
         if result_ttl_ms > 0 and any(results):
@@ -432,8 +449,9 @@ class QueueCommands:
                 reply = yield self._run("ack", keys, args(drop_results=True))
         else:
             reply = yield self._run("ack", keys, args(drop_results=False))
-        now_ms, flags = text(reply).split(" ")
-        return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped
+        first, *told = text(reply).split("\n")
+        now_ms, flags = first.split(" ")
+        return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped, told
 
     def fail(
         self,
@@ -443,15 +461,17 @@ class QueueCommands:
         max_attempts: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> Steps[list[str]]:
-        """fail.lua for each (lease, mode "retry"/"dead"/"release", reason, delay ms): each outcome."""
+    ) -> Steps[tuple[list[str], list[str]]]:
+        """fail.lua for each (lease, mode "retry"/"dead"/"release", reason, delay ms): each outcome, and
+        the dead-lettered ids whose dependents are to be told (``release``)."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, self.k.prefix, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
         reply = yield self._run("fail", keys, args)
-        return text(reply).split(" ")
+        first, *told = text(reply).split("\n")
+        return first.split(" "), told
 
     def sweep(
         self,
@@ -463,9 +483,10 @@ class QueueCommands:
         wake_cap: int,
         done_max_age_ms: int,
         trim_limit: int,
-    ) -> Steps[tuple[list[str], list[str], int, int]]:
+    ) -> Steps[tuple[list[str], list[str], int, int, list[str]]]:
         """sweep.lua: requeued and dead-lettered ids of ``candidates`` (with owners as read; None: none),
-        how many ids were trimmed from done, how many promoted from scheduled."""
+        how many ids were trimmed from done, how many promoted from scheduled, and the dead-lettered ids
+        whose dependents are to be told (``release``)."""
         claims, locks, listed = _claims(self.k, (o for o in owners if o is not None))
         keys = self._keys("sweep", locks, request=self._request(None))
         args: list[Any] = [
@@ -476,13 +497,14 @@ class QueueCommands:
             trim_limit,
             identity(),
             self.k.ended_channel,
+            self.k.prefix,
             *listed,
         ]
         for candidate, owner in zip(candidates, owners, strict=True):
             args += [candidate, 0 if owner is None else claims[owner]]
         reply = yield self._run("sweep", keys, args)
-        requeued, dead, trimmed, promoted = json.loads(reply)
-        return list(requeued), list(dead), int(trimmed), int(promoted)
+        requeued, dead, trimmed, promoted, told = json.loads(reply)
+        return list(requeued), list(dead), int(trimmed), int(promoted), _strings(told)
 
     def requeue_failed(self, ids: Sequence[str], *, request_ttl_ms: int, wake_cap: int) -> Steps[int]:
         """requeue_failed.lua: how many of ``ids`` moved from failed back to todos."""
@@ -490,29 +512,35 @@ class QueueCommands:
         reply = yield self._run("requeue_failed", keys, [request_ttl_ms, wake_cap, identity(), *ids])
         return int(json.loads(reply)[0])
 
-    def delete(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> Steps[str | None]:
-        """delete.lua: the state ``job_id`` was in, or None; ``token``: its owner as read (None: none)."""
-        return (yield from self._end("delete", token, [request_ttl_ms, job_id, token or "", wake_cap]))
+    def delete(
+        self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int
+    ) -> Steps[tuple[str | None, bool]]:
+        """delete.lua: the state ``job_id`` was in, or None, and whether its dependents are to be told
+        (``release``); ``token``: its owner as read (None: none)."""
+        args = [request_ttl_ms, job_id, token or "", wake_cap, self.k.prefix]
+        return (yield from self._end("delete", token, args))
 
-    def cancel(self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int) -> Steps[str | None]:
+    def cancel(
+        self, job_id: str, token: str | None, *, request_ttl_ms: int, wake_cap: int
+    ) -> Steps[tuple[str | None, bool]]:
         """cancel.lua: as ``delete``, cancelling; a running job's worker is told on the cancel channel."""
         k = self.k
-        args = [request_ttl_ms, job_id, token or "", identity(), k.ended_channel, k.cancel_channel, wake_cap]
+        args = [request_ttl_ms, job_id, token or "", identity(), k.ended_channel, k.cancel_channel, wake_cap, k.prefix]
         return (yield from self._end("cancel", token, args))
 
-    def _end(self, name: str, token: str | None, args: list[Any]) -> Steps[str | None]:
+    def _end(self, name: str, token: str | None, args: list[Any]) -> Steps[tuple[str | None, bool]]:
         keys = self._keys(name, request=self._request(None), lock=self.k.lock(token or "-"))
         reply = yield self._run(name, keys, args)
-        state: str | None = json.loads(reply)[0]
-        return state or None
+        state, told = json.loads(reply)
+        return state or None, bool(told)
 
     def stats(self) -> Steps[tuple[dict[str, int], int, dict[int, int]]]:
         """stats.lua: state sizes, results kept, limits; oldest pending age (ms); todos per priority."""
         reply = yield self._run("stats", self._keys("stats"), [])
-        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, *rest = reply
+        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, waiting, *rest = reply
         limits, by_priority = rest[: len(LIMIT_STATS)], rest[len(LIMIT_STATS) :]
         sizes = {**dict(zip(LIMIT_STATS, limits, strict=True)), "results_kept": results}
-        sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled), strict=True))
+        sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled, waiting), strict=True))
         return sizes, age_ms, dict(zip(by_priority[::2], by_priority[1::2], strict=True))
 
     def set_limits(self, what: str, value: str, *, wake_cap: int) -> Steps[bool]:
@@ -549,3 +577,75 @@ class QueueCommands:
         reply = yield self._run("periodic", keys, args)
         created, first_seen = json.loads(reply)
         return [text(n) for n in created or ()], [text(n) for n in first_seen or ()]
+
+    # -- dependencies (lua/includes/links.lua)
+
+    def register(self, job_id: str, start: int | None, *, page: int, wake_cap: int) -> Steps[RegisterPage]:
+        """register.lua: register the page of waiting job ``job_id``'s dependencies from index ``start``
+        (None: finish, once the caller registered the others)."""
+        k = self.k
+        args = [k.prefix, k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
+        reply = json.loads((yield self._run("register", self._keys("register"), args)))
+        next_start, generation, elsewhere, releases = reply
+        return RegisterPage(
+            None if next_start < 0 else int(next_start), str(generation), _strings(elsewhere), _strings(releases)
+        )
+
+    def lookup(self, job_ids: Sequence[str]) -> Steps[list[str | None]]:
+        """lookup.lua: the state of each of ``job_ids`` (keys.STATES), None for one no state holds."""
+        reply = yield self._run("lookup", self._keys("lookup"), list(job_ids))
+        return [text(state) or None for state in reply]
+
+    def depend(self, dependent: str, job_ids: Sequence[str]) -> Steps[list[str]]:
+        """depend.lua: ``dependent`` ("<queue> <generation> <id>") waits for ``job_ids`` of this queue;
+        per id how it ended ("done", "failed", "cancelled", "unknown") or "" (registered: it tells)."""
+        reply = yield self._run("depend", self._keys("depend"), [self.k.prefix, dependent, *job_ids])
+        return _strings(json.loads(reply))
+
+    def arrive(self, arrivals: Sequence[tuple[str, str, str, str]], *, wake_cap: int) -> Steps[list[str]]:
+        """arrive.lua for each (dependent id, its generation, dependency link, outcome): the ids whose own
+        dependents are to be told now (``release``)."""
+        args: list[Any] = [self.k.prefix, wake_cap, self.k.ended_channel]
+        for arrival in arrivals:
+            args += arrival
+        reply = yield self._run("arrive", self._keys("arrive"), args)
+        return _strings(json.loads(reply)[0])
+
+    def release(self, job_id: str, cursor: str | None, *, page: int, wake_cap: int) -> Steps[ReleasePage]:
+        """release.lua: tell the page of ended job ``job_id``'s dependents from SSCAN ``cursor`` ("0"
+        first; None: finish, once the caller told the others)."""
+        k = self.k
+        args = [k.prefix, k.name, wake_cap, k.ended_channel, job_id, "end" if cursor is None else cursor, page]
+        reply = json.loads((yield self._run("release", self._keys("release"), args)))
+        next_cursor, outcome, elsewhere, releases = reply
+        return ReleasePage(
+            None if str(next_cursor) == "0" else str(next_cursor), str(outcome), _strings(elsewhere), _strings(releases)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterPage:
+    """register.lua's reply: where the next page starts (None: no more), the job's generation, the
+    dependencies of other queues in this page ("<queue> <id>"), and ids whose dependents are to be told."""
+
+    next_start: int | None
+    generation: str
+    elsewhere: list[str]
+    releases: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasePage:
+    """release.lua's reply: the next SSCAN cursor (None: no more), how the job ended ("": it is not
+    being released), its dependents in other queues in this page ("<queue> <generation> <id>"), and
+    ids whose dependents are to be told in turn."""
+
+    next_cursor: str | None
+    outcome: str
+    elsewhere: list[str]
+    releases: list[str]
+
+
+def _strings(items: Any) -> list[str]:
+    """A JSON array from a script as a list of str (cjson encodes an empty Lua table as {})."""
+    return [text(item) for item in items] if isinstance(items, list) else []

@@ -20,12 +20,13 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from setqueue.jobs import ENVELOPE_VERSION, Lease, PermanentJobError, envelope_parts
-from setqueue.keys import check_seconds, validate_group, validate_job_id, validate_priority
+from setqueue.keys import IF_DEPENDENCY_FAILS, check_seconds, validate_group, validate_job_id, validate_priority
+from setqueue.links import JobRef
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -77,6 +78,8 @@ class SendOptions:
     group: str | None = None
     if_exists: str = "ignore"
     retry_timeouts: bool | None = None  # a timeout retried like any failure, or dead-letters the job at once
+    depends_on: tuple[str | Sent[Any] | JobRef, ...] | None = None  # jobs it waits for (docs/guide.md#dependencies)
+    if_dependency_fails: str | None = None  # "fail" (the default) or "run"
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -97,6 +100,11 @@ class SendOptions:
             validate_group(self.group)
         if self.if_exists not in IF_EXISTS:
             raise ValueError(f"if_exists must be one of {', '.join(IF_EXISTS)}, got {self.if_exists!r}")
+        if self.depends_on is not None:
+            check_dependencies(self.depends_on)
+        if self.if_dependency_fails is not None and self.if_dependency_fails not in IF_DEPENDENCY_FAILS:
+            choices = ", ".join(IF_DEPENDENCY_FAILS)
+            raise ValueError(f"if_dependency_fails must be one of {choices}, got {self.if_dependency_fails!r}")
 
     def over(self, defaults: SendOptions) -> SendOptions:
         """These options, each unset one taken from ``defaults``."""
@@ -108,11 +116,24 @@ class SendOptions:
 @dataclass(frozen=True, slots=True)
 class Sent(Generic[R]):
     """What ``send`` returns: the job's ``id``, and ``created`` (False: a job of that id was known, and
-    nothing changed). ``R``: the task's return type, what ``result(id)`` gives once it ran."""
+    nothing changed), the ``task``'s name and the ``queue`` it went to; a later send or enqueue can name
+    it as a dependency (``depends_on``). ``R``: the task's return type, what ``result(id)`` gives once it
+    ran."""
 
     id: str
     created: bool
     task: str
+    queue: str = ""
+
+
+def check_dependencies(dependencies: Iterable[object]) -> None:
+    """TypeError for a dependency that is not a job id (str), a ``Sent`` or a ``JobRef``; ValueError for a
+    malformed id. Nothing is looked up (whether each exists is the enqueue's to check)."""
+    for dependency in dependencies:
+        if isinstance(dependency, str):
+            validate_job_id(dependency)
+        elif not isinstance(dependency, Sent | JobRef):
+            raise TypeError(f"a dependency is a job id, a Sent or a JobRef, not {type(dependency).__name__}")
 
 
 class Task(Generic[P, R]):
@@ -165,10 +186,16 @@ class Task(Generic[P, R]):
         group: str | None = None,
         if_exists: str = "ignore",
         retry_timeouts: bool | None = None,
+        depends_on: Iterable[str | Sent[Any] | JobRef] | None = None,
+        if_dependency_fails: str | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose sends carry these job options (over the task's own; see
-        ``setqueue.Queue.enqueue``). ValueError for a bad one."""
-        given = SendOptions(id, delay, at, priority, max_attempts, timeout, group, if_exists, retry_timeouts)
+        ``setqueue.Queue.enqueue``). ValueError for a bad one, TypeError for a dependency that is not
+        an id, a ``Sent`` or a ``JobRef``."""
+        deps = None if depends_on is None else tuple(depends_on)
+        given = SendOptions(
+            id, delay, at, priority, max_attempts, timeout, group, if_exists, retry_timeouts, deps, if_dependency_fails
+        )
         return Task(self.func, self.name, given.over(self.defaults))
 
     def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:

@@ -9,20 +9,24 @@
 -- KEYS[15] lock (of the claim that owned the id as the caller read owners; any lock key if none)
 -- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] limits KEYS[20] grouped
 -- KEYS[21] group_lines KEYS[22] group_of KEYS[23] groups_ready KEYS[24] groups_resting
--- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake KEYS[28] enqueued
+-- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake KEYS[28] enqueued KEYS[29] waiting
+-- KEYS[30] registering KEYS[31] linked KEYS[32] releasing KEYS[33] release_outcomes
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] who (host:pid)
 -- ARGV[5] ended channel ("cancelled\n<id>")  ARGV[6] cancel_channel  ARGV[7] wake_cap
--- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress" (cancelled
--- now), "done", "failed", "cancelled" (unchanged), or false: unknown]
+-- ARGV[8] prefix (the queue's key prefix: per-job keys)
+-- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress", "waiting"
+-- (cancelled now), "done", "failed", "cancelled" (unchanged), or false: unknown, then whether its
+-- dependents are to be told (releasing, includes/links.lua)]
 local request, todos, in_progress, done, failed, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local cancelled, pending, attempts, owners, finished = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local priorities, done_log, history, lock = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
-local enqueued = KEYS[28]
+local enqueued, waiting, registering, linked, releasing = KEYS[28], KEYS[29], KEYS[30], KEYS[31], KEYS[32]
+local release_outcomes = KEYS[33]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local wake_cap = ARGV[7]
+local wake_cap, prefix = ARGV[7], ARGV[8]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "lock_countdown"
@@ -30,6 +34,7 @@ local wake_cap = ARGV[7]
 -- @include "history"
 -- @include "groups"
 -- @include "wake"
+-- @include "links"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -45,9 +50,13 @@ elseif redis.call('SISMEMBER', failed, id) == 1 then state = 'failed'
 elseif leave_line(G, todos, id) then state = 'todos'
 elseif redis.call('ZREM', scheduled, id) == 1 then state = 'scheduled'
 elseif redis.call('ZSCORE', in_progress, id) then state = 'in_progress'
+elseif redis.call('ZREM', waiting, id) == 1 then
+  state = 'waiting'
+  redis.call('ZREM', registering, id)
 end
 
-if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
+local told = {}
+if state == 'todos' or state == 'scheduled' or state == 'in_progress' or state == 'waiting' then
   local now = now_ms()
   local held_by = ''
   if state == 'in_progress' then
@@ -74,6 +83,8 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' then
   redis.call('HSET', finished, id, finished_record(first, now, tries, false))
   remember(history, id, now, 'cancelled', who, 'in ' .. state .. held_by)
   redis.call('PUBLISH', ended, 'cancelled\n' .. id)
+  local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+  told = mark_ended(L, {id}, 'cancelled', now)
 end
 
-return record(request, cjson.encode({state}), record_ttl)
+return record(request, cjson.encode({state, #told > 0}), record_ttl)

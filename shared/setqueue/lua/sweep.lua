@@ -11,12 +11,14 @@
 -- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
 -- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued KEYS[32] payloads
+-- KEYS[33] linked KEYS[34] releasing KEYS[35] release_outcomes KEYS[36] deps
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
--- ARGV[7] ended channel ("failed\n<id>...")
+-- ARGV[7] ended channel ("failed\n<id>...")  ARGV[8] prefix (the queue's key prefix: per-job keys)
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per candidate: id, claim number (0: no owner)
--- Returns a JSON string: [[requeued ids], [dead-lettered ids], ids dropped from done, ids promoted]
+-- Returns a JSON string: [[requeued ids], [dead-lettered ids], ids dropped from done, ids promoted,
+-- [dead-lettered ids whose dependents are to be told (releasing, includes/links.lua)]]
 local request, todos, in_progress, failed, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, errors, wake, done, done_log, owners = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local finished, scheduled, seq, priorities = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -24,11 +26,12 @@ local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS
 local cancelled, progress = KEYS[21], KEYS[22]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
-local payloads = KEYS[32]
-local FIRST_LOCK = 33  -- KEYS[FIRST_LOCK..] lock key of each claim
+local payloads, linked, releasing, release_outcomes, deps = KEYS[32], KEYS[33], KEYS[34], KEYS[35], KEYS[36]
+local FIRST_LOCK = 37  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+local prefix = ARGV[8]
+local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
 local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
@@ -38,6 +41,7 @@ local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "promote"
 -- @include "options"
 -- @include "history"
+-- @include "links"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -85,12 +89,15 @@ local freed = left_progress(G, left, false)
 if #requeued + freed > 0 then wake_workers(wake, math.max(1, freed), wake_cap) end
 redis.call('ZREMRANGEBYSCORE', group_buckets, '-inf', now)
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
+local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+local told = mark_ended(L, dead, 'failed', now)
 
 local trimmed = 0
 if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
   if #old > 0 then
     forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, old)
+    forget_links(L, deps, old)
     redis.call('ZREM', done_log, unpack(old))
   end
   trimmed = #old
@@ -105,4 +112,4 @@ end
 local promoted = promote_due(G, scheduled, todos, pending, priorities, seq, now, trim_limit)
 if promoted > 0 then wake_workers(wake, promoted, wake_cap) end
 
-return record(request, cjson.encode({requeued, dead, trimmed, promoted}), record_ttl)
+return record(request, cjson.encode({requeued, dead, trimmed, promoted, told}), record_ttl)

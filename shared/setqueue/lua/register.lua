@@ -1,0 +1,72 @@
+#!lua flags=allow-oom
+-- register.lua: register a page of a waiting job's dependencies with them (includes/links.lua).
+-- Each dependency of this queue is looked up here: one that ended (or is unknown) arrives at once,
+-- one that has not is told to tell this job when it ends (its dependents). Those of other queues
+-- are returned, for the caller to register there (depend.lua) and bring their answers (arrive.lua).
+-- The last page, with none of those, ends the job's registering entry; so does a call with from
+-- "end", once the caller has registered the rest. Idempotent: resent or redone by a cleaner, a
+-- dependency registers and arrives once.
+-- KEYS[1] waiting KEYS[2] deps KEYS[3] linked KEYS[4] registering KEYS[5] releasing
+-- KEYS[6] release_outcomes KEYS[7] todos KEYS[8] in_progress KEYS[9] done KEYS[10] failed
+-- KEYS[11] cancelled KEYS[12] scheduled KEYS[13] seq KEYS[14] pending KEYS[15] enqueued
+-- KEYS[16] priorities KEYS[17] wake KEYS[18] errors KEYS[19] finished KEYS[20] history
+-- KEYS[21] limits KEYS[22] grouped KEYS[23] group_lines KEYS[24] group_of KEYS[25] groups_ready
+-- KEYS[26] groups_resting KEYS[27] groups_full
+-- ARGV[1] prefix (the queue's key prefix)  ARGV[2] queue (this queue's name, as links name it)
+-- ARGV[3] wake_cap  ARGV[4] ended channel ("failed\n<id>...")  ARGV[5] id (the waiting job)
+-- ARGV[6] from (index in its depends_on list, 0 first; "end": finish)  ARGV[7] page (most per call)
+-- Returns a JSON string: [next index (-1: no more pages), generation, [links of other queues in
+-- this page], [ids whose own dependents are to be told (releasing)]]
+local waiting, deps, linked, registering, releasing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local release_outcomes, todos, in_progress, done, failed = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local cancelled, scheduled, seq, pending, enqueued = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local priorities, wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[21], KEYS[22], KEYS[23], KEYS[24], KEYS[25]
+local groups_resting, groups_full = KEYS[26], KEYS[27]
+local prefix, queue, wake_cap, ended, id, from = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local page = tonumber(ARGV[7])
+-- @include "now_ms"
+-- @include "links"
+
+local W = {
+  prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
+  cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
+  priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
+  finished = finished, history = history, ended = ended,
+  G = {
+    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+    resting = groups_resting, full = groups_full,
+  },
+  failed_ids = {}, releases = {}, woken = 0,
+}
+
+local header = redis.call('HGET', deps, id)
+-- Done with, or no longer waiting (released, failed, cancelled, deleted): nothing left to register.
+if from == 'end' or not header or not redis.call('ZSCORE', waiting, id) then
+  redis.call('ZREM', registering, id)
+  return cjson.encode({-1, '', {}, {}})
+end
+local _, _, _, generation = deps_header(header)
+local now = now_ms()
+local start = tonumber(from)
+local links = redis.call('LRANGE', prefix .. 'depends_on:' .. id, start, start + page - 1)
+local dependent = queue .. ' ' .. generation .. ' ' .. id
+local elsewhere = {}
+for j = 1, #links do
+  local link = links[j]
+  local its_queue, dependency = split_link(link)
+  if its_queue == queue then
+    local outcome = register_with(W, dependency, dependent)
+    if outcome then arrive(W, id, generation, link, outcome, now) end
+  else
+    elsewhere[#elsewhere + 1] = link
+  end
+end
+publish_failed(W)
+local next_from = start + #links
+if #links < page then
+  next_from = -1
+  if #elsewhere == 0 then redis.call('ZREM', registering, id) end
+end
+return cjson.encode({next_from, generation, elsewhere, W.releases})

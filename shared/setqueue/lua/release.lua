@@ -1,0 +1,75 @@
+#!lua flags=allow-oom
+-- release.lua: tell a page of an ended job's dependents how it ended (includes/links.lua): those of
+-- this queue arrive here and now; those of other queues are returned, for the caller to bring there
+-- (arrive.lua). The last page, with none of those, ends the job's releasing entry; so does a call
+-- with cursor "end", once the caller has told the rest. A job no longer known then (deleted, or
+-- trimmed while it was being told) drops its dependents set too. Idempotent: resent or redone by a
+-- cleaner, a dependent counts the job once.
+-- KEYS[1] waiting KEYS[2] deps KEYS[3] linked KEYS[4] releasing KEYS[5] release_outcomes
+-- KEYS[6] todos KEYS[7] in_progress KEYS[8] done KEYS[9] failed KEYS[10] cancelled KEYS[11] scheduled
+-- KEYS[12] seq KEYS[13] pending KEYS[14] enqueued KEYS[15] priorities KEYS[16] wake KEYS[17] errors
+-- KEYS[18] finished KEYS[19] history KEYS[20] limits KEYS[21] grouped KEYS[22] group_lines
+-- KEYS[23] group_of KEYS[24] groups_ready KEYS[25] groups_resting KEYS[26] groups_full
+-- ARGV[1] prefix (the queue's key prefix)  ARGV[2] queue (this queue's name, as links name it)
+-- ARGV[3] wake_cap  ARGV[4] ended channel ("failed\n<id>...")  ARGV[5] id (the ended job)
+-- ARGV[6] cursor (of SSCAN over its dependents, "0" first; "end": finish)  ARGV[7] page (most per call)
+-- Returns a JSON string: [next cursor ("0": no more pages), how it ended ("": not releasing),
+-- [dependents of other queues in this page, "<queue> <generation> <id>"], [ids whose own dependents
+-- are to be told (releasing)]]
+local waiting, deps, linked, releasing, release_outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local todos, in_progress, done, failed, cancelled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local scheduled, seq, pending, enqueued, priorities = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local limits, grouped, group_lines, group_of, groups_ready = KEYS[20], KEYS[21], KEYS[22], KEYS[23], KEYS[24]
+local groups_resting, groups_full = KEYS[25], KEYS[26]
+local prefix, queue, wake_cap, ended, id, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local page = tonumber(ARGV[7])
+-- @include "now_ms"
+-- @include "links"
+
+local W = {
+  prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
+  cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
+  priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
+  finished = finished, history = history, ended = ended,
+  G = {
+    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+    resting = groups_resting, full = groups_full,
+  },
+  failed_ids = {}, releases = {}, woken = 0,
+}
+
+-- finish: the job's dependents are all told.
+local function finish()
+  redis.call('ZREM', releasing, id)
+  redis.call('HDEL', release_outcomes, id)
+  -- A job still known keeps its dependents for inspect; a forgotten one drops them now.
+  if state_of_link(W, id) == 'unknown' then
+    redis.call('DEL', prefix .. 'dependents:' .. id)
+    redis.call('SREM', linked, id)
+  end
+end
+
+local outcome = redis.call('HGET', release_outcomes, id)
+if not outcome then return cjson.encode({'0', '', {}, {}}) end
+if cursor == 'end' then
+  finish()
+  return cjson.encode({'0', outcome, {}, {}})
+end
+local now = now_ms()
+local scanned = redis.call('SSCAN', prefix .. 'dependents:' .. id, cursor, 'COUNT', page)
+local link = queue .. ' ' .. id
+local elsewhere = {}
+for _, dependent in ipairs(scanned[2]) do
+  local its_queue, rest = split_link(dependent)
+  if its_queue == queue then
+    local generation, dependent_id = split_link(rest)
+    arrive(W, dependent_id, generation, link, outcome, now)
+  else
+    elsewhere[#elsewhere + 1] = dependent
+  end
+end
+publish_failed(W)
+if scanned[1] == '0' and #elsewhere == 0 then finish() end
+return cjson.encode({scanned[1], outcome, elsewhere, W.releases})
