@@ -58,7 +58,15 @@ def test_a_clean_run_finds_every_id_in_one_state(queue: Queue, recorder: AuditRe
     report = auditor(queue).audit()
 
     assert report.created == 13
-    assert report.states == {"todos": 4, "in_progress": 1, "done": 4, "failed": 1, "scheduled": 3, "cancelled": 0, "waiting": 0}
+    assert report.states == {
+        "todos": 4,
+        "in_progress": 1,
+        "done": 4,
+        "failed": 1,
+        "scheduled": 3,
+        "cancelled": 0,
+        "waiting": 0,
+    }
     assert (report.lost, report.in_two_states, report.duplicates, report.unexplained_duplicates) == (0, 0, 0, 0)
     assert (report.successful_runs, report.failed_runs) == (4, 1)
     assert report.ok
@@ -73,7 +81,15 @@ def test_a_waiting_job_with_a_group_is_in_todos_for_the_audit(queue: Queue, reco
 
     report = auditor(queue).audit()
 
-    assert report.states == {"todos": 4, "in_progress": 0, "done": 2, "failed": 0, "scheduled": 0, "cancelled": 0, "waiting": 0}
+    assert report.states == {
+        "todos": 4,
+        "in_progress": 0,
+        "done": 2,
+        "failed": 0,
+        "scheduled": 0,
+        "cancelled": 0,
+        "waiting": 0,
+    }
     assert (report.lost, report.in_two_states) == (0, 0)
 
 

@@ -347,6 +347,8 @@ class Queue(QueueFront):
     limits = _awaitable(Operations.limits)
     groups = _awaitable(Operations.groups)
     dependencies = _awaitable(Operations.dependencies)
+    chain = _awaitable(Operations.chain)
+    fan_in = _awaitable(Operations.fan_in)
 
     async def ping(self, *, record: bool = False) -> bool:
         """``Operations.ping``, checking the key-layout version and recording none (``setqueue.Queue.ping``)."""

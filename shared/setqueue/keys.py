@@ -403,9 +403,9 @@ class QueueKeys:
 
     @property
     def linked(self) -> str:
-        """Set: member = job id that has per-job dependency keys (``depends_on``, ``arrived`` or
-        ``dependents``): a job ending or forgotten looks here (one SMISMEMBER a batch) before it drops
-        or releases them, so jobs without dependencies pay one EXISTS a call."""
+        """Set: member = job id that has dependencies or dependents (entries in ``dep_lines``,
+        ``arrived`` or ``dependents``): a job ending or forgotten looks here (one SMISMEMBER a batch)
+        before it tells or drops them, so jobs without any pay one EXISTS a call."""
         return self.prefix + "linked"
 
     @property
@@ -430,29 +430,41 @@ class QueueKeys:
         failed, cancelled or deleted. Gone with its releasing entry."""
         return self.prefix + "release_outcomes"
 
-    def depends_on(self, job_id: str) -> str:
-        """List: the dependencies of ``job_id``, in the order given, each "<queue> <id>" (the queue, or
-        the shard of a sharded queue, that holds it: queue names have no spaces). Written once when the
-        job is enqueued (renamed from the call's ``staging`` list); gone with the job."""
-        return f"{self.prefix}depends_on:{job_id}"
+    @property
+    def dep_lines(self) -> str:
+        """Sorted set, every score 0: member = "<id>\\0<place, 8 hex digits>\\0<queue> <dependency id>" for
+        each dependency of each job enqueued with some, in the order given (the queue, or the shard of a
+        sharded queue, that holds it: queue names have no spaces). In lexicographic order one job's
+        dependencies lie together in order, so ZRANGE BYLEX reads a page of them from any place. Gone
+        with the job."""
+        return self.prefix + "dep_lines"
 
-    def arrived(self, job_id: str) -> str:
-        """Hash: field = "<queue> <id>" of each dependency of ``job_id`` that has ended; value = how
-        (done, failed, cancelled, deleted, unknown). Written with HSETNX, so a dependency told twice
-        counts once; the job is released when it holds as many fields as the job has dependencies.
-        Gone with the job."""
-        return f"{self.prefix}arrived:{job_id}"
+    @property
+    def arrived(self) -> str:
+        """Hash: field = "<id>\\0<queue> <dependency id>" of each dependency of a job that has ended; value =
+        how (done, failed, cancelled, deleted, unknown). Written with HSETNX, so a dependency told twice
+        counts once. Gone with the job."""
+        return self.prefix + "arrived"
 
-    def dependents(self, job_id: str) -> str:
-        """Set: member = "<queue> <generation> <id>" of each job that waits for ``job_id`` (registered
-        while it had not ended). Read a page at a time (SSCAN) to tell them when it ends; kept until
-        the job is forgotten, so inspect can list its dependents."""
-        return f"{self.prefix}dependents:{job_id}"
+    @property
+    def arrived_count(self) -> str:
+        """Hash: field = id of a job enqueued with dependencies of which some ended; value = how many
+        (its ``arrived`` fields): it is released when that reaches its ``deps`` count. Gone with the job."""
+        return self.prefix + "arrived_count"
+
+    @property
+    def dependents(self) -> str:
+        """Sorted set, every score 0: member = "<id>\\0<queue> <generation> <dependent id>" of each job that
+        waits for job ``id`` (registered while it had not ended). One job's dependents lie together, read a
+        page at a time (ZRANGE BYLEX from the last one read) to tell them when it ends; kept until it is
+        forgotten, so inspect can list them."""
+        return self.prefix + "dependents"
 
     def staging(self, request_id: str) -> str:
-        """List with a TTL of a day: the dependency list of one enqueue call, written in pages (RPUSH)
-        before the call so that no script takes a whole long list as arguments; the enqueue copies it
-        to each new job's ``depends_on`` and deletes it. One an enqueuer dropped expires."""
+        """List with a TTL of a day: the dependency list of one enqueue call ("<queue> <id>" each),
+        written in pages (RPUSH) before the call so that no script takes a whole long list as arguments;
+        the enqueue copies it into ``dep_lines`` for each new job and deletes it. One an enqueuer dropped
+        expires."""
         return f"{self.prefix}staging:{request_id}"
 
     # -- limits (setqueue.limits; lua/claim.lua enforces it, docs/guide.md#limits) -------------

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import redis
 
@@ -67,10 +67,11 @@ from setqueue.routing import Router
 from setqueue.scripts import QueueCommands, new_request_id
 from setqueue.sharded import shard_name, shard_of
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
-from setqueue.tasks import IF_EXISTS, Sent, Task, check_dependencies, new_job_id, prepare_send
+from setqueue.tasks import IF_EXISTS, Call, FanIn, Sent, Task, check_dependencies, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
+R = TypeVar("R")
 
 # The sweep stamp's TTL (sweep.lua sets it): seconds_since_sweep counts down from it.
 SWEPT_STAMP_MS = 86_400_000
@@ -106,13 +107,6 @@ class PartlyAcked(redis.ConnectionError):
 
 # renew.lua's answer per lease.
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
-
-
-def _pairs(reply: Any) -> list[tuple[Any, Any]]:
-    """HGETALL's reply as (field, value) pairs: a dict (redis-py's callback, RESP3) or a flat list."""
-    if isinstance(reply, dict):
-        return list(reply.items())
-    return list(zip(reply[0::2], reply[1::2], strict=True))
 
 
 class Operations:
@@ -388,9 +382,9 @@ class Operations:
         while todo:
             queue, job_id = todo.pop()
             commands = self._commands_of(queue)
-            cursor: str | None = "0"
-            while cursor is not None:
-                page = yield from commands.release(job_id, cursor, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
+            after: str | None = ""
+            while after is not None:
+                page = yield from commands.release(job_id, after, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
                 todo += [(queue, released) for released in page.releases]
                 if page.elsewhere:
                     by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
@@ -401,9 +395,9 @@ class Operations:
                     for its_queue, arrivals in by_queue.items():
                         failed = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=self.first.wake_cap)
                         todo += [(its_queue, released) for released in failed]
-                    if page.next_cursor is None:  # the last page: now the entry can go
+                    if page.after is None:  # the last page: now the entry can go
                         yield from commands.release(job_id, None, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
-                cursor = page.next_cursor
+                after = page.after
 
     def _tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
         """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
@@ -439,9 +433,11 @@ class Operations:
         if core is None:
             return []
         k = core.keys
-        listed, arrived = yield Snapshot((("LRANGE", k.depends_on(job_id), 0, -1), ("HGETALL", k.arrived(job_id))))
-        links = [text(link) for link in listed]
-        ended = {text(link): text(outcome) for link, outcome in _pairs(arrived)}
+        links = yield from self._dependency_links(core, job_id, None)
+        ended: dict[str, str] = {}
+        for chunk in chunks(links):
+            outcomes = yield Send(("HMGET", k.arrived, *(f"{job_id}\0{link}" for link in chunk)))
+            ended.update({link: text(o) for link, o in zip(chunk, outcomes, strict=True) if o is not None})
         by_queue: dict[str, list[str]] = defaultdict(list)
         for link in links:
             queue, dependency = split_link(link)
@@ -464,15 +460,22 @@ class Operations:
             out.append(DependencyResult(queue, dependency, ended.get(link), value, error))
         return out
 
+    def _dependency_links(self, core: QueueCore, job_id: str, most: int | None) -> Steps[list[str]]:
+        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all)."""
+        low, high = f"[{job_id}\0", f"({job_id}\1"
+        limit = () if most is None else ("LIMIT", 0, most)
+        lines = yield Send(("ZRANGE", core.keys.dep_lines, low, high, "BYLEX", *limit))
+        return [text(line).split("\0", 2)[2] for line in lines]
+
     def _links_shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]:
         """inspect's dependency fields of ``job_id`` from its snapshot ``r``: its dependencies and
         dependents (``Link``, with their states now, read per queue), its progress and mode."""
         if r["deps"] is None and not r["dependents"]:
             return {}
-        links = [text(link) for link in r["depends_on"]]
+        links = [text(line).split("\0", 2)[2] for line in r["depends_on"]]
         dependents = []
         for member in r["dependents"]:
-            queue, rest = split_link(text(member))
+            queue, rest = split_link(text(member).split("\0", 1)[1])
             dependents.append(f"{queue} {split_link(rest)[1]}")
         by_queue: dict[str, list[str]] = defaultdict(list)
         for link in (*links, *dependents):
@@ -489,9 +492,83 @@ class Operations:
         }
         if r["deps"] is not None:
             count, mode, _due, _generation, _priority = parse_deps_header(text(r["deps"]))
-            shown["waiting_on"] = progress_of(count, (text(outcome) for outcome in r["arrived"]))
+            every = yield from self._dependency_links(core, job_id, None)
+            outcomes: list[str] = []
+            for chunk in chunks(every):
+                found = yield Send(("HMGET", core.keys.arrived, *(f"{job_id}\0{link}" for link in chunk)))
+                outcomes += [text(outcome) for outcome in found if outcome is not None]
+            shown["waiting_on"] = progress_of(count, outcomes)
             shown["if_dependency_fails"] = mode
         return shown
+
+    def chain(self, steps: Sequence[Call[Any]], *, id: str | None = None) -> Steps[list[Sent[Any]]]:
+        """Send ``steps`` (``task.call(...)``) as a chain: each waits for the one before and runs only if
+        it ended done (a step that fails for good fails the rest, each naming the one before). Returns
+        what each send returned, in order; ``result(sent[-1])`` is the last step's value, and a step reads
+        the one before's with ``lease.dependencies()``. ``id``: the chain's own id; its steps are then
+        "<id>/1", "<id>/2", ..., so sending the same chain again (after a lost reply, or a producer that
+        died midway) adds only the steps not there yet. ValueError for no steps."""
+        if not steps:
+            raise ValueError("a chain needs at least one step")
+        sent: list[Sent[Any]] = []
+        for number, step in enumerate(steps, 1):
+            step_id = None if id is None else f"{validate_job_id(id)}/{number}"
+            task = step.task.options(id=step_id, depends_on=sent[-1:] or None)
+            sent.append((yield from self._send_call(task, step)))
+        return sent
+
+    def fan_in(
+        self,
+        members: Sequence[Call[Any]],
+        then: Call[R],
+        *,
+        if_member_fails: str = "run",
+        id: str | None = None,
+    ) -> Steps[FanIn[R]]:
+        """Send ``members`` (``task.call(...)``), then ``then``, the callback, which waits for all of them:
+        with ``if_member_fails`` "run" (the default) it runs once when every member ended, whichever way
+        (``lease.dependencies()`` says how each ended and what it returned); with "fail" a member that
+        fails for good fails it. Members with the same task options go in one enqueue call a batch.
+        ``id``: the fan-in's own id; its members are then "<id>/<n>" and the callback "<id>/then", so
+        sending it again adds only what is not there yet. ValueError for no members or a bad option."""
+        if not members:
+            raise ValueError("a fan-in needs at least one member")
+        if if_member_fails not in IF_DEPENDENCY_FAILS:
+            raise ValueError(
+                f"if_member_fails must be one of {', '.join(IF_DEPENDENCY_FAILS)}, got {if_member_fails!r}"
+            )
+        if id is not None:
+            validate_job_id(id)
+        by_options: dict[Any, dict[str, Call[Any]]] = defaultdict(dict)
+        for number, member in enumerate(members, 1):
+            by_options[member.task.defaults][new_job_id() if id is None else f"{id}/{number}"] = member
+        sent: dict[str, Sent[Any]] = {}
+        for options, calls in by_options.items():
+            payloads = {member_id: call.payload for member_id, call in calls.items()}
+            added = yield from self.enqueue(
+                payloads,
+                delay=options.delay,
+                at=options.at,
+                priority=options.priority or 0,
+                max_attempts=options.max_attempts,
+                timeout=options.timeout,
+                group=options.group,
+                retry_timeouts=options.retry_timeouts,
+                depends_on=options.depends_on,
+                if_dependency_fails=options.if_dependency_fails or "fail",
+            )
+            for member_id, call in calls.items():  # created: every member of its batch was new
+                queue = self.router.queue_name(self.router.home(member_id))
+                sent[member_id] = Sent(member_id, added == len(calls), call.task.name, queue)
+        callback_id = None if id is None else f"{id}/then"
+        members_sent = [sent[member_id] for calls in by_options.values() for member_id in calls]
+        task = then.task.options(id=callback_id, depends_on=members_sent, if_dependency_fails=if_member_fails)
+        callback = yield from self._send_call(task, then)
+        return FanIn(members_sent, callback)
+
+    def _send_call(self, task: Task[Any, R], call: Call[Any]) -> Steps[Sent[R]]:
+        """Send ``call`` with ``task``'s options (the call's task with some added)."""
+        return (yield from self.send(task, call.args, call.kwargs))
 
     # -- workers
 

@@ -110,6 +110,8 @@ class Queue(QueueFront):
     limits = _blocking(Operations.limits)
     groups = _blocking(Operations.groups)
     dependencies = _blocking(Operations.dependencies)
+    chain = _blocking(Operations.chain)
+    fan_in = _blocking(Operations.fan_in)
 
     def ping(self, *, record: bool = False) -> bool:
         """``Operations.ping``: it checks the key-layout version itself and records none (the queue's first

@@ -156,9 +156,8 @@ def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
         "group": ("HGET", k.group_of, job_id),
         "waiting_since": ("ZSCORE", k.waiting, job_id),
         "deps": ("HGET", k.deps, job_id),
-        "depends_on": ("LRANGE", k.depends_on(job_id), 0, LINKS_SHOWN - 1),
-        "arrived": ("HVALS", k.arrived(job_id)),
-        "dependents": ("SRANDMEMBER", k.dependents(job_id), LINKS_SHOWN),
+        "depends_on": ("ZRANGE", k.dep_lines, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
+        "dependents": ("ZRANGE", k.dependents, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
     }
 
 

@@ -355,7 +355,6 @@ class QueueCommands:
             count,
             mode,
             request_id,  # the generation of the links the call makes
-            self.k.prefix,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
@@ -437,8 +436,7 @@ class QueueCommands:
         def args(drop_results: bool) -> list[Any]:
             channel = self.k.ended_channel
             drop = "1" if drop_results else "0"
-            prefix = self.k.prefix
-            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, prefix, *listed, *per_lease]
+            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, *listed, *per_lease]
 
         dropped = False
         if result_ttl_ms > 0 and any(results):
@@ -466,7 +464,7 @@ class QueueCommands:
         the dead-lettered ids whose dependents are to be told (``release``)."""
         claims, locks, listed = _claims(self.k, (item[0].token for item in items))
         keys = self._keys("fail", locks, request=self._request(request_id))
-        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, self.k.prefix, *listed]
+        args: list[Any] = [request_ttl_ms, max_attempts, wake_cap, self.k.ended_channel, *listed]
         for lease, mode, reason, delay_ms in items:
             args += [lease.id, claims[lease.token], mode, reason, delay_ms]
         reply = yield self._run("fail", keys, args)
@@ -497,7 +495,6 @@ class QueueCommands:
             trim_limit,
             identity(),
             self.k.ended_channel,
-            self.k.prefix,
             *listed,
         ]
         for candidate, owner in zip(candidates, owners, strict=True):
@@ -517,7 +514,7 @@ class QueueCommands:
     ) -> Steps[tuple[str | None, bool]]:
         """delete.lua: the state ``job_id`` was in, or None, and whether its dependents are to be told
         (``release``); ``token``: its owner as read (None: none)."""
-        args = [request_ttl_ms, job_id, token or "", wake_cap, self.k.prefix]
+        args = [request_ttl_ms, job_id, token or "", wake_cap]
         return (yield from self._end("delete", token, args))
 
     def cancel(
@@ -525,7 +522,7 @@ class QueueCommands:
     ) -> Steps[tuple[str | None, bool]]:
         """cancel.lua: as ``delete``, cancelling; a running job's worker is told on the cancel channel."""
         k = self.k
-        args = [request_ttl_ms, job_id, token or "", identity(), k.ended_channel, k.cancel_channel, wake_cap, k.prefix]
+        args = [request_ttl_ms, job_id, token or "", identity(), k.ended_channel, k.cancel_channel, wake_cap]
         return (yield from self._end("cancel", token, args))
 
     def _end(self, name: str, token: str | None, args: list[Any]) -> Steps[tuple[str | None, bool]]:
@@ -584,7 +581,7 @@ class QueueCommands:
         """register.lua: register the page of waiting job ``job_id``'s dependencies from index ``start``
         (None: finish, once the caller registered the others)."""
         k = self.k
-        args = [k.prefix, k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
+        args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
         reply = json.loads((yield self._run("register", self._keys("register"), args)))
         next_start, generation, elsewhere, releases = reply
         return RegisterPage(
@@ -599,28 +596,26 @@ class QueueCommands:
     def depend(self, dependent: str, job_ids: Sequence[str]) -> Steps[list[str]]:
         """depend.lua: ``dependent`` ("<queue> <generation> <id>") waits for ``job_ids`` of this queue;
         per id how it ended ("done", "failed", "cancelled", "unknown") or "" (registered: it tells)."""
-        reply = yield self._run("depend", self._keys("depend"), [self.k.prefix, dependent, *job_ids])
+        reply = yield self._run("depend", self._keys("depend"), [dependent, *job_ids])
         return _strings(json.loads(reply))
 
     def arrive(self, arrivals: Sequence[tuple[str, str, str, str]], *, wake_cap: int) -> Steps[list[str]]:
         """arrive.lua for each (dependent id, its generation, dependency link, outcome): the ids whose own
         dependents are to be told now (``release``)."""
-        args: list[Any] = [self.k.prefix, wake_cap, self.k.ended_channel]
+        args: list[Any] = [wake_cap, self.k.ended_channel]
         for arrival in arrivals:
             args += arrival
         reply = yield self._run("arrive", self._keys("arrive"), args)
         return _strings(json.loads(reply)[0])
 
-    def release(self, job_id: str, cursor: str | None, *, page: int, wake_cap: int) -> Steps[ReleasePage]:
-        """release.lua: tell the page of ended job ``job_id``'s dependents from SSCAN ``cursor`` ("0"
-        first; None: finish, once the caller told the others)."""
+    def release(self, job_id: str, after: str | None, *, page: int, wake_cap: int) -> Steps[ReleasePage]:
+        """release.lua: tell the page of ended job ``job_id``'s dependents that follows ``after`` (the last
+        one told; "" first; None: finish, once the caller told the others)."""
         k = self.k
-        args = [k.prefix, k.name, wake_cap, k.ended_channel, job_id, "end" if cursor is None else cursor, page]
+        args = [k.name, wake_cap, k.ended_channel, job_id, "end" if after is None else after, page]
         reply = json.loads((yield self._run("release", self._keys("release"), args)))
-        next_cursor, outcome, elsewhere, releases = reply
-        return ReleasePage(
-            None if str(next_cursor) == "0" else str(next_cursor), str(outcome), _strings(elsewhere), _strings(releases)
-        )
+        last, outcome, elsewhere, releases = reply
+        return ReleasePage(text(last) or None, text(outcome), _strings(elsewhere), _strings(releases))
 
 
 @dataclass(frozen=True, slots=True)
@@ -636,11 +631,11 @@ class RegisterPage:
 
 @dataclass(frozen=True, slots=True)
 class ReleasePage:
-    """release.lua's reply: the next SSCAN cursor (None: no more), how the job ended ("": it is not
-    being released), its dependents in other queues in this page ("<queue> <generation> <id>"), and
-    ids whose dependents are to be told in turn."""
+    """release.lua's reply: the last dependent told, where the next page starts (None: no more), how the
+    job ended ("": it is not being released), its dependents in other queues in this page ("<queue>
+    <generation> <id>"), and ids whose dependents are to be told in turn."""
 
-    next_cursor: str | None
+    after: str | None
     outcome: str
     elsewhere: list[str]
     releases: list[str]

@@ -126,6 +126,26 @@ class Sent(Generic[R]):
     queue: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Call(Generic[R]):
+    """One call of a task, checked, not sent yet (``Task.call``): what ``queue.chain`` and
+    ``queue.fan_in`` send. ``payload``: its task envelope."""
+
+    task: Task[..., R]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    payload: str
+
+
+@dataclass(frozen=True, slots=True)
+class FanIn(Generic[R]):
+    """What ``queue.fan_in`` sent: the ``members`` and the ``callback`` that waits for all of them
+    (``inspect(callback.id).waiting_on`` says how many ended, and how)."""
+
+    members: list[Sent[Any]]
+    callback: Sent[R]
+
+
 def check_dependencies(dependencies: Iterable[object]) -> None:
     """TypeError for a dependency that is not a job id (str), a ``Sent`` or a ``JobRef``; ValueError for a
     malformed id. Nothing is looked up (whether each exists is the enqueue's to check)."""
@@ -173,6 +193,12 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """This task's call with these arguments, to send later as a step of ``queue.chain`` or a member
+        (or the callback) of ``queue.fan_in``: checked now as ``send`` checks it (TypeError)."""
+        self.check_call(args, kwargs)
+        return Call(self, args, kwargs, envelope(self.name, args, kwargs))
 
     def options(
         self,

@@ -254,7 +254,15 @@ def test_every_created_job_ends_in_done(stack: Stack) -> None:
         f"all {CREATE_TOTAL} jobs to finish",
         timeout=300,
     )
-    assert final == {"todos": 0, "in_progress": 0, "done": CREATE_TOTAL, "failed": 0, "scheduled": 0, "cancelled": 0, "waiting": 0}
+    assert final == {
+        "todos": 0,
+        "in_progress": 0,
+        "done": CREATE_TOTAL,
+        "failed": 0,
+        "scheduled": 0,
+        "cancelled": 0,
+        "waiting": 0,
+    }
     stack.assert_creator_ended_once()
 
 

@@ -11,10 +11,11 @@
 -- KEYS[12] results KEYS[13] result_expiry KEYS[14] cancelled KEYS[15] history KEYS[16] progress
 -- KEYS[17] wake KEYS[18] limits KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
 -- KEYS[22] groups_ready KEYS[23] enqueued KEYS[24] linked KEYS[25] releasing KEYS[26] release_outcomes
--- KEYS[27] deps KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- KEYS[27] dependents KEYS[28] dep_lines KEYS[29] arrived KEYS[30] arrived_count KEYS[31] deps
+-- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] most (ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
--- ARGV[6] drop_results ("1": write no result)  ARGV[7] prefix (the queue's key prefix: per-job keys)
+-- ARGV[6] drop_results ("1": write no result)
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, enqueue ms
 -- ("" unknown), attempt, result ("" none), keep payload ("1": it stays with the job in done)
 -- Returns a string: now ms, a space, then "1" per lease acked, "0" per stale one; then, a line each,
@@ -24,11 +25,12 @@ local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], 
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
 local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
-local enqueued, linked, releasing, release_outcomes, deps = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
-local FIRST_LOCK = 28  -- KEYS[FIRST_LOCK..] lock key of each claim
+local enqueued, linked, releasing, release_outcomes = KEYS[23], KEYS[24], KEYS[25], KEYS[26]
+local dependents, dep_lines, arrived, arrived_count, deps = KEYS[27], KEYS[28], KEYS[29], KEYS[30], KEYS[31]
+local FIRST_LOCK = 32  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, most, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local wake_cap, drop_results, prefix = ARGV[5], ARGV[6], ARGV[7]
-local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
+local wake_cap, drop_results = ARGV[5], ARGV[6]
+local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -40,7 +42,8 @@ local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enque
 
 local cached = recorded(request)
 if cached then return cached end
-local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps}
 
 local now = now_ms()
 -- Printed once, not per job: every job of the call ends at this time (and its result expires together).
@@ -115,7 +118,7 @@ if acked > 0 and most > 0 then
     local dropped = {}
     for j = 1, #oldest, 2 do dropped[#dropped + 1] = oldest[j] end
     forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, dropped)
-    forget_links(L, deps, dropped)
+    forget_links(L, dropped)
   end
 end
 

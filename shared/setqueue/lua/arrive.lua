@@ -6,8 +6,9 @@
 -- KEYS[6] todos KEYS[7] seq KEYS[8] pending KEYS[9] enqueued KEYS[10] scheduled KEYS[11] priorities
 -- KEYS[12] wake KEYS[13] failed KEYS[14] errors KEYS[15] finished KEYS[16] history KEYS[17] limits
 -- KEYS[18] grouped KEYS[19] group_lines KEYS[20] group_of KEYS[21] groups_ready
--- KEYS[22] groups_resting KEYS[23] groups_full
--- ARGV[1] prefix (the queue's key prefix)  ARGV[2] wake_cap  ARGV[3] ended channel ("failed\n<id>...")
+-- KEYS[22] groups_resting KEYS[23] groups_full KEYS[24] dependents KEYS[25] arrived
+-- KEYS[26] arrived_count
+-- ARGV[1] wake_cap  ARGV[2] ended channel ("failed\n<id>...")
 -- ARGV[ARRIVALS..] per arrival: dependent id, its generation, the dependency's link ("<queue> <id>"),
 -- how it ended (done, failed, cancelled, deleted, unknown)
 -- Returns a JSON string: [ids whose own dependents are to be told (releasing)]
@@ -15,15 +16,16 @@ local waiting, deps, linked, releasing, release_outcomes = KEYS[1], KEYS[2], KEY
 local todos, seq, pending, enqueued, scheduled, priorities = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local wake, failed, errors, finished, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
-local groups_resting, groups_full = KEYS[22], KEYS[23]
-local prefix, wake_cap, ended = ARGV[1], ARGV[2], ARGV[3]
-local ARRIVALS = 4  -- ARGV[ARRIVALS..] the arrivals: id, generation, link, outcome
+local groups_resting, groups_full, dependents, arrived, arrived_count = KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
+local wake_cap, ended = ARGV[1], ARGV[2]
+local ARRIVALS = 3  -- ARGV[ARRIVALS..] the arrivals: id, generation, link, outcome
 -- @include "now_ms"
 -- @include "fields"
 -- @include "links"
 
 local W = {
-  prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  dependents = dependents, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, seq = seq, pending = pending, enqueued = enqueued,
   scheduled = scheduled, priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed,
   errors = errors, finished = finished, history = history, ended = ended,

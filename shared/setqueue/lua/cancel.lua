@@ -10,10 +10,9 @@
 -- KEYS[16] payloads KEYS[17] errors KEYS[18] options KEYS[19] limits KEYS[20] grouped
 -- KEYS[21] group_lines KEYS[22] group_of KEYS[23] groups_ready KEYS[24] groups_resting
 -- KEYS[25] groups_full KEYS[26] group_running KEYS[27] wake KEYS[28] enqueued KEYS[29] waiting
--- KEYS[30] registering KEYS[31] linked KEYS[32] releasing KEYS[33] release_outcomes
+-- KEYS[30] registering KEYS[31] linked KEYS[32] releasing KEYS[33] release_outcomes KEYS[34] dependents
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] who (host:pid)
 -- ARGV[5] ended channel ("cancelled\n<id>")  ARGV[6] cancel_channel  ARGV[7] wake_cap
--- ARGV[8] prefix (the queue's key prefix: per-job keys)
 -- Returns a JSON string: [the state the id was in: "todos", "scheduled", "in_progress", "waiting"
 -- (cancelled now), "done", "failed", "cancelled" (unchanged), or false: unknown, then whether its
 -- dependents are to be told (releasing, includes/links.lua)]
@@ -24,9 +23,9 @@ local payloads, errors, options = KEYS[16], KEYS[17], KEYS[18]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local groups_resting, groups_full, group_running, wake = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local enqueued, waiting, registering, linked, releasing = KEYS[28], KEYS[29], KEYS[30], KEYS[31], KEYS[32]
-local release_outcomes = KEYS[33]
+local release_outcomes, dependents = KEYS[33], KEYS[34]
 local record_ttl, id, token, who, ended, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local wake_cap, prefix = ARGV[7], ARGV[8]
+local wake_cap = ARGV[7]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "lock_countdown"
@@ -83,7 +82,7 @@ if state == 'todos' or state == 'scheduled' or state == 'in_progress' or state =
   redis.call('HSET', finished, id, finished_record(first, now, tries, false))
   remember(history, id, now, 'cancelled', who, 'in ' .. state .. held_by)
   redis.call('PUBLISH', ended, 'cancelled\n' .. id)
-  local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+  local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents}
   told = mark_ended(L, {id}, 'cancelled', now)
 end
 

@@ -4,19 +4,19 @@
 -- (trimmed by retention, or deleted), answers how, for the caller to bring to the dependent
 -- (arrive.lua). Idempotent (a set member).
 -- KEYS[1] linked KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] cancelled
--- KEYS[7] scheduled KEYS[8] grouped KEYS[9] waiting
--- ARGV[1] prefix (the queue's key prefix)  ARGV[2] dependent ("<queue> <generation> <id>")
+-- KEYS[7] scheduled KEYS[8] grouped KEYS[9] waiting KEYS[10] dependents
+-- ARGV[1] dependent ("<queue> <generation> <id>")
 -- ARGV[FIRST_ID..] ids of this queue it depends on
 -- Returns a JSON string: per id, how it ended ("done", "failed", "cancelled", "unknown") or "" (registered)
 local linked, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local cancelled, scheduled, grouped, waiting = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local prefix, dependent = ARGV[1], ARGV[2]
-local FIRST_ID = 3  -- ARGV[FIRST_ID..] the dependencies
+local cancelled, scheduled, grouped, waiting, dependents = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local dependent = ARGV[1]
+local FIRST_ID = 2  -- ARGV[FIRST_ID..] the dependencies
 -- @include "fields"
 -- @include "links"
 
 local W = {
-  prefix = prefix, linked = linked, todos = todos, in_progress = in_progress, done = done, failed = failed,
+  linked = linked, dependents = dependents, todos = todos, in_progress = in_progress, done = done, failed = failed,
   cancelled = cancelled, scheduled = scheduled, waiting = waiting, G = {grouped = grouped},
 }
 local ids = read_fields(FIRST_ID, 1)[1]

@@ -5,8 +5,8 @@
 -- priority, due time, options, group: debounce), a running or ended one is left alone; "rerun", an
 -- ended job (done, failed, cancelled) drops its end and runs again as a new job (its history keeps
 -- the earlier run), a waiting or running one is left alone. With dependencies (dep_count not ""),
--- the new jobs wait in waiting instead, each with its list of them (copied from the call's staging
--- list) and an entry in registering: register.lua then registers them with their dependencies.
+-- the new jobs wait in waiting instead, each with its dependencies (dep_lines, copied from the call's
+-- staging list) and an entry in registering: register.lua then registers them with each.
 -- A job waiting for dependencies is not replaced.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
@@ -15,14 +15,14 @@
 -- KEYS[20] done_log KEYS[21] finished KEYS[22] results KEYS[23] result_expiry KEYS[24] errors
 -- KEYS[25] attempts KEYS[26] progress KEYS[27] history KEYS[28] groups_resting KEYS[29] groups_full
 -- KEYS[30] staging (the call's dependency list; any key of the queue when none) KEYS[31] waiting
--- KEYS[32] deps KEYS[33] linked KEYS[34] registering
+-- KEYS[32] deps KEYS[33] linked KEYS[34] registering KEYS[35] dep_lines KEYS[36] arrived
+-- KEYS[37] arrived_count KEYS[38] dependents KEYS[39] releasing KEYS[40] release_outcomes
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
 -- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
 -- ARGV[8] group ("": none)  ARGV[9] if_exists ("ignore", "replace" or "rerun")
 -- ARGV[10] dep_count (dependencies of each job; "": none)  ARGV[11] dep_mode ("fail" or "run")
 -- ARGV[12] generation (this call's: a link made for an earlier run of an id is ignored)
--- ARGV[13] prefix (the queue's key prefix: per-job keys, includes/links.lua)
 -- ARGV[FIRST_JOB..] id [payload], ...
 -- Returns a JSON string: [number of ids added (a rerun counts, a replaced job does not)]
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -33,11 +33,13 @@ local enqueued, done_log, finished, results, result_expiry = KEYS[19], KEYS[20],
 local errors, attempts, progress, history = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local groups_resting, groups_full = KEYS[28], KEYS[29]
 local staging, waiting, deps, linked, registering = KEYS[30], KEYS[31], KEYS[32], KEYS[33], KEYS[34]
+local dep_lines, arrived, arrived_count, dependents = KEYS[35], KEYS[36], KEYS[37], KEYS[38]
+local releasing, release_outcomes = KEYS[39], KEYS[40]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group, if_exists = ARGV[8], ARGV[9]
-local dep_count, dep_mode, generation, prefix = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
-local FIRST_JOB = 14  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local dep_count, dep_mode, generation = ARGV[10], ARGV[11], ARGV[12]
+local FIRST_JOB = 13  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
@@ -45,9 +47,14 @@ local FIRST_JOB = 14  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when 
 -- @include "groups"
 -- @include "known"
 -- @include "history"
+-- @include "links"
 
 local cached = recorded(request)
 if cached then return cached end
+local L = {
+  linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps,
+}
 
 local now = now_ms()
 local width = 1
@@ -85,10 +92,7 @@ local function take_back(id)
     redis.call('HDEL', errors, id)
     redis.call('HDEL', attempts, id)
     redis.call('HDEL', progress, id)
-    if redis.call('SISMEMBER', linked, id) == 1 then  -- the dependencies of its earlier run
-      redis.call('DEL', prefix .. 'depends_on:' .. id, prefix .. 'arrived:' .. id)
-      redis.call('HDEL', deps, id)
-    end
+    forget_links(L, {id})  -- the dependencies of its earlier run
     remember(history, id, now, 'rerun', 'producer', 'enqueued again once it had ended')
   else
     return false
@@ -149,14 +153,21 @@ if placed > 0 and dep_count ~= '' then
   -- Held by dependencies: waiting, until register.lua and the dependencies' ends release them.
   local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
     .. generation .. '|' .. priority
+  local links = redis.call('LRANGE', staging, 0, -1)
   for j = 1, placed do
     local id = new_ids[j]
     redis.call('ZADD', waiting, now, id)
     redis.call('ZADD', registering, now, id)
     redis.call('HSET', deps, id, header)
-    redis.call('COPY', staging, prefix .. 'depends_on:' .. id, 'REPLACE')
-    redis.call('PERSIST', prefix .. 'depends_on:' .. id)
     redis.call('SADD', linked, id)
+    for s = 1, #links, 1000 do  -- in slices: unpack() has a limit
+      local lines = {}
+      for n = s, math.min(s + 999, #links) do
+        lines[#lines + 1] = 0
+        lines[#lines + 1] = id .. '\0' .. string.format('%08x', n - 1) .. '\0' .. links[n]
+      end
+      redis.call('ZADD', dep_lines, unpack(lines))
+    end
   end
   redis.call('DEL', staging)
 elseif placed > 0 then
@@ -183,14 +194,21 @@ if placed > 0 and dep_count ~= '' then
   -- Held by dependencies: waiting, until register.lua and the dependencies' ends release them.
   local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
     .. generation .. '|' .. priority
+  local links = redis.call('LRANGE', staging, 0, -1)
   for j = 1, placed do
     local id = new_ids[j]
     redis.call('ZADD', waiting, now, id)
     redis.call('ZADD', registering, now, id)
     redis.call('HSET', deps, id, header)
-    redis.call('COPY', staging, prefix .. 'depends_on:' .. id, 'REPLACE')
-    redis.call('PERSIST', prefix .. 'depends_on:' .. id)
     redis.call('SADD', linked, id)
+    for s = 1, #links, 1000 do  -- in slices: unpack() has a limit
+      local lines = {}
+      for n = s, math.min(s + 999, #links) do
+        lines[#lines + 1] = 0
+        lines[#lines + 1] = id .. '\0' .. string.format('%08x', n - 1) .. '\0' .. links[n]
+      end
+      redis.call('ZADD', dep_lines, unpack(lines))
+    end
   end
   redis.call('DEL', staging)
 elseif placed > 0 and dep_count == '' then

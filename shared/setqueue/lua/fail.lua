@@ -8,9 +8,9 @@
 -- KEYS[13] priorities KEYS[14] options KEYS[15] history KEYS[16] limits KEYS[17] grouped
 -- KEYS[18] group_lines KEYS[19] group_of KEYS[20] groups_ready KEYS[21] group_running
 -- KEYS[22] groups_full KEYS[23] enqueued KEYS[24] linked KEYS[25] releasing KEYS[26] release_outcomes
--- KEYS[FIRST_LOCK..] each claim's lock, in token order
+-- KEYS[27] dependents KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless the job has its own)  ARGV[3] wake_cap
--- ARGV[4] ended channel ("failed\n<id>...")  ARGV[5] prefix (the queue's key prefix: per-job keys)
+-- ARGV[4] ended channel ("failed\n<id>...")
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, mode
 -- ("retry", "dead", "release"), reason, retry delay ms (0: none)
 -- Returns a string: each lease's outcome, space-separated: retried, dead, released or stale; then,
@@ -20,11 +20,10 @@ local attempts, errors, wake, owners, finished, scheduled = KEYS[6], KEYS[7], KE
 local seq, priorities, options, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local group_running, groups_full, enqueued = KEYS[21], KEYS[22], KEYS[23]
-local linked, releasing, release_outcomes = KEYS[24], KEYS[25], KEYS[26]
-local FIRST_LOCK = 27  -- KEYS[FIRST_LOCK..] lock key of each claim
+local linked, releasing, release_outcomes, dependents = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local FIRST_LOCK = 28  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap, ended = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local prefix = ARGV[5]
-local CLAIMS = 6  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
+local CLAIMS = 5  -- ARGV[CLAIMS..] the claims, then the leases: id, claim number, mode, reason, delay ms
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "finish"
@@ -101,7 +100,7 @@ if freed > 0 then wake_workers(wake, freed, wake_cap) end
 -- A retry wakes one idle worker: for a delayed one, its empty claim learns when the job is due.
 if retried + delayed > 0 then wake_workers(wake, 1, wake_cap) end
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
-local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents}
 local told = mark_ended(L, dead, 'failed', now)
 
 local reply = table.concat(outcomes, ' ')

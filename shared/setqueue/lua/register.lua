@@ -11,10 +11,11 @@
 -- KEYS[11] cancelled KEYS[12] scheduled KEYS[13] seq KEYS[14] pending KEYS[15] enqueued
 -- KEYS[16] priorities KEYS[17] wake KEYS[18] errors KEYS[19] finished KEYS[20] history
 -- KEYS[21] limits KEYS[22] grouped KEYS[23] group_lines KEYS[24] group_of KEYS[25] groups_ready
--- KEYS[26] groups_resting KEYS[27] groups_full
--- ARGV[1] prefix (the queue's key prefix)  ARGV[2] queue (this queue's name, as links name it)
--- ARGV[3] wake_cap  ARGV[4] ended channel ("failed\n<id>...")  ARGV[5] id (the waiting job)
--- ARGV[6] from (index in its depends_on list, 0 first; "end": finish)  ARGV[7] page (most per call)
+-- KEYS[26] groups_resting KEYS[27] groups_full KEYS[28] dependents KEYS[29] dep_lines KEYS[30] arrived
+-- KEYS[31] arrived_count
+-- ARGV[1] queue (this queue's name, as links name it)  ARGV[2] wake_cap
+-- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] id (the waiting job)
+-- ARGV[5] from (place in its dependencies, 0 first; "end": finish)  ARGV[6] page (most per call)
 -- Returns a JSON string: [next index (-1: no more pages), generation, [links of other queues in
 -- this page], [ids whose own dependents are to be told (releasing)]]
 local waiting, deps, linked, registering, releasing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -22,14 +23,15 @@ local release_outcomes, todos, in_progress, done, failed = KEYS[6], KEYS[7], KEY
 local cancelled, scheduled, seq, pending, enqueued = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local priorities, wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[21], KEYS[22], KEYS[23], KEYS[24], KEYS[25]
-local groups_resting, groups_full = KEYS[26], KEYS[27]
-local prefix, queue, wake_cap, ended, id, from = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local page = tonumber(ARGV[7])
+local groups_resting, groups_full, dependents, dep_lines, arrived = KEYS[26], KEYS[27], KEYS[28], KEYS[29], KEYS[30]
+local arrived_count = KEYS[31]
+local queue, wake_cap, ended, id, from, page = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- @include "now_ms"
 -- @include "links"
 
 local W = {
-  prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  dependents = dependents, dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
   cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
   priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
@@ -50,11 +52,13 @@ end
 local _, _, _, generation = deps_header(header)
 local now = now_ms()
 local start = tonumber(from)
-local links = redis.call('LRANGE', prefix .. 'depends_on:' .. id, start, start + page - 1)
+local _, high = lex_range(id)
+local low = '[' .. id .. '\0' .. string.format('%08x', start)
+local lines = redis.call('ZRANGE', dep_lines, low, high, 'BYLEX', 'LIMIT', 0, page)
 local dependent = queue .. ' ' .. generation .. ' ' .. id
 local elsewhere = {}
-for j = 1, #links do
-  local link = links[j]
+for j = 1, #lines do
+  local link = string.match(lines[j], '^[^%z]*%z[^%z]*%z(.*)$')
   local its_queue, dependency = split_link(link)
   if its_queue == queue then
     local outcome = register_with(W, dependency, dependent)
@@ -64,8 +68,8 @@ for j = 1, #links do
   end
 end
 publish_failed(W)
-local next_from = start + #links
-if #links < page then
+local next_from = start + #lines
+if #lines < page then
   next_from = -1
   if #elsewhere == 0 then redis.call('ZREM', registering, id) end
 end

@@ -2,7 +2,7 @@
 -- release.lua: tell a page of an ended job's dependents how it ended (includes/links.lua): those of
 -- this queue arrive here and now; those of other queues are returned, for the caller to bring there
 -- (arrive.lua). The last page, with none of those, ends the job's releasing entry; so does a call
--- with cursor "end", once the caller has told the rest. A job no longer known then (deleted, or
+-- with after "end", once the caller has told the rest. A job no longer known then (deleted, or
 -- trimmed while it was being told) drops its dependents set too. Idempotent: resent or redone by a
 -- cleaner, a dependent counts the job once.
 -- KEYS[1] waiting KEYS[2] deps KEYS[3] linked KEYS[4] releasing KEYS[5] release_outcomes
@@ -10,10 +10,11 @@
 -- KEYS[12] seq KEYS[13] pending KEYS[14] enqueued KEYS[15] priorities KEYS[16] wake KEYS[17] errors
 -- KEYS[18] finished KEYS[19] history KEYS[20] limits KEYS[21] grouped KEYS[22] group_lines
 -- KEYS[23] group_of KEYS[24] groups_ready KEYS[25] groups_resting KEYS[26] groups_full
--- ARGV[1] prefix (the queue's key prefix)  ARGV[2] queue (this queue's name, as links name it)
--- ARGV[3] wake_cap  ARGV[4] ended channel ("failed\n<id>...")  ARGV[5] id (the ended job)
--- ARGV[6] cursor (of SSCAN over its dependents, "0" first; "end": finish)  ARGV[7] page (most per call)
--- Returns a JSON string: [next cursor ("0": no more pages), how it ended ("": not releasing),
+-- KEYS[27] dependents KEYS[28] arrived KEYS[29] arrived_count
+-- ARGV[1] queue (this queue's name, as links name it)  ARGV[2] wake_cap
+-- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] id (the ended job)
+-- ARGV[5] after (the last dependent told, "" first; "end": finish)  ARGV[6] page (most per call)
+-- Returns a JSON string: [the last dependent told ("": no more pages), how it ended ("": not releasing),
 -- [dependents of other queues in this page, "<queue> <generation> <id>"], [ids whose own dependents
 -- are to be told (releasing)]]
 local waiting, deps, linked, releasing, release_outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -21,14 +22,14 @@ local todos, in_progress, done, failed, cancelled = KEYS[6], KEYS[7], KEYS[8], K
 local scheduled, seq, pending, enqueued, priorities = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[20], KEYS[21], KEYS[22], KEYS[23], KEYS[24]
-local groups_resting, groups_full = KEYS[25], KEYS[26]
-local prefix, queue, wake_cap, ended, id, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local page = tonumber(ARGV[7])
+local groups_resting, groups_full, dependents, arrived, arrived_count = KEYS[25], KEYS[26], KEYS[27], KEYS[28], KEYS[29]
+local queue, wake_cap, ended, id, after, page = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- @include "now_ms"
 -- @include "links"
 
 local W = {
-  prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  linked = linked, releasing = releasing, release_outcomes = release_outcomes,
+  dependents = dependents, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
   cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
   priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
@@ -46,22 +47,27 @@ local function finish()
   redis.call('HDEL', release_outcomes, id)
   -- A job still known keeps its dependents for inspect; a forgotten one drops them now.
   if state_of_link(W, id) == 'unknown' then
-    redis.call('DEL', prefix .. 'dependents:' .. id)
+    local low, high = lex_range(id)
+    redis.call('ZREMRANGEBYLEX', dependents, low, high)
     redis.call('SREM', linked, id)
   end
 end
 
 local outcome = redis.call('HGET', release_outcomes, id)
-if not outcome then return cjson.encode({'0', '', {}, {}}) end
-if cursor == 'end' then
+if not outcome then return cjson.encode({'', '', {}, {}}) end
+if after == 'end' then
   finish()
-  return cjson.encode({'0', outcome, {}, {}})
+  return cjson.encode({'', outcome, {}, {}})
 end
 local now = now_ms()
-local scanned = redis.call('SSCAN', prefix .. 'dependents:' .. id, cursor, 'COUNT', page)
+local low, high = lex_range(id)
+if after ~= '' then low = '(' .. id .. '\0' .. after end
+local members = redis.call('ZRANGE', dependents, low, high, 'BYLEX', 'LIMIT', 0, page)
 local link = queue .. ' ' .. id
-local elsewhere = {}
-for _, dependent in ipairs(scanned[2]) do
+local elsewhere, last = {}, ''
+for j = 1, #members do
+  local dependent = string.sub(members[j], #id + 2)
+  last = dependent
   local its_queue, rest = split_link(dependent)
   if its_queue == queue then
     local generation, dependent_id = split_link(rest)
@@ -71,5 +77,8 @@ for _, dependent in ipairs(scanned[2]) do
   end
 end
 publish_failed(W)
-if scanned[1] == '0' and #elsewhere == 0 then finish() end
-return cjson.encode({scanned[1], outcome, elsewhere, W.releases})
+if #members < page then
+  last = ''
+  if #elsewhere == 0 then finish() end
+end
+return cjson.encode({last, outcome, elsewhere, W.releases})

@@ -11,11 +11,12 @@
 -- KEYS[18] history KEYS[19] results KEYS[20] result_expiry KEYS[21] cancelled KEYS[22] progress
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
 -- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued KEYS[32] payloads
--- KEYS[33] linked KEYS[34] releasing KEYS[35] release_outcomes KEYS[36] deps
+-- KEYS[33] linked KEYS[34] releasing KEYS[35] release_outcomes KEYS[36] dependents KEYS[37] dep_lines
+-- KEYS[38] arrived KEYS[39] arrived_count KEYS[40] deps
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
--- ARGV[7] ended channel ("failed\n<id>...")  ARGV[8] prefix (the queue's key prefix: per-job keys)
+-- ARGV[7] ended channel ("failed\n<id>...")
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per candidate: id, claim number (0: no owner)
 -- Returns a JSON string: [[requeued ids], [dead-lettered ids], ids dropped from done, ids promoted,
 -- [dead-lettered ids whose dependents are to be told (releasing, includes/links.lua)]]
@@ -26,12 +27,12 @@ local options, swept, history, results, result_expiry = KEYS[16], KEYS[17], KEYS
 local cancelled, progress = KEYS[21], KEYS[22]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
-local payloads, linked, releasing, release_outcomes, deps = KEYS[32], KEYS[33], KEYS[34], KEYS[35], KEYS[36]
-local FIRST_LOCK = 37  -- KEYS[FIRST_LOCK..] lock key of each claim
+local payloads, linked, releasing, release_outcomes = KEYS[32], KEYS[33], KEYS[34], KEYS[35]
+local dependents, dep_lines, arrived, arrived_count, deps = KEYS[36], KEYS[37], KEYS[38], KEYS[39], KEYS[40]
+local FIRST_LOCK = 41  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local prefix = ARGV[8]
-local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
 local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
@@ -89,7 +90,8 @@ local freed = left_progress(G, left, false)
 if #requeued + freed > 0 then wake_workers(wake, math.max(1, freed), wake_cap) end
 redis.call('ZREMRANGEBYSCORE', group_buckets, '-inf', now)
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
-local L = {prefix = prefix, linked = linked, releasing = releasing, release_outcomes = release_outcomes}
+local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps}
 local told = mark_ended(L, dead, 'failed', now)
 
 local trimmed = 0
@@ -97,7 +99,7 @@ if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
   if #old > 0 then
     forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, old)
-    forget_links(L, deps, old)
+    forget_links(L, old)
     redis.call('ZREM', done_log, unpack(old))
   end
   trimmed = #old

@@ -1,14 +1,15 @@
 -- includes/links.lua: dependencies between jobs (docs/reference.md#dependencies).
 -- A dependency is named "<queue> <id>" (its queue, or the shard of a sharded queue, that holds it:
--- queue names have no spaces, so the first space splits it); a dependent is registered in its
--- dependency's dependents set as "<queue> <generation> <id>". Per-job keys hang off the queue's key
--- prefix P, so they share its hash tag and slot: P..'depends_on:'..id (list), P..'arrived:'..id
--- (hash), P..'dependents:'..id (set); linked lists the ids that have any.
--- L: prefix, linked, releasing, release_outcomes. W: L's keys and what arriving needs: waiting, deps,
--- todos, in_progress, done, cancelled, seq, pending, enqueued, scheduled, priorities, wake, wake_cap, failed, errors, finished,
--- history, ended (channel), G (the groups' keys, includes/groups.lua), and the lists it fills:
--- W.failed_ids (dependents failed now, for the ended channel), W.releases (ids whose own dependents
--- are to be told), W.woken (jobs made claimable).
+-- queue names have no spaces, so the first space splits it); a dependent is registered with its
+-- dependency as "<queue> <generation> <id>". Per job, queue-wide keys hold, under "<id>\0": its
+-- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
+-- dependents (dependents); linked lists the ids that have any.
+-- L: linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps. W: L's
+-- keys and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending, enqueued,
+-- scheduled, priorities, wake, wake_cap, failed, errors, finished, history, ended (channel), G (the
+-- groups' keys, includes/groups.lua), and the lists it fills: W.failed_ids (dependents failed now,
+-- for the ended channel), W.releases (ids whose own dependents are to be told), W.woken (jobs made
+-- claimable).
 -- @include "groups"
 -- @include "wake"
 -- @include "finish"
@@ -19,6 +20,17 @@ local function split_link(link)
   return string.match(link, '^(%S+) (.*)$')
 end
 
+-- lex_range: the bounds of id's entries ("<id>\0...") in a lexicographic sorted set.
+local function lex_range(id)
+  return '[' .. id .. '\0', '(' .. id .. '\1'
+end
+
+-- has_dependents: whether any job waits for id.
+local function has_dependents(L, id)
+  local low, high = lex_range(id)
+  return #redis.call('ZRANGE', L.dependents, low, high, 'BYLEX', 'LIMIT', 0, 1) > 0
+end
+
 -- mark_ended: of ids that just ended (outcome: done, failed, cancelled, deleted), those with
 -- dependents go into releasing, to be told. Returns them. One EXISTS when the queue has no links.
 local function mark_ended(L, ids, outcome, now)
@@ -26,7 +38,7 @@ local function mark_ended(L, ids, outcome, now)
   if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return told end
   local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
   for j = 1, #ids do
-    if member[j] == 1 and redis.call('EXISTS', L.prefix .. 'dependents:' .. ids[j]) == 1 then
+    if member[j] == 1 and has_dependents(L, ids[j]) then
       redis.call('ZADD', L.releasing, now, ids[j])
       redis.call('HSET', L.release_outcomes, ids[j], outcome)
       told[#told + 1] = ids[j]
@@ -35,18 +47,29 @@ local function mark_ended(L, ids, outcome, now)
   return told
 end
 
--- forget_links: drop the dependency keys of ids the queue forgets (retention, delete, rerun). A
--- dependents set still being told stays until release.lua finishes with it.
-local function forget_links(L, deps, ids)
+-- forget_links: drop the dependency entries of ids the queue forgets (retention, delete, rerun):
+-- its dependencies (each one's arrived field too) and, unless they are still being told, its
+-- dependents. Work in proportion to its dependencies.
+local function forget_links(L, ids)
   if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return end
   local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
   for j = 1, #ids do
     if member[j] == 1 then
       local id = ids[j]
-      redis.call('DEL', L.prefix .. 'depends_on:' .. id, L.prefix .. 'arrived:' .. id)
-      redis.call('HDEL', deps, id)
+      local low, high = lex_range(id)
+      local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
+      for s = 1, #lines, 1000 do
+        local fields = {}
+        for n = s, math.min(s + 999, #lines) do
+          fields[#fields + 1] = id .. '\0' .. string.match(lines[n], '^[^%z]*%z[^%z]*%z(.*)$')
+        end
+        redis.call('HDEL', L.arrived, unpack(fields))
+      end
+      redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
+      redis.call('HDEL', L.arrived_count, id)
+      redis.call('HDEL', L.deps, id)
       if not redis.call('ZSCORE', L.releasing, id) then
-        redis.call('DEL', L.prefix .. 'dependents:' .. id)
+        redis.call('ZREMRANGEBYLEX', L.dependents, low, high)
         redis.call('SREM', L.linked, id)
       end
     end
@@ -104,11 +127,11 @@ local function arrive(W, id, generation, link, outcome, now)
   if not first_ms then return false end
   local count, mode, due, own_generation, priority = deps_header(header)
   if own_generation ~= generation then return false end
-  local arrived = W.prefix .. 'arrived:' .. id
-  if redis.call('HSETNX', arrived, link, outcome) == 0 then return false end
+  if redis.call('HSETNX', W.arrived, id .. '\0' .. link, outcome) == 0 then return false end
+  local arrived = redis.call('HINCRBY', W.arrived_count, id, 1)
   if outcome ~= 'done' and mode == 'fail' then
     fail_waiting(W, id, first_ms, priority, link, outcome, now)
-  elseif redis.call('HLEN', arrived) >= count then
+  elseif arrived >= count then
     release_waiting(W, id, first_ms, due, priority, now)
   end
   return true
@@ -133,7 +156,7 @@ end
 local function register_with(W, id, dependent)
   local state = state_of_link(W, id)
   if state then return state end
-  redis.call('SADD', W.prefix .. 'dependents:' .. id, dependent)
+  redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
   redis.call('SADD', W.linked, id)
   return false
 end
