@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from setqueue import FailOutcome, OptionError, Queue, open_queue
+from setqueue import FailOutcome, JobRef, OptionError, Queue, open_queue
 from setqueue.client import ClusterAwareRedis, connect
 from setqueue.factory import QueueGroup, ShardedQueue
 from setqueue.jobs import Lease, RenewOutcome
@@ -483,6 +483,12 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     q.set_group_limits(concurrency=1)
     assert q.enqueue(["h"], group="g") == 1
     assert [group.name for group in q.groups()] == ["g"]
+    other = Queue(hand_built, "contract-other")  # dependencies: in the queue and across queues
+    q.enqueue(["parent"])
+    q.enqueue(["child"], depends_on=["parent"])
+    other.enqueue(["far"], depends_on=[JobRef("contract", "parent")])
+    assert q.cancel("parent") == "todos" and q.inspect("child").state == "failed"  # type: ignore[union-attr]
+    assert other.inspect("far").state == "failed"  # type: ignore[union-attr]
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:
@@ -505,7 +511,9 @@ def test_every_wrapper_passes_the_keys_its_script_names(
             tokens = args[int(claims_at[1]) : int(claims_at[1]) + t]
             assert len(keys) == len(named) + t, (name, keys, args)
             assert keys[len(named) :] == [q.keys.lock(token) for token in tokens], name
-        assert all(key.startswith(q.keys.prefix) for key in keys), (name, keys)
+        prefix = keys[0][: keys[0].index("}:") + 2]  # one queue's keys: q's, or another's it links to
+        assert prefix in (q.keys.prefix, other.keys.prefix), (name, keys)
+        assert all(key.startswith(prefix) for key in keys), (name, keys)
     assert any(  # the claim lists held more than one claim
         len(keys) > len(CONTRACTS[name].keys) + 1 for name, keys, _ in calls if name in ("renew", "ack", "sweep")
     )
@@ -655,3 +663,27 @@ def test_a_sharded_queue_serves_its_other_shards_while_one_node_is_cut_off(clust
     stats = q.stats()
     assert (stats["done"], stats["todos"], stats["in_progress"]) == (90, 0, 0)
     q.close()
+
+
+def test_dependencies_across_shards_and_queues_on_a_cluster(cluster: RedisClusterNodes) -> None:
+    """A sharded queue's jobs wait for each other across shards (other slots, other masters), and a
+    plain queue's job waits for one of them: each released once its dependencies are done."""
+    name = cluster.evenly_sharded_name("flows", 3)
+    q = open_queue(cluster.url(), name, shards=3)
+    plain = open_queue(cluster.url(), f"{name}-after")
+    members = [f"member-{n}" for n in range(12)]
+    q.enqueue(members)
+    assert q.enqueue(["callback"], depends_on=members) == 1
+    assert plain.enqueue(["receipt"], depends_on=[JobRef(name, "callback")]) == 1
+    assert len({shard_of(m, 3) for m in [*members, "callback"]}) == 3
+    assert q.stats()["waiting"] == 1 and plain.stats()["waiting"] == 1
+    acked: list[str] = []
+    while leases := q.claim(20):
+        assert "callback" not in [lease.id for lease in leases] or len(acked) == len(members)
+        acked += [lease.id for lease in leases]
+        assert all(r.acked for r in q.ack_many(leases))
+    assert acked[-1] == "callback" and sorted(acked[:-1]) == sorted(members)
+    (receipt,) = plain.claim(1)
+    assert receipt.id == "receipt" and [d.outcome for d in receipt.dependencies()] == ["done"]
+    q.close()
+    plain.close()

@@ -132,6 +132,9 @@ class Operations:
         self._elsewhere: dict[str, QueueCommands] = {core.name: core.commands for core in router.cores}
         # Other queues' shard counts (1: not sharded), read once: where their jobs live.
         self._shard_counts: dict[str, int] = {}
+        # Whether this sharded queue recorded its shard count (its shards key), so that another queue's
+        # dependency on one of its jobs finds the shard: once, at its first enqueue.
+        self._shards_recorded = not router.shard_counts()
 
     def on_a_cluster(self) -> Steps[bool]:
         """Whether the client runs on a Redis Cluster (asked once)."""
@@ -231,6 +234,10 @@ class Operations:
         links: list[str] = []
         if dependencies:  # each known, or nothing is written
             links = yield from self._links_of(dependencies)
+        if not self._shards_recorded:
+            for name, shards in self.router.shard_counts():
+                yield from self.check_shards(name, shards, record=True)
+            self._shards_recorded = True
         added: dict[QueueCore, int] = defaultdict(int)
         for core, items in by_core.items():
             core_request = self.router.part(request_id, core)

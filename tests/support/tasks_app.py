@@ -60,3 +60,39 @@ def typo(x: int) -> int:
     """Its own code raises TypeError: a failure like any other, retried (the call itself fits)."""
     _log("start", current_lease().id)
     return x + "1"  # type: ignore[operator, no-any-return]
+
+
+# -- workflows (tests/test_workflows.py)
+
+
+@tasks.task(name="step")
+def step(n: int) -> list[int]:
+    """A chain's step: the steps before it (its dependency's value), then ``n``."""
+    lease = current_lease()
+    _log("start", lease.id)
+    before = [d.result for d in lease.dependencies() if d.outcome == "done"]
+    _log("end", lease.id)
+    return [*(before[0] if before else []), n]
+
+
+@tasks.task(name="square", max_attempts=1)
+def square(x: int) -> int:
+    """A fan-in's member: x squared; a negative x fails for good."""
+    _log("start", current_lease().id)
+    if x < 0:
+        raise ValueError(f"no square of {x} here")
+    _log("end", current_lease().id)
+    return x * x
+
+
+@tasks.task(name="report")
+def report() -> dict[str, object]:
+    """A fan-in's callback: what its members returned, and how many ended each way."""
+    lease = current_lease()
+    _log("start", lease.id)
+    members = lease.dependencies()
+    outcomes: dict[str, int] = {}
+    for member in members:
+        outcomes[str(member.outcome)] = outcomes.get(str(member.outcome), 0) + 1
+    _log("end", lease.id)
+    return {"sum": sum(m.result for m in members if m.outcome == "done"), "outcomes": outcomes}

@@ -27,17 +27,20 @@ local W = {
   linked = linked, releasing = releasing, release_outcomes = release_outcomes,
   dependents = dependents, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, seq = seq, pending = pending, enqueued = enqueued,
-  scheduled = scheduled, priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed,
-  errors = errors, finished = finished, history = history, ended = ended,
-  G = {
-    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
-    resting = groups_resting, full = groups_full,
-  },
-  failed_ids = {}, releases = {}, woken = 0,
+  scheduled = scheduled, priorities = priorities, wake = wake, failed = failed,
+  errors = errors, finished = finished, history = history,
+  grouped = grouped, group_of = group_of,
 }
+local G = {
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full,
+}
+local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
+-- No job waits here: nothing can arrive (each would be ignored).
+if redis.call('EXISTS', waiting) == 0 then return cjson.encode({{}}) end
 local now = now_ms()
 local arrivals = read_fields(ARRIVALS, 4)
 local ids, generations, links, outcomes = arrivals[1], arrivals[2], arrivals[3], arrivals[4]
-for j = 1, #ids do arrive(W, ids[j], generations[j], links[j], outcomes[j], now) end
-publish_failed(W)
-return cjson.encode({W.releases})
+for j = 1, #ids do arrive(W, G, T, ids[j], generations[j], links[j], outcomes[j], now) end
+publish_failed(W, T)
+return cjson.encode({T.releases})

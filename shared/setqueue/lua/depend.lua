@@ -17,9 +17,12 @@ local FIRST_ID = 2  -- ARGV[FIRST_ID..] the dependencies
 
 local W = {
   linked = linked, dependents = dependents, todos = todos, in_progress = in_progress, done = done, failed = failed,
-  cancelled = cancelled, scheduled = scheduled, waiting = waiting, G = {grouped = grouped},
+  cancelled = cancelled, scheduled = scheduled, waiting = waiting, grouped = grouped,
 }
 local ids = read_fields(FIRST_ID, 1)[1]
 local answers = {}
-for j = 1, #ids do answers[j] = register_with(W, ids[j], dependent) or '' end
+for j = 1, #ids do
+  answers[j] = register_with(W, ids[j], dependent) or ''
+  if answers[j] == '' then redis.call('SADD', linked, ids[j]) end
+end
 return cjson.encode(answers)

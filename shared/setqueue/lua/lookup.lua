@@ -14,25 +14,29 @@ local FIRST_ID = 1  -- ARGV[FIRST_ID..] the ids
 local ids = read_fields(FIRST_ID, 1)[1]
 local states = {}
 for j = 1, #ids do states[j] = '' end
-local sorted_sets = {{todos, 'todos'}, {grouped, 'todos'}, {in_progress, 'in_progress'},
-  {scheduled, 'scheduled'}, {waiting, 'waiting'}}
-for s = 1, #sorted_sets do
-  local key, state = sorted_sets[s][1], sorted_sets[s][2]
-  if #ids > 0 and redis.call('EXISTS', key) == 1 then
-    local scores = redis.call('ZMSCORE', key, unpack(ids))
-    for j = 1, #ids do
-      if scores[j] then states[j] = state end
-    end
+-- in_sorted_set, in_set: ids that key holds are in state (a key that does not exist is not asked).
+local function in_sorted_set(key, state)
+  if #ids == 0 or redis.call('EXISTS', key) == 0 then return end
+  local scores = redis.call('ZMSCORE', key, unpack(ids))
+  for j = 1, #ids do
+    if scores[j] then states[j] = state end
   end
 end
-local sets = {{done, 'done'}, {failed, 'failed'}, {cancelled, 'cancelled'}}
-for s = 1, #sets do
-  local key, state = sets[s][1], sets[s][2]
-  if #ids > 0 and redis.call('EXISTS', key) == 1 then
-    local members = redis.call('SMISMEMBER', key, unpack(ids))
-    for j = 1, #ids do
-      if members[j] == 1 then states[j] = state end
-    end
+
+local function in_set(key, state)
+  if #ids == 0 or redis.call('EXISTS', key) == 0 then return end
+  local members = redis.call('SMISMEMBER', key, unpack(ids))
+  for j = 1, #ids do
+    if members[j] == 1 then states[j] = state end
   end
 end
+
+in_sorted_set(todos, 'todos')
+in_sorted_set(grouped, 'todos')
+in_sorted_set(in_progress, 'in_progress')
+in_sorted_set(scheduled, 'scheduled')
+in_sorted_set(waiting, 'waiting')
+in_set(done, 'done')
+in_set(failed, 'failed')
+in_set(cancelled, 'cancelled')
 return states

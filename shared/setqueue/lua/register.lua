@@ -34,14 +34,15 @@ local W = {
   dependents = dependents, dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
   cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
-  priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
-  finished = finished, history = history, ended = ended,
-  G = {
-    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
-    resting = groups_resting, full = groups_full,
-  },
-  failed_ids = {}, releases = {}, woken = 0,
+  priorities = priorities, wake = wake, failed = failed, errors = errors,
+  finished = finished, history = history,
+  grouped = grouped, group_of = group_of,
 }
+local G = {
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full,
+}
+local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
 
 local header = redis.call('HGET', deps, id)
 -- Done with, or no longer waiting (released, failed, cancelled, deleted): nothing left to register.
@@ -62,15 +63,19 @@ for j = 1, #lines do
   local its_queue, dependency = split_link(link)
   if its_queue == queue then
     local outcome = register_with(W, dependency, dependent)
-    if outcome then arrive(W, id, generation, link, outcome, now) end
+    if outcome then
+      arrive(W, G, T, id, generation, link, outcome, now)
+    else
+      redis.call('SADD', linked, dependency)
+    end
   else
     elsewhere[#elsewhere + 1] = link
   end
 end
-publish_failed(W)
+publish_failed(W, T)
 local next_from = start + #lines
 if #lines < page then
   next_from = -1
   if #elsewhere == 0 then redis.call('ZREM', registering, id) end
 end
-return cjson.encode({next_from, generation, elsewhere, W.releases})
+return cjson.encode({next_from, generation, elsewhere, T.releases})

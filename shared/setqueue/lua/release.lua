@@ -32,14 +32,15 @@ local W = {
   dependents = dependents, arrived = arrived, arrived_count = arrived_count,
   waiting = waiting, deps = deps, todos = todos, in_progress = in_progress, done = done,
   cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
-  priorities = priorities, wake = wake, wake_cap = wake_cap, failed = failed, errors = errors,
-  finished = finished, history = history, ended = ended,
-  G = {
-    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
-    resting = groups_resting, full = groups_full,
-  },
-  failed_ids = {}, releases = {}, woken = 0,
+  priorities = priorities, wake = wake, failed = failed, errors = errors,
+  finished = finished, history = history,
+  grouped = grouped, group_of = group_of,
 }
+local G = {
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full,
+}
+local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
 
 -- finish: the job's dependents are all told.
 local function finish()
@@ -71,14 +72,14 @@ for j = 1, #members do
   local its_queue, rest = split_link(dependent)
   if its_queue == queue then
     local generation, dependent_id = split_link(rest)
-    arrive(W, dependent_id, generation, link, outcome, now)
+    arrive(W, G, T, dependent_id, generation, link, outcome, now)
   else
     elsewhere[#elsewhere + 1] = dependent
   end
 end
-publish_failed(W)
+publish_failed(W, T)
 if #members < page then
   last = ''
   if #elsewhere == 0 then finish() end
 end
-return cjson.encode({last, outcome, elsewhere, W.releases})
+return cjson.encode({last, outcome, elsewhere, T.releases})

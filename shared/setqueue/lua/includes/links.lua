@@ -4,12 +4,12 @@
 -- dependency as "<queue> <generation> <id>". Per job, queue-wide keys hold, under "<id>\0": its
 -- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
 -- dependents (dependents); linked lists the ids that have any.
--- L: linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps. W: L's
--- keys and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending, enqueued,
--- scheduled, priorities, wake, wake_cap, failed, errors, finished, history, ended (channel), G (the
--- groups' keys, includes/groups.lua), and the lists it fills: W.failed_ids (dependents failed now,
--- for the ended channel), W.releases (ids whose own dependents are to be told), W.woken (jobs made
--- claimable).
+-- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps.
+-- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
+-- enqueued, scheduled, priorities, wake, failed, errors, finished, history, grouped, group_of.
+-- G: the groups' keys (includes/groups.lua). T, a call's tally: wake_cap, ended (the channel), and
+-- what it fills: failed_ids (dependents failed now, for the ended channel), releases (ids whose own
+-- dependents are to be told), woken (jobs made claimable).
 -- @include "groups"
 -- @include "wake"
 -- @include "finish"
@@ -86,23 +86,23 @@ end
 -- release_waiting: a dependent whose dependencies all ended goes to the back of its priority's line
 -- (or to scheduled, when it was enqueued to run later). Queue wait counts from now; enqueued keeps
 -- its enqueue time.
-local function release_waiting(W, id, first_ms, due, priority, now)
+local function release_waiting(W, G, T, id, first_ms, due, priority, now)
   redis.call('ZREM', W.waiting, id)
   redis.call('HSET', W.enqueued, id, first_ms)
   if due and due > now then
     redis.call('ZADD', W.scheduled, due, id)
     if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
   else
-    local group = redis.call('HGET', W.G.group_of, id)
-    join_back(W.G, W.todos, W.seq, {id}, priority, {group or false})
+    local group = redis.call('HGET', W.group_of, id)
+    join_back(G, W.todos, W.seq, {id}, priority, {group or false})
     redis.call('ZADD', W.pending, now, id)
   end
-  W.woken = W.woken + 1
+  T.woken = T.woken + 1
 end
 
 -- fail_waiting: a dependent enqueued with "fail" whose dependency ended otherwise goes to failed with
 -- a reason naming it (a requeue runs it regardless); its own dependents are told it failed.
-local function fail_waiting(W, id, first_ms, priority, link, outcome, now)
+local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   local queue, dependency = split_link(link)
   local reason = 'dependency ' .. dependency .. ' (queue ' .. queue .. ') ended ' .. outcome
   redis.call('ZREM', W.waiting, id)
@@ -111,16 +111,16 @@ local function fail_waiting(W, id, first_ms, priority, link, outcome, now)
   redis.call('HSET', W.finished, id, finished_record(first_ms, now, '0', false))
   if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
   remember(W.history, id, now, 'failed', 'dependency', reason .. '; dead-lettered')
-  W.failed_ids[#W.failed_ids + 1] = id
+  T.failed_ids[#T.failed_ids + 1] = id
   local told = mark_ended(W, {id}, 'failed', now)
-  if #told > 0 then W.releases[#W.releases + 1] = id end
+  if #told > 0 then T.releases[#T.releases + 1] = id end
 end
 
 -- arrive: dependency link of waiting job id (of that generation) ended as outcome. Counted once
 -- (HSETNX): "fail" mode fails the job at a dependency that did not end done; it is released when its
 -- last dependency ended. A job no longer waiting (released, failed, cancelled, deleted, or a new run
 -- of the id) ignores it. Returns true when it changed the job.
-local function arrive(W, id, generation, link, outcome, now)
+local function arrive(W, G, T, id, generation, link, outcome, now)
   local header = redis.call('HGET', W.deps, id)
   if not header then return false end
   local first_ms = redis.call('ZSCORE', W.waiting, id)
@@ -130,9 +130,9 @@ local function arrive(W, id, generation, link, outcome, now)
   if redis.call('HSETNX', W.arrived, id .. '\0' .. link, outcome) == 0 then return false end
   local arrived = redis.call('HINCRBY', W.arrived_count, id, 1)
   if outcome ~= 'done' and mode == 'fail' then
-    fail_waiting(W, id, first_ms, priority, link, outcome, now)
+    fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   elseif arrived >= count then
-    release_waiting(W, id, first_ms, due, priority, now)
+    release_waiting(W, G, T, id, first_ms, due, priority, now)
   end
   return true
 end
@@ -144,7 +144,7 @@ local function state_of_link(W, id)
   if redis.call('SISMEMBER', W.failed, id) == 1 then return 'failed' end
   if redis.call('SISMEMBER', W.cancelled, id) == 1 then return 'cancelled' end
   if redis.call('ZSCORE', W.todos, id) or redis.call('ZSCORE', W.in_progress, id)
-      or redis.call('ZSCORE', W.scheduled, id) or redis.call('ZSCORE', W.G.grouped, id)
+      or redis.call('ZSCORE', W.scheduled, id) or redis.call('ZSCORE', W.grouped, id)
       or redis.call('ZSCORE', W.waiting, id) then
     return false
   end
@@ -152,17 +152,17 @@ local function state_of_link(W, id)
 end
 
 -- register_with: dependent "<queue> <generation> <id>" waits for job id of this queue: its outcome
--- if it ended (or "unknown"), else false once registered in its dependents.
+-- if it ended (or "unknown"), else false once registered in its dependents (the caller then adds id
+-- to linked).
 local function register_with(W, id, dependent)
   local state = state_of_link(W, id)
   if state then return state end
   redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
-  redis.call('SADD', W.linked, id)
   return false
 end
 
 -- publish_failed: the dependents failed in this call go out on ended.
-local function publish_failed(W)
-  if #W.failed_ids > 0 then redis.call('PUBLISH', W.ended, 'failed\n' .. table.concat(W.failed_ids, '\n')) end
-  if W.woken > 0 then wake_workers(W.wake, W.woken, W.wake_cap) end
+local function publish_failed(W, T)
+  if #T.failed_ids > 0 then redis.call('PUBLISH', T.ended, 'failed\n' .. table.concat(T.failed_ids, '\n')) end
+  if T.woken > 0 then wake_workers(W.wake, T.woken, T.wake_cap) end
 end

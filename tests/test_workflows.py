@@ -1,0 +1,241 @@
+"""Dependencies between jobs (docs/guide.md#dependencies): a job that waits for others, chains and
+fan-in callbacks, across queues, on real worker processes; refusals that write nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import setqueue
+import setqueue.aio
+from setqueue import JobFailed, JobRef, UnknownJob, WaitProgress
+from setqueue.keys import LINKS_PER_CALL
+from tests.support.jobs import ExecutionLog
+from tests.support.procs import Proc
+from tests.support.tasks_app import report, square, step
+
+StartWorker = Callable[..., Proc]
+REGISTRY = "tests.support.tasks_app:tasks"
+
+
+def keys_and_values(client: redis.Redis, name: str) -> dict[str, Any]:
+    """Every key of the queue with its dump: what a refused enqueue must leave unchanged."""
+    return {key: client.dump(key) for key in client.scan_iter(match=f"setqueue:{{{name}*")}
+
+
+def test_a_chain_of_three_runs_in_order(
+    start_worker: StartWorker, redis_url: str, queue_name: str, tmp_path: Path
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    start_worker(queue_name, JOB_HANDLER=REGISTRY)
+    sent = q.chain([step.call(1), step.call(2), step.call(3)])
+    assert q.result(sent[-1], timeout=30) == [1, 2, 3]
+    log = ExecutionLog(tmp_path / "exec.log")
+    assert [job_id for event, job_id, _, _ in log.events() if event == "start"] == [s.id for s in sent]
+    ends = {job_id: at for event, job_id, _, at in log.events() if event == "end"}
+    starts = {job_id: at for event, job_id, _, at in log.events() if event == "start"}
+    assert ends[sent[0].id] <= starts[sent[1].id] and ends[sent[1].id] <= starts[sent[2].id]
+    assert [link.id for link in q.inspect(sent[2].id).depends_on] == [sent[1].id]  # type: ignore[union-attr]
+    assert [link.id for link in q.inspect(sent[0].id).dependents] == [sent[1].id]  # type: ignore[union-attr]
+
+
+def test_a_callback_after_thirty_members_runs_once_after_all_of_them(
+    start_worker: StartWorker, redis_url: str, queue_name: str, tmp_path: Path
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    fan = q.fan_in([square.call(x) for x in range(30)], report.call(), id="batch-1")
+    assert q.inspect(fan.callback.id).state == "waiting"  # type: ignore[union-attr]
+    assert q.stats()["waiting"] == 1
+    start_worker(queue_name, JOB_HANDLER=REGISTRY, WORKER_CONCURRENCY="4")
+    assert q.result(fan.callback, timeout=60) == {"sum": sum(x * x for x in range(30)), "outcomes": {"done": 30}}
+    log = ExecutionLog(tmp_path / "exec.log")
+    assert log.starts()[fan.callback.id] == 1
+    callback_start = min(at for event, job_id, _, at in log.events() if event == "start" and job_id == fan.callback.id)
+    last_member_end = max(at for event, job_id, _, at in log.events() if event == "end" and job_id != fan.callback.id)
+    assert last_member_end <= callback_start
+    info = q.inspect(fan.callback.id)
+    assert info is not None and info.waiting_on == WaitProgress(total=30, done=30)
+    # Sent again with the same id (a producer that lost the reply): nothing new.
+    again = q.fan_in([square.call(x) for x in range(30)], report.call(), id="batch-1")
+    assert again.callback.id == fan.callback.id and not again.callback.created
+    assert q.stats()["todos"] + q.stats()["waiting"] == 0
+
+
+def test_a_failed_member_fails_the_callback_naming_it_or_with_run_releases_it(
+    start_worker: StartWorker, redis_url: str, queue_name: str
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    start_worker(queue_name, JOB_HANDLER=REGISTRY)
+    failing = q.fan_in([square.call(2), square.call(-1)], report.call(), if_member_fails="fail")
+    with pytest.raises(JobFailed) as failed:
+        q.result(failing.callback, timeout=30)
+    bad = failing.members[1].id
+    assert (
+        f"dependency {bad!r}"[:11] in str(failed.value)
+        and bad in str(failed.value)
+        and "ended failed" in str(failed.value)
+    )
+    running = q.fan_in([square.call(2), square.call(-1), square.call(3)], report.call(), if_member_fails="run")
+    assert q.result(running.callback, timeout=30) == {"sum": 13, "outcomes": {"done": 2, "failed": 1}}
+
+
+def test_by_hand_the_dependent_is_claimable_as_soon_as_ack_returns(redis_url: str, queue_name: str) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["a", "b"])
+    assert q.enqueue(["c"], depends_on=["a", "b"]) == 1
+    assert q.enqueue(["d"], depends_on=["c"], delay=3600) == 1  # released to scheduled
+    first = q.claim(5)
+    assert sorted(lease.id for lease in first) == ["a", "b"]  # c waits: never claimed
+    q.ack(first[0])
+    assert q.claim(1) == [] and q.inspect("c").state == "waiting"  # type: ignore[union-attr]
+    q.ack(first[1])
+    (c,) = q.claim(1)
+    assert c.id == "c" and [d.outcome for d in c.dependencies()] == ["done", "done"]
+    q.ack(c)
+    assert q.inspect("d").state == "scheduled"  # type: ignore[union-attr]
+    # Already done dependencies hold nothing.
+    assert q.enqueue(["e"], depends_on=["a", "c"]) == 1
+    assert q.inspect("e").state == "todos"  # type: ignore[union-attr]
+
+
+def test_cancel_and_delete_of_a_dependency_fail_or_release_its_dependents(redis_url: str, queue_name: str) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["x", "y"])
+    q.enqueue(["fails-on-cancel"], depends_on=["x"])
+    q.enqueue(["runs-on-cancel"], depends_on=["x"], if_dependency_fails="run")
+    q.enqueue(["then"], depends_on=["fails-on-cancel"])  # fails in turn
+    q.enqueue(["fails-on-delete"], depends_on=["y"])
+    q.enqueue(["runs-on-delete"], depends_on=["y"], if_dependency_fails="run")
+    assert q.cancel("x") == "todos" and q.delete("y") == "todos"
+    states = {
+        i: q.inspect(i) for i in ("fails-on-cancel", "runs-on-cancel", "then", "fails-on-delete", "runs-on-delete")
+    }
+    assert {i: info.state for i, info in states.items() if info} == {
+        "fails-on-cancel": "failed",
+        "runs-on-cancel": "todos",
+        "then": "failed",
+        "fails-on-delete": "failed",
+        "runs-on-delete": "todos",
+    }
+    assert "dependency x (queue" in (states["fails-on-cancel"].error or "")  # type: ignore[union-attr]
+    assert "ended cancelled" in (states["fails-on-cancel"].error or "")  # type: ignore[union-attr]
+    assert "dependency fails-on-cancel" in (states["then"].error or "")  # type: ignore[union-attr]
+    assert "ended deleted" in (states["fails-on-delete"].error or "")  # type: ignore[union-attr]
+    # A waiting job can be cancelled and deleted like any other.
+    q.enqueue(["z"])
+    q.enqueue(["w1", "w2"], depends_on=["z"])
+    assert q.cancel("w1") == "waiting" and q.delete("w2") == "waiting"
+    assert q.stats()["waiting"] == 0
+    leases = q.claim(10)
+    assert sorted(lease.id for lease in leases) == ["runs-on-cancel", "runs-on-delete", "z"]
+    assert all(result.acked for result in q.ack_many(leases)) and q.stats()["todos"] == 0
+
+
+def test_an_unknown_dependency_is_refused_with_nothing_written(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["known"])
+    before = keys_and_values(client, queue_name)
+    with pytest.raises(UnknownJob, match="'missing'"):
+        q.enqueue(["new"], depends_on=["known", "missing"])
+    with pytest.raises(UnknownJob, match="other-queue"):
+        q.enqueue(["new"], depends_on=[JobRef("other-queue", "known")])
+    with pytest.raises(TypeError, match="dependency"):
+        q.enqueue(["new"], depends_on=[42])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="if_dependency_fails"):
+        q.enqueue(["new"], depends_on=["known"], if_dependency_fails="maybe")
+    assert keys_and_values(client, queue_name) == before
+
+
+def test_a_dependency_across_two_queues_served_by_one_worker(
+    start_worker: StartWorker, redis_url: str, queue_name: str
+) -> None:
+    payments, emails = f"{queue_name}-payments", f"{queue_name}-emails"
+    pay = setqueue.open_queue(redis_url, payments)
+    mail = setqueue.open_queue(redis_url, emails)
+    charge = pay.send(square, 7)
+    receipt = mail.send(report.options(depends_on=[charge]))
+    assert mail.inspect(receipt.id).state == "waiting"  # type: ignore[union-attr]
+    start_worker(f"{payments},{emails}", JOB_HANDLER=REGISTRY)
+    assert mail.result(receipt, timeout=30) == {"sum": 49, "outcomes": {"done": 1}}
+    links = mail.inspect(receipt.id).depends_on  # type: ignore[union-attr]
+    assert [(link.queue, link.id, link.state) for link in links] == [(payments, charge.id, "done")]
+    assert [link.id for link in pay.inspect(charge.id).dependents] == [receipt.id]  # type: ignore[union-attr]
+
+
+def test_many_dependents_and_dependencies_are_told_in_pages(redis_url: str, queue_name: str) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    other = setqueue.open_queue(redis_url, f"{queue_name}-other")
+    many = 2 * LINKS_PER_CALL + 7
+    q.enqueue(["root"])
+    q.enqueue([f"here-{n}" for n in range(many)], depends_on=["root"])
+    other.enqueue([f"there-{n}" for n in range(many)], depends_on=[JobRef(queue_name, "root")])
+    (root,) = q.claim(1)
+    assert q.ack(root)
+    assert q.stats()["todos"] == many and other.stats()["todos"] == many
+    members = [f"m-{n}" for n in range(many)]
+    q.enqueue(members)
+    q.enqueue(["callback"], depends_on=members)
+    while leases := q.claim(500):
+        q.ack_many([lease for lease in leases if lease.id != "callback"])
+        if any(lease.id == "callback" for lease in leases):
+            break
+    info = q.inspect("callback")
+    assert info is not None and info.waiting_on == WaitProgress(total=many, done=many)
+
+
+def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["first"])
+    q.enqueue(["second"], depends_on=["first"])
+    (lease,) = q.claim(1)
+    # The ack script alone: the worker died before it told the dependents.
+    core = q.core
+    list(
+        _drive(
+            q,
+            core.commands.ack(
+                [lease],
+                [None],
+                request_ttl_ms=60_000,
+                done_max_count=0,
+                payload_keep_bytes=0,
+                result_ttl_ms=0,
+                wake_cap=1,
+            ),
+        )
+    )
+    assert q.inspect("second").state == "waiting"  # type: ignore[union-attr]
+    assert client.zcard(core.keys.releasing) == 1
+    q.sweep()  # too fresh: the worker could still be at it
+    assert client.zcard(core.keys.releasing) == 1
+    client.zadd(core.keys.releasing, {"first": 0})  # as if it were left long ago
+    q.sweep()
+    assert q.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
+
+
+def _drive(q: Any, steps: Any) -> Any:
+    yield q.executor.run(steps)
+
+
+def test_the_asyncio_twin(redis_url: str, queue_name: str) -> None:
+    async def main() -> None:
+        async with setqueue.aio.open_queue(redis_url, queue_name) as q:
+            sent = await q.chain([step.call(1), step.call(2)])
+            assert (await q.inspect(sent[1].id)).state == "waiting"  # type: ignore[union-attr]
+            (first,) = await q.claim(2)
+            await q.ack(first, result=[1])
+            (second,) = await q.claim(1)
+            assert second.id == sent[1].id
+            deps = await q.dependencies(second.id)
+            assert [(d.id, d.outcome, d.result) for d in deps] == [(sent[0].id, "done", [1])]
+
+    asyncio.run(main())
