@@ -16,13 +16,16 @@ from setqueue.factory import open_queue
 from setqueue.interface import JobQueue, Shard
 from setqueue.jobs import (
     AckResult,
+    DependencyResult,
     FailOutcome,
     HistoryEntry,
     JobCancelled,
     JobFailed,
     JobInfo,
+    JobRef,
     JobTimeout,
     Lease,
+    Link,
     MoveTo,
     PayloadError,
     PermanentJobError,
@@ -32,11 +35,11 @@ from setqueue.jobs import (
     RetryLater,
     SweepResult,
     UnknownJob,
+    WaitProgress,
 )
 from setqueue.keys import QueueKeys
 from setqueue.layout import LayoutVersionError
 from setqueue.lease import LeaseKeeper
-from setqueue.links import DependencyResult, JobRef, Link, WaitProgress
 from setqueue.queue import Queue
 from setqueue.replication import NotReplicated
 from setqueue.scripts import new_request_id

@@ -43,10 +43,11 @@ from setqueue.client import (
 from setqueue.core import QueueCore
 from setqueue.executors import AsyncExecutor
 from setqueue.factory import queue_layout
+from setqueue.front import QueueFront
 from setqueue.group import MultiRouter
 from setqueue.keys import check_seconds, validate_job_id
 from setqueue.layout import LayoutCheck
-from setqueue.operations import Operations, QueueFront
+from setqueue.operations import Operations
 from setqueue.replication import NotReplicated
 from setqueue.routing import PlainRouter, Router
 from setqueue.script_cache import SCRIPT_LOAD_ATTEMPTS, is_noscript, name_script
@@ -54,6 +55,7 @@ from setqueue.sentinel import async_master_pool, is_sentinel_url
 from setqueue.sharded import ShardRouter
 from setqueue.steps import RunScript, Steps
 from setqueue.tasks import Sent, Task
+from setqueue.workflows import Workflows
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -307,6 +309,8 @@ class Queue(QueueFront):
     """A queue of any kind (plain, sharded, several served as one) on asyncio; made by ``open_queue``.
     Every method that talks to Redis is a coroutine."""
 
+    operations: Operations  # every operation, sans-I/O, run here
+
     def __init__(
         self,
         client: AsyncRedis,
@@ -316,7 +320,7 @@ class Queue(QueueFront):
     ) -> None:
         self.redis = client
         self._made_of(router, shards, queues)
-        self.operations = Operations(router)
+        self.operations = Operations(router, Workflows)
         self.executor = AsyncExecutor(client, LayoutCheck([core.name for core in router.cores]))
         self._ended: dict[QueueCore, EndedListener] = {}
         self._blocked: dict[str, asyncio.Task[Any]] = {}  # BLPOPs across Cluster slots still waiting

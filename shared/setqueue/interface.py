@@ -8,10 +8,9 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload, runtime_checkabl
 
 import redis
 
-from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, Lease, RenewOutcome, SweepResult
+from setqueue.jobs import AckResult, FailOutcome, HistoryEntry, JobInfo, JobRef, Lease, RenewOutcome, SweepResult
 from setqueue.keys import QueueKeys
 from setqueue.limits import GroupInfo, Limits, Rate
-from setqueue.links import JobRef
 from setqueue.tasks import Sent, Task
 
 P = ParamSpec("P")

@@ -13,8 +13,64 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from setqueue.keys import validate_priority, validate_queue_name
-from setqueue.links import DependencyResult, Link, WaitProgress
+from setqueue.keys import validate_job_id, validate_priority, validate_queue_name
+
+# -- dependencies (docs/guide.md#dependencies): what a caller names, inspect shows and a lease reads
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job of any queue of the same Redis (or Cluster), to depend on: ``queue`` is the queue's name
+    (a sharded queue's own name: the shard is found from the id). ValueError for a bad name or id."""
+
+    queue: str
+    id: str
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue)
+        validate_job_id(self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One end of a dependency, as inspect shows it: the ``queue`` (or shard) that holds the job, its
+    ``id``, and its ``state`` now (one of ``keys.STATES``; None: no longer known, trimmed by retention or
+    deleted)."""
+
+    queue: str
+    id: str
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitProgress:
+    """How far a job enqueued with dependencies got: how many it has, and how many ended each way."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    deleted: int = 0
+    unknown: int = 0  # trimmed by retention, or deleted, before the job registered with it
+
+    @property
+    def ended(self) -> int:
+        """How many of its dependencies ended, whichever way."""
+        return self.done + self.failed + self.cancelled + self.deleted + self.unknown
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyResult:
+    """One dependency of a job, as its handler reads it (``Lease.dependencies``): where it is, how it
+    ended (``outcome``: done, failed, cancelled, deleted or unknown; None: not ended, which only a job
+    released by hand sees), and ``result``: what its handler returned (None: nothing, not kept, or not
+    done); ``error``: the reason it failed, if it did."""
+
+    queue: str
+    id: str
+    outcome: str | None
+    result: Any = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

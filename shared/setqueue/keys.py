@@ -12,6 +12,7 @@ queue's only clock, unless a docstring says otherwise."""
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 # The longest job id and job group name, in characters.
@@ -52,6 +53,16 @@ RANK_BAND = 2**48
 # The states a job can be in, in the order inspect looks (JobInfo.state is one of them). "todos" also
 # covers jobs in line that have a group (the grouped key); "waiting" is a job held by its dependencies.
 STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "waiting")
+
+
+def shard_name(name: str, shard: int) -> str:
+    """The name of shard ``shard`` of queue ``name``: ``name~shard`` (its keys are under ``{name~shard}``)."""
+    return f"{name}~{shard}"
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """The shard that holds ``job_id``, for good: crc32 of its UTF-8 bytes, mod the shard count."""
+    return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
 def priority_of_rank(rank: float) -> int:

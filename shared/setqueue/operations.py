@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 
@@ -22,6 +22,7 @@ from setqueue.client import TRANSIENT_REDIS_ERRORS, OptionError
 from setqueue.core import QueueCore
 from setqueue.jobs import (
     AckResult,
+    DependencyResult,
     FailOutcome,
     HistoryEntry,
     JobFailed,
@@ -40,7 +41,6 @@ from setqueue.jobs import (
 )
 from setqueue.keys import (
     IF_DEPENDENCY_FAILS,
-    LINKS_PER_CALL,
     MAX_IDS_PER_CALL,
     QueueKeys,
     check_seconds,
@@ -51,7 +51,6 @@ from setqueue.keys import (
 )
 from setqueue.layout import check_layout
 from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
-from setqueue.links import DependencyResult, JobRef, Link, parse_deps_header, progress_of, split_link, unique_links
 from setqueue.records import (
     chunks,
     inspect_reads,
@@ -64,10 +63,9 @@ from setqueue.records import (
     split_error,
 )
 from setqueue.routing import Router
-from setqueue.scripts import QueueCommands, new_request_id
-from setqueue.sharded import shard_name, shard_of
+from setqueue.scripts import QueueCommands
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
-from setqueue.tasks import IF_EXISTS, Call, FanIn, Sent, Task, check_dependencies, new_job_id, prepare_send
+from setqueue.tasks import IF_EXISTS, Call, Dependency, FanIn, Sent, Task, check_dependencies, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
 
 log = logging.getLogger("setqueue.queue")
@@ -81,18 +79,6 @@ SWEPT_STAMP_MS = 86_400_000
 # serving the others. A claim that applied but whose reply was lost leaves leases nobody holds: they
 # run out, and the sweep hands the jobs on (a lost lease in their history).
 UNREACHABLE_SKIP_SECONDS = 5.0
-
-# How old (seconds, by the Redis clock) a registering or releasing entry must be before a sweep
-# finishes it: whoever made it (the enqueuer, the worker that ended a dependency) does so at once,
-# so an older one was left by a process that died or lost Redis midway. Finishing twice is harmless
-# (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
-# cleaner's sweep interval it bounds the delay a crash adds to a release.
-LINK_GRACE_SECONDS = 10.0
-# The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging).
-STAGING_CHUNK = 1000
-
-# A dependency as a caller names it: a job id of this queue, what send returned, or a job of any queue.
-Dependency = str | Sent[Any] | JobRef
 
 
 class PartlyAcked(redis.ConnectionError):
@@ -109,14 +95,33 @@ class PartlyAcked(redis.ConnectionError):
 _RENEWALS = {1: RenewOutcome.RENEWED, 0: RenewOutcome.LOST, 2: RenewOutcome.CANCELLED}
 
 
+class DependencySteps(Protocol):
+    """The dependency steps ``Operations`` calls (``setqueue.workflows.Workflows``, which the queue
+    classes give it: they sit above both, so neither module imports the other)."""
+
+    def links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]: ...
+    def stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]: ...
+    def register(self, core: QueueCore, job_id: str) -> Steps[None]: ...
+    def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]: ...
+    def finish_links(self, core: QueueCore, limit: int) -> Steps[int]: ...
+    def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]: ...
+    def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]: ...
+    def chain(self, steps: Sequence[Call[Any]], *, id: str | None = None) -> Steps[list[Sent[Any]]]: ...
+    def fan_in(
+        self, members: Sequence[Call[Any]], then: Call[R], *, if_member_fails: str = "run", id: str | None = None
+    ) -> Steps[FanIn[R]]: ...
+
+
 class Operations:
     """Every operation of ``JobQueue``, sans-I/O, over ``router``. Each public method returns the
-    operation's ``Steps``; an executor runs them. ``reporter``: what leases report progress through;
-    ``linker``: what they read their dependencies through."""
+    operation's ``Steps``; an executor runs them. ``links``: makes its dependency steps from it
+    (``setqueue.workflows.Workflows``); ``reporter``: what leases report progress through; ``linker``:
+    what they read their dependencies through."""
 
     def __init__(
         self,
         router: Router[QueueCore],
+        links: Callable[[Operations], DependencySteps],
         reporter: Callable[[Lease, float, str], bool] | None = None,
         linker: Callable[[str], list[DependencyResult]] | None = None,
     ) -> None:
@@ -128,13 +133,10 @@ class Operations:
         # Cores (shards, queues) whose Redis failed a claim with a transient error -> until when
         # (monotonic) claims pass them over: see UNREACHABLE_SKIP_SECONDS.
         self._unreachable: dict[QueueCore, float] = {}
-        # The script calls of other queues (or shards) that dependencies link to, by name.
-        self._elsewhere: dict[str, QueueCommands] = {core.name: core.commands for core in router.cores}
-        # Other queues' shard counts (1: not sharded), read once: where their jobs live.
-        self._shard_counts: dict[str, int] = {}
         # Whether this sharded queue recorded its shard count (its shards key), so that another queue's
         # dependency on one of its jobs finds the shard: once, at its first enqueue.
         self._shards_recorded = not router.shard_counts()
+        self.links = links(self)  # the dependency steps
 
     def on_a_cluster(self) -> Steps[bool]:
         """Whether the client runs on a Redis Cluster (asked once)."""
@@ -233,7 +235,7 @@ class Operations:
         with_payloads = isinstance(ids, Mapping)
         links: list[str] = []
         if dependencies:  # each known, or nothing is written
-            links = yield from self._links_of(dependencies)
+            links = yield from self.links.links_of(dependencies)
         if not self._shards_recorded:
             for name, shards in self.router.shard_counts():
                 yield from self.check_shards(name, shards, record=True)
@@ -244,7 +246,7 @@ class Operations:
             for number, chunk in enumerate(chunks(items)):
                 staged = None
                 if links:  # the list each new job of the chunk copies
-                    staged = yield from self._stage(core, links, if_dependency_fails)
+                    staged = yield from self.links.stage(core, links, if_dependency_fails)
                 added[core] += yield from core.commands.enqueue(
                     chunk,
                     with_payloads=with_payloads,
@@ -261,7 +263,7 @@ class Operations:
                 )
                 if staged is not None:  # each new job registers with its dependencies now
                     for job_id, _payload in chunk:
-                        yield from self._register(core, job_id)
+                        yield from self.links.register(core, job_id)
         if links:
             return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.
@@ -295,287 +297,19 @@ class Operations:
         )
         return Sent(job_id, added == 1, name, self.router.queue_name(self.router.home(job_id)))
 
-    # -- dependencies (lua/includes/links.lua; docs/reference.md#dependencies)
-
-    def _commands_of(self, name: str) -> QueueCommands:
-        """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
-        commands = self._elsewhere.get(name)
-        if commands is None:
-            commands = self._elsewhere[name] = QueueCommands(QueueKeys(name), self.first.commands.wait)
-        return commands
-
-    def _link_of(self, dependency: Dependency) -> Steps[str]:
-        """The link ("<queue or shard> <id>") of one dependency as a caller named it."""
-        if isinstance(dependency, str):
-            return f"{self.router.home(dependency).name} {dependency}"
-        queue, job_id = dependency.queue, dependency.id
-        home = self.router.home(job_id)
-        if not queue or queue == self.router.queue_name(home):
-            return f"{home.name} {job_id}"
-        shards = self._shard_counts.get(queue)
-        if shards is None:  # another queue: how many shards it was opened with (none written: 1)
-            stored = yield Send(("GET", QueueKeys(queue).shards))
-            shards = self._shard_counts[queue] = 1 if stored is None else int(text(stored))
-        name = queue if shards == 1 else shard_name(queue, shard_of(job_id, shards))
-        return f"{name} {job_id}"
-
-    def _links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]:
-        """The links of ``dependencies``, each once, in order; UnknownJob naming the first that no queue
-        knows (read only: nothing is written)."""
-        links: list[str] = []
-        for dependency in dependencies:
-            links.append((yield from self._link_of(dependency)))
-        links = unique_links(links)
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for link in links:
-            queue, job_id = split_link(link)
-            by_queue[queue].append(job_id)
-        for queue, job_ids in by_queue.items():
-            for chunk in chunks(job_ids):
-                states = yield from self._commands_of(queue).lookup(chunk)
-                for job_id, state in zip(chunk, states, strict=True):
-                    if state is None:
-                        raise UnknownJob(
-                            f"dependency {job_id!r} is not in queue {queue!r} (never enqueued, "
-                            "deleted, or trimmed from done by its retention)"
-                        )
-        return links
-
-    def _stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]:
-        """Write ``links`` to a fresh staging list of ``core`` (pages of STAGING_CHUNK, a day's TTL), for
-        enqueue.lua to copy: no script takes a long list as arguments. Returns enqueue's
-        ``dependencies``."""
-        staging = core.keys.staging(new_request_id())
-        for start in range(0, len(links), STAGING_CHUNK):
-            yield Send(("RPUSH", staging, *links[start : start + STAGING_CHUNK]))
-        yield Send(("PEXPIRE", staging, 86_400_000))
-        return len(links), mode, staging
-
-    def _register(self, core: QueueCore, job_id: str) -> Steps[None]:
-        """Register waiting job ``job_id`` of ``core`` with its dependencies, page by page (register.lua);
-        those of other queues with depend.lua there, bringing back the ones that ended (arrive.lua). Then
-        tell the dependents of any job that failed on the way. Idempotent: a sweep redoes one left
-        unfinished."""
-        releases: list[tuple[str, str]] = []
-        start: int | None = 0
-        while start is not None:
-            page = yield from core.commands.register(job_id, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
-            releases += [(core.name, released) for released in page.releases]
-            if page.elsewhere:
-                dependent = f"{core.name} {page.generation} {job_id}"
-                by_queue: dict[str, list[str]] = defaultdict(list)
-                for link in page.elsewhere:
-                    queue, dependency = split_link(link)
-                    by_queue[queue].append(dependency)
-                arrivals: list[tuple[str, str, str, str]] = []
-                for queue, dependencies in by_queue.items():
-                    answers = yield from self._commands_of(queue).depend(dependent, dependencies)
-                    for dependency, answer in zip(dependencies, answers, strict=True):
-                        if answer:  # it had ended (or is gone): it counts now
-                            arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
-                if arrivals:
-                    failed = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
-                    releases += [(core.name, released) for released in failed]
-                if page.next_start is None:  # the last page: now the entry can go
-                    yield from core.commands.register(job_id, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
-            start = page.next_start
-        yield from self._release_all(releases)
-
-    def _release_all(self, ended: Sequence[tuple[str, str]]) -> Steps[None]:
-        """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended, page by page
-        (release.lua); those of other queues with arrive.lua there. A dependent that fails in turn has
-        its own dependents told too. Idempotent: a sweep redoes one left unfinished."""
-        todo = list(ended)
-        while todo:
-            queue, job_id = todo.pop()
-            commands = self._commands_of(queue)
-            after: str | None = ""
-            while after is not None:
-                page = yield from commands.release(job_id, after, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
-                todo += [(queue, released) for released in page.releases]
-                if page.elsewhere:
-                    by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
-                    for dependent in page.elsewhere:
-                        its_queue, rest = split_link(dependent)
-                        generation, dependent_id = split_link(rest)
-                        by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", page.outcome))
-                    for its_queue, arrivals in by_queue.items():
-                        failed = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=self.first.wake_cap)
-                        todo += [(its_queue, released) for released in failed]
-                    if page.after is None:  # the last page: now the entry can go
-                        yield from commands.release(job_id, None, page=LINKS_PER_CALL, wake_cap=self.first.wake_cap)
-                after = page.after
-
-    def _tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
-        """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
-        key): tell them now. Redis failing meanwhile leaves the record for a sweep to finish
-        (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
-        if not told:
-            return
-        try:
-            yield from self._release_all([(core.name, job_id) for job_id in told])
-        except TRANSIENT_REDIS_ERRORS as exc:
-            log.warning(
-                "queue %s: telling the dependents of %d ended jobs failed (%s); a sweep will", core.name, len(told), exc
-            )
-
-    def _finish_links(self, core: QueueCore, limit: int) -> Steps[int]:
-        """A sweep's part: finish registrations and releases older than LINK_GRACE_SECONDS that their
-        makers left (died, or lost Redis). Returns how many it finished."""
-        seconds, micros = yield Send(("TIME",))
-        before = int(seconds) * 1000 + int(micros) // 1000 - round(LINK_GRACE_SECONDS * 1000)
-        k = core.keys
-        registering = yield Send(("ZRANGE", k.registering, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
-        for job_id in registering:
-            yield from self._register(core, text(job_id))
-        releasing = yield Send(("ZRANGE", k.releasing, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
-        yield from self._release_all([(core.name, text(job_id)) for job_id in releasing])
-        return len(registering) + len(releasing)
-
     def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]:
-        """The dependencies of ``job_id`` in the order given, each with how it ended and what its handler
-        returned (``DependencyResult``): what a callback combines. Empty for a job without dependencies
-        or an unknown id. ValueError for a malformed id."""
-        core = yield from self.holder(job_id)
-        if core is None:
-            return []
-        k = core.keys
-        links = yield from self._dependency_links(core, job_id, None)
-        ended: dict[str, str] = {}
-        for chunk in chunks(links):
-            outcomes = yield Send(("HMGET", k.arrived, *(f"{job_id}\0{link}" for link in chunk)))
-            ended.update({link: text(o) for link, o in zip(chunk, outcomes, strict=True) if o is not None})
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for link in links:
-            queue, dependency = split_link(link)
-            by_queue[queue].append(dependency)
-        kept: dict[str, tuple[Any, str | None]] = {}
-        for queue, ids in by_queue.items():
-            qk = QueueKeys(queue)
-            for chunk in chunks(ids):
-                replies = yield Snapshot(
-                    tuple(c for i in chunk for c in (("HGET", qk.results, i), ("HGET", qk.errors, i)))
-                )
-                for n, dependency in enumerate(chunk):
-                    result, error = replies[2 * n], replies[2 * n + 1]
-                    value = None if result is None else decode_result(text(result))
-                    kept[f"{queue} {dependency}"] = (value, None if error is None else split_error(error)[0])
-        out = []
-        for link in links:
-            queue, dependency = split_link(link)
-            value, error = kept.get(link, (None, None))
-            out.append(DependencyResult(queue, dependency, ended.get(link), value, error))
-        return out
-
-    def _dependency_links(self, core: QueueCore, job_id: str, most: int | None) -> Steps[list[str]]:
-        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all)."""
-        low, high = f"[{job_id}\0", f"({job_id}\1"
-        limit = () if most is None else ("LIMIT", 0, most)
-        lines = yield Send(("ZRANGE", core.keys.dep_lines, low, high, "BYLEX", *limit))
-        return [text(line).split("\0", 2)[2] for line in lines]
-
-    def _links_shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]:
-        """inspect's dependency fields of ``job_id`` from its snapshot ``r``: its dependencies and
-        dependents (``Link``, with their states now, read per queue), its progress and mode."""
-        if r["deps"] is None and not r["dependents"]:
-            return {}
-        links = [text(line).split("\0", 2)[2] for line in r["depends_on"]]
-        dependents = []
-        for member in r["dependents"]:
-            queue, rest = split_link(text(member).split("\0", 1)[1])
-            dependents.append(f"{queue} {split_link(rest)[1]}")
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for link in (*links, *dependents):
-            queue, other = split_link(link)
-            by_queue[queue].append(other)
-        states: dict[str, str | None] = {}
-        for queue, ids in by_queue.items():
-            for chunk in chunks(list(dict.fromkeys(ids))):
-                found = yield from self._commands_of(queue).lookup(chunk)
-                states.update({f"{queue} {other}": state for other, state in zip(chunk, found, strict=True)})
-        shown: dict[str, Any] = {
-            "depends_on": tuple(Link(*split_link(link), states.get(link)) for link in links),
-            "dependents": tuple(Link(*split_link(link), states.get(link)) for link in dependents),
-        }
-        if r["deps"] is not None:
-            count, mode, _due, _generation, _priority = parse_deps_header(text(r["deps"]))
-            every = yield from self._dependency_links(core, job_id, None)
-            outcomes: list[str] = []
-            for chunk in chunks(every):
-                found = yield Send(("HMGET", core.keys.arrived, *(f"{job_id}\0{link}" for link in chunk)))
-                outcomes += [text(outcome) for outcome in found if outcome is not None]
-            shown["waiting_on"] = progress_of(count, outcomes)
-            shown["if_dependency_fails"] = mode
-        return shown
+        """``Workflows.dependencies``: the job's dependencies, how each ended and what it returned."""
+        return (yield from self.links.dependencies(job_id))
 
     def chain(self, steps: Sequence[Call[Any]], *, id: str | None = None) -> Steps[list[Sent[Any]]]:
-        """Send ``steps`` (``task.call(...)``) as a chain: each waits for the one before and runs only if
-        it ended done (a step that fails for good fails the rest, each naming the one before). Returns
-        what each send returned, in order; ``result(sent[-1])`` is the last step's value, and a step reads
-        the one before's with ``lease.dependencies()``. ``id``: the chain's own id; its steps are then
-        "<id>/1", "<id>/2", ..., so sending the same chain again (after a lost reply, or a producer that
-        died midway) adds only the steps not there yet. ValueError for no steps."""
-        if not steps:
-            raise ValueError("a chain needs at least one step")
-        sent: list[Sent[Any]] = []
-        for number, step in enumerate(steps, 1):
-            step_id = None if id is None else f"{validate_job_id(id)}/{number}"
-            task = step.task.options(id=step_id, depends_on=sent[-1:] or None)
-            sent.append((yield from self._send_call(task, step)))
-        return sent
+        """``Workflows.chain``: send ``steps`` as a chain, each waiting for the one before."""
+        return (yield from self.links.chain(steps, id=id))
 
     def fan_in(
-        self,
-        members: Sequence[Call[Any]],
-        then: Call[R],
-        *,
-        if_member_fails: str = "run",
-        id: str | None = None,
+        self, members: Sequence[Call[Any]], then: Call[R], *, if_member_fails: str = "run", id: str | None = None
     ) -> Steps[FanIn[R]]:
-        """Send ``members`` (``task.call(...)``), then ``then``, the callback, which waits for all of them:
-        with ``if_member_fails`` "run" (the default) it runs once when every member ended, whichever way
-        (``lease.dependencies()`` says how each ended and what it returned); with "fail" a member that
-        fails for good fails it. Members with the same task options go in one enqueue call a batch.
-        ``id``: the fan-in's own id; its members are then "<id>/<n>" and the callback "<id>/then", so
-        sending it again adds only what is not there yet. ValueError for no members or a bad option."""
-        if not members:
-            raise ValueError("a fan-in needs at least one member")
-        if if_member_fails not in IF_DEPENDENCY_FAILS:
-            raise ValueError(
-                f"if_member_fails must be one of {', '.join(IF_DEPENDENCY_FAILS)}, got {if_member_fails!r}"
-            )
-        if id is not None:
-            validate_job_id(id)
-        by_options: dict[Any, dict[str, Call[Any]]] = defaultdict(dict)
-        for number, member in enumerate(members, 1):
-            by_options[member.task.defaults][new_job_id() if id is None else f"{id}/{number}"] = member
-        sent: dict[str, Sent[Any]] = {}
-        for options, calls in by_options.items():
-            payloads = {member_id: call.payload for member_id, call in calls.items()}
-            added = yield from self.enqueue(
-                payloads,
-                delay=options.delay,
-                at=options.at,
-                priority=options.priority or 0,
-                max_attempts=options.max_attempts,
-                timeout=options.timeout,
-                group=options.group,
-                retry_timeouts=options.retry_timeouts,
-                depends_on=options.depends_on,
-                if_dependency_fails=options.if_dependency_fails or "fail",
-            )
-            for member_id, call in calls.items():  # created: every member of its batch was new
-                queue = self.router.queue_name(self.router.home(member_id))
-                sent[member_id] = Sent(member_id, added == len(calls), call.task.name, queue)
-        callback_id = None if id is None else f"{id}/then"
-        members_sent = [sent[member_id] for calls in by_options.values() for member_id in calls]
-        task = then.task.options(id=callback_id, depends_on=members_sent, if_dependency_fails=if_member_fails)
-        callback = yield from self._send_call(task, then)
-        return FanIn(members_sent, callback)
-
-    def _send_call(self, task: Task[Any, R], call: Call[Any]) -> Steps[Sent[R]]:
-        """Send ``call`` with ``task``'s options (the call's task with some added)."""
-        return (yield from self.send(task, call.args, call.kwargs))
+        """``Workflows.fan_in``: send ``members``, then ``then``, which waits for all of them."""
+        return (yield from self.links.fan_in(members, then, if_member_fails=if_member_fails, id=id))
 
     # -- workers
 
@@ -776,7 +510,7 @@ class Operations:
                         enqueued_at = leases[n].enqueued_at
                         waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
                         out[n] = AckResult(ok, waited)
-                    yield from self._tell(core, told)
+                    yield from self.links.tell(core, told)
                 self._reached(core)
             except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' jobs are acked all the same
                 self._unreached(core)
@@ -832,7 +566,7 @@ class Operations:
                 for n, reply in zip(chunk, replied, strict=True):
                     outcomes[n] = FailOutcome(reply)
                     claimable[core] += outcomes[n] in (FailOutcome.RETRIED, FailOutcome.RELEASED)
-                yield from self._tell(core, told)
+                yield from self.links.tell(core, told)
         yield from self.made_claimable(claimable)
         return outcomes
 
@@ -879,12 +613,12 @@ class Operations:
                     done_max_age_ms=round(core.done_max_age_seconds * 1000) if trim_pending else 0,
                     trim_limit=MAX_IDS_PER_CALL,
                 )
-                yield from self._tell(core, told)
+                yield from self.links.tell(core, told)
                 requeued += page_requeued
                 dead += page_dead
                 trimmed += page_trimmed
                 if trim_pending:  # once a call too: registrations and releases their makers left
-                    yield from self._finish_links(core, MAX_IDS_PER_CALL)
+                    yield from self.links.finish_links(core, MAX_IDS_PER_CALL)
                 trim_pending = False
             examined += len(candidates)
             if core.sweep_cursor == 0 or examined >= limit:
@@ -924,7 +658,7 @@ class Operations:
         info = job_info(job_id, self.router.queue_name(core), r, ttl_ms)
         if info is None:
             return None
-        shown = yield from self._links_shown(core, job_id, r)
+        shown = yield from self.links.shown(core, job_id, r)
         return dataclasses.replace(info, **shown) if shown else info
 
     def holder(self, job_id: str) -> Steps[QueueCore | None]:
@@ -979,7 +713,7 @@ class Operations:
                 core.commands, job_id, token, request_ttl_ms=core.request_ttl_ms, wake_cap=core.wake_cap
             )
             if told:
-                yield from self._tell(core, [job_id])
+                yield from self.links.tell(core, [job_id])
             if was is not None:
                 return was
         return None
@@ -1233,97 +967,3 @@ class Operations:
         """Schedule name -> its latest slot (Unix seconds), in ``core``."""
         slots = yield Send(("HGETALL", core.keys.periodic))
         return {text(name): int(ms) / 1000 for name, ms in slots.items()}
-
-
-class QueueFront:
-    """What a queue is on either client besides sending: its router and operations, what it is made
-    of, and the options a queue of several cores reports (its first core's). ``setqueue.Queue`` and
-    ``setqueue.aio.Queue`` add the sending."""
-
-    name: str
-    router: Router[QueueCore]
-    operations: Operations
-    _shards: Sequence[Self]
-    _queues: Sequence[Self]
-
-    def _made_of(self, router: Router[QueueCore], shards: Sequence[Self] | None, queues: Sequence[Self] | None) -> None:
-        """Over ``router``; ``shards`` and ``queues``: the plain and named queues it is made of (None: itself)."""
-        self.router = router
-        self.name = router.name
-        self._shards = (self,) if shards is None else tuple(shards)
-        self._queues = (self,) if queues is None else tuple(queues)
-
-    @property
-    def core(self) -> QueueCore:
-        """The one core of a plain queue; AttributeError for a queue of several (see ``shards``)."""
-        cores = self.router.cores
-        if len(cores) != 1:
-            raise AttributeError(f"queue {self.name!r} has {len(cores)} shards: each of .shards has one core")
-        return cores[0]
-
-    @property
-    def queues(self) -> Sequence[Self]:
-        """Itself, or the queues served as one."""
-        return self._queues
-
-    @property
-    def shards(self) -> Sequence[Self]:
-        """Itself, its shards, or all the shards of the queues served as one: plain queues."""
-        return self._shards
-
-    @property
-    def keys(self) -> QueueKeys:
-        """A plain queue's key layout."""
-        return self.core.keys
-
-    @property
-    def lease_seconds(self) -> float:
-        return self.operations.first.lease_seconds
-
-    @property
-    def max_attempts(self) -> int:
-        return self.operations.first.max_attempts
-
-    @property
-    def retry_backoff_seconds(self) -> float:
-        return self.operations.first.retry_backoff_seconds
-
-    @property
-    def request_ttl_seconds(self) -> float:
-        """How long a call's result is kept for a resend with the same request id."""
-        return self.operations.first.request_ttl_seconds
-
-    @property
-    def result_ttl_seconds(self) -> float:
-        return self.operations.first.result_ttl_seconds
-
-    @property
-    def wake_cap(self) -> int:
-        return self.operations.first.wake_cap
-
-    @property
-    def payload_max_bytes(self) -> int:
-        return self.operations.first.payload_max_bytes
-
-    @property
-    def limited(self) -> bool:
-        """As the last claims found it: a rate or group limits exist (claim only for free slots)."""
-        return any(core.limited for core in self.router.cores)
-
-    @property
-    def on_held(self) -> Callable[[str, str], None] | None:
-        """Told (queue name, "paused" | "rate" | "group") when limits held jobs back."""
-        return self.operations.first.on_held
-
-    @on_held.setter
-    def on_held(self, told: Callable[[str, str], None] | None) -> None:
-        for core in self.router.cores:
-            core.on_held = told
-
-    def backoff_delay(self, attempt: int) -> float:
-        """The retry delay after ``attempt`` (``Operations.backoff_delay``; no I/O)."""
-        return self.operations.backoff_delay(attempt)
-
-    def due_in(self) -> float | None:
-        """Seconds until more could be claimed, as the last short claims saw it (None: not known; no I/O)."""
-        return self.operations.due_in()

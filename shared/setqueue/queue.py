@@ -28,13 +28,15 @@ from setqueue.client import (
 )
 from setqueue.core import QueueCore
 from setqueue.executors import Executor
+from setqueue.front import QueueFront
 from setqueue.keys import check_seconds, validate_job_id
 from setqueue.layout import LayoutCheck
-from setqueue.operations import Operations, QueueFront
+from setqueue.operations import Operations
 from setqueue.records import job_items
 from setqueue.routing import PlainRouter, Router
 from setqueue.steps import Steps
 from setqueue.tasks import Sent, Task
+from setqueue.workflows import Workflows
 
 __all__ = ["Queue", "job_items"]
 
@@ -61,6 +63,8 @@ class Queue(QueueFront):
     either way). ``options``: ``QueueCore``'s (lease_seconds, max_attempts, ...), where their defaults
     are declared; ValueError for one out of range."""
 
+    operations: Operations  # every operation, sans-I/O, run here
+
     name: str
 
     def __init__(self, client: Client, name: str = "default", **options: Any) -> None:
@@ -74,7 +78,7 @@ class Queue(QueueFront):
         (None: itself)."""
         self.redis: redis.Redis = client if isinstance(client, redis.Redis) else ClusterAwareRedis.around(client)
         self._made_of(router, shards, queues)
-        self.operations = Operations(router, reporter=self.progress, linker=self.dependencies)
+        self.operations = Operations(router, Workflows, reporter=self.progress, linker=self.dependencies)
         self.executor = Executor(self.redis, LayoutCheck([core.name for core in router.cores]))
         self._ended: dict[QueueCore, EndedListener] = {}  # the subscriptions result() waits on
         self._waiter: ClusterWaiter | None = None  # made by a first wait across Cluster slots

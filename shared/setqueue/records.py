@@ -17,15 +17,23 @@ from setqueue.jobs import (
     PermanentJobError,
     Progress,
     TaskCall,
+    WaitProgress,
     decode_result,
     parse_job_options,
     parse_retry_timeouts,
     parse_trace_parent,
     read_envelope,
 )
-from setqueue.keys import MAX_IDS_PER_CALL, STATES, QueueKeys, check_utf8, priority_of_rank, validate_job_id
+from setqueue.keys import (
+    DEPENDENCY_OUTCOMES,
+    MAX_IDS_PER_CALL,
+    STATES,
+    QueueKeys,
+    check_utf8,
+    priority_of_rank,
+    validate_job_id,
+)
 from setqueue.limits import LIMIT_STATS
-from setqueue.links import parse_deps_header
 from setqueue.steps import text
 
 T = TypeVar("T")
@@ -261,3 +269,32 @@ def task_call(payload: str | None) -> TaskCall | None:
         return read_envelope(payload)
     except PermanentJobError:
         return None
+
+
+# -- dependencies: a link is "<queue> <id>" (lua/includes/links.lua)
+
+
+def split_link(link: str) -> tuple[str, str]:
+    """``"<queue> <id>"`` -> (queue, id)."""
+    queue, _, job_id = link.partition(" ")
+    return queue, job_id
+
+
+def progress_of(total: int, outcomes: Iterable[str]) -> WaitProgress:
+    """The ``WaitProgress`` of a job with ``total`` dependencies, of which these ``outcomes`` ended."""
+    counts = dict.fromkeys(DEPENDENCY_OUTCOMES, 0)
+    for outcome in outcomes:
+        if outcome in counts:
+            counts[outcome] += 1
+    return WaitProgress(total, **counts)
+
+
+def parse_deps_header(stored: str) -> tuple[int, str, int | None, str, int]:
+    """A ``deps`` entry (keys.QueueKeys.deps): count, mode, due ms (None: at once), generation, priority."""
+    count, mode, due, generation, priority = stored.split("|")
+    return int(count), mode, int(due) if due else None, generation, int(priority)
+
+
+def unique_links(links: Sequence[str]) -> list[str]:
+    """``links`` in order, each once."""
+    return list(dict.fromkeys(links))

@@ -6,30 +6,21 @@ single-slot and a lease finds its shard from its id alone. The operations themse
 from __future__ import annotations
 
 import itertools
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Generic
 
 from setqueue.jobs import Lease
-from setqueue.keys import MAX_SHARDS, QueueKeys
+from setqueue.keys import MAX_SHARDS, QueueKeys, shard_name, shard_of
+
+__all__ = ["ShardRouter", "shard_name", "shard_names", "shard_of"]
 from setqueue.limits import GroupLimits, Limits, Rate
 from setqueue.records import part_id, summed_stats
 from setqueue.routing import C
 
 
-def shard_name(name: str, shard: int) -> str:
-    """The name of shard ``shard`` of queue ``name``: ``name~shard``."""
-    return f"{name}~{shard}"
-
-
 def shard_names(name: str, shards: int) -> list[str]:
     """The names of a queue's shards; a queue of one shard is plain and keeps its name."""
     return [name] if shards == 1 else [shard_name(name, i) for i in range(shards)]
-
-
-def shard_of(job_id: str, shards: int) -> int:
-    """The shard that holds ``job_id``, for good: crc32 of its UTF-8 bytes, mod the shard count."""
-    return zlib.crc32(job_id.encode("utf-8")) % shards
 
 
 class ShardRouter(Generic[C]):

@@ -24,9 +24,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from setqueue.jobs import ENVELOPE_VERSION, Lease, PermanentJobError, envelope_parts
+from setqueue.jobs import ENVELOPE_VERSION, JobRef, Lease, PermanentJobError, envelope_parts
 from setqueue.keys import IF_DEPENDENCY_FAILS, check_seconds, validate_group, validate_job_id, validate_priority
-from setqueue.links import JobRef
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,7 +77,7 @@ class SendOptions:
     group: str | None = None
     if_exists: str = "ignore"
     retry_timeouts: bool | None = None  # a timeout retried like any failure, or dead-letters the job at once
-    depends_on: tuple[str | Sent[Any] | JobRef, ...] | None = None  # jobs it waits for (docs/guide.md#dependencies)
+    depends_on: tuple[Dependency, ...] | None = None  # jobs it waits for (docs/guide.md#dependencies)
     if_dependency_fails: str | None = None  # "fail" (the default) or "run"
 
     def __post_init__(self) -> None:
@@ -144,6 +143,11 @@ class FanIn(Generic[R]):
 
     members: list[Sent[Any]]
     callback: Sent[R]
+
+
+# A dependency as a caller names it: a job id of the same queue, what send returned, or a job of any
+# queue (docs/guide.md#dependencies).
+Dependency = str | Sent[Any] | JobRef
 
 
 def check_dependencies(dependencies: Iterable[object]) -> None:
@@ -212,7 +216,7 @@ class Task(Generic[P, R]):
         group: str | None = None,
         if_exists: str = "ignore",
         retry_timeouts: bool | None = None,
-        depends_on: Iterable[str | Sent[Any] | JobRef] | None = None,
+        depends_on: Iterable[Dependency] | None = None,
         if_dependency_fails: str | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose sends carry these job options (over the task's own; see

@@ -1,0 +1,355 @@
+"""The dependency steps of the queue's operations (docs/reference.md#dependencies), sans-I/O like
+``setqueue.operations``, whose ``Operations`` holds one ``Workflows`` and calls it: naming and checking
+dependencies, registering a waiting job with them, telling an ended job's dependents, across queues,
+shards and Cluster slots (each step a script in one slot; lua/includes/links.lua), and the chain and
+fan-in helpers over ``send``."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from setqueue.client import TRANSIENT_REDIS_ERRORS
+from setqueue.core import QueueCore
+from setqueue.jobs import DependencyResult, Link, UnknownJob, decode_result
+from setqueue.keys import IF_DEPENDENCY_FAILS, LINKS_PER_CALL, QueueKeys, shard_name, shard_of, validate_job_id
+from setqueue.records import chunks, parse_deps_header, progress_of, split_error, split_link, unique_links
+from setqueue.routing import Router
+from setqueue.scripts import QueueCommands, new_request_id
+from setqueue.steps import Send, Snapshot, Steps, text
+from setqueue.tasks import Call, Dependency, FanIn, Sent, Task, new_job_id
+
+log = logging.getLogger("setqueue.queue")
+R = TypeVar("R")
+
+# How old (seconds, by the Redis clock) a registering or releasing entry must be before a sweep
+# finishes it: whoever made it (the enqueuer, the worker that ended a dependency) does so at once,
+# so an older one was left by a process that died or lost Redis midway. Finishing twice is harmless
+# (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
+# cleaner's sweep interval it bounds the delay a crash adds to a release.
+LINK_GRACE_SECONDS = 10.0
+# The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging).
+STAGING_CHUNK = 1000
+
+
+class Host(Protocol):
+    """What the dependency steps use of the operations that hold them (``setqueue.operations.Operations``)."""
+
+    router: Router[QueueCore]
+    first: QueueCore
+
+    def enqueue(
+        self,
+        ids: Mapping[str, Any] | Iterable[str],
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        group: str | None = None,
+        retry_timeouts: bool | None = None,
+        depends_on: Iterable[Dependency] | None = None,
+        if_dependency_fails: str = "fail",
+    ) -> Steps[int]: ...
+
+    def send(
+        self, task: Task[Any, Any] | str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Steps[Sent[Any]]: ...
+
+    def holder(self, job_id: str) -> Steps[QueueCore | None]: ...
+
+
+class Workflows:
+    """The dependency steps of ``ops`` (an ``Operations``)."""
+
+    def __init__(self, ops: Host) -> None:
+        self.ops = ops
+        # The script calls of other queues (or shards) that dependencies link to, by name.
+        self._elsewhere: dict[str, QueueCommands] = {core.name: core.commands for core in ops.router.cores}
+        # Other queues' shard counts (1: not sharded), read once: where their jobs live.
+        self._shard_counts: dict[str, int] = {}
+
+    def _commands_of(self, name: str) -> QueueCommands:
+        """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
+        commands = self._elsewhere.get(name)
+        if commands is None:
+            commands = self._elsewhere[name] = QueueCommands(QueueKeys(name), self.ops.first.commands.wait)
+        return commands
+
+    def _link_of(self, dependency: Dependency) -> Steps[str]:
+        """The link ("<queue or shard> <id>") of one dependency as a caller named it."""
+        if isinstance(dependency, str):
+            return f"{self.ops.router.home(dependency).name} {dependency}"
+        queue, job_id = dependency.queue, dependency.id
+        home = self.ops.router.home(job_id)
+        if not queue or queue == self.ops.router.queue_name(home):
+            return f"{home.name} {job_id}"
+        shards = self._shard_counts.get(queue)
+        if shards is None:  # another queue: how many shards it was opened with (none written: 1)
+            stored = yield Send(("GET", QueueKeys(queue).shards))
+            shards = self._shard_counts[queue] = 1 if stored is None else int(text(stored))
+        name = queue if shards == 1 else shard_name(queue, shard_of(job_id, shards))
+        return f"{name} {job_id}"
+
+    def links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]:
+        """The links of ``dependencies``, each once, in order; UnknownJob naming the first that no queue
+        knows (read only: nothing is written)."""
+        links: list[str] = []
+        for dependency in dependencies:
+            links.append((yield from self._link_of(dependency)))
+        links = unique_links(links)
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in links:
+            queue, job_id = split_link(link)
+            by_queue[queue].append(job_id)
+        for queue, job_ids in by_queue.items():
+            for chunk in chunks(job_ids):
+                states = yield from self._commands_of(queue).lookup(chunk)
+                for job_id, state in zip(chunk, states, strict=True):
+                    if state is None:
+                        raise UnknownJob(
+                            f"dependency {job_id!r} is not in queue {queue!r} (never enqueued, "
+                            "deleted, or trimmed from done by its retention)"
+                        )
+        return links
+
+    def stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]:
+        """Write ``links`` to a fresh staging list of ``core`` (pages of STAGING_CHUNK, a day's TTL), for
+        enqueue.lua to copy: no script takes a long list as arguments. Returns enqueue's
+        ``dependencies``."""
+        staging = core.keys.staging(new_request_id())
+        for start in range(0, len(links), STAGING_CHUNK):
+            yield Send(("RPUSH", staging, *links[start : start + STAGING_CHUNK]))
+        yield Send(("PEXPIRE", staging, 86_400_000))
+        return len(links), mode, staging
+
+    def register(self, core: QueueCore, job_id: str) -> Steps[None]:
+        """Register waiting job ``job_id`` of ``core`` with its dependencies, page by page (register.lua);
+        those of other queues with depend.lua there, bringing back the ones that ended (arrive.lua). Then
+        tell the dependents of any job that failed on the way. Idempotent: a sweep redoes one left
+        unfinished."""
+        releases: list[tuple[str, str]] = []
+        start: int | None = 0
+        while start is not None:
+            page = yield from core.commands.register(job_id, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            releases += [(core.name, released) for released in page.releases]
+            if page.elsewhere:
+                dependent = f"{core.name} {page.generation} {job_id}"
+                by_queue: dict[str, list[str]] = defaultdict(list)
+                for link in page.elsewhere:
+                    queue, dependency = split_link(link)
+                    by_queue[queue].append(dependency)
+                arrivals: list[tuple[str, str, str, str]] = []
+                for queue, dependencies in by_queue.items():
+                    answers = yield from self._commands_of(queue).depend(dependent, dependencies)
+                    for dependency, answer in zip(dependencies, answers, strict=True):
+                        if answer:  # it had ended (or is gone): it counts now
+                            arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
+                if arrivals:
+                    failed = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
+                    releases += [(core.name, released) for released in failed]
+                if page.next_start is None:  # the last page: now the entry can go
+                    yield from core.commands.register(job_id, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            start = page.next_start
+        yield from self.release_all(releases)
+
+    def release_all(self, ended: Sequence[tuple[str, str]]) -> Steps[None]:
+        """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended, page by page
+        (release.lua); those of other queues with arrive.lua there. A dependent that fails in turn has
+        its own dependents told too. Idempotent: a sweep redoes one left unfinished."""
+        todo = list(ended)
+        while todo:
+            queue, job_id = todo.pop()
+            commands = self._commands_of(queue)
+            after: str | None = ""
+            while after is not None:
+                page = yield from commands.release(job_id, after, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap)
+                todo += [(queue, released) for released in page.releases]
+                if page.elsewhere:
+                    by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+                    for dependent in page.elsewhere:
+                        its_queue, rest = split_link(dependent)
+                        generation, dependent_id = split_link(rest)
+                        by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", page.outcome))
+                    for its_queue, arrivals in by_queue.items():
+                        failed = yield from self._commands_of(its_queue).arrive(
+                            arrivals, wake_cap=self.ops.first.wake_cap
+                        )
+                        todo += [(its_queue, released) for released in failed]
+                    if page.after is None:  # the last page: now the entry can go
+                        yield from commands.release(job_id, None, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap)
+                after = page.after
+
+    def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
+        """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
+        key): tell them now. Redis failing meanwhile leaves the record for a sweep to finish
+        (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
+        if not told:
+            return
+        try:
+            yield from self.release_all([(core.name, job_id) for job_id in told])
+        except TRANSIENT_REDIS_ERRORS as exc:
+            log.warning(
+                "queue %s: telling the dependents of %d ended jobs failed (%s); a sweep will", core.name, len(told), exc
+            )
+
+    def finish_links(self, core: QueueCore, limit: int) -> Steps[int]:
+        """A sweep's part: finish registrations and releases older than LINK_GRACE_SECONDS that their
+        makers left (died, or lost Redis). Returns how many it finished."""
+        seconds, micros = yield Send(("TIME",))
+        before = int(seconds) * 1000 + int(micros) // 1000 - round(LINK_GRACE_SECONDS * 1000)
+        k = core.keys
+        registering = yield Send(("ZRANGE", k.registering, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
+        for job_id in registering:
+            yield from self.register(core, text(job_id))
+        releasing = yield Send(("ZRANGE", k.releasing, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
+        yield from self.release_all([(core.name, text(job_id)) for job_id in releasing])
+        return len(registering) + len(releasing)
+
+    def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]:
+        """The dependencies of ``job_id`` in the order given, each with how it ended and what its handler
+        returned (``DependencyResult``): what a callback combines. Empty for a job without dependencies
+        or an unknown id. ValueError for a malformed id."""
+        core = yield from self.ops.holder(job_id)
+        if core is None:
+            return []
+        k = core.keys
+        links = yield from self._dependency_links(core, job_id, None)
+        ended: dict[str, str] = {}
+        for chunk in chunks(links):
+            outcomes = yield Send(("HMGET", k.arrived, *(f"{job_id}\0{link}" for link in chunk)))
+            ended.update({link: text(o) for link, o in zip(chunk, outcomes, strict=True) if o is not None})
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in links:
+            queue, dependency = split_link(link)
+            by_queue[queue].append(dependency)
+        kept: dict[str, tuple[Any, str | None]] = {}
+        for queue, ids in by_queue.items():
+            qk = QueueKeys(queue)
+            for chunk in chunks(ids):
+                replies = yield Snapshot(
+                    tuple(c for i in chunk for c in (("HGET", qk.results, i), ("HGET", qk.errors, i)))
+                )
+                for n, dependency in enumerate(chunk):
+                    result, error = replies[2 * n], replies[2 * n + 1]
+                    value = None if result is None else decode_result(text(result))
+                    kept[f"{queue} {dependency}"] = (value, None if error is None else split_error(error)[0])
+        out = []
+        for link in links:
+            queue, dependency = split_link(link)
+            value, error = kept.get(link, (None, None))
+            out.append(DependencyResult(queue, dependency, ended.get(link), value, error))
+        return out
+
+    def _dependency_links(self, core: QueueCore, job_id: str, most: int | None) -> Steps[list[str]]:
+        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all)."""
+        low, high = f"[{job_id}\0", f"({job_id}\1"
+        limit = () if most is None else ("LIMIT", 0, most)
+        lines = yield Send(("ZRANGE", core.keys.dep_lines, low, high, "BYLEX", *limit))
+        return [text(line).split("\0", 2)[2] for line in lines]
+
+    def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]:
+        """inspect's dependency fields of ``job_id`` from its snapshot ``r``: its dependencies and
+        dependents (``Link``, with their states now, read per queue), its progress and mode."""
+        if r["deps"] is None and not r["dependents"]:
+            return {}
+        links = [text(line).split("\0", 2)[2] for line in r["depends_on"]]
+        dependents = []
+        for member in r["dependents"]:
+            queue, rest = split_link(text(member).split("\0", 1)[1])
+            dependents.append(f"{queue} {split_link(rest)[1]}")
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for link in (*links, *dependents):
+            queue, other = split_link(link)
+            by_queue[queue].append(other)
+        states: dict[str, str | None] = {}
+        for queue, ids in by_queue.items():
+            for chunk in chunks(list(dict.fromkeys(ids))):
+                found = yield from self._commands_of(queue).lookup(chunk)
+                states.update({f"{queue} {other}": state for other, state in zip(chunk, found, strict=True)})
+        shown: dict[str, Any] = {
+            "depends_on": tuple(Link(*split_link(link), states.get(link)) for link in links),
+            "dependents": tuple(Link(*split_link(link), states.get(link)) for link in dependents),
+        }
+        if r["deps"] is not None:
+            count, mode, _due, _generation, _priority = parse_deps_header(text(r["deps"]))
+            every = yield from self._dependency_links(core, job_id, None)
+            outcomes: list[str] = []
+            for chunk in chunks(every):
+                found = yield Send(("HMGET", core.keys.arrived, *(f"{job_id}\0{link}" for link in chunk)))
+                outcomes += [text(outcome) for outcome in found if outcome is not None]
+            shown["waiting_on"] = progress_of(count, outcomes)
+            shown["if_dependency_fails"] = mode
+        return shown
+
+    def chain(self, steps: Sequence[Call[Any]], *, id: str | None = None) -> Steps[list[Sent[Any]]]:
+        """Send ``steps`` (``task.call(...)``) as a chain: each waits for the one before and runs only if
+        it ended done (a step that fails for good fails the rest, each naming the one before). Returns
+        what each send returned, in order; ``result(sent[-1])`` is the last step's value, and a step reads
+        the one before's with ``lease.dependencies()``. ``id``: the chain's own id; its steps are then
+        "<id>/1", "<id>/2", ..., so sending the same chain again (after a lost reply, or a producer that
+        died midway) adds only the steps not there yet. ValueError for no steps."""
+        if not steps:
+            raise ValueError("a chain needs at least one step")
+        sent: list[Sent[Any]] = []
+        for number, step in enumerate(steps, 1):
+            step_id = None if id is None else f"{validate_job_id(id)}/{number}"
+            task = step.task.options(id=step_id, depends_on=sent[-1:] or None)
+            sent.append((yield from self._send_call(task, step)))
+        return sent
+
+    def fan_in(
+        self,
+        members: Sequence[Call[Any]],
+        then: Call[R],
+        *,
+        if_member_fails: str = "run",
+        id: str | None = None,
+    ) -> Steps[FanIn[R]]:
+        """Send ``members`` (``task.call(...)``), then ``then``, the callback, which waits for all of them:
+        with ``if_member_fails`` "run" (the default) it runs once when every member ended, whichever way
+        (``lease.dependencies()`` says how each ended and what it returned); with "fail" a member that
+        fails for good fails it. Members with the same task options go in one enqueue call a batch.
+        ``id``: the fan-in's own id; its members are then "<id>/<n>" and the callback "<id>/then", so
+        sending it again adds only what is not there yet. ValueError for no members or a bad option."""
+        if not members:
+            raise ValueError("a fan-in needs at least one member")
+        if if_member_fails not in IF_DEPENDENCY_FAILS:
+            raise ValueError(
+                f"if_member_fails must be one of {', '.join(IF_DEPENDENCY_FAILS)}, got {if_member_fails!r}"
+            )
+        if id is not None:
+            validate_job_id(id)
+        by_options: dict[Any, dict[str, Call[Any]]] = defaultdict(dict)
+        for number, member in enumerate(members, 1):
+            by_options[member.task.defaults][new_job_id() if id is None else f"{id}/{number}"] = member
+        sent: dict[str, Sent[Any]] = {}
+        for options, calls in by_options.items():
+            payloads = {member_id: call.payload for member_id, call in calls.items()}
+            added = yield from self.ops.enqueue(
+                payloads,
+                delay=options.delay,
+                at=options.at,
+                priority=options.priority or 0,
+                max_attempts=options.max_attempts,
+                timeout=options.timeout,
+                group=options.group,
+                retry_timeouts=options.retry_timeouts,
+                depends_on=options.depends_on,
+                if_dependency_fails=options.if_dependency_fails or "fail",
+            )
+            for member_id, call in calls.items():  # created: every member of its batch was new
+                queue = self.ops.router.queue_name(self.ops.router.home(member_id))
+                sent[member_id] = Sent(member_id, added == len(calls), call.task.name, queue)
+        callback_id = None if id is None else f"{id}/then"
+        members_sent = [sent[member_id] for calls in by_options.values() for member_id in calls]
+        task = then.task.options(id=callback_id, depends_on=members_sent, if_dependency_fails=if_member_fails)
+        callback = yield from self._send_call(task, then)
+        return FanIn(members_sent, callback)
+
+    def _send_call(self, task: Task[Any, R], call: Call[Any]) -> Steps[Sent[R]]:
+        """Send ``call`` with ``task``'s options (the call's task with some added)."""
+        return (yield from self.ops.send(task, call.args, call.kwargs))
