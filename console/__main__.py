@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     timeout = s.console_redis_timeout_seconds
     client = console_client(s.redis_url, timeout, s.tls_options())
     try:
-        refused = refusal(open_queue(s.redis_url, s.queue_names[0], client=client, **options))
+        refused = refusal(open_queue(s.redis_url, s.queue_names[0], shards=s.queue_shards, client=client, **options))
     except SettingError as exc:
         _say(str(exc))
         return EXIT_SETTING

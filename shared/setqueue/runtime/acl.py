@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
     "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
     "limits": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
+    # Dependencies: an enqueue's staged list (RPUSH, read by the script), a job's entries dropped by range.
+    "dependencies": "rpush lrange zremrangebylex",
     # What the services and the command run themselves.
     "direct": "zscan sscan hgetall smismember pttl blpop multi exec discard wait info",
     "cluster": "cluster|slots cluster|shards command asking readonly",

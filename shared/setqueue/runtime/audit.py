@@ -183,6 +183,7 @@ class Auditor:
                 ("SMISMEMBER", k.failed, *ids),
                 ("ZMSCORE", k.scheduled, *ids),
                 ("SMISMEMBER", k.cancelled, *ids),
+                ("ZMSCORE", k.waiting, *ids),
                 ("HMGET", k.history, *ids),
                 ("HMGET", k.audit_successes, *ids),
                 ("HMGET", k.audit_failures, *ids),
@@ -229,7 +230,9 @@ class AuditPass:
 
     def _judge(self, ids: list[str], replies: list[list[Any]]) -> None:
         t = self._tally
-        todos, in_progress, done, failed, scheduled, cancelled, history, successes, failures, lease_lost = replies
+        todos, in_progress, done, failed, scheduled, cancelled, waiting, history, successes, failures, lease_lost = (
+            replies
+        )
         for i, job_id in enumerate(ids):
             present = (
                 todos[i] is not None,
@@ -238,6 +241,7 @@ class AuditPass:
                 bool(failed[i]),
                 scheduled[i] is not None,
                 bool(cancelled[i]),
+                waiting[i] is not None,
             )
             succeeded = int(successes[i] or 0)
             lost_leases = int(lease_lost[i] or 0)
