@@ -484,8 +484,9 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     assert q.enqueue(["h"], group="g") == 1
     assert [group.name for group in q.groups()] == ["g"]
     other = Queue(hand_built, "contract-other")  # dependencies: in the queue and across queues
+    other.enqueue(["far-parent"])
     q.enqueue(["parent"])
-    q.enqueue(["child"], depends_on=["parent"])
+    q.enqueue(["child"], depends_on=["parent", JobRef("contract-other", "far-parent")])  # registers there
     other.enqueue(["far"], depends_on=[JobRef("contract", "parent")])
     assert q.cancel("parent") == "todos" and q.inspect("child").state == "failed"  # type: ignore[union-attr]
     assert other.inspect("far").state == "failed"  # type: ignore[union-attr]

@@ -81,7 +81,16 @@ def test_killed_workers_lose_nothing(
         for w in workers:
             if w.process.poll() is None:
                 w.process.wait(30)
-    zero = ("todos", "in_progress", "failed", "scheduled", "cancelled", "results_kept", "oldest_pending_age_seconds")
+    zero = (
+        "todos",
+        "in_progress",
+        "failed",
+        "scheduled",
+        "cancelled",
+        "waiting",
+        "results_kept",
+        "oldest_pending_age_seconds",
+    )
     expected = {**dict.fromkeys(zero, 0), "done": JOBS, "todos_by_priority": {}, **dict.fromkeys(LIMIT_STATS, 0)}
     assert q.stats() | {"oldest_pending_age_seconds": 0} == expected
     executions = {k: int(v) for k, v in client.hgetall(executions_key(q)).items()}  # type: ignore[union-attr]

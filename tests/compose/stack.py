@@ -45,6 +45,7 @@ STATE_KEYS = {
     "failed": "SCARD",
     "scheduled": "ZCARD",
     "cancelled": "SCARD",
+    "waiting": "ZCARD",
 }
 
 
