@@ -414,9 +414,9 @@ class QueueKeys:
 
     @property
     def linked(self) -> str:
-        """Set: member = job id that has dependencies or dependents (entries in ``dep_lines``,
-        ``arrived`` or ``dependents``): a job ending or forgotten looks here (one SMISMEMBER a batch)
-        before it tells or drops them, so jobs without any pay one EXISTS a call."""
+        """Set: member = job id that others wait for (it has ``dependents`` entries): a job ending or
+        forgotten looks here (one SMISMEMBER a batch) before it tells or drops them, so queues where no
+        job has dependents pay one EXISTS a call. Gone with the job, once they are told."""
         return self.prefix + "linked"
 
     @property

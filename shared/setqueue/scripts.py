@@ -608,14 +608,22 @@ class QueueCommands:
         reply = yield self._run("arrive", self._keys("arrive"), args)
         return _strings(json.loads(reply)[0])
 
-    def release(self, job_id: str, after: str | None, *, page: int, wake_cap: int) -> Steps[ReleasePage]:
-        """release.lua: tell the page of ended job ``job_id``'s dependents that follows ``after`` (the last
-        one told; "" first; None: finish, once the caller told the others)."""
+    def release(
+        self, jobs: Sequence[tuple[str, str | None]], *, page: int, wake_cap: int
+    ) -> Steps[tuple[list[ReleaseRead], list[str]]]:
+        """release.lua: tell ended jobs' dependents, at most ``page`` of them: per (id, after) the
+        dependents following ``after`` (the last one told; "" first; None: finish, once the caller told
+        the others). Returns what was read of each, and ids whose dependents are to be told in turn."""
         k = self.k
-        args = [k.name, wake_cap, k.ended_channel, job_id, "end" if after is None else after, page]
-        reply = json.loads((yield self._run("release", self._keys("release"), args)))
-        last, outcome, elsewhere, releases = reply
-        return ReleasePage(text(last) or None, text(outcome), _strings(elsewhere), _strings(releases))
+        args: list[Any] = [k.name, wake_cap, k.ended_channel, page]
+        for job_id, after in jobs:
+            args += [job_id, "end" if after is None else after]
+        reads, releases = json.loads((yield self._run("release", self._keys("release"), args)))
+        out = [
+            ReleaseRead(text(job_id), text(last), bool(more), text(outcome), _strings(elsewhere))
+            for job_id, last, more, outcome, elsewhere in reads
+        ]
+        return out, _strings(releases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,15 +638,16 @@ class RegisterPage:
 
 
 @dataclass(frozen=True, slots=True)
-class ReleasePage:
-    """release.lua's reply: the last dependent told, where the next page starts (None: no more), how the
-    job ended ("": it is not being released), its dependents in other queues in this page ("<queue>
-    <generation> <id>"), and ids whose dependents are to be told in turn."""
+class ReleaseRead:
+    """What release.lua read of one ended job's dependents: the last one told (``after``), whether
+    more may follow it, how the job ended ("": it is not being released), and its dependents in other
+    queues read now ("<queue> <generation> <id>")."""
 
-    after: str | None
+    id: str
+    after: str
+    more: bool
     outcome: str
     elsewhere: list[str]
-    releases: list[str]
 
 
 def _strings(items: Any) -> list[str]:

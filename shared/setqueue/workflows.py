@@ -14,7 +14,15 @@ from typing import Any, Protocol, TypeVar
 from setqueue.client import TRANSIENT_REDIS_ERRORS
 from setqueue.core import QueueCore
 from setqueue.jobs import DependencyResult, Link, UnknownJob, decode_result
-from setqueue.keys import IF_DEPENDENCY_FAILS, LINKS_PER_CALL, QueueKeys, shard_name, shard_of, validate_job_id
+from setqueue.keys import (
+    IF_DEPENDENCY_FAILS,
+    LINKS_PER_CALL,
+    MAX_IDS_PER_CALL,
+    QueueKeys,
+    shard_name,
+    shard_of,
+    validate_job_id,
+)
 from setqueue.records import chunks, parse_deps_header, progress_of, split_error, split_link, unique_links
 from setqueue.routing import Router
 from setqueue.scripts import QueueCommands, new_request_id
@@ -157,31 +165,44 @@ class Workflows:
         yield from self.release_all(releases)
 
     def release_all(self, ended: Sequence[tuple[str, str]]) -> Steps[None]:
-        """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended, page by page
-        (release.lua); those of other queues with arrive.lua there. A dependent that fails in turn has
-        its own dependents told too. Idempotent: a sweep redoes one left unfinished."""
-        todo = list(ended)
-        while todo:
-            queue, job_id = todo.pop()
+        """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended (release.lua: of one
+        queue, as many jobs a call as LINKS_PER_CALL dependents allow); those of other queues with
+        arrive.lua there. A dependent that fails in turn has its own dependents told too. Idempotent: a
+        sweep redoes one left unfinished."""
+        # Per queue: the jobs still to tell -> the last dependent told ("" none yet; None: all told
+        # here, finish once those elsewhere are).
+        left: dict[str, dict[str, str | None]] = defaultdict(dict)
+        for queue, job_id in ended:
+            left[queue].setdefault(job_id, "")
+        while left:
+            queue, jobs = next(iter(left.items()))
+            batch = list(jobs.items())[:MAX_IDS_PER_CALL]
             commands = self._commands_of(queue)
-            after: str | None = ""
-            while after is not None:
-                page = yield from commands.release(job_id, after, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap)
-                todo += [(queue, released) for released in page.releases]
-                if page.elsewhere:
-                    by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
-                    for dependent in page.elsewhere:
-                        its_queue, rest = split_link(dependent)
-                        generation, dependent_id = split_link(rest)
-                        by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", page.outcome))
-                    for its_queue, arrivals in by_queue.items():
-                        failed = yield from self._commands_of(its_queue).arrive(
-                            arrivals, wake_cap=self.ops.first.wake_cap
-                        )
-                        todo += [(its_queue, released) for released in failed]
-                    if page.after is None:  # the last page: now the entry can go
-                        yield from commands.release(job_id, None, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap)
-                after = page.after
+            wake_cap = self.ops.first.wake_cap
+            reads, releases = yield from commands.release(batch, page=LINKS_PER_CALL, wake_cap=wake_cap)
+            for (job_id, after), read in zip(batch, reads, strict=True):
+                if after is None or not read.outcome:  # finished, or not being released
+                    del jobs[job_id]
+                    continue
+                by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+                for dependent in read.elsewhere:
+                    its_queue, rest = split_link(dependent)
+                    generation, dependent_id = split_link(rest)
+                    by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", read.outcome))
+                for its_queue, arrivals in by_queue.items():
+                    failed = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=wake_cap)
+                    for released in failed:
+                        left[its_queue].setdefault(released, "")
+                if read.more:
+                    jobs[job_id] = read.after
+                elif read.elsewhere:
+                    jobs[job_id] = None  # all read: finish now that those elsewhere are told
+                else:
+                    del jobs[job_id]  # finished in the script
+            for released in releases:
+                jobs.setdefault(released, "")
+            if not jobs:
+                del left[queue]
 
     def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
         """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing

@@ -39,8 +39,9 @@ local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, w
 -- No job waits here: nothing can arrive (each would be ignored).
 if redis.call('EXISTS', waiting) == 0 then return cjson.encode({{}}) end
 local now = now_ms()
-local arrivals = read_fields(ARRIVALS, 4)
-local ids, generations, links, outcomes = arrivals[1], arrivals[2], arrivals[3], arrivals[4]
-for j = 1, #ids do arrive(W, G, T, ids[j], generations[j], links[j], outcomes[j], now) end
+local fields = read_fields(ARRIVALS, 4)
+local arrivals = {}
+for j = 1, #fields[1] do arrivals[j] = {fields[1][j], fields[2][j], fields[3][j], fields[4][j]} end
+arrive_all(W, G, T, arrivals, now)
 publish_failed(W, T)
 return cjson.encode({T.releases})

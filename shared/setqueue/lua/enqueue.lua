@@ -154,12 +154,16 @@ if placed > 0 and dep_count ~= '' then
   local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
     .. generation .. '|' .. priority
   local links = redis.call('LRANGE', staging, 0, -1)
+  local since, headers = {}, {}
+  for j = 1, placed do
+    since[2 * j - 1], since[2 * j] = now, new_ids[j]
+    headers[2 * j - 1], headers[2 * j] = new_ids[j], header
+  end
+  redis.call('ZADD', waiting, unpack(since))
+  redis.call('ZADD', registering, unpack(since))
+  redis.call('HSET', deps, unpack(headers))
   for j = 1, placed do
     local id = new_ids[j]
-    redis.call('ZADD', waiting, now, id)
-    redis.call('ZADD', registering, now, id)
-    redis.call('HSET', deps, id, header)
-    redis.call('SADD', linked, id)
     for s = 1, #links, 1000 do  -- in slices: unpack() has a limit
       local lines = {}
       for n = s, math.min(s + 999, #links) do
@@ -190,28 +194,7 @@ elseif placed > 0 then
 end
 
 -- Jobs due later wake one idle worker: its empty claim learns the due time.
-if placed > 0 and dep_count ~= '' then
-  -- Held by dependencies: waiting, until register.lua and the dependencies' ends release them.
-  local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
-    .. generation .. '|' .. priority
-  local links = redis.call('LRANGE', staging, 0, -1)
-  for j = 1, placed do
-    local id = new_ids[j]
-    redis.call('ZADD', waiting, now, id)
-    redis.call('ZADD', registering, now, id)
-    redis.call('HSET', deps, id, header)
-    redis.call('SADD', linked, id)
-    for s = 1, #links, 1000 do  -- in slices: unpack() has a limit
-      local lines = {}
-      for n = s, math.min(s + 999, #links) do
-        lines[#lines + 1] = 0
-        lines[#lines + 1] = id .. '\0' .. string.format('%08x', n - 1) .. '\0' .. links[n]
-      end
-      redis.call('ZADD', dep_lines, unpack(lines))
-    end
-  end
-  redis.call('DEL', staging)
-elseif placed > 0 and dep_count == '' then
+if placed > 0 and dep_count == '' then
   if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, placed, wake_cap) end
 end
 

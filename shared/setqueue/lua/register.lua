@@ -57,14 +57,14 @@ local _, high = lex_range(id)
 local low = '[' .. id .. '\0' .. string.format('%08x', start)
 local lines = redis.call('ZRANGE', dep_lines, low, high, 'BYLEX', 'LIMIT', 0, page)
 local dependent = queue .. ' ' .. generation .. ' ' .. id
-local elsewhere = {}
+local elsewhere, arrivals = {}, {}
 for j = 1, #lines do
   local link = string.match(lines[j], '^[^%z]*%z[^%z]*%z(.*)$')
   local its_queue, dependency = split_link(link)
   if its_queue == queue then
     local outcome = register_with(W, dependency, dependent)
     if outcome then
-      arrive(W, G, T, id, generation, link, outcome, now)
+      arrivals[#arrivals + 1] = {id, generation, link, outcome}
     else
       redis.call('SADD', linked, dependency)
     end
@@ -72,6 +72,7 @@ for j = 1, #lines do
     elsewhere[#elsewhere + 1] = link
   end
 end
+arrive_all(W, G, T, arrivals, now)
 publish_failed(W, T)
 local next_from = start + #lines
 if #lines < page then

@@ -3,7 +3,8 @@
 -- queue names have no spaces, so the first space splits it); a dependent is registered with its
 -- dependency as "<queue> <generation> <id>". Per job, queue-wide keys hold, under "<id>\0": its
 -- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
--- dependents (dependents); linked lists the ids that have any.
+-- dependents (dependents); deps has an entry for each id with dependencies, linked lists the ids
+-- with dependents.
 -- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps.
 -- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
 -- enqueued, scheduled, priorities, wake, failed, errors, finished, history, grouped, group_of.
@@ -25,50 +26,65 @@ local function lex_range(id)
   return '[' .. id .. '\0', '(' .. id .. '\1'
 end
 
--- has_dependents: whether any job waits for id.
-local function has_dependents(L, id)
-  local low, high = lex_range(id)
-  return #redis.call('ZRANGE', L.dependents, low, high, 'BYLEX', 'LIMIT', 0, 1) > 0
-end
-
 -- mark_ended: of ids that just ended (outcome: done, failed, cancelled, deleted), those with
--- dependents go into releasing, to be told. Returns them. One EXISTS when the queue has no links.
+-- dependents go into releasing, to be told. Returns them. One EXISTS when no job has dependents.
 local function mark_ended(L, ids, outcome, now)
   local told = {}
   if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return told end
   local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
+  local since, outcomes = {}, {}
   for j = 1, #ids do
-    if member[j] == 1 and has_dependents(L, ids[j]) then
-      redis.call('ZADD', L.releasing, now, ids[j])
-      redis.call('HSET', L.release_outcomes, ids[j], outcome)
+    if member[j] == 1 then
       told[#told + 1] = ids[j]
+      since[#since + 1], since[#since + 2] = now, ids[j]
+      outcomes[#outcomes + 1], outcomes[#outcomes + 2] = ids[j], outcome
     end
+  end
+  if #told > 0 then
+    redis.call('ZADD', L.releasing, unpack(since))
+    redis.call('HSET', L.release_outcomes, unpack(outcomes))
   end
   return told
 end
 
 -- forget_links: drop the dependency entries of ids the queue forgets (retention, delete, rerun):
--- its dependencies (each one's arrived field too) and, unless they are still being told, its
--- dependents. Work in proportion to its dependencies.
+-- its dependencies (each one's arrived field too) and its dependents, or, while they are still being
+-- told, mark its release_outcomes entry " forgotten" for release.lua to drop them when done. Work in
+-- proportion to its dependencies; one EXISTS each for deps and linked when no job has any.
 local function forget_links(L, ids)
-  if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return end
+  if #ids == 0 then return end
+  if redis.call('EXISTS', L.deps) == 1 then
+    local headers = redis.call('HMGET', L.deps, unpack(ids))
+    for j = 1, #ids do
+      if headers[j] then
+        local id = ids[j]
+        local low, high = lex_range(id)
+        local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
+        for s = 1, #lines, 1000 do
+          local fields = {}
+          for n = s, math.min(s + 999, #lines) do
+            fields[#fields + 1] = id .. '\0' .. string.match(lines[n], '^[^%z]*%z[^%z]*%z(.*)$')
+          end
+          redis.call('HDEL', L.arrived, unpack(fields))
+        end
+        redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
+        redis.call('HDEL', L.arrived_count, id)
+        redis.call('HDEL', L.deps, id)
+      end
+    end
+  end
+  if redis.call('EXISTS', L.linked) == 0 then return end
   local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
   for j = 1, #ids do
     if member[j] == 1 then
       local id = ids[j]
-      local low, high = lex_range(id)
-      local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
-      for s = 1, #lines, 1000 do
-        local fields = {}
-        for n = s, math.min(s + 999, #lines) do
-          fields[#fields + 1] = id .. '\0' .. string.match(lines[n], '^[^%z]*%z[^%z]*%z(.*)$')
+      local telling = redis.call('HGET', L.release_outcomes, id)
+      if telling then  -- its dependents are still being told: release.lua drops them when done
+        if not string.find(telling, ' ', 1, true) then
+          redis.call('HSET', L.release_outcomes, id, telling .. ' forgotten')
         end
-        redis.call('HDEL', L.arrived, unpack(fields))
-      end
-      redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
-      redis.call('HDEL', L.arrived_count, id)
-      redis.call('HDEL', L.deps, id)
-      if not redis.call('ZSCORE', L.releasing, id) then
+      else
+        local low, high = lex_range(id)
         redis.call('ZREMRANGEBYLEX', L.dependents, low, high)
         redis.call('SREM', L.linked, id)
       end
@@ -81,23 +97,6 @@ end
 local function deps_header(text)
   local count, mode, due, generation, priority = string.match(text, '^(%d+)|(%a+)|(%d*)|([^|]*)|(-?%d+)$')
   return tonumber(count), mode, tonumber(due), generation, tonumber(priority)
-end
-
--- release_waiting: a dependent whose dependencies all ended goes to the back of its priority's line
--- (or to scheduled, when it was enqueued to run later). Queue wait counts from now; enqueued keeps
--- its enqueue time.
-local function release_waiting(W, G, T, id, first_ms, due, priority, now)
-  redis.call('ZREM', W.waiting, id)
-  redis.call('HSET', W.enqueued, id, first_ms)
-  if due and due > now then
-    redis.call('ZADD', W.scheduled, due, id)
-    if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
-  else
-    local group = redis.call('HGET', W.group_of, id)
-    join_back(G, W.todos, W.seq, {id}, priority, {group or false})
-    redis.call('ZADD', W.pending, now, id)
-  end
-  T.woken = T.woken + 1
 end
 
 -- fail_waiting: a dependent enqueued with "fail" whose dependency ended otherwise goes to failed with
@@ -116,25 +115,84 @@ local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   if #told > 0 then T.releases[#T.releases + 1] = id end
 end
 
--- arrive: dependency link of waiting job id (of that generation) ended as outcome. Counted once
--- (HSETNX): "fail" mode fails the job at a dependency that did not end done; it is released when its
--- last dependency ended. A job no longer waiting (released, failed, cancelled, deleted, or a new run
--- of the id) ignores it. Returns true when it changed the job.
-local function arrive(W, G, T, id, generation, link, outcome, now)
-  local header = redis.call('HGET', W.deps, id)
-  if not header then return false end
-  local first_ms = redis.call('ZSCORE', W.waiting, id)
-  if not first_ms then return false end
-  local count, mode, due, own_generation, priority = deps_header(header)
-  if own_generation ~= generation then return false end
-  if redis.call('HSETNX', W.arrived, id .. '\0' .. link, outcome) == 0 then return false end
-  local arrived = redis.call('HINCRBY', W.arrived_count, id, 1)
-  if outcome ~= 'done' and mode == 'fail' then
-    fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
-  elseif arrived >= count then
-    release_waiting(W, G, T, id, first_ms, due, priority, now)
+-- arrive_all: each arrival {id, generation, link, outcome}: dependency link of waiting job id (of
+-- that generation) ended as outcome. Each counts once (an arrived field is written only where there
+-- was none): "fail" mode fails the job at a dependency that did not end done; it is released when
+-- its last dependency ended. A job no longer waiting (released, failed, cancelled, deleted, or a new
+-- run of the id) ignores it. One command per key for the whole batch, as an ack does: the jobs that
+-- only count an arrival, and those released to the line, cost no command of their own.
+local function arrive_all(W, G, T, arrivals, now)
+  if #arrivals == 0 or redis.call('EXISTS', W.waiting) == 0 then return end
+  local ids, fields = {}, {}
+  for j = 1, #arrivals do
+    ids[j] = arrivals[j][1]
+    fields[j] = arrivals[j][1] .. '\0' .. arrivals[j][3]
   end
-  return true
+  local headers = redis.call('HMGET', W.deps, unpack(ids))
+  local since = redis.call('ZMSCORE', W.waiting, unpack(ids))
+  local had = redis.call('HMGET', W.arrived, unpack(fields))
+  local counted = redis.call('HMGET', W.arrived_count, unpack(ids))
+  local new_fields, counts, seen, count_of, order = {}, {}, {}, {}, {}
+  local released, release_first, release_priority, release_groups = {}, {}, {}, {}
+  local failing = {}
+  for j = 1, #arrivals do
+    local id, generation, link, outcome = arrivals[j][1], arrivals[j][2], arrivals[j][3], arrivals[j][4]
+    local header, first_ms = headers[j], since[j]
+    if header and first_ms and not had[j] and not seen[fields[j]] and not failing[id] then
+      local count, mode, due, own_generation, priority = deps_header(header)
+      if own_generation == generation then
+        seen[fields[j]] = true
+        new_fields[#new_fields + 1] = fields[j]
+        new_fields[#new_fields + 1] = outcome
+        if not count_of[id] then
+          count_of[id] = tonumber(counted[j]) or 0
+          order[#order + 1] = id
+        end
+        count_of[id] = count_of[id] + 1
+        if outcome ~= 'done' and mode == 'fail' then
+          failing[id] = {first_ms, priority, link, outcome}
+        elseif count_of[id] >= count then
+          if due and due > now then  -- due later: scheduled, one by one (rare)
+            redis.call('ZADD', W.scheduled, due, id)
+            if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
+            redis.call('ZREM', W.waiting, id)
+            redis.call('HSET', W.enqueued, id, first_ms)
+            T.woken = T.woken + 1
+          else
+            released[#released + 1] = id
+            release_first[#release_first + 1] = id
+            release_first[#release_first + 1] = first_ms
+            release_priority[#release_priority + 1] = priority
+          end
+        end
+      end
+    end
+  end
+  if #new_fields == 0 then return end
+  redis.call('HSET', W.arrived, unpack(new_fields))
+  for j = 1, #order do
+    counts[#counts + 1] = order[j]
+    counts[#counts + 1] = count_of[order[j]]
+  end
+  redis.call('HSET', W.arrived_count, unpack(counts))
+  if #released > 0 then
+    redis.call('ZREM', W.waiting, unpack(released))
+    redis.call('HSET', W.enqueued, unpack(release_first))
+    local groups = redis.call('HMGET', W.group_of, unpack(released))
+    for j = 1, #released do release_groups[j] = groups[j] or false end
+    join_back(G, W.todos, W.seq, released, release_priority, release_groups)
+    local joined = {}
+    local now_text = string.format('%d', now)
+    for j = 1, #released do
+      joined[2 * j - 1], joined[2 * j] = now_text, released[j]
+    end
+    redis.call('ZADD', W.pending, unpack(joined))
+    T.woken = T.woken + #released
+  end
+  for j = 1, #order do
+    local why = failing[order[j]]
+    if why then fail_waiting(W, T, order[j], why[1], why[2], why[3], why[4], now) end
+  end
 end
 
 -- state_of_link: how a job of this queue stands for a dependent registering: "done", "failed" or
