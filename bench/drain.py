@@ -215,6 +215,7 @@ def percentiles(lat: list[float]) -> dict[str, float]:
 def pickup_latency(server: Server, system: System, *, count: int, workers: int, spacing: float, logs: Path) -> dict:
     """``count`` jobs enqueued one at a time, ``spacing`` s apart, to idle workers."""
     server.r.flushall()
+    system.prepare()
     procs = Workers(system.commands(workers), logs, f"{system.name}-latency")
     try:
         if not warmed_up(server, system, procs):

@@ -159,11 +159,20 @@ class SetQueue(System):
         )
 
     def prepare(self) -> None:
-        if not self.code.is_current and "producer" not in self.state:
+        """After a FLUSHALL: the queue's layout key is gone, and a queue records it once, so the producer
+        opens the queue afresh (or the workers would find keys written without one)."""
+        if self.code.is_current:
+            if "client" in self.state:
+                self.state.pop("client").close()
+        elif "producer" not in self.state:
             argv = [sys.executable, str(WORKERS_DIR / "bench_sq_producer.py"), self.queue]
             how: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
             self.state["producer"] = subprocess.Popen(argv, env=self.env(self.code), cwd=self.code.root, **how)
             self.state["producer"].stdout.readline()  # it has imported setqueue: ready
+        else:
+            self.state["producer"].stdin.write("reset\n")
+            self.state["producer"].stdin.flush()
+            self.state["producer"].stdout.readline()
 
     def enqueue(self, ids: list[str]) -> None:
         payload = self.payload()
