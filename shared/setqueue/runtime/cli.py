@@ -28,8 +28,9 @@ from setqueue.client import OptionError, PasswordRequired, TlsFiles, redact_url
 from setqueue.embedded import INSTALL_HINT
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue
-from setqueue.jobs import JobFailed, ResultGone, UnknownJob, job_options
+from setqueue.jobs import JobFailed, JobRef, ResultGone, UnknownJob, job_options
 from setqueue.keys import (
+    IF_DEPENDENCY_FAILS,
     MAX_PRIORITY,
     MIN_PRIORITY,
     STATES,
@@ -276,6 +277,31 @@ def _job_option_arguments(parser: argparse.ArgumentParser) -> None:
         help="a known id: left as it is (ignore), made this call's while it waits (replace), or run again "
         "once it ended (rerun)",
     )
+    # Both append to one list, so the dependencies keep the order given (a job's handler reads them so).
+    parser.add_argument(
+        "--depends-on",
+        action="append",
+        dest="depends_on",
+        default=[],
+        metavar="ID",
+        help="the jobs wait for this job of the same queue (the whole text is the id, colons and all); repeatable",
+    )
+    parser.add_argument(
+        "--depends-on-in",
+        action="append",
+        dest="depends_on",
+        nargs=2,
+        metavar=("QUEUE", "ID"),
+        help="the jobs wait for job ID of queue QUEUE (any queue of the same Redis or Cluster, sharded or not); "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--if-dependency-fails",
+        choices=IF_DEPENDENCY_FAILS,
+        default=None,
+        help="a dependency that failed, was cancelled or deleted: the jobs fail too (fail, the default), or run "
+        "once every dependency ended, whichever way (run)",
+    )
 
 
 def _job_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -290,6 +316,15 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
             validate_group(check_utf8("--group", args.group))
     except ValueError as exc:
         raise CliError(f"bad --priority, --max-attempts, --timeout or --group: {exc}", EXIT_USAGE) from None
+    dependencies = _dependencies(args.depends_on)
+    if args.if_dependency_fails is not None and not dependencies:
+        raise CliError("--if-dependency-fails goes with --depends-on or --depends-on-in", EXIT_USAGE)
+    dependency_options: dict[str, Any] = {}
+    if dependencies:
+        dependency_options = {
+            "depends_on": dependencies,
+            "if_dependency_fails": args.if_dependency_fails or "fail",
+        }
     return {
         "delay": delay,
         "at": at,
@@ -299,7 +334,26 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "group": args.group,
         "retry_timeouts": args.retry_timeouts,
         "if_exists": args.if_exists,
+        **dependency_options,
     }
+
+
+def _dependencies(given: list[str | list[str]]) -> list[str | JobRef]:
+    """The dependencies given with --depends-on ID (an id of the same queue, taken whole) and --depends-on-in
+    QUEUE ID (a ``JobRef``), in the order given, checked for form (CliError, exit 2); whether each exists
+    is the enqueue's to check, before it writes anything."""
+    dependencies: list[str | JobRef] = []
+    for each in given:
+        try:
+            if isinstance(each, str):
+                dependencies.append(validate_job_id(check_utf8("--depends-on", each)))
+            else:
+                queue, job_id = each
+                dependencies.append(JobRef(check_utf8("--depends-on-in", queue), job_id))
+        except (TypeError, ValueError) as exc:
+            flag = "--depends-on" if isinstance(each, str) else "--depends-on-in"
+            raise CliError(f"bad {flag}: {exc}", EXIT_USAGE) from None
+    return dependencies
 
 
 def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int, int]:
@@ -330,6 +384,8 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
             )
             try:
                 added += queue.enqueue(ids, **options)
+            except UnknownJob as exc:  # a dependency: refused before anything was written
+                raise CliError(f"unknown dependency: {exc}; nothing was enqueued", EXIT_USAGE) from None
             except redis.OutOfMemoryError:
                 before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
                 raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
@@ -352,6 +408,8 @@ def _send(args: argparse.Namespace, queue: JobQueue) -> Sent[Any]:
     try:
         task = Task.named(args.task).options(id=args.id, **options)
         return queue.send(task, *values, **named)
+    except UnknownJob as exc:  # a dependency: refused before anything was written
+        raise CliError(f"unknown dependency: {exc}; nothing was sent", EXIT_USAGE) from None
     except (TypeError, ValueError) as exc:
         if isinstance(exc, OptionError):
             raise
@@ -457,7 +515,10 @@ def run(args: argparse.Namespace, queue: JobQueue, stdin: TextIO, out: TextIO) -
             info = queue.inspect(args.id)
         if info is None:
             raise CliError(f"job {args.id!r} not found in queue {queue.name!r}", EXIT_NOT_FOUND)
-        print(json.dumps(_with_utc_times(dataclasses.asdict(info)), indent=2), file=out)
+        shown = dataclasses.asdict(info)
+        if info.waiting_on is not None:  # how many of its dependencies ended, whichever way
+            shown["waiting_on"]["ended"] = info.waiting_on.ended
+        print(json.dumps(_with_utc_times(shown), indent=2), file=out)
         return EXIT_OK
 
     if args.command == "requeue-failed":
