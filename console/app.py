@@ -62,7 +62,7 @@ from setqueue.version import __version__
 HERE = Path(__file__).parent
 log = logging.getLogger("setqueue.console")
 
-CANCELLABLE = ("todos", "scheduled", "in_progress")
+CANCELLABLE = ("todos", "scheduled", "in_progress", "waiting")
 DELETE_ALL_MOST = 1000  # dead letters one "delete all" click deletes
 REQUEUE_ALL_MOST = 10_000
 NOTICES = {
@@ -238,7 +238,14 @@ class Console:
             raise NotFound(f"queue {ref.name} knows no job {job_id[:200]!r}")
         gone = info.state == "done" and not info.result_kept and result_gone(self.catalog.open(ref), job_id)
         return self.render(
-            request, "job.html", ref=ref, job=info, trace=trace_id(info.trace_parent), result=_result_view(info, gone)
+            request,
+            "job.html",
+            ref=ref,
+            job=info,
+            trace=trace_id(info.trace_parent),
+            result=_result_view(info, gone),
+            depends_on=self.catalog.linked(info.depends_on),
+            dependents=self.catalog.linked(info.dependents),
         )
 
     def workers(self, request: Request) -> Response:

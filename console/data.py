@@ -18,7 +18,7 @@ import redis
 from setqueue.client import ClusterAwareRedis, TlsFiles, connect
 from setqueue.factory import open_queue
 from setqueue.interface import JobQueue, Shard
-from setqueue.jobs import TRACEBACK_MARK
+from setqueue.jobs import TRACEBACK_MARK, Link
 from setqueue.keys import MAX_SHARDS, QueueKeys, priority_of_rank, validate_queue_name
 from setqueue.limits import LIMIT_STATS, GroupInfo, Limits
 from setqueue.registry import WorkerRecord, all_live_workers, live_workers
@@ -34,8 +34,9 @@ DISCOVERY_SECONDS = 5.0  # how long one SCAN's list of queues is used
 MARKS = ("seq", "scheduled", "done", "failed", "workers", "shards")
 _KEY = re.compile(r"setqueue:\{([^{}]+)\}:(\w+)")
 _SHARD = re.compile(r"(.+)~(\d+)")
-LIST_STATES = ("todos", "in_progress", "scheduled", "done", "failed", "cancelled")
-COLUMN_STATES = ("todos", "scheduled", "in_progress", "done", "failed", "cancelled")  # the queue tables' order
+LIST_STATES = ("todos", "in_progress", "scheduled", "waiting", "done", "failed", "cancelled")
+# The queue tables' order; waiting: held by dependencies (docs/guide.md#dependencies).
+COLUMN_STATES = ("todos", "scheduled", "waiting", "in_progress", "done", "failed", "cancelled")
 SET_STATES = ("failed", "cancelled")  # paged by SSCAN cursor
 
 
@@ -83,6 +84,17 @@ class QueueView:
 class LimitsView:
     limits: Limits  # the whole queue's
     groups: list[GroupInfo]  # at most GROUPS_SHOWN
+
+
+@dataclass(frozen=True)
+class LinkView:
+    """One end of a dependency as the job page shows it: the ``queue`` whose job page has it, the
+    ``shard`` holding it (None: the queue is not sharded), its id and state (None: no longer known)."""
+
+    queue: str
+    shard: str | None
+    id: str
+    state: str | None
 
 
 @dataclass
@@ -213,6 +225,17 @@ class Catalog:
                 self._opened[ref] = queue
             return queue
 
+    def linked(self, links: Sequence[Link]) -> list[LinkView]:
+        """Each end of a dependency (``JobInfo.depends_on`` or ``dependents``) with the queue whose job page
+        shows it: a shard "Q~3" is queue Q's, unless a queue of that very name is known."""
+        known = {ref.name for ref in self.discover()}
+        views: list[LinkView] = []
+        for link in links:
+            shard = _SHARD.fullmatch(link.queue)
+            queue = shard[1] if shard is not None and link.queue not in known else link.queue
+            views.append(LinkView(queue, None if queue == link.queue else link.queue, link.id, link.state))
+        return views
+
     def overview(self, ref: QueueRef, *, with_workers: bool = True) -> QueueView:
         queue = self.open(ref)
         now_ms = _redis_ms(self.client)
@@ -281,7 +304,7 @@ def _summed(each: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobPage:
     k = shard.keys
-    key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled}[state]
+    key = {"todos": k.todos, "in_progress": k.in_progress, "scheduled": k.scheduled, "waiting": k.waiting}[state]
     total = int(shard.redis.zcard(key))  # type: ignore[arg-type]
     pages = max(1, math.ceil(total / PAGE_SIZE))
     if page > pages:
@@ -315,6 +338,8 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
             row.priority = priority_of_rank(score)
             at_ms = since if enqueued_ms is None else int(text(enqueued_ms))
             row.at = None if at_ms is None else at_ms / 1000
+        elif state == "waiting":  # the score is its enqueue time; its priority is in deps (below)
+            row.at = score / 1000
         else:  # scheduled: the score is the due time
             row.priority = int(priority) if priority is not None else 0
             row.at = score / 1000
@@ -322,6 +347,12 @@ def _ordered_page(shard: Shard, state: str, shard_index: int, page: int) -> JobP
             row.owner = text(owner)
             ttl = ttls.get(row.owner, -2)
             row.lock_ttl = ttl / 1000 if ttl >= 0 else None
+    if state == "waiting":
+        # keys.QueueKeys.deps: "<count>|<fail or run>|<due ms or empty>|<generation>|<priority>".
+        records = shard.redis.hmget(k.deps, ids)
+        for row, record in zip(rows, records, strict=True):  # type: ignore[call-overload]
+            fields = text(record).split("|") if record is not None else []
+            row.priority = int(fields[4]) if len(fields) > 4 and fields[4].lstrip("-").isdigit() else None
     return JobPage(state, shard_index, rows, total, page, pages, None, None)
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from setqueue import Queue, open_queue
+from setqueue import JobRef, Queue, open_queue
 from setqueue.client import connect
+from setqueue.keys import shard_name, shard_of
 from setqueue.registry import WorkerRecord, beat
 from tests.support import REPO_ROOT, RedisServer
 from tests.support.cluster import RedisClusterNodes
@@ -515,3 +516,39 @@ def test_limits_show_on_the_queue_page_and_act_with_the_token(
     log = console.log()
     assert f"console action pause: queue {queue_name}: done" in log and "no change" in log
     assert "console action rate: queue" in log and "group 'tenant-b': concurrency 2" in log
+
+
+def test_a_job_page_links_its_dependencies_and_dependents(
+    start_console: StartConsole, redis_url: str, queue_name: str
+) -> None:
+    plain = Queue.from_url(redis_url, queue_name, retry_backoff_seconds=0)
+    sharded = open_queue(redis_url, f"{queue_name}-s", shards=3)
+    sharded.enqueue(["s1"])
+    plain.enqueue(["a", "b"])
+    plain.ack(plain.claim(1)[0])  # a: done
+    plain.enqueue(["cb"], depends_on=["a", "b", JobRef(f"{queue_name}-s", "s1")], if_dependency_fails="run", priority=3)
+    plain.enqueue(["next"], depends_on=["cb"])
+    client = start_console(QUEUE_NAME=queue_name).client()
+    page = client.get(f"/queues/{queue_name}/job?id=cb").body
+    assert 'id="job-state">waiting<' in page
+    assert re.search(r'<strong class="ended">1 of 3</strong> ended\s*<span class="dim">\(1 done, 0 failed', page)
+    assert "this job runs once all ended" in page
+    listed = re.search(r'<table class="grid links" id="job-depends-on-list">(.*?)</table>', page, re.S)
+    assert listed, page
+    rows = re.findall(r'<tr data-id="([^"]*)" data-state="(\w*)">\s*<td><a class="job" href="([^"]+)">', listed[1])
+    shard = shard_name(f"{queue_name}-s", shard_of("s1", 3))
+    assert rows == [
+        ("a", "done", f"/queues/{queue_name}/job?id=a"),
+        ("b", "todos", f"/queues/{queue_name}/job?id=b"),
+        ("s1", "todos", f"/queues/{queue_name}-s/job?id=s1"),  # the shard's queue, not the shard
+    ]
+    assert f"({shard})" in listed[1]
+    dependents = re.search(r'id="job-dependents-list">(.*?)</table>', page, re.S)
+    assert dependents and f'href="/queues/{queue_name}/job?id=next"' in dependents[1]
+    # Each link leads to the job's page, which lists the job that waits for it.
+    s1 = client.get(f"/queues/{queue_name}-s/job?id=s1").body
+    assert re.search(rf'id="job-dependents-list">.*href="/queues/{queue_name}/job\?id=cb"', s1, re.S)
+    # The queue's pages count and list waiting jobs.
+    assert state_counts(client.get("/").body, queue_name)["waiting"] == 2
+    waiting = client.get(f"/queues/{queue_name}/jobs/waiting").body
+    assert page_ids(waiting) == ["cb", "next"] and '<td class="n">3</td>' in waiting

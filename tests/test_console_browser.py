@@ -87,6 +87,7 @@ def test_the_queues_page_shows_the_counts_of_stats(
     card_declined(queue, ["charge-17", "charge-23"])
     queue.enqueue([f"mail-{n}" for n in range(240)])
     queue.enqueue({f"report-{n}": {"month": n} for n in range(1, 13)}, priority=5)
+    queue.enqueue(["year-report"], depends_on=[f"report-{n}" for n in range(1, 13)], priority=5)
     queue.enqueue(["reminder-1", "reminder-2"], delay=3600)
     queue.cancel("reminder-2")
     queue.ack_many(queue.claim(8))
@@ -114,6 +115,17 @@ def test_the_queues_page_shows_the_counts_of_stats(
         wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the job page")
         assert by_css(driver, "#job-state").text == "in progress"
         assert '"month":10' in by_css(driver, "pre.payload").text
+        # The job that waits for it is linked from its page, and links back to it.
+        by_css(driver, '#job-dependents-list a.job[href$="id=year-report"]').click()
+        wait_until(lambda: shown(driver, "#job-id") == "year-report", 10, "the waiting job's page")
+        assert by_css(driver, "#job-state").text == "waiting"
+        assert by_css(driver, "#job-waiting-on strong.ended").text == "8 of 12"  # 8 acked above
+        assert (
+            by_css(driver, '#job-depends-on-list tr[data-id="report-10"]').get_attribute("data-state") == "in_progress"
+        )
+        screenshot(driver, "job-dependencies")
+        by_css(driver, '#job-depends-on-list a.job[href$="id=report-10"]').click()
+        wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the dependency's page")
         driver.get(console.url + f"/queues/{queue_name}/jobs/todos?page=-1")
         assert "400" in by_css(driver, "section.error h1").text
 

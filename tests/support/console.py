@@ -19,7 +19,7 @@ from tests.support.redis_server import free_port
 from tests.support.waits import wait_until
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]*)"')
-STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled")
+STATES = ("todos", "in_progress", "done", "failed", "scheduled", "cancelled", "waiting")
 FAILURE = "ValueError('no {id}')\nTraceback (most recent call last):\nValueError"
 
 
