@@ -12,7 +12,7 @@ from setqueue.keys import STATES
 from setqueue.registry import live_worker_count
 from setqueue.runtime.audit import Auditor, AuditPass, AuditRecorder
 from setqueue.runtime.logs import plural
-from setqueue.runtime.metrics import GROUP_STANDS, CleanerMetrics, new_registry
+from setqueue.runtime.metrics import GROUP_STANDS, CleanerMetrics, new_registry, watch_links
 from setqueue.runtime.periodic import due_runs, parse_schedules, redis_now, register, registered
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import CleanerSettings, SettingError
@@ -34,6 +34,8 @@ class CleanerService(Service[CleanerSettings, CleanerMetrics]):
         )
         super().__init__(settings, metrics, queue)
         self.served = self.queue.queues  # one named queue at a time (a sharded one is one)
+        for served in self.served:  # releases its sweeps finished, that dead workers left
+            watch_links(self.metrics.links, served)
         # Periodic runs go to QUEUE_NAME's first queue and the audit reads one queue's keys: unsharded.
         first = self.served[0].shards
         single = self.queue.shards[0] if len(self.queue.shards) == 1 else None

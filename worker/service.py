@@ -32,7 +32,7 @@ from setqueue.operations import PartlyAcked
 from setqueue.records import retry_delay
 from setqueue.runtime.audit import AuditRecorder
 from setqueue.runtime.logs import flush_logs, plural
-from setqueue.runtime.metrics import OTHER_TASK, WorkerMetrics, new_registry
+from setqueue.runtime.metrics import OTHER_TASK, WorkerMetrics, new_registry, watch_links
 from setqueue.runtime.service import Service, Stopping
 from setqueue.runtime.settings import WorkerSettings, load_handler
 from setqueue.tasks import Tasks
@@ -125,6 +125,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._queue_of_shard = {shard.name: q.name for q in self.queue.queues for shard in q.shards}
         for shard in self.queue.shards:
             shard.on_held = self._held
+        # Releases and dependency failures its acks, fails and stand-in sweeps made (queues served as one
+        # count under their joined name: one set of dependency steps serves them all).
+        watch_links(self.metrics.links, self.queue)
 
     @property
     def stall_seconds(self) -> float:

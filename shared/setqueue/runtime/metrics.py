@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
@@ -94,6 +94,66 @@ class BatchHistogram:
                 buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
             family.add_metric(list(label_values), buckets, total)
         yield family
+
+
+class LinkCounters:
+    """``setqueue_dependents_released_total`` and ``setqueue_dependency_failures_total``, by queue: read at
+    each scrape from the dependency steps of the queues this process serves (``Workflows.released``: jobs
+    it released from waiting, to the line or to run after a failed dependency with "run";
+    ``Workflows.dependency_failures``: dependents it failed because a dependency failed, was cancelled
+    or deleted). A release counts where it was made: the worker whose ack (or fail, cancel, delete)
+    ended the dependency, or the cleaner whose sweep finished a release that a dead worker left."""
+
+    RELEASED = "setqueue_dependents_released"
+    FAILURES = "setqueue_dependency_failures"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._steps: dict[str, object] = {}  # queue label -> the Workflows of the queue that counts
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def watch(self, queue: str, steps: object) -> None:
+        """Export the counters of ``steps`` (a queue's ``operations.links``) under label ``queue``."""
+        with self._lock:
+            self._steps[queue] = steps
+
+    def _families(self) -> tuple[CounterMetricFamily, CounterMetricFamily]:
+        released = CounterMetricFamily(
+            self.RELEASED,
+            "Jobs this process released from waiting once their dependencies ended (to the line, or to run).",
+            labels=["queue"],
+        )
+        failures = CounterMetricFamily(
+            self.FAILURES,
+            "Waiting jobs this process failed because a dependency failed, was cancelled or deleted.",
+            labels=["queue"],
+        )
+        return released, failures
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        released, failures = self._families()
+        with self._lock:
+            watched = sorted(self._steps.items())
+        for queue, steps in watched:
+            # Plain ints the dependency steps add to as they count (0 before a queue counted any).
+            released.add_metric([queue], float(getattr(steps, "released", 0)))
+            failures.add_metric([queue], float(getattr(steps, "dependency_failures", 0)))
+        yield released
+        yield failures
+
+
+def watch_links(counters: LinkCounters, queue: object) -> None:
+    """Export the dependency counters of ``queue`` (any queue of the library), and of each queue it serves
+    as one that has dependency steps of its own, each under its name."""
+    seen: set[int] = set()
+    for each in (queue, *getattr(queue, "queues", ())):
+        steps = getattr(getattr(each, "operations", None), "links", None)
+        if steps is not None and id(steps) not in seen:
+            seen.add(id(steps))
+            counters.watch(str(getattr(each, "name", "default")), steps)
 
 
 class ServiceMetrics:
@@ -183,6 +243,7 @@ class WorkerMetrics(ServiceMetrics):
             "Jobs handed back to todos unstarted or unfinished, without using an attempt.",
         )
         self.jobs_scheduled = per_queue("setqueue_jobs_scheduled_total", "Failed jobs scheduled to be retried later.")
+        self.links = LinkCounters(registry)  # the service watches its queue's
         self.lease_renewals = Counter(
             "setqueue_lease_renewals_total", "Lease renewals that succeeded.", registry=registry
         )
@@ -310,6 +371,7 @@ class CleanerMetrics(ServiceMetrics):
             registry, "setqueue_results_kept", "Results of done jobs kept for result().", "queue"
         )
         self.history_records = history_counter(registry)
+        self.links = LinkCounters(registry)  # releases a sweep finished: the service watches each queue's
         # Never one series per job group: their number is unbounded.
         self.paused = _gauge(registry, "setqueue_queue_paused", "1 while the queue is paused.", "queue")
         self.groups = _gauge(
