@@ -211,3 +211,17 @@ def test_the_dashboard_links_to_the_console(dashboard: dict[str, Any]) -> None:
     assert len(links) == 1
     assert links[0]["type"] == "link" and links[0]["url"] == f"http://127.0.0.1:{port}/"
     assert links[0]["targetBlank"] is True
+
+
+def test_the_dependencies_row_shows_waiting_jobs_releases_and_failures(dashboard: dict[str, Any]) -> None:
+    [panel] = row_panels(dashboard, "Dependencies")
+    mine = 'queue=~"$queue"'
+    assert [target["expr"] for target in panel["targets"]] == [
+        f'sum(setqueue_queue_depth{{{mine}, state="waiting"}})',
+        f"sum(rate(setqueue_dependents_released_total{{{mine}}}[$__rate_interval]))",
+        f"sum(rate(setqueue_dependency_failures_total{{{mine}}}[$__rate_interval]))",
+    ]
+    # The rates on their own axis, in jobs/s, named as the overrides say.
+    legends = [target["legendFormat"] for target in panel["targets"]]
+    overridden = {o["matcher"]["options"] for o in panel["fieldConfig"]["overrides"]}
+    assert overridden == set(legends[1:])
