@@ -384,8 +384,10 @@ def _push(args: argparse.Namespace, queue: JobQueue, stdin: TextIO) -> tuple[int
             )
             try:
                 added += queue.enqueue(ids, **options)
-            except UnknownJob as exc:  # a dependency: refused before anything was written
-                raise CliError(f"unknown dependency: {exc}; nothing was enqueued", EXIT_USAGE) from None
+            except UnknownJob as exc:  # a dependency: this call was refused before it wrote anything
+                before = f"; {added} new ids went in before it (a dependency deleted meanwhile?)" if added else ""
+                what = "this enqueue was refused whole" if added else "nothing was enqueued"
+                raise CliError(f"unknown dependency: {exc}; {what}{before}", EXIT_USAGE) from None
             except redis.OutOfMemoryError:
                 before = f"; {added} new ids went in before it (pushing them again is safe)" if added else ""
                 raise CliError(f"{OUT_OF_MEMORY}: this enqueue was refused whole{before}", EXIT_REDIS) from None
