@@ -26,7 +26,7 @@ from tests.support import free_port, redis_server_binary
 
 NAME = "instr"
 TITLE = "Redis work per job, counted: instructions and simulated cache misses per script"
-VARIANTS = ("plain", "payloads", "groups", "results")
+VARIANTS = ("plain", "payloads", "groups", "results", "dependents")
 PHASES = ("enqueue", "claim", "ack")
 # The simulated caches, fixed so the counts do not follow the host's: 32 KiB 8-way L1s and a 2 MiB
 # 16-way last level with 64-byte lines. A last level smaller than a server's (tens of MiB, shared by
@@ -187,7 +187,8 @@ def summary(data: dict[str, Any]) -> str:
         "jobs); LL misses: last-level misses, instruction and data, reads and writes; commands: those the "
         "scripts ran (INFO commandstats, EVALSHA itself left out)",
         "variants: plain (no payload), payloads (32 bytes each, kept in done), groups (each enqueue call of 500 "
-        "its own group), results (a result kept an hour)",
+        "its own group), results (a result kept an hour), dependents (each job has one dependent waiting for it: "
+        "its ack releases one)",
     ]
     lines = header(data, TITLE, about)
     runs = [r for r in data["runs"] if "error" not in r]

@@ -194,32 +194,27 @@ def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
     redis_url: str, queue_name: str, client: redis.Redis
 ) -> None:
     q = setqueue.open_queue(redis_url, queue_name)
+    other = setqueue.open_queue(redis_url, f"{queue_name}-other")
     q.enqueue(["first"])
-    q.enqueue(["second"], depends_on=["first"])
+    q.enqueue(["near"], depends_on=["first"])
+    other.enqueue(["second"], depends_on=[JobRef(queue_name, "first")])
     (lease,) = q.claim(1)
-    # The ack script alone: the worker died before it told the dependents.
+    # The ack script alone: the worker died before it told the dependents (one of them in another
+    # queue, so the script told none itself and recorded them all).
     core = q.core
-    list(
-        _drive(
-            q,
-            core.commands.ack(
-                [lease],
-                [None],
-                request_ttl_ms=60_000,
-                done_max_count=0,
-                payload_keep_bytes=0,
-                result_ttl_ms=0,
-                wake_cap=1,
-            ),
-        )
+    ack = core.commands.ack(
+        [lease], [None], request_ttl_ms=60_000, done_max_count=0, payload_keep_bytes=0, result_ttl_ms=0, wake_cap=1
     )
-    assert q.inspect("second").state == "waiting"  # type: ignore[union-attr]
+    list(_drive(q, ack))
+    assert q.inspect("near").state == "waiting"  # type: ignore[union-attr]
+    assert other.inspect("second").state == "waiting"  # type: ignore[union-attr]
     assert client.zcard(core.keys.releasing) == 1
     q.sweep()  # too fresh: the worker could still be at it
     assert client.zcard(core.keys.releasing) == 1
     client.zadd(core.keys.releasing, {"first": 0})  # as if it were left long ago
     q.sweep()
-    assert q.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
+    assert q.inspect("near").state == "todos"  # type: ignore[union-attr]
+    assert other.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
 
 
 def _drive(q: Any, steps: Any) -> Any:

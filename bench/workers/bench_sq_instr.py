@@ -28,7 +28,7 @@ from setqueue import Queue, scripts
 
 ENQUEUE_CALL = 500
 CLAIM_BATCH = 100
-VARIANTS = ("plain", "payloads", "groups", "results")
+VARIANTS = ("plain", "payloads", "groups", "results", "dependents")
 PAYLOAD = '{"task": "noop", "args": [1, 2]}'  # 32 bytes, kept with the job in done (under 1 KiB)
 RESULT = {"ok": True}  # kept an hour: '{"ok":true}' as JSON
 BACKDROP = 1000
@@ -65,6 +65,12 @@ def fix_request_ids() -> None:
     numbers = itertools.count()
     scripts.new_request_id = lambda: f"{next(numbers):024x}"
     scripts.identity = lambda: "bench-host:1"
+    try:  # a tree with dependencies names its staging lists with request ids too
+        from setqueue import workflows  # noqa: PLC0415
+
+        workflows.new_request_id = scripts.new_request_id  # type: ignore[attr-defined]
+    except ImportError:
+        pass
 
 
 def enqueue(queue: Queue, ids: list[str], variant: str, groups: str) -> tuple[int, int]:
@@ -75,6 +81,10 @@ def enqueue(queue: Queue, ids: list[str], variant: str, groups: str) -> tuple[in
         group = f"{groups}-{start // ENQUEUE_CALL}" if variant == "groups" else None
         added += queue.enqueue({i: PAYLOAD for i in chunk} if variant == "payloads" else chunk, group=group)
         calls += 1
+        if variant == "dependents":  # each job has one dependent, waiting for it: its ack releases one
+            for i in chunk:
+                queue.enqueue([f"{i}+"], depends_on=[i])  # type: ignore[call-arg]
+                calls += 1
     return added, calls
 
 
@@ -99,6 +109,8 @@ def main() -> int:
     enqueue(queue, backdrop, a.variant, "old")
     held = [lease for _ in range(BACKDROP // CLAIM_BATCH) for lease in queue.claim(CLAIM_BATCH)]
     queue.ack_many(held[::2], results=[RESULT] * len(held[::2]) if a.variant == "results" else None)
+    while queue.claim(CLAIM_BATCH):  # dependents those acks released: held too, out of the counted line
+        pass
     commandstats(r)
     dump(pid, out, "warm-up")  # zeroes the counts
 

@@ -103,6 +103,7 @@ class DependencySteps(Protocol):
     def stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]: ...
     def register(self, core: QueueCore, job_id: str) -> Steps[None]: ...
     def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]: ...
+    def count(self, released: int, failed: int) -> None: ...
     def finish_links(self, core: QueueCore, limit: int) -> Steps[int]: ...
     def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]: ...
     def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]: ...
@@ -488,7 +489,7 @@ class Operations:
             try:
                 core_request = self.router.part(request_id, core)
                 for number, chunk in enumerate(chunks(positions)):
-                    now, acked, dropped, told = yield from core.commands.ack(
+                    reply = yield from core.commands.ack(
                         [leases[n] for n in chunk],
                         [encoded[n] for n in chunk],
                         request_ttl_ms=core.request_ttl_ms,
@@ -498,6 +499,8 @@ class Operations:
                         wake_cap=core.wake_cap,
                         request_id=numbered(core_request, number),
                     )
+                    now, acked, dropped, told = reply.now, reply.acked, reply.dropped, reply.told
+                    self.links.count(reply.released, reply.failed)
                     if dropped:
                         lost = sum(1 for n, ok in zip(chunk, acked, strict=True) if ok and encoded[n])
                         log.warning(

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from setqueue.keys import STATES, QueueKeys, priority_of_rank
+from setqueue.keys import LINKS_PER_CALL, STATES, QueueKeys, priority_of_rank
 from setqueue.limits import LIMIT_STATS
 from setqueue.steps import ReplicaWait, RunScript, Steps, text
 
@@ -418,11 +418,9 @@ class QueueCommands:
         result_ttl_ms: int,
         wake_cap: int,
         request_id: str | None = None,
-    ) -> Steps[tuple[float, list[bool], bool, list[str]]]:
-        """ack.lua: the Redis clock (s), per lease whether acked, whether results were dropped because
-        Redis is full, and the acked ids whose dependents are to be told (``release``). ``results``:
-        encoded, None for nothing to keep. A payload of at most ``payload_keep_bytes`` (UTF-8) stays with
-        its job in done."""
+    ) -> Steps[AckReply]:
+        """ack.lua (``AckReply``). ``results``: encoded, None for nothing to keep. A payload of at most
+        ``payload_keep_bytes`` (UTF-8) stays with its job in done."""
         claims, locks, listed = _claims(self.k, (lease.token for lease in leases))
         keys = self._keys("ack", locks, request=self._request(request_id))
         per_lease: list[Any] = []
@@ -436,7 +434,18 @@ class QueueCommands:
         def args(drop_results: bool) -> list[Any]:
             channel = self.k.ended_channel
             drop = "1" if drop_results else "0"
-            return [request_ttl_ms, done_max_count, result_ttl_ms, channel, wake_cap, drop, *listed, *per_lease]
+            return [
+                request_ttl_ms,
+                done_max_count,
+                result_ttl_ms,
+                channel,
+                wake_cap,
+                drop,
+                self.k.name,
+                LINKS_PER_CALL,
+                *listed,
+                *per_lease,
+            ]
 
         dropped = False
         if result_ttl_ms > 0 and any(results):
@@ -448,8 +457,8 @@ class QueueCommands:
         else:
             reply = yield self._run("ack", keys, args(drop_results=False))
         first, *told = text(reply).split("\n")
-        now_ms, flags = first.split(" ")
-        return int(now_ms) / 1000, [flag == "1" for flag in flags], dropped, told
+        now_ms, flags, released, failed = first.split(" ")
+        return AckReply(int(now_ms) / 1000, [flag == "1" for flag in flags], dropped, told, int(released), int(failed))
 
     def fail(
         self,
@@ -583,9 +592,13 @@ class QueueCommands:
         k = self.k
         args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
         reply = json.loads((yield self._run("register", self._keys("register"), args)))
-        next_start, generation, elsewhere, releases = reply
+        next_start, generation, elsewhere, releases, released, failed = reply
         return RegisterPage(
-            None if next_start < 0 else int(next_start), str(generation), _strings(elsewhere), _strings(releases)
+            None if next_start < 0 else int(next_start),
+            str(generation),
+            _strings(elsewhere),
+            _strings(releases),
+            Told(int(released), int(failed)),
         )
 
     def lookup(self, job_ids: Sequence[str]) -> Steps[list[str | None]]:
@@ -599,31 +612,55 @@ class QueueCommands:
         reply = yield self._run("depend", self._keys("depend"), [dependent, *job_ids])
         return _strings(json.loads(reply))
 
-    def arrive(self, arrivals: Sequence[tuple[str, str, str, str]], *, wake_cap: int) -> Steps[list[str]]:
+    def arrive(self, arrivals: Sequence[tuple[str, str, str, str]], *, wake_cap: int) -> Steps[tuple[list[str], Told]]:
         """arrive.lua for each (dependent id, its generation, dependency link, outcome): the ids whose own
-        dependents are to be told now (``release``)."""
+        dependents are to be told now (``release``), and how many were released and failed."""
         args: list[Any] = [wake_cap, self.k.ended_channel]
         for arrival in arrivals:
             args += arrival
-        reply = yield self._run("arrive", self._keys("arrive"), args)
-        return _strings(json.loads(reply)[0])
+        releases, released, failed = json.loads((yield self._run("arrive", self._keys("arrive"), args)))
+        return _strings(releases), Told(int(released), int(failed))
 
     def release(
         self, jobs: Sequence[tuple[str, str | None]], *, page: int, wake_cap: int
-    ) -> Steps[tuple[list[ReleaseRead], list[str]]]:
+    ) -> Steps[tuple[list[ReleaseRead], list[str], Told]]:
         """release.lua: tell ended jobs' dependents, at most ``page`` of them: per (id, after) the
         dependents following ``after`` (the last one told; "" first; None: finish, once the caller told
-        the others). Returns what was read of each, and ids whose dependents are to be told in turn."""
+        the others). Returns what was read of each, ids whose dependents are to be told in turn, and how
+        many dependents were released and failed."""
         k = self.k
         args: list[Any] = [k.name, wake_cap, k.ended_channel, page]
         for job_id, after in jobs:
             args += [job_id, "end" if after is None else after]
-        reads, releases = json.loads((yield self._run("release", self._keys("release"), args)))
+        reads, releases, released, failed = json.loads((yield self._run("release", self._keys("release"), args)))
         out = [
             ReleaseRead(text(job_id), text(last), bool(more), text(outcome), _strings(elsewhere))
             for job_id, last, more, outcome, elsewhere in reads
         ]
-        return out, _strings(releases)
+        return out, _strings(releases), Told(int(released), int(failed))
+
+
+@dataclass(frozen=True, slots=True)
+class Told:
+    """What a script's telling did to dependents: how many it released (to the line or scheduled) and
+    how many it failed (a dependency that did not end done, with if_dependency_fails "fail")."""
+
+    released: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AckReply:
+    """ack.lua's reply: the Redis clock (s), per lease whether acked, whether results were dropped
+    because Redis is full, the ids whose dependents are still to be told (``release``), and how many
+    dependents it released and failed itself."""
+
+    now: float
+    acked: list[bool]
+    dropped: bool
+    told: list[str]
+    released: int
+    failed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,6 +672,7 @@ class RegisterPage:
     generation: str
     elsewhere: list[str]
     releases: list[str]
+    told: Told
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,15 @@ class Workflows:
         self._elsewhere: dict[str, QueueCommands] = {core.name: core.commands for core in ops.router.cores}
         # Other queues' shard counts (1: not sharded), read once: where their jobs live.
         self._shard_counts: dict[str, int] = {}
+        # What this process's calls did to dependents, for the metrics: released to the line (or
+        # scheduled), and failed by a dependency that did not end done.
+        self.released = 0
+        self.dependency_failures = 0
+
+    def count(self, released: int, failed: int) -> None:
+        """Add what a script said it did to dependents (released, failed) to this process's counts."""
+        self.released += released
+        self.dependency_failures += failed
 
     def _commands_of(self, name: str) -> QueueCommands:
         """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
@@ -143,6 +152,7 @@ class Workflows:
         start: int | None = 0
         while start is not None:
             page = yield from core.commands.register(job_id, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            self.count(page.told.released, page.told.failed)
             releases += [(core.name, released) for released in page.releases]
             if page.elsewhere:
                 dependent = f"{core.name} {page.generation} {job_id}"
@@ -157,7 +167,8 @@ class Workflows:
                         if answer:  # it had ended (or is gone): it counts now
                             arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
                 if arrivals:
-                    failed = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
+                    failed, told = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
+                    self.count(told.released, told.failed)
                     releases += [(core.name, released) for released in failed]
                 if page.next_start is None:  # the last page: now the entry can go
                     yield from core.commands.register(job_id, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
@@ -179,7 +190,8 @@ class Workflows:
             batch = list(jobs.items())[:MAX_IDS_PER_CALL]
             commands = self._commands_of(queue)
             wake_cap = self.ops.first.wake_cap
-            reads, releases = yield from commands.release(batch, page=LINKS_PER_CALL, wake_cap=wake_cap)
+            reads, releases, told = yield from commands.release(batch, page=LINKS_PER_CALL, wake_cap=wake_cap)
+            self.count(told.released, told.failed)
             for (job_id, after), read in zip(batch, reads, strict=True):
                 if after is None or not read.outcome:  # finished, or not being released
                     del jobs[job_id]
@@ -190,7 +202,8 @@ class Workflows:
                     generation, dependent_id = split_link(rest)
                     by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", read.outcome))
                 for its_queue, arrivals in by_queue.items():
-                    failed = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=wake_cap)
+                    failed, there = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=wake_cap)
+                    self.count(there.released, there.failed)
                     for released in failed:
                         left[its_queue].setdefault(released, "")
                 if read.more:

@@ -2,7 +2,9 @@
 -- ack.lua: move finished jobs in_progress -> done if owners still names the caller's token (from
 -- the claim until the job leaves in_progress, even past an expired lock nobody took over); a stale
 -- ack changes nothing. Locks count down; finished keeps times and attempts, results what handlers
--- returned (result_ttl ms); acked ids go out on ended; a full group takes a turn again.
+-- returned (result_ttl ms); acked ids go out on ended; a full group takes a turn again. Their
+-- dependents waiting in this queue are told here and now (up to link_room of them; released to the
+-- line, or failed), the others recorded in releasing for the caller (includes/links.lua).
 -- allow-oom: a finished job is never held up for lack of memory. An ack keeping results is first
 -- sent without allow-oom (scripts.py ACK_KEEPING_RESULTS); refused, again with drop_results "1":
 -- done, finished marked ":1", no result written, so result() says it is gone.
@@ -12,14 +14,19 @@
 -- KEYS[17] wake KEYS[18] limits KEYS[19] group_of KEYS[20] group_running KEYS[21] groups_full
 -- KEYS[22] groups_ready KEYS[23] enqueued KEYS[24] linked KEYS[25] releasing KEYS[26] release_outcomes
 -- KEYS[27] dependents KEYS[28] dep_lines KEYS[29] arrived KEYS[30] arrived_count KEYS[31] deps
+-- KEYS[32] waiting KEYS[33] todos KEYS[34] seq KEYS[35] scheduled KEYS[36] priorities KEYS[37] failed
+-- KEYS[38] grouped KEYS[39] group_lines KEYS[40] groups_resting
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] most (ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
--- ARGV[6] drop_results ("1": write no result)
+-- ARGV[6] drop_results ("1": write no result)  ARGV[7] queue (this queue's name, as links name it)
+-- ARGV[8] link_room (the most dependents told here)
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, enqueue ms
 -- ("" unknown), attempt, result ("" none), keep payload ("1": it stays with the job in done)
--- Returns a string: now ms, a space, then "1" per lease acked, "0" per stale one; then, a line each,
--- the acked ids whose dependents are to be told (releasing, includes/links.lua)
+-- Returns a string: now ms, a space, "1" per lease acked, "0" per stale one, then the dependents
+-- released and failed here, space-separated; then, a line each,
+-- the ids whose dependents are still to be told (releasing, includes/links.lua): acked ones, and
+-- dependents failed here in turn
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]
@@ -27,10 +34,12 @@ local cancelled, history, progress, wake = KEYS[14], KEYS[15], KEYS[16], KEYS[17
 local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEYS[19], KEYS[20], KEYS[21], KEYS[22]
 local enqueued, linked, releasing, release_outcomes = KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local dependents, dep_lines, arrived, arrived_count, deps = KEYS[27], KEYS[28], KEYS[29], KEYS[30], KEYS[31]
-local FIRST_LOCK = 32  -- KEYS[FIRST_LOCK..] lock key of each claim
+local waiting, todos, seq, scheduled, priorities, failed = KEYS[32], KEYS[33], KEYS[34], KEYS[35], KEYS[36], KEYS[37]
+local grouped, group_lines, groups_resting = KEYS[38], KEYS[39], KEYS[40]
+local FIRST_LOCK = 41  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, most, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local wake_cap, drop_results = ARGV[5], ARGV[6]
-local CLAIMS = 7  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
+local wake_cap, drop_results, queue, link_room = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "claims"
@@ -109,7 +118,21 @@ if acked > 0 then
   for c, n in pairs(held_less) do count_down(locks[c], n) end
   redis.call('PUBLISH', ended, 'done\n' .. table.concat(owned, '\n'))
 end
-local told = mark_ended(L, owned, 'done', now)
+local W = {
+  linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+  arrived = arrived, arrived_count = arrived_count, waiting = waiting, deps = deps, todos = todos, seq = seq,
+  pending = pending, enqueued = enqueued, scheduled = scheduled, priorities = priorities, wake = wake,
+  failed = failed, errors = errors, finished = finished, history = history, grouped = grouped,
+  group_of = group_of,
+}
+local G = {
+  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+  resting = groups_resting, full = groups_full,
+}
+local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
+local told = tell_here(W, G, T, owned, 'done', queue, link_room, now)
+publish_failed(W, T)
+for j = 1, #T.releases do told[#told + 1] = T.releases[j] end
 
 if acked > 0 and most > 0 then
   local excess = redis.call('ZCARD', done_log) - most
@@ -122,6 +145,6 @@ if acked > 0 and most > 0 then
   end
 end
 
-local reply = now .. ' ' .. table.concat(flags, '')
+local reply = now .. ' ' .. table.concat(flags, '') .. ' ' .. T.woken .. ' ' .. #T.failed_ids
 if #told > 0 then reply = reply .. '\n' .. table.concat(told, '\n') end
 return record(request, reply, record_ttl)

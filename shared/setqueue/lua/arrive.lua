@@ -11,7 +11,8 @@
 -- ARGV[1] wake_cap  ARGV[2] ended channel ("failed\n<id>...")
 -- ARGV[ARRIVALS..] per arrival: dependent id, its generation, the dependency's link ("<queue> <id>"),
 -- how it ended (done, failed, cancelled, deleted, unknown)
--- Returns a JSON string: [ids whose own dependents are to be told (releasing)]
+-- Returns a JSON string: [[ids whose own dependents are to be told (releasing)], jobs released, jobs
+-- failed]
 local waiting, deps, linked, releasing, release_outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local todos, seq, pending, enqueued, scheduled, priorities = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local wake, failed, errors, finished, history = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
@@ -37,11 +38,11 @@ local G = {
 }
 local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
 -- No job waits here: nothing can arrive (each would be ignored).
-if redis.call('EXISTS', waiting) == 0 then return cjson.encode({{}}) end
+if redis.call('EXISTS', waiting) == 0 then return cjson.encode({{}, 0, 0}) end
 local now = now_ms()
 local fields = read_fields(ARRIVALS, 4)
 local arrivals = {}
 for j = 1, #fields[1] do arrivals[j] = {fields[1][j], fields[2][j], fields[3][j], fields[4][j]} end
 arrive_all(W, G, T, arrivals, now)
 publish_failed(W, T)
-return cjson.encode({T.releases})
+return cjson.encode({T.releases, T.woken, #T.failed_ids})

@@ -17,7 +17,7 @@
 -- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] id (the waiting job)
 -- ARGV[5] from (place in its dependencies, 0 first; "end": finish)  ARGV[6] page (most per call)
 -- Returns a JSON string: [next index (-1: no more pages), generation, [links of other queues in
--- this page], [ids whose own dependents are to be told (releasing)]]
+-- this page], [ids whose own dependents are to be told (releasing)], jobs released, jobs failed]
 local waiting, deps, linked, registering, releasing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local release_outcomes, todos, in_progress, done, failed = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local cancelled, scheduled, seq, pending, enqueued = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -48,7 +48,7 @@ local header = redis.call('HGET', deps, id)
 -- Done with, or no longer waiting (released, failed, cancelled, deleted): nothing left to register.
 if from == 'end' or not header or not redis.call('ZSCORE', waiting, id) then
   redis.call('ZREM', registering, id)
-  return cjson.encode({-1, '', {}, {}})
+  return cjson.encode({-1, '', {}, {}, 0, 0})
 end
 local _, _, _, generation = deps_header(header)
 local now = now_ms()
@@ -79,4 +79,4 @@ if #lines < page then
   next_from = -1
   if #elsewhere == 0 then redis.call('ZREM', registering, id) end
 end
-return cjson.encode({next_from, generation, elsewhere, T.releases})
+return cjson.encode({next_from, generation, elsewhere, T.releases, T.woken, #T.failed_ids})

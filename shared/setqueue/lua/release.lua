@@ -17,7 +17,7 @@
 -- ARGV[JOBS..] per ended job: its id, and after: the last dependent told ("" first; "end": finish)
 -- Returns a JSON string: [per job given, [id, the last dependent told, whether more may follow it,
 -- how it ended ("": not releasing), [its dependents of other queues read now, "<queue> <generation>
--- <id>"]], [ids whose own dependents are to be told (releasing)]]
+-- <id>"]], [ids whose own dependents are to be told (releasing)], jobs released, jobs failed]
 local waiting, deps, linked, releasing, release_outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local todos, in_progress, done, failed, cancelled = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local scheduled, seq, pending, enqueued, priorities = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -101,4 +101,4 @@ if #finished_ids > 0 then
 end
 arrive_all(W, G, T, arrivals, now)
 publish_failed(W, T)
-return cjson.encode({replies, T.releases})
+return cjson.encode({replies, T.releases, T.woken, #T.failed_ids})

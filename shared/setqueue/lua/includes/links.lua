@@ -130,55 +130,82 @@ local function arrive_all(W, G, T, arrivals, now)
   end
   local headers = redis.call('HMGET', W.deps, unpack(ids))
   local since = redis.call('ZMSCORE', W.waiting, unpack(ids))
-  local had = redis.call('HMGET', W.arrived, unpack(fields))
-  local counted = redis.call('HMGET', W.arrived_count, unpack(ids))
-  local new_fields, counts, seen, count_of, order = {}, {}, {}, {}, {}
-  local released, release_first, release_priority, release_groups = {}, {}, {}, {}
-  local failing = {}
+  -- Which count: a job still waiting, of that generation. One with a single dependency that still
+  -- waits has had no arrival yet, so only the arrivals of jobs with several are looked up.
+  local parsed, asked, asked_ids = {}, {}, {}
   for j = 1, #arrivals do
-    local id, generation, link, outcome = arrivals[j][1], arrivals[j][2], arrivals[j][3], arrivals[j][4]
-    local header, first_ms = headers[j], since[j]
-    if header and first_ms and not had[j] and not seen[fields[j]] and not failing[id] then
-      local count, mode, due, own_generation, priority = deps_header(header)
-      if own_generation == generation then
-        seen[fields[j]] = true
-        new_fields[#new_fields + 1] = fields[j]
-        new_fields[#new_fields + 1] = outcome
-        if not count_of[id] then
-          count_of[id] = tonumber(counted[j]) or 0
-          order[#order + 1] = id
+    if headers[j] and since[j] then
+      local count, mode, due, generation, priority = deps_header(headers[j])
+      if generation == arrivals[j][2] then
+        parsed[j] = {count, mode, due, priority}
+        if count > 1 then
+          asked[#asked + 1] = fields[j]
+          asked_ids[#asked_ids + 1] = ids[j]
+          parsed[j][5] = #asked
         end
-        count_of[id] = count_of[id] + 1
-        if outcome ~= 'done' and mode == 'fail' then
-          failing[id] = {first_ms, priority, link, outcome}
-        elseif count_of[id] >= count then
-          if due and due > now then  -- due later: scheduled, one by one (rare)
-            redis.call('ZADD', W.scheduled, due, id)
-            if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
-            redis.call('ZREM', W.waiting, id)
-            redis.call('HSET', W.enqueued, id, first_ms)
-            T.woken = T.woken + 1
-          else
-            released[#released + 1] = id
-            release_first[#release_first + 1] = id
-            release_first[#release_first + 1] = first_ms
-            release_priority[#release_priority + 1] = priority
-          end
+      end
+    end
+  end
+  local had, counted = {}, {}
+  if #asked > 0 then
+    had = redis.call('HMGET', W.arrived, unpack(asked))
+    counted = redis.call('HMGET', W.arrived_count, unpack(asked_ids))
+  end
+  local new_fields, seen, count_of, order = {}, {}, {}, {}
+  local released, release_first, release_priority = {}, {}, {}
+  local failing, ended = {}, {}
+  for j = 1, #arrivals do
+    local p = parsed[j]
+    local id, link, outcome = ids[j], arrivals[j][3], arrivals[j][4]
+    if p and not (p[5] and had[p[5]]) and not seen[fields[j]] and not ended[id] then
+      local count, mode, due, priority = p[1], p[2], p[3], p[4]
+      seen[fields[j]] = true
+      new_fields[#new_fields + 1] = fields[j]
+      new_fields[#new_fields + 1] = outcome
+      if not count_of[id] then
+        count_of[id] = p[5] and tonumber(counted[p[5]]) or 0
+        order[#order + 1] = id
+      end
+      count_of[id] = count_of[id] + 1
+      if outcome ~= 'done' and mode == 'fail' then
+        ended[id] = true
+        failing[id] = {since[j], priority, link, outcome}
+      elseif count_of[id] >= count then
+        ended[id] = true
+        if due and due > now then  -- due later: scheduled, one by one (rare)
+          redis.call('ZADD', W.scheduled, due, id)
+          if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
+          redis.call('ZREM', W.waiting, id)
+          redis.call('HSET', W.enqueued, id, since[j])
+          T.woken = T.woken + 1
+        else
+          released[#released + 1] = id
+          release_first[#release_first + 1] = id
+          release_first[#release_first + 1] = since[j]
+          release_priority[#release_priority + 1] = priority
         end
       end
     end
   end
   if #new_fields == 0 then return end
   redis.call('HSET', W.arrived, unpack(new_fields))
+  -- The count matters only while a job waits: kept for those still waiting, dropped for the others.
+  local counts, done_counting = {}, {}
   for j = 1, #order do
-    counts[#counts + 1] = order[j]
-    counts[#counts + 1] = count_of[order[j]]
+    if ended[order[j]] then
+      done_counting[#done_counting + 1] = order[j]
+    else
+      counts[#counts + 1] = order[j]
+      counts[#counts + 1] = count_of[order[j]]
+    end
   end
-  redis.call('HSET', W.arrived_count, unpack(counts))
+  if #counts > 0 then redis.call('HSET', W.arrived_count, unpack(counts)) end
+  if #done_counting > 0 and #asked > 0 then redis.call('HDEL', W.arrived_count, unpack(done_counting)) end
   if #released > 0 then
     redis.call('ZREM', W.waiting, unpack(released))
     redis.call('HSET', W.enqueued, unpack(release_first))
     local groups = redis.call('HMGET', W.group_of, unpack(released))
+    local release_groups = {}
     for j = 1, #released do release_groups[j] = groups[j] or false end
     join_back(G, W.todos, W.seq, released, release_priority, release_groups)
     local joined = {}
@@ -193,6 +220,51 @@ local function arrive_all(W, G, T, arrivals, now)
     local why = failing[order[j]]
     if why then fail_waiting(W, T, order[j], why[1], why[2], why[3], why[4], now) end
   end
+end
+
+-- tell_here: of ids that just ended as outcome, those with dependents tell them in this call when
+-- they all wait in this queue and fit in room (a budget of dependents for the call): no record, no
+-- second call. The others (dependents elsewhere, or too many) go into releasing as mark_ended puts
+-- them, for the caller to tell (release.lua). Returns those.
+local function tell_here(W, G, T, ids, outcome, queue, room, now)
+  if #ids == 0 or redis.call('EXISTS', W.linked) == 0 then return {} end
+  local member = redis.call('SMISMEMBER', W.linked, unpack(ids))
+  local arrivals, later = {}, {}
+  for j = 1, #ids do
+    if member[j] == 1 then
+      local id = ids[j]
+      local low, high = lex_range(id)
+      local members = redis.call('ZRANGE', W.dependents, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
+      local here = #members <= room
+      local found = {}
+      for m = 1, #members do
+        if not here then break end
+        local its_queue, rest = split_link(string.sub(members[m], #id + 2))
+        if its_queue ~= queue then
+          here = false
+        else
+          local generation, dependent_id = split_link(rest)
+          found[#found + 1] = {dependent_id, generation, queue .. ' ' .. id, outcome}
+        end
+      end
+      if here then
+        room = room - #found
+        for m = 1, #found do arrivals[#arrivals + 1] = found[m] end
+      else
+        later[#later + 1] = id
+      end
+    end
+  end
+  arrive_all(W, G, T, arrivals, now)
+  if #later == 0 then return later end
+  local since, outcomes = {}, {}
+  for j = 1, #later do
+    since[2 * j - 1], since[2 * j] = now, later[j]
+    outcomes[2 * j - 1], outcomes[2 * j] = later[j], outcome
+  end
+  redis.call('ZADD', W.releasing, unpack(since))
+  redis.call('HSET', W.release_outcomes, unpack(outcomes))
+  return later
 end
 
 -- state_of_link: how a job of this queue stands for a dependent registering: "done", "failed" or
