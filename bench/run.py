@@ -19,11 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import due_latency
 import instr
 import memory
+import workflows
 from common import BENCH, REPO, Context, git, log, machine, worktree
 from matrices import cluster, cpu, io, noop, producer
 from systems import PEERS
 
-MODULES = (cpu, io, noop, producer, cluster, memory, due_latency, instr)
+MODULES = (cpu, io, noop, producer, cluster, memory, due_latency, instr, workflows)
 MEASUREMENTS: dict[str, ModuleType] = {m.NAME: m for m in MODULES}
 ALL_SYSTEMS = ("setqueue", *PEERS)
 

@@ -169,3 +169,28 @@ def test_the_counted_matrix_gives_the_same_counts_twice(tmp_path: Path) -> None:
         ll_a, ll_b = (sum(x["counts"][k] for k in ("ILmr", "DLmr", "DLmw")) for x in (a, b))
         assert abs(ll_a - ll_b) <= SAME_LL_MISSES * ll_a, (phase, ll_a, ll_b)
     assert "## Per job, per script" in summary(tmp_path / "first", "instr")
+
+
+@pytest.mark.slow
+def test_the_workflows_matrix(tmp_path: Path) -> None:
+    """Acks releasing dependents (same queue, two queues), fan-ins and a chain on a real worker, big fan-ins
+    under SLOWLOG, all tiny: every ack releases its dependent, every callback runs once after all its
+    members, every chain runs in order, every dependent of the big ones is released."""
+    bench(
+        tmp_path,
+        *("--matrix", "workflows", "--flow-ack-jobs", "200", "--flow-ack-trials", "1"),
+        *("--flow-fan-in", "50x2", "--flow-chain", "5", "--flow-chain-trials", "1", "--flow-big", "600"),
+    )
+    data = raw(tmp_path, "workflows")
+    assert data["ok"]
+    assert [(r["variant"], r["acked"], r["released"]) for r in data["acks"]] == [
+        ("plain", 200, 0),
+        ("same queue", 200, 200),
+        ("two queues", 200, 200),
+    ]
+    assert [r["ran"] for r in data["fan_ins"]] == [51, 51] and all(r["delay_ms"] >= 0 for r in data["fan_ins"])
+    assert [(r["ran"], r["in_order"]) for r in data["chains"]] == [(5, True)] and data["chain_by_hand"]["in_order"]
+    assert [(r["what"], r["n"]) for r in data["big"]] == [("enqueue", 600), ("release", 600)]
+    assert data["big"][1]["released"] == 600 and data["big"][1]["scripts"] >= 2  # more than one page
+    text = summary(tmp_path, "workflows")
+    assert "## Redis CPU per ack" in text and "## Fan-in: the callback's start after the last member" in text

@@ -1,0 +1,520 @@
+"""What dependencies cost (docs/guide.md#dependencies), on one redis-server of the bench's own:
+
+1. ack: the Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user, read just before the first ack and just
+   after the last) of acking no-op jobs by hand, ``claim(100)`` then ``ack_many`` of each claim's
+   leases: plain jobs, against jobs that each release one dependent in the same queue, and in another
+   queue of the same server (the library's ack tells those in the same call). The three variants take
+   turns, trial by trial, each trial on a flushed server.
+2. fan-in: N members and one callback depending on all of them (``enqueue(["cb"], depends_on=members)``),
+   run by a real ``python -m worker`` (workers/bench_sq_flow.py): the delay from the last member's
+   handler ending to the callback's handler starting (time.time() both, on this machine). It holds the
+   worker's ack of that member, the release, the wake and the claim of the callback.
+3. chain: steps each depending on the one before, on one worker (CONCURRENCY=1): steps per second from
+   the first step's start to the last's.
+4. enqueue and release of big fan-ins: the time to enqueue a callback with N dependencies, and to ack a
+   job with N dependents (every one released when the ack returns), with the longest single Redis
+   command meanwhile (SLOWLOG, threshold 0): how long Redis was blocked at most.
+"""
+
+import argparse
+import hashlib
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common import QUEUE, Context, Server, Workers, log, wait_until
+from drain import percentiles
+from report import header, table, verdict
+from systems import SetQueue
+
+from setqueue.keys import LINKS_PER_CALL
+
+NAME = "workflows"
+TITLE = "Dependencies: the Redis CPU of a release, fan-in delay, chain speed, big fan-ins"
+VARIANTS = ("plain", "same queue", "two queues")
+OTHER = "bench-b"  # the queue of the two-queue variant's dependents
+CLAIM = 100  # leases a claim, acked together (what a worker's window of no-op jobs collects)
+ENQUEUE_CALL = 500
+FLOW = "bench:flow:"  # + run: workers/bench_sq_flow.py's hash of times
+ACK_TARGET = 1.5  # the issue's: an ack releasing one dependent within 1.5x a plain ack's Redis CPU
+FAN_IN_TARGET_MS = 100.0
+LAST_ENDED = 300  # members that ended last whose ack times are read: the last ack is among them
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--matrix workflows")
+    g.add_argument("--flow-ack-jobs", type=int, default=10_000, help="jobs acked per variant and trial")
+    g.add_argument("--flow-ack-trials", type=int, default=3, help="trials of each ack variant (median reported)")
+    g.add_argument("--flow-fan-in", default="1000x20,10000x5", help="fan-in runs: MEMBERSxRUNS, comma-separated sizes")
+    g.add_argument("--flow-chain", type=int, default=2000, help="steps of a chain")
+    g.add_argument("--flow-chain-trials", type=int, default=3, help="chains run (median reported)")
+    g.add_argument("--flow-big", default="10000,100000", help="dependencies of a callback / dependents of a job")
+    g.add_argument("--flow-timeout", type=float, default=300, help="longest wait for one run's jobs")
+
+
+def open_queue(server: Server, name: str = QUEUE) -> Any:
+    from setqueue import Queue  # noqa: PLC0415  (this checkout's, put first on sys.path by common)
+
+    # Nobody sweeps: a long lease keeps every hand-made ack on its happy path; no results kept.
+    return Queue.from_url(server.url, name=name, lease_seconds=3600, result_ttl_seconds=0)
+
+
+def redis_cpu(server: Server) -> float:
+    """Seconds of CPU the server has used, its main thread and the others."""
+    cpu = server.r.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
+def enqueue_in_calls(queue: Any, ids: list[str], **options: Any) -> None:
+    for start in range(0, len(ids), ENQUEUE_CALL):
+        queue.enqueue(ids[start : start + ENQUEUE_CALL], **options)
+
+
+# 1. The ack -------------------------------------------------------------------------------------------
+
+
+def ack_trial(server: Server, variant: str, jobs: int) -> dict[str, Any]:
+    from setqueue import JobRef  # noqa: PLC0415
+
+    server.r.flushall()
+    queue, other = open_queue(server), open_queue(server, OTHER)
+    try:
+        ids = [f"job-{i:07d}" for i in range(jobs)]
+        enqueue_in_calls(queue, ids)
+        for job_id in ids if variant != "plain" else ():  # one dependent each: its ack releases it
+            if variant == "same queue":
+                queue.enqueue([f"{job_id}+"], depends_on=[job_id])
+            else:
+                other.enqueue([f"{job_id}+"], depends_on=[JobRef(queue=QUEUE, id=job_id)])
+        claims = []
+        while leases := queue.claim(CLAIM):
+            claims.append(leases)
+        before, started = redis_cpu(server), time.perf_counter()
+        acked = sum(res.acked for leases in claims for res in queue.ack_many(leases))
+        seconds, cpu = time.perf_counter() - started, redis_cpu(server) - before
+        released = 0
+        if variant != "plain":
+            released = int((queue if variant == "same queue" else other).stats()["todos"])
+    finally:
+        queue.close()
+        other.close()
+    ok = acked == jobs and released == (0 if variant == "plain" else jobs)
+    us = 1e6 * cpu / jobs
+    log(f"workflows ack, {variant}: {us:.1f} µs Redis CPU per job, {acked} acked, {released} released")
+    return {
+        "variant": variant,
+        "jobs": jobs,
+        "acked": acked,
+        "released": released,
+        "redis_cpu_us_per_job": us,
+        "ack_seconds": seconds,
+        "ok": ok,
+    }
+
+
+def acks(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
+    trials = []
+    for trial in range(a.flow_ack_trials):
+        for variant in VARIANTS:
+            trials.append({"trial": trial, **ack_trial(server, variant, a.flow_ack_jobs)})
+    return trials
+
+
+# 2 and 3. On a real worker ------------------------------------------------------------------------------
+
+
+class FlowQueue(SetQueue):
+    """`python -m worker` serving workers/bench_sq_flow.py's handler."""
+
+    def worker_settings(self) -> dict[str, str]:
+        return {**super().worker_settings(), "JOB_HANDLER": "bench_sq_flow:handle"}
+
+
+def times(server: Server, run: str) -> dict[str, float]:
+    return {k: float(v) for k, v in server.r.hgetall(FLOW + run).items()}
+
+
+def counted(server: Server, expected: int, workers: Workers, timeout: float) -> bool:
+    return wait_until(lambda: server.counter() >= expected or not workers.alive(), timeout)
+
+
+def fan_in_run(server: Server, queue: Any, run: str, members: int, a: argparse.Namespace) -> dict[str, Any]:
+    """One fan-in, enqueued while the queue is paused, then let go."""
+    ids = [f"m:{run}:{i}" for i in range(members)]
+    before = server.counter()
+    queue.pause()
+    enqueue_in_calls(queue, ids)
+    started = time.perf_counter()
+    queue.enqueue([f"cb:{run}"], depends_on=ids)
+    enqueue_seconds = time.perf_counter() - started
+    queue.resume()
+    callback = f"cb:{run}"
+    wait_until(lambda: server.counter() >= before + members + 1, a.flow_timeout)
+    seen = times(server, run)
+    ran = server.counter() - before
+    ends = [seen[i] for i in ids if i in seen]
+    delay = after_ack = None
+    if callback in seen and len(ends) == members:
+        delay = 1000 * (seen[callback] - max(ends))
+        # The worker acks what ended together: the last ack is among the members that ended last.
+        last = sorted((i for i in ids), key=seen.__getitem__)[-LAST_ENDED:]
+        acked = [queue.inspect(i).done_at for i in last]
+        if all(t is not None for t in acked):
+            after_ack = 1000 * (seen[callback] - max(acked))
+    # The callback runs once, after every member: ran == members + 1 and it started after the last end.
+    ok = ran == members + 1 and delay is not None and delay >= 0
+    return {
+        "run": run,
+        "members": members,
+        "ran": ran,
+        "delay_ms": delay,
+        "after_ack_ms": after_ack,
+        "enqueue_s": enqueue_seconds,
+        "ok": ok,
+    }
+
+
+def chain_run(server: Server, queue: Any, run: str, steps: int, a: argparse.Namespace) -> dict[str, Any]:
+    ids = [f"step:{run}:{i}" for i in range(steps)]
+    before = server.counter()
+    queue.pause()
+    started = time.perf_counter()
+    queue.enqueue(ids[:1])
+    for prev, step in itertools.pairwise(ids):
+        queue.enqueue([step], depends_on=[prev])
+    enqueue_seconds = time.perf_counter() - started
+    queue.resume()
+    wait_until(lambda: server.counter() >= before + steps, a.flow_timeout)
+    seen = times(server, run)
+    starts = [seen.get(i) for i in ids]
+    in_order = all(s is not None for s in starts) and starts == sorted(starts)  # type: ignore[type-var]
+    span = (starts[-1] - starts[0]) if in_order else None  # type: ignore[operator]
+    rate = (steps - 1) / span if span else None
+    ran = server.counter() - before
+    return {
+        "run": run,
+        "steps": steps,
+        "ran": ran,
+        "in_order": in_order,
+        "steps_per_s": rate,
+        "enqueue_s": enqueue_seconds,
+        "ok": ran == steps and in_order,
+    }
+
+
+def chain_by_hand(server: Server, steps: int) -> dict[str, Any]:
+    """The same chain claimed and acked one step at a time by this process, no worker: what Redis and the
+    library allow without a worker's ack window."""
+    server.r.flushall()
+    queue = open_queue(server)
+    try:
+        ids = [f"hand:{i}" for i in range(steps)]
+        queue.enqueue(ids[:1])
+        for prev, step in itertools.pairwise(ids):
+            queue.enqueue([step], depends_on=[prev])
+        order: list[str] = []
+        started = time.perf_counter()
+        while leases := queue.claim(1):
+            order += [lease.id for lease in leases]
+            queue.ack_many(leases)
+        seconds = time.perf_counter() - started
+    finally:
+        queue.close()
+    ok = order == ids
+    log(f"workflows chain by hand: {steps / seconds:,.0f} steps/s, in order: {ok}")
+    return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds, "in_order": ok, "ok": ok}
+
+
+def on_worker(
+    server: Server, ctx: Context, label: str, concurrency: int, body: Callable[[Any], list[dict[str, Any]]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Flush, start one worker, warm it up, run ``body(queue)``; the worker's settings and the runs."""
+    server.r.flushall()
+    system = FlowQueue("setqueue", server.url, concurrency=concurrency, claim_batch=CLAIM)
+    workers = Workers(system.commands(1), ctx.logs(NAME), label)
+    queue = open_queue(server)
+    try:
+        queue.enqueue(["warm:0"])
+        if not counted(server, 1, workers, 60):
+            raise SystemExit(f"workflows {label}: the worker never ran the warm-up job")
+        return system.describe(), body(queue)
+    finally:
+        queue.close()
+        workers.stop()
+        system.close()
+
+
+def fan_ins(server: Server, a: argparse.Namespace, ctx: Context) -> tuple[str, list[dict[str, Any]]]:
+    sizes = [tuple(int(x) for x in part.split("x")) for part in a.flow_fan_in.split(",") if part]
+
+    def body(queue: Any) -> list[dict[str, Any]]:
+        runs = []
+        for members, count in sizes:
+            for n in range(count):
+                runs.append(fan_in_run(server, queue, f"{members}-{n}", members, a))
+                r = runs[-1]
+                log(f"workflows fan-in of {members:,}: run {n}, delay {r['delay_ms']} ms, {r['ran']} ran")
+        return runs
+
+    return on_worker(server, ctx, "fan-in", 4, body)
+
+
+def chains(server: Server, a: argparse.Namespace, ctx: Context) -> tuple[str, list[dict[str, Any]]]:
+    def body(queue: Any) -> list[dict[str, Any]]:
+        runs = []
+        for n in range(a.flow_chain_trials):
+            runs.append(chain_run(server, queue, str(n), a.flow_chain, a))
+            log(f"workflows chain {n}: {runs[-1]['steps_per_s']} steps/s, in order: {runs[-1]['in_order']}")
+        return runs
+
+    return on_worker(server, ctx, "chain", 1, body)
+
+
+# 4. Big fan-ins: how long Redis is blocked ----------------------------------------------------------------
+
+
+def script_names() -> dict[str, str]:
+    """SHA1 -> the file name of each of the library's Lua scripts, as EVALSHA names them."""
+    from setqueue import scripts  # noqa: PLC0415
+
+    lua = Path(scripts.__file__).parent / "lua"
+    return {hashlib.sha1(scripts.load(f.stem).encode()).hexdigest(): f.name for f in lua.glob("*.lua")}
+
+
+def command_name(command: Any, names: dict[str, str]) -> str:
+    words = (command.decode(errors="replace") if isinstance(command, bytes) else str(command)).split()
+    if len(words) > 1 and words[0].upper() == "EVALSHA":
+        return f"EVALSHA {names.get(words[1].lower(), words[1][:12])}"
+    return " ".join(words[:2])
+
+
+def slowlog_since_reset(server: Server) -> dict[str, Any]:
+    """What ran since the last SLOWLOG RESET (threshold 0: every command, and those a script runs too,
+    each logged within its script's entry): the scripts called and their time, the longest command."""
+    names = script_names()
+    entries = [(command_name(e["command"], names), e["duration"]) for e in server.r.slowlog_get(-1)]
+    entries = [(what, us) for what, us in entries if what.split()[0].upper() != "SLOWLOG"]
+    scripts = [us for what, us in entries if what.startswith("EVALSHA")]
+    longest = max(entries, key=lambda e: e[1], default=None)
+    return {
+        "scripts": len(scripts),
+        "scripts_ms": sum(scripts) / 1000,
+        "longest_ms": longest[1] / 1000 if longest else None,
+        "longest_command": longest[0] if longest else "-",
+    }
+
+
+def watched(server: Server, action: Callable[[], Any]) -> dict[str, Any]:
+    server.r.slowlog_reset()
+    started = time.perf_counter()
+    action()
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, **slowlog_since_reset(server)}
+
+
+def big(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    server.r.config_set("slowlog-max-len", 1_000_000)
+    server.r.config_set("slowlog-log-slower-than", 0)
+    try:
+        for n in (int(x) for x in a.flow_big.split(",") if x):
+            server.r.flushall()
+            queue = open_queue(server)
+            try:
+                ids = [f"d-{i:07d}" for i in range(n)]
+                enqueue_in_calls(queue, ids)
+                row = watched(server, lambda q=queue, ids=ids: q.enqueue(["callback"], depends_on=ids))
+                waiting = int(queue.stats()["waiting"])
+                rows.append({"what": "enqueue", "n": n, **row, "ok": waiting == 1})
+                log(f"workflows enqueue of a callback with {n:,} dependencies: {rows[-1]}")
+
+                server.r.flushall()
+                queue.close()
+                queue = open_queue(server)
+                queue.enqueue(["root"])
+                enqueue_in_calls(queue, ids, depends_on=["root"])
+                [lease] = queue.claim(1)
+                row = watched(server, lambda q=queue, lease=lease: q.ack_many([lease]))
+                todos = int(queue.stats()["todos"])
+                rows.append({"what": "release", "n": n, **row, "released": todos, "ok": todos == n})
+                log(f"workflows release of {n:,} dependents: {rows[-1]}")
+            finally:
+                queue.close()
+    finally:
+        server.r.config_set("slowlog-log-slower-than", 10_000)
+        server.r.slowlog_reset()
+    return rows
+
+
+def instr_counts(ctx: Context) -> dict[str, float] | None:
+    """Ack instructions per job, plain and dependents, from the instr matrix of the same run if it ran first
+    (``--matrix instr,workflows --instr-variants plain,dependents``)."""
+    path = Path(ctx.out) / "instr.json"
+    if not path.exists():
+        return None
+    runs = json.loads(path.read_text()).get("runs", [])
+    found = {
+        r["variant"]: r["per_job"]["ack"]["instructions"]
+        for r in runs
+        if r.get("tree") == "setqueue" and "per_job" in r
+    }
+    return found if {"plain", "dependents"} <= set(found) else None
+
+
+def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    server = Server()
+    try:
+        ack_runs = acks(server, a)
+        fan_in_worker, fan_in_runs = fan_ins(server, a, ctx)
+        chain_worker, chain_runs = chains(server, a, ctx)
+        by_hand = chain_by_hand(server, a.flow_chain)
+        big_rows = big(server, a)
+    finally:
+        server.close()
+    ok = all(r["ok"] for r in [*ack_runs, *fan_in_runs, *chain_runs, by_hand, *big_rows])
+    return {
+        "redis_version": server.version,
+        "acks": ack_runs,
+        "fan_in_worker": fan_in_worker,
+        "fan_ins": fan_in_runs,
+        "chain_worker": chain_worker,
+        "chains": chain_runs,
+        "chain_by_hand": by_hand,
+        "big": big_rows,
+        "instr": instr_counts(ctx),
+        "ok": ok,
+    }
+
+
+# The summary ------------------------------------------------------------------------------------------
+
+
+def ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def summary(data: dict[str, Any]) -> str:
+    args = data["args"]
+    about = [
+        f"one redis-server; {args['flow_ack_jobs']:,} no-op jobs acked by hand per variant and trial "
+        f"({args['flow_ack_trials']} trials each, the variants taking turns), claims of {CLAIM} acked with one "
+        "`ack_many` each; Redis CPU: INFO cpu used_cpu_sys + used_cpu_user, read just before the first ack and "
+        "just after the last",
+        f"fan-in and chain on a real worker: {data['fan_in_worker']}; the chain's worker the same at CONCURRENCY=1",
+        "the machine is shared with other work (the load above): the timed figures are noisy; the counted "
+        "instructions are not",
+    ]
+    L = header(data, TITLE, about)
+
+    L += ["## Redis CPU per ack", ""]
+    per: dict[str, list[float]] = {
+        v: [r["redis_cpu_us_per_job"] for r in data["acks"] if r["variant"] == v] for v in VARIANTS
+    }
+    med = {v: statistics.median(xs) if xs else None for v, xs in per.items()}
+    plain = med["plain"]
+    rows = []
+    for v in VARIANTS:
+        m = med[v]
+        ratio = f"{m / plain:.1f}x" if m is not None and plain else "-"
+        spread = f"{min(per[v]):.1f} to {max(per[v]):.1f}" if per[v] else "-"
+        rows.append([v, ms(m), spread, ratio])
+    L += table(["each job's ack releases", "µs per job (median)", "trials' range", "vs plain"], rows)
+    for v in VARIANTS[1:]:
+        m = med[v]
+        if m is not None and plain:
+            L.append(
+                f"- {v}: {m / plain:.1f}x a plain ack; target within {ACK_TARGET}x: {verdict(m <= ACK_TARGET * plain)}"
+            )
+    counts = data.get("instr")
+    if counts:
+        ratio = counts["dependents"] / counts["plain"]
+        L.append(
+            f"- counted (the instr matrix of this run, valgrind): ack instructions per job {counts['plain']:,.0f} "
+            f"plain, {counts['dependents']:,.0f} releasing one dependent in the same queue ({ratio:.1f}x)"
+        )
+    L.append("")
+
+    L += ["## Fan-in: the callback's start after the last member", ""]
+    rows = []
+    for members in sorted({r["members"] for r in data["fan_ins"]}):
+        rs = [r for r in data["fan_ins"] if r["members"] == members]
+        ended = sorted(r["delay_ms"] for r in rs if r["delay_ms"] is not None)
+        acked = sorted(r["after_ack_ms"] for r in rs if r.get("after_ack_ms") is not None)
+        e, k = percentiles(ended) if ended else {}, percentiles(acked) if acked else {}
+        enq = statistics.median(r["enqueue_s"] for r in rs) * 1000
+        good = bool(acked) and k["p99_ms"] <= FAN_IN_TARGET_MS
+        rows.append(
+            [
+                f"{members:,}",
+                f"{len(ended)}/{len(rs)}",
+                ms(k.get("p50_ms")),
+                ms(k.get("p99_ms")),
+                verdict(good),
+                ms(e.get("p50_ms")),
+                ms(e.get("p99_ms")),
+                ms(max(ended, default=None)),
+                f"{enq:,.0f}",
+            ]
+        )
+    cols = ["members", "runs", "after the ack: p50 ms", "p99 ms", f"p99 within {FAN_IN_TARGET_MS:.0f} ms"]
+    L += table([*cols, "after the handler's end: p50 ms", "p99 ms", "max ms", "enqueue of the callback, ms"], rows)
+    L += [
+        "After the ack: from the last member's ack (its `done_at`, the server's clock in ms, the same machine's) "
+        "to the callback's handler starting: the release, the wake and the claim. After the handler's end: "
+        "from the last member's handler returning, which adds the worker's ack window (a worker acks what "
+        "ended together, once the oldest has waited `ACK_DELAY_SECONDS`, 50 ms, checked every 50 ms). With "
+        "few runs, p99 is near the maximum.",
+        "",
+    ]
+
+    L += ["## Chain on one worker", ""]
+    rates = [r["steps_per_s"] for r in data["chains"] if r["steps_per_s"]]
+    if rates:
+        L.append(
+            f"- {args['flow_chain']:,} steps, each depending on the one before, {len(rates)} chains: "
+            f"{statistics.median(rates):,.0f} steps/s (median; {min(rates):,.0f} to {max(rates):,.0f}), "
+            f"first step's start to the last's; every chain in order: "
+            f"{'yes' if all(r['in_order'] for r in data['chains']) else '**no**'}"
+        )
+    hand = data["chain_by_hand"]
+    L += [
+        f"- the same chain claimed and acked one step at a time by one process, no worker: "
+        f"{hand['steps_per_s']:,.0f} steps/s (in order: {'yes' if hand['in_order'] else '**no**'})",
+        "- a worker acks a step only when its ack window closes (up to about 100 ms: `ACK_DELAY_SECONDS` 50 ms, "
+        "checked every 50 ms), and only then is the next step released: that window, not Redis, sets a "
+        "chain's pace on a worker",
+        "",
+    ]
+
+    L += ["## Big fan-ins: how long Redis is blocked", ""]
+    rows = []
+    for r in data["big"]:
+        what = (
+            f"enqueue of a callback with {r['n']:,} dependencies"
+            if r["what"] == "enqueue"
+            else f"ack of a job with {r['n']:,} dependents (all released when it returns)"
+        )
+        rows.append(
+            [
+                what,
+                f"{r['seconds'] * 1000:,.0f}",
+                f"{r['scripts']:,}",
+                ms(r["scripts_ms"]),
+                ms(r["longest_ms"]),
+                f"`{r['longest_command']}`",
+            ]
+        )
+    cols = ["what", "wall ms", "script calls", "their time in Redis, ms", "longest single command, ms", "which"]
+    L += table(cols, rows)
+    L += [
+        "The longest single command bounds how long Redis was blocked, each script call being one "
+        f"command; a page of a release or registration holds at most {LINKS_PER_CALL} links "
+        "(`setqueue.keys.LINKS_PER_CALL`). SLOWLOG at threshold 0 logs every command (a script's own "
+        "commands inside its entry's time): durations are the server's, without the round trips.",
+        "",
+    ]
+    return "\n".join(L) + "\n"
