@@ -12,6 +12,7 @@ import datetime
 import json
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from setqueue.runtime.audit import AuditReport
+from setqueue.runtime.audit import CHAIN_STEPS, FAN_IN_MEMBERS, AuditReport
 from tests.compose.observability import REPO
 from tests.compose.stack import Stack, WaitTimeout, running_stack
 from tests.network_chaos import network_section
@@ -53,6 +54,12 @@ shutdown grace.
 Every `AUDIT_INTERVAL` the cleaner checks every created id, 500 at a time in one `MULTI`: in exactly
 one state, and no more successful runs than 1 + its lost leases; its findings are the
 `setqueue_audit_*` gauges and the dashboard's *Nothing lost* row.
+Meanwhile the run makes a batch of workflows every few seconds, in the cleaner's container
+(`python -m setqueue.runtime.audit --workflows`): chains of 3 jobs (each step waiting for the one
+before) and fan-ins of 20 members and a callback ("run" mode), recorded like the creator's ids. The
+final audit counts a dependent released when it ran (or is in line); it expects one whose
+dependencies all ended (a chain step's done), and counts it released twice when it succeeded more
+often than once per lost lease plus one, or ran after a step before it failed; a callback the same.
 `python -m setqueue.runtime.audit` takes one audit. Before each Redis SIGKILL the run writes a probe
 and checks after the restart that it survived: with `appendfsync everysec`, a lost write would show
 as a **lost** id (an enqueue) or an **unexplained duplicate** (a claim).
@@ -73,10 +80,17 @@ class Plan:
     lease_seconds: float = 3.0
     queue_name: str = "chaos"
     id_prefix: str = "chaos"
+    chains: int = 2  # workflows a batch: chains of CHAIN_STEPS jobs
+    fan_ins: int = 1  # ... and fan-ins of FAN_IN_MEMBERS members and a callback
+    workflow_seconds: float = 3.0  # between two batches
 
     @property
     def jobs(self) -> int:
         return round(self.create_rate * self.minutes * 60)
+
+    @property
+    def ids_per_batch(self) -> int:
+        return self.chains * CHAIN_STEPS + self.fan_ins * (FAN_IN_MEMBERS + 1)
 
     def settings(self) -> dict[str, str]:
         return {
@@ -125,6 +139,12 @@ class Verdict:
     cleaner_worst: dict[str, float]
     postponed_aof_writes: int
     timeline: list[str]
+    workflow_batches: int = 0
+
+    @property
+    def expected_ids(self) -> int:
+        """The creator's ids and those of the workflow batches made."""
+        return self.plan.jobs + self.workflow_batches * self.plan.ids_per_batch
 
     @property
     def writes_lost_by_redis(self) -> list[RedisKill]:
@@ -133,7 +153,8 @@ class Verdict:
     @property
     def lost_in_redis_windows(self) -> list[str]:
         rate, kills = self.plan.create_rate, self.writes_lost_by_redis
-        return [i for i in self.final.lost_ids if any(k.covers(int(i.rpartition("-")[2]), rate) for k in kills)]
+        created = [i for i in self.final.lost_ids if i.startswith(f"{self.plan.id_prefix}-")]
+        return [i for i in created if any(k.covers(int(i.rpartition("-")[2]), rate) for k in kills)]
 
     @property
     def problems(self) -> list[str]:
@@ -148,8 +169,14 @@ class Verdict:
             )
             if count
         ]
-        if f.created != self.plan.jobs:
-            found.append(f"the audit knows {f.created} of the {self.plan.jobs} ids the creator was to make")
+        if f.created != self.expected_ids:
+            found.append(f"the audit knows {f.created} of the {self.expected_ids} ids the creator and workflows made")
+        if not f.workflows_ok:
+            found.append(
+                f"workflows: dependents released {f.dependents_expected} expected / {f.dependents_released} / "
+                f"{f.dependents_released_twice} twice, callbacks {f.callbacks_expected} expected / {f.callbacks_ran} "
+                f"ran / {f.callbacks_ran_twice} twice ({', '.join(f.workflow_ids[:10])})"
+            )
         if not self.drained:
             found.append("the queue did not drain")
         return found
@@ -167,7 +194,10 @@ class Verdict:
             f"and the cleaner: the creator making {p.create_rate:g} jobs/s ({p.jobs:,} in all, in "
             f"{s['CREATE_GROUPS']} job groups taking turns), {s['WORK_SECONDS']} s per job, "
             f"FAIL_RATE {s['FAIL_RATE']}, MAX_ATTEMPTS {s['MAX_ATTEMPTS']}, LEASE_SECONDS {p.lease_seconds:g}; "
-            f"a fault every {p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}.",
+            f"a fault every {p.gap_seconds[0]:g} to {p.gap_seconds[1]:g} s; seed {p.seed}. "
+            f"Meanwhile {self.workflow_batches} batches of workflows, one every {p.workflow_seconds:g} s: "
+            f"{self.workflow_batches * p.chains} chains of {CHAIN_STEPS} jobs and {self.workflow_batches * p.fan_ins} "
+            f"fan-ins of {FAN_IN_MEMBERS} members and a callback ({self.workflow_batches * p.ids_per_batch:,} jobs).",
             "",
             "| fault | injected |",
             "|---|---:|",
@@ -179,16 +209,23 @@ class Verdict:
             "",
             "| verdict (final audit, after the drain) | jobs |",
             "|---|---:|",
-            f"| created | {f.created:,} |",
+            f"| created (creator and workflows) | {f.created:,} |",
             f"| done | {f.states['done']:,} |",
             f"| failed (dead-lettered: attempts used up) | {f.states['failed']:,} |",
-            f"| still in todos / in_progress / scheduled | "
-            f"{f.states['todos']} / {f.states['in_progress']} / {f.states['scheduled']} |",
+            f"| still in todos / in_progress / scheduled / waiting | "
+            f"{f.states['todos']} / {f.states['in_progress']} / {f.states['scheduled']} / {f.states['waiting']} |",
             f"| **lost** | **{f.lost}** |",
             f"| **in two states** | **{f.in_two_states}** |",
             f"| ran successfully more than once (duplicates) | {f.duplicates} |",
             f"| **duplicates not explained by a lost lease** | **{f.unexplained_duplicates}** |",
             f"| **lost leases missing from the jobs' histories** | **{f.unrecorded_reclaims}** |",
+            "",
+            "| workflows (final audit) | expected | done | twice |",
+            "|---|---:|---:|---:|",
+            f"| **dependents released** (expected / released / released twice) | {f.dependents_expected} | "
+            f"{f.dependents_released} | **{f.dependents_released_twice}** |",
+            f"| **callbacks run** (expected / ran / ran twice without a lost lease) | {f.callbacks_expected} | "
+            f"{f.callbacks_ran} | **{f.callbacks_ran_twice}** |",
             "",
             f"Runs: {f.successful_runs:,} successful, {f.failed_runs:,} failed (FAIL_RATE); "
             f"{f.lease_losses} lost leases recorded (by the cleaner's sweeps), and {f.history_reclaims} in the "
@@ -206,7 +243,8 @@ class Verdict:
                 else ""
             ),
             "",
-            "**PASS**: nothing lost, nothing in two states, every duplicate explained."
+            "**PASS**: nothing lost, nothing in two states, every duplicate explained, every dependent "
+            "released and every callback run once."
             if self.passed
             else "**FAIL**: " + "; ".join(self.problems) + ".",
             "",
@@ -235,6 +273,7 @@ class Verdict:
             "problems": self.problems,
             "passed": self.passed,
             "timeline": self.timeline,
+            "workflow_batches": self.workflow_batches,
         }
 
 
@@ -252,6 +291,9 @@ class Chaos:
         self.timeline: list[str] = []
         self.cleaner_samples = 0
         self.cleaner_worst: dict[str, float] = {}
+        self.workflow_batches = 0  # batches made (the next one's number)
+        self.stop_workflows = threading.Event()
+        self.workflow_thread = threading.Thread(target=self.make_workflows, name="workflows", daemon=True)
 
     def note(self, line: str) -> None:
         line = f"{time.monotonic() - self.started:6.1f}s  {line}"
@@ -274,6 +316,36 @@ class Chaos:
             self.faults[kind] += 1
             self.read_cleaner_audit()
 
+    def make_workflow_batch(self) -> bool:
+        """The next batch of workflows, in the cleaner's container; False if it could not (the cleaner or
+        Redis down): the same batch is made again, its ids left alone where they are."""
+        p = self.plan
+        command = ["python", "-m", "setqueue.runtime.audit", "--workflows"]
+        try:
+            self.stack.docker.compose.execute(
+                "cleaner", [*command, str(self.workflow_batches), str(p.chains), str(p.fan_ins)], tty=False
+            )
+        except DockerException:
+            return False
+        self.workflow_batches += 1
+        return True
+
+    def make_workflows(self) -> None:
+        """A batch every ``workflow_seconds`` until told to stop."""
+        while not self.stop_workflows.wait(self.plan.workflow_seconds):
+            self.make_workflow_batch()
+
+    def finish_workflows(self, timeout: float = 180) -> None:
+        """Stop making workflows; a batch left half made is finished (after ``restore``)."""
+        self.stop_workflows.set()
+        self.workflow_thread.join()
+        end = time.monotonic() + timeout
+        while not self.make_workflow_batch():  # one more whole batch: one left half made is the same
+            if time.monotonic() > end:
+                raise WaitTimeout(f"the last batch of workflows could not be made within {timeout:.0f}s")
+            time.sleep(1)
+        self.note(f"workflows: {self.workflow_batches} batches made")
+
     def restore(self) -> None:
         self.stack.docker.compose.start(services=["redis", "cleaner"])
         self.wait_for_redis()
@@ -289,7 +361,8 @@ class Chaos:
 
         def drained(now: tuple[bool, dict[str, int]]) -> bool:
             creating, counts = now
-            return not creating and counts["todos"] == counts["in_progress"] == counts["scheduled"] == 0
+            busy = ("todos", "in_progress", "scheduled", "waiting")
+            return not creating and all(counts[state] == 0 for state in busy)
 
         try:
             _, counts = self.stack.wait(state, drained, "the queue to drain", timeout=timeout)
@@ -310,7 +383,9 @@ class Chaos:
         self.note(
             f"final audit: {report.created} created, {report.states}, lost {report.lost}, "
             f"in two states {report.in_two_states}, duplicates {report.duplicates} "
-            f"({report.unexplained_duplicates} unexplained)"
+            f"({report.unexplained_duplicates} unexplained); dependents released {report.dependents_expected} "
+            f"expected / {report.dependents_released} / {report.dependents_released_twice} twice, callbacks run "
+            f"{report.callbacks_expected} / {report.callbacks_ran} / {report.callbacks_ran_twice} twice"
         )
         return report
 
@@ -318,7 +393,7 @@ class Chaos:
         postponed = (self.stack.docker.compose.logs(services=["redis"]) or "").count(POSTPONED_AOF_WRITE)
         return Verdict(
             self.plan, started, self.faults, self.workers_killed, self.redis_kills, drained, final,
-            self.cleaner_samples, self.cleaner_worst, postponed, self.timeline,
+            self.cleaner_samples, self.cleaner_worst, postponed, self.timeline, self.workflow_batches,
         )  # fmt: skip
 
     # -- the faults
@@ -442,8 +517,10 @@ def run(plan: Plan, docker: DockerClient | None = None, say: Callable[[str], Non
     ) as stack:
         chaos = Chaos(stack, plan, say)
         chaos.scale(plan.workers)
+        chaos.workflow_thread.start()
         chaos.inject_for(plan.minutes * 60)
         chaos.restore()
+        chaos.finish_workflows()
         drained = chaos.drain(timeout=max(300.0, plan.minutes * 60))
         chaos.wait_for_cleaner_audit(since=time.time())  # a last audit round; nothing runs any more
         return chaos.verdict(started, drained, chaos.final_audit())

@@ -1,4 +1,5 @@
-"""A 75-second chaos run (tests/compose/chaos.py) with every kind of fault: its audit must pass."""
+"""A 75-second chaos run (tests/compose/chaos.py) with every kind of fault, chains and fan-ins made
+beside them: its audit must pass."""
 
 from __future__ import annotations
 
@@ -21,11 +22,15 @@ def test_a_short_chaos_run_loses_nothing(docker: DockerClient) -> None:
     assert set(verdict.faults) == set(FAULTS), "every kind of fault, at least once"
     final = verdict.final
     assert verdict.drained
-    assert final.created == plan.jobs
+    assert verdict.workflow_batches > 0, "chains and fan-ins ran beside the faults"
+    assert final.created == verdict.expected_ids
     assert final.lost == 0, final.lost_ids
     assert final.in_two_states == 0, final.two_state_ids
     assert final.unexplained_duplicates == 0, final.unexplained_ids
-    assert final.states["done"] + final.states["failed"] == plan.jobs
+    assert final.states["done"] + final.states["failed"] == verdict.expected_ids
+    assert final.dependents_released == final.dependents_expected > 0, final.workflow_ids
+    assert final.callbacks_ran == final.callbacks_expected > 0, final.workflow_ids
+    assert final.dependents_released_twice == final.callbacks_ran_twice == 0
     assert final.successful_runs >= final.states["done"]
     assert verdict.cleaner_samples > 0, "the cleaner's continuous audit was never seen"
     assert verdict.passed, verdict.problems

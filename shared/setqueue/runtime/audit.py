@@ -11,6 +11,12 @@ What the services record under ``setqueue:{Q}:audit:…`` (docs/reference.md, "K
 - **lost leases**: ids the cleaner's sweep put back after their lease expired, and those a worker
   hands back still running after its shutdown grace: a run may have gone on after each, so each
   explains one more successful run.
+- **workflows** (chaos runs, ``python -m setqueue.runtime.audit --workflows BATCH CHAINS FAN_INS``): chains
+  of CHAIN_STEPS jobs (prefix ``wfchain…``, each step waiting for the one before, "fail" mode) and
+  fan-ins of FAN_IN_MEMBERS jobs and a callback (prefix ``wffanin…``, the callback last, "run" mode),
+  recorded under ``audit:created`` like the creator's, so the checks above cover their ids too. The
+  audit adds: dependents released (expected: those whose dependencies all ended, done for a chain
+  step) and released twice; callbacks run and run twice without a lost lease.
 
 :class:`Auditor` reads those and the states in chunks, each in one MULTI so that an id is judged at
 one instant (every transition is one script).
@@ -18,6 +24,7 @@ one instant (every transition is one script).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -38,6 +45,11 @@ from setqueue.scripts import text
 from setqueue.steps import Snapshot
 
 RUN_RECORD_TTL_MS = 120_000  # long enough to outlive redis-py's resends of one record
+CHAIN_STEPS = 3
+FAN_IN_MEMBERS = 20
+CHAIN_PREFIX = "wfchain"  # ids <prefix><batch>x<n>-1 … -CHAIN_STEPS
+FAN_IN_PREFIX = "wffanin"  # ids <prefix><batch>x<n>-1 … -FAN_IN_MEMBERS, then the callback
+ENDED = ("done", "failed", "cancelled")
 SAMPLE = 100  # ids of each finding kept in a report
 
 # Raises a creator's count to ARGV[2], never lowers it.
@@ -101,10 +113,30 @@ class AuditReport:
     unrecorded_ids: tuple[str, ...]
     finished_at: float  # Unix time
     seconds: float  # how long the audit took
+    # Workflows (chains and fan-ins; 0 without any). A dependent is released when it left waiting for
+    # the line: it ran, or is in todos, in_progress or scheduled. Expected: all its dependencies ended
+    # (all done, for a chain step). Twice: it succeeded more often than 1 + its lost leases (a second
+    # release would run it again), or it ran although a chain step before it did not end done.
+    dependents_expected: int = 0
+    dependents_released: int = 0
+    dependents_released_twice: int = 0
+    callbacks_expected: int = 0  # fan-ins whose members all ended
+    callbacks_ran: int = 0  # ... whose callback ran (at least one claim recorded)
+    callbacks_ran_twice: int = 0  # ... that succeeded more often than 1 + its lost leases
+    workflow_ids: tuple[str, ...] = ()  # up to SAMPLE dependents where the counts part
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.in_two_states or self.unexplained_duplicates or self.unrecorded_reclaims)
+
+    @property
+    def workflows_ok(self) -> bool:
+        """Every dependent released when expected and once, every callback run once (after a drain)."""
+        return (
+            self.dependents_expected == self.dependents_released
+            and self.callbacks_expected == self.callbacks_ran
+            and not (self.dependents_released_twice or self.callbacks_ran_twice or self.workflow_ids)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -140,6 +172,23 @@ class _Tally:
     duplicates: int = 0
     lease_losses: int = 0
     history_reclaims: int = 0
+    flows: dict[str, _Flow] = field(default_factory=dict)  # workflow ids -> what the audit read of them
+
+
+@dataclass(frozen=True)
+class _Flow:
+    state: str | None  # None: in no state, or in two
+    successes: int
+    runs: int  # successful and failed
+    lost_leases: int  # the more of those recorded and those in its history
+
+    @property
+    def released(self) -> bool:
+        return self.runs > 0 or self.state in ("todos", "in_progress", "scheduled")
+
+    @property
+    def twice(self) -> bool:
+        return self.successes > 1 + self.lost_leases
 
 
 RECLAIMS = ("lease lost", "handed back")  # history lines: a run may have gone on
@@ -267,6 +316,52 @@ class AuditPass:
                 t.duplicates += 1
                 if succeeded > 1 + max(lost_leases, reclaimed):
                     t.unexplained.add(job_id)
+            if job_id.startswith((CHAIN_PREFIX, FAN_IN_PREFIX)):
+                runs = succeeded + int(failures[i] or 0)
+                state = where[0] if len(where) == 1 else None
+                t.flows[job_id] = _Flow(state, succeeded, runs, max(lost_leases, reclaimed))
+
+    def _workflows(self) -> dict[str, Any]:
+        """The workflow rows of the report, from the flows read (a workflow some of whose ids were not
+        read yet counts once they are)."""
+        rows: dict[str, Any] = dict.fromkeys(
+            (
+                "dependents_expected",
+                "dependents_released",
+                "dependents_released_twice",
+                "callbacks_expected",
+                "callbacks_ran",
+                "callbacks_ran_twice",
+            ),
+            0,
+        )
+        parted = _Finding()
+        flows = self._tally.flows
+        for prefix, count in self.counts:
+            ids = [f"{prefix}-{n}" for n in range(1, count + 1)]
+            if not prefix.startswith((CHAIN_PREFIX, FAN_IN_PREFIX)) or any(i not in flows for i in ids):
+                continue
+            if prefix.startswith(CHAIN_PREFIX):  # each step after the one before, "fail" mode
+                pairs = [([before], step) for before, step in itertools.pairwise(ids)]
+            else:  # the callback after every member, "run" mode
+                pairs = [(ids[:-1], ids[-1])]
+            for dependencies, dependent in pairs:
+                flow = flows[dependent]
+                if prefix.startswith(CHAIN_PREFIX):
+                    expected = all(flows[d].state == "done" for d in dependencies)
+                else:
+                    expected = all(flows[d].state in ENDED for d in dependencies)
+                rows["dependents_expected"] += expected
+                rows["dependents_released"] += flow.released
+                rows["dependents_released_twice"] += flow.twice or (flow.runs > 0 and not expected)
+                if expected != flow.released:
+                    parted.add(dependent)
+                if prefix.startswith(FAN_IN_PREFIX):
+                    rows["callbacks_expected"] += expected
+                    rows["callbacks_ran"] += flow.runs > 0
+                    rows["callbacks_ran_twice"] += flow.twice
+        rows["workflow_ids"] = tuple(parted.ids)
+        return rows
 
     def report(self) -> AuditReport:
         t = self._tally
@@ -289,11 +384,46 @@ class AuditPass:
             unrecorded_ids=tuple(t.unrecorded.ids),
             finished_at=time.time(),
             seconds=time.monotonic() - self.started,
+            **self._workflows(),
         )
 
 
-def main() -> int:
-    """``python -m setqueue.runtime.audit``: audit once, print the report as JSON; exit 1 on a problem."""
+def make_workflows(queue: Queue, recorder: AuditRecorder, batch: int, chains: int, fan_ins: int) -> int:
+    """Batch ``batch`` of a chaos run's workflows: ``chains`` chains and ``fan_ins`` fan-ins (module
+    docstring), each recorded as created once all of it is enqueued. Safe to repeat after an error: an
+    id already there is left alone, and a dependency already ended counts at once. Returns how many ids
+    the batch has."""
+    made = 0
+    for n in range(chains):
+        prefix = f"{CHAIN_PREFIX}{batch}x{n}"
+        ids = [f"{prefix}-{step}" for step in range(1, CHAIN_STEPS + 1)]
+        queue.enqueue(ids[:1])
+        for before, step in itertools.pairwise(ids):
+            queue.enqueue([step], depends_on=[before])
+        recorder.created(prefix, len(ids))
+        made += len(ids)
+    for n in range(fan_ins):
+        prefix = f"{FAN_IN_PREFIX}{batch}x{n}"
+        members = [f"{prefix}-{m}" for m in range(1, FAN_IN_MEMBERS + 1)]
+        callback = f"{prefix}-{FAN_IN_MEMBERS + 1}"
+        queue.enqueue(members)
+        queue.enqueue([callback], depends_on=members, if_dependency_fails="run")
+        recorder.created(prefix, FAN_IN_MEMBERS + 1)
+        made += FAN_IN_MEMBERS + 1
+    return made
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    """``python -m setqueue.runtime.audit``: audit once, print the report as JSON; exit 1 on a problem.
+    ``... --workflows BATCH CHAINS FAN_INS``: make that batch of workflows (``make_workflows``), print
+    how many ids it has. Exit 2 for a bad setting or argument."""
+    usage = "usage: python -m setqueue.runtime.audit [--workflows BATCH CHAINS FAN_INS]"
+    workflows: list[int] | None = None
+    if argv:
+        if argv[0] != "--workflows" or len(argv) != 4 or not all(a.isdigit() for a in argv[1:]):
+            print(f"setqueue.runtime.audit: {usage}", file=sys.stderr)
+            return 2
+        workflows = [int(a) for a in argv[1:]]
     try:
         settings = CommonSettings.from_env()
     except SettingError as exc:
@@ -302,6 +432,10 @@ def main() -> int:
     options = settings.queue_options()
     queue = Queue(connect(settings.redis_url, **settings.tls_options()), options.pop("name"), **options)
     try:
+        if workflows is not None:
+            batch, chains, fan_ins = workflows
+            print(make_workflows(queue, AuditRecorder(queue.redis, queue.keys), batch, chains, fan_ins))
+            return 0
         report = Auditor(queue.redis, queue.keys, retention=settings.trims_done).audit()
     finally:
         queue.close()
@@ -310,4 +444,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
