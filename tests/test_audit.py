@@ -13,7 +13,7 @@ from cleaner.service import CleanerService
 from creator.service import CreatorService
 from setqueue import Lease, Queue, Shard
 from setqueue.runtime import demo
-from setqueue.runtime.audit import Auditor, AuditRecorder, AuditReport
+from setqueue.runtime.audit import Auditor, AuditRecorder, AuditReport, make_workflows
 from setqueue.runtime.settings import CleanerSettings, CreatorSettings, WorkerSettings
 from tests.support.procs import base_env
 from tests.support.waits import wait_until_leases_expire
@@ -211,6 +211,36 @@ def test_a_report_comes_back_from_json(queue: Queue, recorder: AuditRecorder) ->
     queue.delete("a-1")
     report = auditor(queue).audit()
     assert AuditReport.from_dict(report.as_dict()) == report
+
+
+def test_workflows_count_each_release_and_callback_run_once(
+    queue: Queue, recorder: AuditRecorder, client: redis.Redis
+) -> None:
+    """A batch of one chain (3 steps) and one fan-in (20 members and a callback), made twice (a retry
+    leaves it alone). The audit expects a dependent released once its dependencies ended (a chain
+    step's: done), and counts a release, or a run of the callback, beyond what lost leases explain."""
+    assert make_workflows(queue, recorder, 7, 1, 1) == make_workflows(queue, recorder, 7, 1, 1) == 3 + 21
+    report = auditor(queue).audit()
+    assert (report.created, report.states["waiting"], report.dependents_released, report.callbacks_ran) == (24, 3, 0, 0)
+    first = queue.claim(1)[0]  # the chain's first step: it fails for good, the rest of the chain with it
+    assert first.id == "wfchain7x0-1"
+    recorder.run(first, succeeded=False)
+    queue.fail(first, "boom", retry=False)
+    while run_and_ack(queue, recorder, 10):
+        pass
+    report = auditor(queue).audit()
+    assert report.states["failed"] == 3
+    assert (report.dependents_expected, report.dependents_released, report.dependents_released_twice) == (1, 1, 0)
+    assert (report.callbacks_expected, report.callbacks_ran, report.callbacks_ran_twice) == (1, 1, 0)
+    assert report.workflows_ok
+
+    client.hincrby(queue.keys.audit_successes, "wffanin7x0-21", 1)  # a second success, no lease lost
+    client.hincrby(queue.keys.audit_failures, "wfchain7x0-3", 1)  # a run after its chain failed
+    report = auditor(queue).audit()
+    assert (report.dependents_expected, report.dependents_released, report.dependents_released_twice) == (1, 2, 2)
+    assert (report.callbacks_ran, report.callbacks_ran_twice) == (1, 1)
+    assert report.workflow_ids == ("wfchain7x0-3",)
+    assert not report.workflows_ok
 
 
 # -- the services
