@@ -220,7 +220,7 @@ class Verdict:
             f"| **duplicates not explained by a lost lease** | **{f.unexplained_duplicates}** |",
             f"| **lost leases missing from the jobs' histories** | **{f.unrecorded_reclaims}** |",
             "",
-            "| workflows (final audit) | expected | done | twice |",
+            "| workflows (final audit) | expected | released, ran | twice |",
             "|---|---:|---:|---:|",
             f"| **dependents released** (expected / released / released twice) | {f.dependents_expected} | "
             f"{f.dependents_released} | **{f.dependents_released_twice}** |",
