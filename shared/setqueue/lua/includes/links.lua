@@ -236,16 +236,15 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
       local low, high = lex_range(id)
       local members = redis.call('ZRANGE', W.dependents, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
       local here = #members <= room
-      local found = {}
+      local found, link = {}, queue .. ' ' .. id
       for m = 1, #members do
-        if not here then break end
-        local its_queue, rest = split_link(string.sub(members[m], #id + 2))
+        -- "<id>\0<queue> <generation> <dependent id>": one match, no copies on the way
+        local its_queue, generation, dependent_id = string.match(members[m], '%z(%S+) (%S+) (.*)$')
         if its_queue ~= queue then
           here = false
-        else
-          local generation, dependent_id = split_link(rest)
-          found[#found + 1] = {dependent_id, generation, queue .. ' ' .. id, outcome}
+          break
         end
+        found[#found + 1] = {dependent_id, generation, link, outcome}
       end
       if here then
         room = room - #found
