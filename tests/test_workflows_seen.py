@@ -35,12 +35,13 @@ def cli(redis_url: str, queue_name: str, capsys: pytest.CaptureFixture[str]) -> 
     return run
 
 
-def key_snapshot(client: redis.Redis) -> dict[str, object]:
-    """Every key of the test server with its type and value: what "nothing written" compares."""
+def key_snapshot(client: redis.Redis, *queues: str) -> dict[str, object]:
+    """Every key of ``queues`` (and of queues whose names start with theirs) with its type and value:
+    what "nothing written" compares. Not the whole server: other tests' workers may still be leaving."""
     snapshot: dict[str, object] = {}
-    for key in sorted(client.scan_iter(count=1000)):
-        kind = client.type(key)
-        snapshot[key] = (kind, client.dump(key))
+    for queue in queues:
+        for key in sorted(client.scan_iter(match=f"setqueue:{{{queue}*", count=1000)):
+            snapshot[key] = (client.type(key), client.dump(key))
     return snapshot
 
 
@@ -87,13 +88,13 @@ def test_an_unknown_dependency_is_one_line_exit_2_and_nothing_written(
     cli: Cli, queue: Queue, client: redis.Redis, flags: list[str]
 ) -> None:
     queue.enqueue(["a"])
-    before = key_snapshot(client)
+    before = key_snapshot(client, queue.name, "elsewhere")
     for command in (["push", "x"], ["send", "t", "--id", "x"]):
         code, out, err = cli(*command, *flags)
         assert (code, out) == (2, "")
         assert err.startswith("setqueue: unknown dependency") and len(err.strip().splitlines()) == 1, err
         assert "nope" in err or "elsewhere" in err
-        assert key_snapshot(client) == before
+        assert key_snapshot(client, queue.name, "elsewhere") == before
 
 
 @pytest.mark.parametrize(
