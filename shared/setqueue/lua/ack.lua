@@ -118,21 +118,26 @@ if acked > 0 then
   for c, n in pairs(held_less) do count_down(locks[c], n) end
   redis.call('PUBLISH', ended, 'done\n' .. table.concat(owned, '\n'))
 end
-local W = {
-  linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-  arrived = arrived, arrived_count = arrived_count, waiting = waiting, deps = deps, todos = todos, seq = seq,
-  pending = pending, enqueued = enqueued, scheduled = scheduled, priorities = priorities, wake = wake,
-  failed = failed, errors = errors, finished = finished, history = history, grouped = grouped,
-  group_of = group_of,
-}
-local G = {
-  limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
-  resting = groups_resting, full = groups_full,
-}
-local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
-local told = tell_here(W, G, T, owned, 'done', queue, link_room, now)
-publish_failed(W, T)
-for j = 1, #T.releases do told[#told + 1] = T.releases[j] end
+-- Dependents, only where some job has any (one EXISTS a call otherwise).
+local told, released, failed_here = {}, 0, 0
+if acked > 0 and redis.call('EXISTS', linked) == 1 then
+  local W = {
+    linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+    arrived = arrived, arrived_count = arrived_count, waiting = waiting, deps = deps, todos = todos, seq = seq,
+    pending = pending, enqueued = enqueued, scheduled = scheduled, priorities = priorities, wake = wake,
+    failed = failed, errors = errors, finished = finished, history = history, grouped = grouped,
+    group_of = group_of,
+  }
+  local G = {
+    limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
+    resting = groups_resting, full = groups_full,
+  }
+  local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
+  told = tell_here(W, G, T, owned, 'done', queue, link_room, now)
+  publish_failed(W, T)
+  for j = 1, #T.releases do told[#told + 1] = T.releases[j] end
+  released, failed_here = T.woken, #T.failed_ids
+end
 
 if acked > 0 and most > 0 then
   local excess = redis.call('ZCARD', done_log) - most
@@ -145,6 +150,6 @@ if acked > 0 and most > 0 then
   end
 end
 
-local reply = now .. ' ' .. table.concat(flags, '') .. ' ' .. T.woken .. ' ' .. #T.failed_ids
+local reply = now .. ' ' .. table.concat(flags, '') .. ' ' .. released .. ' ' .. failed_here
 if #told > 0 then reply = reply .. '\n' .. table.concat(told, '\n') end
 return record(request, reply, record_ttl)
