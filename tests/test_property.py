@@ -541,7 +541,7 @@ def run(machine: type[RuleBasedStateMachine], examples: int, steps: int) -> None
 
 @pytest.mark.slow
 def test_random_interleavings_keep_every_id_in_exactly_one_set(redis_server: RedisServer) -> None:
-    run(make_machine(redis_server.url), examples=40, steps=30)
+    run(make_machine(redis_server.url), examples=60, steps=30)
 
 
 @pytest.mark.slow
