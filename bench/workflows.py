@@ -414,9 +414,10 @@ def why(med: dict[str, float | None], counts: dict[str, dict[str, float]] | None
         )
     text += (
         f" Across two queues ({two / plain:.1f}x) no script can touch both: ack.lua only records the release "
-        "in its own slot (releasing, release_outcomes), then the library makes three more script calls per "
-        "batch: release.lua reads the dependents there, arrive.lua tells them in their queue, release.lua "
-        "again clears the record; each call pays a script's fixed cost and reads its keys afresh."
+        "in its own slot (releasing, release_outcomes), and the library then makes three more script calls "
+        "per batch of acks: release.lua reads the dependents there, arrive.lua tells them in their queue, "
+        "release.lua again clears the record. Each link is handled in three scripts instead of one; how the "
+        "extra splits between them is not counted yet (the instr matrix has no two-queue variant)."
     )
     return [text]
 
@@ -506,9 +507,10 @@ def summary(data: dict[str, Any]) -> str:
     L += ["## Chain on one worker", ""]
     rates = [r["steps_per_s"] for r in data["chains"] if r["steps_per_s"]]
     if rates:
+        spread = f" (median; {min(rates):,.0f} to {max(rates):,.0f})" if len(rates) > 1 else ""
         L.append(
-            f"- {args['flow_chain']:,} steps, each depending on the one before, {len(rates)} chains: "
-            f"{statistics.median(rates):,.0f} steps/s (median; {min(rates):,.0f} to {max(rates):,.0f}), "
+            f"- {args['flow_chain']:,} steps, each depending on the one before, "
+            f"{len(rates)} chain{'s' if len(rates) > 1 else ''}: {statistics.median(rates):,.0f} steps/s{spread}, "
             f"first step's start to the last's; every chain in order: "
             f"{'yes' if all(r['in_order'] for r in data['chains']) else '**no**'}"
         )
@@ -542,6 +544,20 @@ def summary(data: dict[str, Any]) -> str:
         )
     cols = ["what", "wall ms", "script calls", "their time in Redis, ms", "longest single command, ms", "which"]
     L += table(cols, rows)
+    for r in data["big"]:
+        if r["what"] == "enqueue" and r["longest_ms"] is not None:
+            L.append(
+                f"- enqueue of a callback with {r['n']:,} dependencies: Redis blocked up to {r['longest_ms']:,.1f} ms "
+                f"in one `{r['longest_command']}` (the copy of the whole dependency list into `dep_lines` is one "
+                "call in proportion to the list, not paged: [the bounds](../reference.md#dependencies-what-each-step-"
+                "touches-and-the-bounds))"
+            )
+        elif r["what"] == "release" and r["longest_ms"] is not None:
+            L.append(
+                f"- release of {r['n']:,} dependents: Redis blocked up to {r['longest_ms']:,.1f} ms in one command "
+                f"(`{r['longest_command']}`, a page of at most {LINKS_PER_CALL})"
+            )
+    L.append("")
     L += [
         "The longest single command bounds how long Redis was blocked, each script call being one "
         f"command; a page of a release or registration holds at most {LINKS_PER_CALL} links "
