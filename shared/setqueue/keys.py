@@ -472,10 +472,11 @@ class QueueKeys:
         return self.prefix + "dependents"
 
     def staging(self, request_id: str) -> str:
-        """List with a TTL of a day: the dependency list of one enqueue call ("<queue> <id>" each),
-        written in pages (RPUSH) before the call so that no script takes a whole long list as arguments;
-        the enqueue copies it into ``dep_lines`` for each new job and deletes it. One an enqueuer dropped
-        expires."""
+        """List with a TTL of a day: the dependency list of one enqueue call ("<queue> <id>" each), named
+        by the call's request id (its links' generation), written in pages (RPUSH) before the call so that
+        no script takes a long list as arguments; register.lua copies it into ``dep_lines`` a page a call
+        for each new job, and the enqueuer deletes it once they registered (one an enqueuer left expires,
+        after a sweep finished its registrations)."""
         return f"{self.prefix}staging:{request_id}"
 
     # -- limits (setqueue.limits; lua/claim.lua enforces it, docs/guide.md#limits) -------------

@@ -100,8 +100,10 @@ class DependencySteps(Protocol):
     classes give it: they sit above both, so neither module imports the other)."""
 
     def links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]: ...
-    def stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]: ...
-    def register(self, core: QueueCore, job_id: str) -> Steps[None]: ...
+    def stage(self, core: QueueCore, links: Sequence[str], generation: str) -> Steps[None]: ...
+    def unstage(self, core: QueueCore, generation: str) -> Steps[None]: ...
+    def new_generation(self) -> str: ...
+    def register(self, core: QueueCore, job_id: str, generation: str | None = None) -> Steps[None]: ...
     def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]: ...
     def count(self, released: int, failed: int) -> None: ...
     def finish_links(self, core: QueueCore, limit: int) -> Steps[int]: ...
@@ -245,9 +247,12 @@ class Operations:
         for core, items in by_core.items():
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(items)):
-                staged = None
-                if links:  # the list each new job of the chunk copies
-                    staged = yield from self.links.stage(core, links, if_dependency_fails)
+                # With links, the call's request id is the generation of its links and names its staged list.
+                call_request = numbered(core_request, number)
+                if links and call_request is None:
+                    call_request = self.links.new_generation()
+                if links and call_request is not None:  # the list each new job of the chunk registers
+                    yield from self.links.stage(core, links, call_request)
                 added[core] += yield from core.commands.enqueue(
                     chunk,
                     with_payloads=with_payloads,
@@ -259,12 +264,13 @@ class Operations:
                     job_options=own,
                     group=group or "",
                     if_exists=if_exists,
-                    dependencies=staged,
-                    request_id=numbered(core_request, number),
+                    dependencies=(len(links), if_dependency_fails) if links else None,
+                    request_id=call_request,
                 )
-                if staged is not None:  # each new job registers with its dependencies now
+                if links and call_request is not None:  # each new job registers with its dependencies now
                     for job_id, _payload in chunk:
-                        yield from self.links.register(core, job_id)
+                        yield from self.links.register(core, job_id, call_request)
+                    yield from self.links.unstage(core, call_request)
         if links:
             return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.

@@ -333,15 +333,16 @@ class QueueCommands:
         job_options: str = "",
         group: str = "",
         if_exists: str = "ignore",
-        dependencies: tuple[int, str, str] | None = None,
+        dependencies: tuple[int, str] | None = None,
         request_id: str | None = None,
     ) -> Steps[int]:
         """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new);
         ``if_exists``: what a known id does (see enqueue.lua's header); ``dependencies``: (how many,
-        "fail" or "run", the staging key holding their list) when the jobs wait for some (they go to
-        waiting; ``register`` then registers them); ``request_id``: as for ack."""
+        "fail" or "run") when the jobs wait for some (they go to waiting; their list is staged in
+        ``staging(request_id)`` beforehand and ``register`` copies and registers it); ``request_id``:
+        as for ack, and the generation of the links the call makes."""
         request_id = request_id or new_request_id()
-        count, mode, staging = dependencies if dependencies is not None else ("", "", self.k.staging(request_id))
+        count, mode = dependencies if dependencies is not None else ("", "")
         args: list[Any] = [
             request_ttl_ms,
             wake_cap,
@@ -360,7 +361,7 @@ class QueueCommands:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
-        keys = self._keys("enqueue", request=self._request(request_id), staging=staging)
+        keys = self._keys("enqueue", request=self._request(request_id))
         reply = yield self._run("enqueue", keys, args)
         added: int = json.loads(reply)[0]
         return int(added)
@@ -586,12 +587,16 @@ class QueueCommands:
 
     # -- dependencies (lua/includes/links.lua)
 
-    def register(self, job_id: str, start: int | None, *, page: int, wake_cap: int) -> Steps[RegisterPage]:
-        """register.lua: register the page of waiting job ``job_id``'s dependencies from index ``start``
-        (None: finish, once the caller registered the others)."""
+    def register(
+        self, job_id: str, generation: str, start: int | None, *, page: int, wake_cap: int
+    ) -> Steps[RegisterPage]:
+        """register.lua: copy and register the page of waiting job ``job_id``'s dependencies from index
+        ``start`` of its enqueue call's staging list (``generation``: that call's request id; None
+        start: finish, once the caller registered the others)."""
         k = self.k
         args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
-        reply = json.loads((yield self._run("register", self._keys("register"), args)))
+        keys = self._keys("register", staging=k.staging(generation))
+        reply = json.loads((yield self._run("register", keys, args)))
         next_start, generation, elsewhere, releases, released, failed = reply
         return RegisterPage(
             None if next_start < 0 else int(next_start),

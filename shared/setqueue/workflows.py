@@ -38,8 +38,11 @@ R = TypeVar("R")
 # (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
 # cleaner's sweep interval it bounds the delay a crash adds to a release.
 LINK_GRACE_SECONDS = 10.0
-# The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging).
+# The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging),
+# and how long a staging list an enqueuer left behind lives: a sweep finishes its registrations well
+# within it (LINK_GRACE_SECONDS after the enqueuer died, then the cleaner's interval).
 STAGING_CHUNK = 1000
+STAGING_TTL_MS = 86_400_000
 
 
 class Host(Protocol):
@@ -133,25 +136,40 @@ class Workflows:
                         )
         return links
 
-    def stage(self, core: QueueCore, links: Sequence[str], mode: str) -> Steps[tuple[int, str, str]]:
-        """Write ``links`` to a fresh staging list of ``core`` (pages of STAGING_CHUNK, a day's TTL), for
-        enqueue.lua to copy: no script takes a long list as arguments. Returns enqueue's
-        ``dependencies``."""
-        staging = core.keys.staging(new_request_id())
+    def stage(self, core: QueueCore, links: Sequence[str], generation: str) -> Steps[None]:
+        """Write ``links`` to ``core``'s staging list of the enqueue call ``generation`` (its request id),
+        in pages of STAGING_CHUNK, with a day's TTL: register.lua copies it a page a call, so that no
+        script takes or copies a long list at once. Written afresh: a resent call stages it again."""
+        staging = core.keys.staging(generation)
+        yield Send(("DEL", staging))
         for start in range(0, len(links), STAGING_CHUNK):
             yield Send(("RPUSH", staging, *links[start : start + STAGING_CHUNK]))
-        yield Send(("PEXPIRE", staging, 86_400_000))
-        return len(links), mode, staging
+        yield Send(("PEXPIRE", staging, STAGING_TTL_MS))
 
-    def register(self, core: QueueCore, job_id: str) -> Steps[None]:
+    def new_generation(self) -> str:
+        """A fresh request id for an enqueue call with dependencies: its links' generation."""
+        return new_request_id()
+
+    def unstage(self, core: QueueCore, generation: str) -> Steps[None]:
+        """Drop the staging list of enqueue call ``generation`` once each of its jobs registered."""
+        yield Send(("DEL", core.keys.staging(generation)))
+
+    def register(self, core: QueueCore, job_id: str, generation: str | None = None) -> Steps[None]:
         """Register waiting job ``job_id`` of ``core`` with its dependencies, page by page (register.lua);
         those of other queues with depend.lua there, bringing back the ones that ended (arrive.lua). Then
-        tell the dependents of any job that failed on the way. Idempotent: a sweep redoes one left
-        unfinished."""
+        tell the dependents of any job that failed on the way. ``generation``: its enqueue call's request id
+        (None: read from its deps record). Idempotent: a sweep redoes one left unfinished."""
+        if generation is None:
+            header = yield Send(("HGET", core.keys.deps, job_id))
+            if header is None:
+                return  # it has no dependencies (any more)
+            generation = parse_deps_header(text(header))[3]
         releases: list[tuple[str, str]] = []
         start: int | None = 0
         while start is not None:
-            page = yield from core.commands.register(job_id, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+            page = yield from core.commands.register(
+                job_id, generation, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap
+            )
             self.count(page.told.released, page.told.failed)
             releases += [(core.name, released) for released in page.releases]
             if page.elsewhere:
@@ -171,7 +189,9 @@ class Workflows:
                     self.count(told.released, told.failed)
                     releases += [(core.name, released) for released in failed]
                 if page.next_start is None:  # the last page: now the entry can go
-                    yield from core.commands.register(job_id, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap)
+                    yield from core.commands.register(
+                        job_id, generation, None, page=LINKS_PER_CALL, wake_cap=core.wake_cap
+                    )
             start = page.next_start
         yield from self.release_all(releases)
 

@@ -5,8 +5,9 @@
 -- priority, due time, options, group: debounce), a running or ended one is left alone; "rerun", an
 -- ended job (done, failed, cancelled) drops its end and runs again as a new job (its history keeps
 -- the earlier run), a waiting or running one is left alone. With dependencies (dep_count not ""),
--- the new jobs wait in waiting instead, each with its dependencies (dep_lines, copied from the call's
--- staging list) and an entry in registering: register.lua then registers them with each.
+-- the new jobs wait in waiting instead, each with an entry in registering: register.lua then copies
+-- their dependencies from the call's staging list (named by its generation) into dep_lines and
+-- registers them with each, a page a call.
 -- A job waiting for dependencies is not replaced.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
@@ -14,9 +15,9 @@
 -- KEYS[18] groups_ready KEYS[19] enqueued (first enqueue time of a job due later)
 -- KEYS[20] done_log KEYS[21] finished KEYS[22] results KEYS[23] result_expiry KEYS[24] errors
 -- KEYS[25] attempts KEYS[26] progress KEYS[27] history KEYS[28] groups_resting KEYS[29] groups_full
--- KEYS[30] staging (the call's dependency list; any key of the queue when none) KEYS[31] waiting
--- KEYS[32] deps KEYS[33] linked KEYS[34] registering KEYS[35] dep_lines KEYS[36] arrived
--- KEYS[37] arrived_count KEYS[38] dependents KEYS[39] releasing KEYS[40] release_outcomes
+-- KEYS[30] waiting KEYS[31] deps KEYS[32] linked KEYS[33] registering KEYS[34] dep_lines
+-- KEYS[35] arrived KEYS[36] arrived_count KEYS[37] dependents KEYS[38] releasing
+-- KEYS[39] release_outcomes
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
 -- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
@@ -32,9 +33,9 @@ local limits, grouped, group_lines, group_of, groups_ready = KEYS[14], KEYS[15],
 local enqueued, done_log, finished, results, result_expiry = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local errors, attempts, progress, history = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local groups_resting, groups_full = KEYS[28], KEYS[29]
-local staging, waiting, deps, linked, registering = KEYS[30], KEYS[31], KEYS[32], KEYS[33], KEYS[34]
-local dep_lines, arrived, arrived_count, dependents = KEYS[35], KEYS[36], KEYS[37], KEYS[38]
-local releasing, release_outcomes = KEYS[39], KEYS[40]
+local waiting, deps, linked, registering, dep_lines = KEYS[30], KEYS[31], KEYS[32], KEYS[33], KEYS[34]
+local arrived, arrived_count, dependents, releasing = KEYS[35], KEYS[36], KEYS[37], KEYS[38]
+local release_outcomes = KEYS[39]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group, if_exists = ARGV[8], ARGV[9]
@@ -153,7 +154,6 @@ if placed > 0 and dep_count ~= '' then
   -- Held by dependencies: waiting, until register.lua and the dependencies' ends release them.
   local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
     .. generation .. '|' .. priority
-  local links = redis.call('LRANGE', staging, 0, -1)
   local since, headers = {}, {}
   for j = 1, placed do
     since[2 * j - 1], since[2 * j] = now, new_ids[j]
@@ -162,18 +162,6 @@ if placed > 0 and dep_count ~= '' then
   redis.call('ZADD', waiting, unpack(since))
   redis.call('ZADD', registering, unpack(since))
   redis.call('HSET', deps, unpack(headers))
-  for j = 1, placed do
-    local id = new_ids[j]
-    for s = 1, #links, 1000 do  -- in slices: unpack() has a limit
-      local lines = {}
-      for n = s, math.min(s + 999, #links) do
-        lines[#lines + 1] = 0
-        lines[#lines + 1] = id .. '\0' .. string.format('%08x', n - 1) .. '\0' .. links[n]
-      end
-      redis.call('ZADD', dep_lines, unpack(lines))
-    end
-  end
-  redis.call('DEL', staging)
 elseif placed > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))

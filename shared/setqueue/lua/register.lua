@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- register.lua: register a page of a waiting job's dependencies with them (includes/links.lua).
+-- register.lua: copy a page of a waiting job's dependencies from its enqueue call's staging list
+-- into dep_lines, and register them with them (includes/links.lua).
 -- Each dependency of this queue is looked up here: one that ended (or is unknown) arrives at once,
 -- one that has not is told to tell this job when it ends (its dependents). Those of other queues
 -- are returned, for the caller to register there (depend.lua) and bring their answers (arrive.lua).
@@ -12,7 +13,7 @@
 -- KEYS[16] priorities KEYS[17] wake KEYS[18] errors KEYS[19] finished KEYS[20] history
 -- KEYS[21] limits KEYS[22] grouped KEYS[23] group_lines KEYS[24] group_of KEYS[25] groups_ready
 -- KEYS[26] groups_resting KEYS[27] groups_full KEYS[28] dependents KEYS[29] dep_lines KEYS[30] arrived
--- KEYS[31] arrived_count
+-- KEYS[31] arrived_count KEYS[32] staging (its enqueue call's dependency list: staging:<generation>)
 -- ARGV[1] queue (this queue's name, as links name it)  ARGV[2] wake_cap
 -- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] id (the waiting job)
 -- ARGV[5] from (place in its dependencies, 0 first; "end": finish)  ARGV[6] page (most per call)
@@ -24,7 +25,7 @@ local cancelled, scheduled, seq, pending, enqueued = KEYS[11], KEYS[12], KEYS[13
 local priorities, wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[21], KEYS[22], KEYS[23], KEYS[24], KEYS[25]
 local groups_resting, groups_full, dependents, dep_lines, arrived = KEYS[26], KEYS[27], KEYS[28], KEYS[29], KEYS[30]
-local arrived_count = KEYS[31]
+local arrived_count, staging = KEYS[31], KEYS[32]
 local queue, wake_cap, ended, id, from, page = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- @include "now_ms"
 -- @include "links"
@@ -53,13 +54,20 @@ end
 local _, _, _, generation = deps_header(header)
 local now = now_ms()
 local start = tonumber(from)
-local _, high = lex_range(id)
-local low = '[' .. id .. '\0' .. string.format('%08x', start)
-local lines = redis.call('ZRANGE', dep_lines, low, high, 'BYLEX', 'LIMIT', 0, page)
+-- This page of the list, kept as the job's (in order: its place in 8 hex digits).
+local lines = redis.call('LRANGE', staging, start, start + page - 1)
+if #lines > 0 then
+  local kept = {}
+  for j = 1, #lines do
+    kept[2 * j - 1] = 0
+    kept[2 * j] = id .. '\0' .. string.format('%08x', start + j - 1) .. '\0' .. lines[j]
+  end
+  redis.call('ZADD', dep_lines, unpack(kept))
+end
 local dependent = queue .. ' ' .. generation .. ' ' .. id
 local elsewhere, arrivals = {}, {}
 for j = 1, #lines do
-  local link = string.match(lines[j], '^[^%z]*%z[^%z]*%z(.*)$')
+  local link = lines[j]
   local its_queue, dependency = split_link(link)
   if its_queue == queue then
     local outcome = register_with(W, dependency, dependent)
