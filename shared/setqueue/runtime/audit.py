@@ -420,10 +420,11 @@ def main(argv: Sequence[str] = ()) -> int:
     usage = "usage: python -m setqueue.runtime.audit [--workflows BATCH CHAINS FAN_INS]"
     workflows: list[int] | None = None
     if argv:
-        if argv[0] != "--workflows" or len(argv) != 4 or not all(a.isdigit() for a in argv[1:]):
+        flag, *numbers = argv
+        if flag != "--workflows" or len(numbers) != 3 or not all(n.isdigit() for n in numbers):
             print(f"setqueue.runtime.audit: {usage}", file=sys.stderr)
             return 2
-        workflows = [int(a) for a in argv[1:]]
+        workflows = [int(n) for n in numbers]
     try:
         settings = CommonSettings.from_env()
     except SettingError as exc:
