@@ -544,19 +544,13 @@ def summary(data: dict[str, Any]) -> str:
         )
     cols = ["what", "wall ms", "script calls", "their time in Redis, ms", "longest single command, ms", "which"]
     L += table(cols, rows)
+    bounds = "../reference.md#dependencies-what-each-step-touches-and-the-bounds"
     for r in data["big"]:
-        if r["what"] == "enqueue" and r["longest_ms"] is not None:
-            L.append(
-                f"- enqueue of a callback with {r['n']:,} dependencies: Redis blocked up to {r['longest_ms']:,.1f} ms "
-                f"in one `{r['longest_command']}` (the copy of the whole dependency list into `dep_lines` is one "
-                "call in proportion to the list, not paged: [the bounds](../reference.md#dependencies-what-each-step-"
-                "touches-and-the-bounds))"
-            )
-        elif r["what"] == "release" and r["longest_ms"] is not None:
-            L.append(
-                f"- release of {r['n']:,} dependents: Redis blocked up to {r['longest_ms']:,.1f} ms in one command "
-                f"(`{r['longest_command']}`, a page of at most {LINKS_PER_CALL})"
-            )
+        if r["longest_ms"] is not None:
+            what = f"enqueue of a callback with {r['n']:,} dependencies" if r["what"] == "enqueue" else None
+            what = what or f"release of {r['n']:,} dependents"
+            L.append(f"- {what}: Redis blocked up to {r['longest_ms']:,.1f} ms, in one `{r['longest_command']}`")
+    L.append(f"- the bounds each step keeps: [the reference]({bounds})")
     L.append("")
     L += [
         "The longest single command bounds how long Redis was blocked, each script call being one "
