@@ -234,3 +234,17 @@ def test_the_asyncio_twin(redis_url: str, queue_name: str) -> None:
             assert [(d.id, d.outcome, d.result) for d in deps] == [(sent[0].id, "done", [1])]
 
     asyncio.run(main())
+
+
+def test_a_known_id_in_a_later_call_keeps_its_own_dependencies(redis_url: str, queue_name: str) -> None:
+    """A later enqueue naming a known id (left alone: if_exists "ignore") with other dependencies
+    registers only the jobs it made: the known one keeps its list and is not failed by the others."""
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["a", "b"])
+    assert q.enqueue(["known"], depends_on=["a"]) == 1
+    assert q.enqueue(["known", "new"], depends_on=["b"]) == 1
+    assert [link.id for link in q.inspect("known").depends_on] == ["a"]  # type: ignore[union-attr]
+    leases = {lease.id: lease for lease in q.claim(2)}
+    assert q.fail(leases["b"], "no", retry=False).value == "dead"
+    assert q.inspect("new").state == "failed" and q.inspect("known").state == "waiting"  # type: ignore[union-attr]
+    assert q.ack(leases["a"]) and q.inspect("known").state == "todos"  # type: ignore[union-attr]

@@ -594,7 +594,7 @@ class QueueCommands:
         ``start`` of its enqueue call's staging list (``generation``: that call's request id; None
         start: finish, once the caller registered the others)."""
         k = self.k
-        args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page]
+        args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page, generation]
         keys = self._keys("register", staging=k.staging(generation))
         reply = json.loads((yield self._run("register", keys, args)))
         next_start, generation, elsewhere, releases, released, failed = reply

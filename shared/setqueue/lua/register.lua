@@ -17,6 +17,8 @@
 -- ARGV[1] queue (this queue's name, as links name it)  ARGV[2] wake_cap
 -- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] id (the waiting job)
 -- ARGV[5] from (place in its dependencies, 0 first; "end": finish)  ARGV[6] page (most per call)
+-- ARGV[7] wanted (the generation of the enqueue call whose staging list this is: a job another call made,
+-- known already to this one, is not its to register)
 -- Returns a JSON string: [next index (-1: no more pages), generation, [links of other queues in
 -- this page], [ids whose own dependents are to be told (releasing)], jobs released, jobs failed]
 local waiting, deps, linked, registering, releasing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -27,6 +29,7 @@ local limits, grouped, group_lines, group_of, groups_ready = KEYS[21], KEYS[22],
 local groups_resting, groups_full, dependents, dep_lines, arrived = KEYS[26], KEYS[27], KEYS[28], KEYS[29], KEYS[30]
 local arrived_count, staging = KEYS[31], KEYS[32]
 local queue, wake_cap, ended, id, from, page = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local wanted = ARGV[7]
 -- @include "now_ms"
 -- @include "links"
 
@@ -52,6 +55,7 @@ if from == 'end' or not header or not redis.call('ZSCORE', waiting, id) then
   return cjson.encode({-1, '', {}, {}, 0, 0})
 end
 local _, _, _, generation = deps_header(header)
+if generation ~= wanted then return cjson.encode({-1, generation, {}, {}, 0, 0}) end
 local now = now_ms()
 local start = tonumber(from)
 -- This page of the list, kept as the job's (in order: its place in 8 hex digits).
