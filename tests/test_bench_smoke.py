@@ -138,11 +138,11 @@ def test_the_producer_matrix_runs_both_clients_turn_by_turn(tmp_path: Path) -> N
     assert "## Send of single task calls" in text and "- send within 20% of enqueue, blocking, 1 thread: " in text
 
 
-# Two counted runs agree within these fractions. Instructions: the server's few threads (jemalloc's,
-# lazy freeing) interleave by time, a few hundred instructions in tens of millions (measured: 0.05% at
-# most). Last-level misses: the event loop and serverCron, which run between the counted calls as often
-# as time says, leave other lines in the simulated cache; with a few hundred jobs a miss per job is
-# several percent (measured: up to 11%).
+# Two counted runs agree within these fractions. With the server's clocks stood still (serverCron never
+# runs, bench/fixed_server.c) and no allocator thread, most runs count the very same instructions and
+# misses; what is left is where the system places memory (measured: 1 run in 6 differed, by 0.04% of
+# the instructions and 0.8% of the last-level misses). While serverCron still ran between the calls,
+# its work changed the allocator's and the simulated cache: 0.2% of the instructions, 11% of the misses.
 SAME_INSTRUCTIONS = 0.001
 SAME_LL_MISSES = 0.15
 
