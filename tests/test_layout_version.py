@@ -14,6 +14,8 @@ import redis
 import setqueue.aio
 from setqueue import LayoutVersionError, OptionError, open_queue
 from setqueue.keys import LAYOUT_VERSION, QueueKeys
+from setqueue.layout import check_layout
+from setqueue.steps import Send
 from tests.support import REPO_ROOT, free_port
 from tests.support.procs import base_env, run_to_exit
 
@@ -78,6 +80,34 @@ def test_a_queue_from_before_versions_is_version_one(client: redis.Redis, redis_
                 q.stats()
     finally:
         q.close()
+
+
+def test_a_version_recorded_between_the_checks_reads_is_the_queues(
+    client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    """A worker and a creator starting on a new queue together: the worker's check reads no version,
+    then the creator records this version and writes a job, then the worker finds the job. The queue is
+    this version's, not one from before versions were recorded (the worker once exited 2 so)."""
+    keys = QueueKeys(queue_name)
+
+    def sent(step: object) -> object:
+        assert isinstance(step, Send), step  # the check sends plain commands, one at a time
+        return client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+
+    creator = open_queue(redis_url, queue_name)
+    try:
+        check = check_layout([queue_name])
+        step = next(check)
+        assert step == Send(("GET", keys.layout))
+        reply = sent(step)
+        assert reply is None
+        assert creator.enqueue(["a"]) == 1  # records the version, then writes the job
+        with pytest.raises(StopIteration):
+            while True:
+                reply = sent(check.send(reply))
+        assert client.get(keys.layout) == str(LAYOUT_VERSION)
+    finally:
+        creator.close()
 
 
 def test_the_library_refuses_another_version_and_writes_nothing(

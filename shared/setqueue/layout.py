@@ -46,10 +46,17 @@ def check_layout(names: Sequence[str], *, record: bool = True) -> Steps[None]:
     for name in names:
         keys = QueueKeys(name)
         stored = yield Send(("GET", keys.layout))
+        held = False
         if stored is None:
             # Any write of a job leaves one of these: a queue that holds any is not new.
             written = (keys.seq, keys.todos, keys.in_progress, keys.scheduled, keys.done, keys.failed)
-            held = yield Send(("EXISTS", *written))
+            held = bool((yield Send(("EXISTS", *written))))
+            if held:
+                # Written before versions were recorded, or by a client that recorded its version and
+                # wrote jobs between our two reads (a creator and a worker starting on a new queue
+                # together): the version, read again, tells them apart.
+                stored = yield Send(("GET", keys.layout))
+        if stored is None:
             found = str(UNRECORDED_LAYOUT_VERSION) if held else None
             unrecorded.append(keys)
         else:
