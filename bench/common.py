@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -163,6 +164,28 @@ def machine() -> dict[str, Any]:
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "cpu_ticks": dict(zip(names, (int(f) for f in ticks), strict=False)),
     }
+
+
+def evalsha_ceiling(requests: int = 100_000) -> dict[str, float] | None:
+    """What this host's Redis does with the least a script can be: ``EVALSHA`` of ``return 1`` from
+    redis-benchmark on a bare redis-server of the bench's own, calls/s one at a time ("1") and 32
+    pipelined ("32"). Beside a run's figures it says which host they had: a slower host lowers every
+    script's rate alike. None without redis-benchmark."""
+    if not shutil.which("redis-benchmark"):
+        return None
+    server = Server()
+    try:
+        sha = server.r.script_load("return 1")
+        rates: dict[str, float] = {}
+        for pipeline in ("1", "32"):
+            argv = ["redis-benchmark", "-p", str(server.port), "-n", str(requests), "-P", pipeline, "-q"]
+            out = subprocess.run([*argv, "EVALSHA", sha, "0"], capture_output=True, text=True, timeout=120, check=True)
+            # "EVALSHA ...: 94339.62 requests per second, p50=0.271 msec" (the last of its \r-separated lines)
+            line = out.stdout.replace("\r", "\n").strip().splitlines()[-1]
+            rates[pipeline] = float(line.split(": ", 1)[1].split(" requests per second")[0])
+        return rates
+    finally:
+        server.close()
 
 
 def median(values: Iterable[float | None]) -> float | None:

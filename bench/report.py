@@ -62,11 +62,21 @@ def header(data: dict[str, Any], title: str, about: list[str]) -> list[str]:
     total = sum(ticks1.values()) - sum(ticks0.values())
     steal = f"; CPU steal {100 * (ticks1['steal'] - ticks0['steal']) / total:.1f}%" if total > 0 else ""
     versions = f"redis-server {data.get('redis_version', '-')}, redis-py {data.get('redis_py', '-')}"
+    ceiling = data.get("evalsha_ceiling")
+    host = (
+        [
+            f"- this host's Redis ceiling: EVALSHA of `return 1`, {ceiling['1']:,.0f}/s one at a time, "
+            f"{ceiling['32']:,.0f}/s 32 pipelined (redis-benchmark, a bare redis-server, before the run)"
+        ]
+        if ceiling
+        else []
+    )
     return [
         f"# {title}\n",
         f"- run: {m0['date']}, commit {code['head'][:12]}{changed}, {data['seconds']:.0f} s: `{data['command']}`",
         f"- machine: {m0['nproc']} cores, {m0['platform']}; {versions}",
         f"- load average (1, 5, 15 min): before {m0['load_avg']}, after {m1['load_avg']}{steal}",
+        *host,
         *(f"- {line}" for line in about),
         "",
     ]

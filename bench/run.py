@@ -20,7 +20,7 @@ import due_latency
 import instr
 import memory
 import workflows
-from common import BENCH, REPO, Context, git, log, machine, worktree
+from common import BENCH, REPO, Context, evalsha_ceiling, git, log, machine, worktree
 from matrices import cluster, cpu, io, noop, producer
 from systems import PEERS
 
@@ -93,6 +93,7 @@ def measure(module: ModuleType, a: argparse.Namespace, ctx: Context) -> bool:
         },
         "baseline": {**vars(ctx.baseline), "root": str(ctx.baseline.root)} if ctx.baseline else None,
         "machine_before": machine(),
+        "evalsha_ceiling": evalsha_ceiling(),
         "redis_py": redis.__version__,
     }
     data.update(module.run(a, ctx))
