@@ -108,8 +108,10 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self._acks: list[Lease] = []  # finished jobs not acked yet
         self._returned: list[Any] = []  # their handlers' values, in the same order
         self._fails: list[tuple[Lease, BaseException]] = []
-        self._durations: list[tuple[str, float]] = []  # (queue, seconds)
-        self._task_durations: list[tuple[tuple[str, str], float]] = []  # ((queue, task), seconds): a registry's
+        # Run times: (queue, seconds) of a plain handler's jobs; ((queue, task), seconds) of a registry's,
+        # whose sums by queue are the same runs' (each run noted once, in one of the two).
+        self._durations: list[tuple[str, float]] = []
+        self._task_durations: list[tuple[tuple[str, str], float]] = []
         self.failures = FailureLog(self.log)
         self.standin = StandIn(self.queue, s.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
@@ -245,8 +247,9 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         duration = time.monotonic() - record.started
         queue = record.lease.queue
         with self._ended_lock:
-            self._durations.append((queue, duration))
-            if task is not None:
+            if task is None:
+                self._durations.append((queue, duration))
+            else:
                 self._task_durations.append(((queue, task), duration))
             if error is None:
                 if not self._acks:
@@ -265,10 +268,12 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
             fails, self._fails = self._fails, []
             durations, self._durations = self._durations, []
             task_durations, self._task_durations = self._task_durations, []
-        for queue, seconds in _grouped(durations).items():
-            self.metrics.processing_seconds.observe_many(seconds, queue)
+        by_queue = _grouped(durations)
         for (queue, task), seconds in _grouped(task_durations).items():
             self.metrics.task_run_seconds.observe_many(seconds, queue, task)
+            by_queue.setdefault(queue, []).extend(seconds)
+        for queue, seconds in by_queue.items():
+            self.metrics.processing_seconds.observe_many(seconds, queue)
         if acks:
             self._ack(acks, returned)
         for lease, error in fails:
@@ -344,11 +349,12 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         return [lease for lease, _ in kept], [result for _, result in kept]
 
     def _count_task_successes(self, leases: list[Lease], acked: list[bool]) -> None:
-        runs, succeeded = self._task_runs or {}, Counter[tuple[str, str]]()
+        runs, succeeded = self._task_runs or {}, dict[tuple[str, str], int]()
         for lease, ok in zip(leases, acked, strict=True):
             task = runs.pop((lease.token, lease.id), OTHER_TASK)
             if ok:
-                succeeded[lease.queue, task] += 1
+                key = (lease.queue, task)
+                succeeded[key] = succeeded.get(key, 0) + 1
         for (queue, task), n in succeeded.items():
             self.metrics.task_jobs.labels(queue, task, "success").inc(n)
 
