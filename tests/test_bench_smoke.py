@@ -51,12 +51,12 @@ def test_the_cpu_and_io_matrices_and_the_due_latency_run(tmp_path: Path) -> None
         *("--trials", "2", "--cell-seconds", "60", "--io-cell-seconds", "60"),  # two trials per cell, both checked
     )
     cpu, io = raw(tmp_path, "cpu"), raw(tmp_path, "io")
-    trials = [(s, t) for s in ("naive", "setqueue", "setqueue-1000-groups") for t in (0, 1)]
+    trials = [(s, t) for s in ("naive", "setqueue", "setqueue-1000-groups", "setqueue-concurrency-10") for t in (0, 1)]
     assert sorted((r["system"], r["trial"]) for r in cpu["runs"]) == trials
     trials = [(s, t) for s in ("setqueue-async", "setqueue-threads") for t in (0, 1)]
     assert sorted((r["system"], r["trial"]) for r in io["runs"]) == trials
     assert_exactly_once(cpu["runs"] + io["runs"], JOBS)
-    assert [lat["ran"] for lat in cpu["latency"] + io["latency"]] == [10] * 5  # naive, setqueue, grouped, io x2
+    assert [lat["ran"] for lat in cpu["latency"] + io["latency"]] == [10] * 6  # naive, setqueue x3, io x2
     assert set(cpu["bare_loop"]) == {"INCR loop"} and set(io["bare_loop"]) == {"async", "threads"}
     assert "## Throughput and cost per job" in summary(tmp_path, "cpu") and "setqueue-async" in summary(tmp_path, "io")
     assert "50/50 ran" in summary(tmp_path, "due")

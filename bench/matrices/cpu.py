@@ -9,11 +9,16 @@ from common import Context
 from systems import PEERS, SetQueue, System
 
 from matrices import one_server
+from setqueue.runtime.settings import default
 
 NAME = "cpu"
 TITLE = "CPU-trivial jobs (one INCR): setqueue and its peers"
 GROUPED = "setqueue-1000-groups"  # every job in one of 1,000 job groups (limits)
 RESULTS = "setqueue-results"  # the handler returns a small result, kept for an hour
+# setqueue at its own default CONCURRENCY, as the peers run at theirs: an INCR job waits on a round
+# trip, and a worker of one slot waits with it, while Dramatiq's 8 threads wait side by side.
+DEFAULT_CONCURRENCY = int(default("CONCURRENCY"))
+AT_DEFAULT = f"setqueue-concurrency-{DEFAULT_CONCURRENCY}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flag = argparse.BooleanOptionalAction
     g.add_argument("--groups", action=flag, default=True, help=f"also run {GROUPED}: the jobs in 1,000 job groups")
     g.add_argument("--results", action=flag, default=False, help=f"also run {RESULTS}: the handler's result kept")
+    g.add_argument(
+        "--at-default", action=flag, default=True, help=f"also run {AT_DEFAULT}: setqueue at its default CONCURRENCY"
+    )
 
 
 def systems(a: argparse.Namespace, url: str) -> list[System]:
@@ -34,6 +42,8 @@ def systems(a: argparse.Namespace, url: str) -> list[System]:
         made.insert(1, ours(GROUPED, url, groups=1000))
     if "setqueue" in a.systems.split(",") and a.results:
         made.insert(1, ours(RESULTS, url, results=True))
+    if "setqueue" in a.systems.split(",") and a.at_default and a.cpu_concurrency != DEFAULT_CONCURRENCY:
+        made.insert(1, SetQueue(AT_DEFAULT, url, concurrency=DEFAULT_CONCURRENCY, claim_batch=a.claim_batch))
     return made
 
 
@@ -53,6 +63,11 @@ def targets(data: dict[str, Any]) -> list[str]:
         L.append(f"- at least 3x Dramatiq at W=2: dramatiq {dramatiq:,.0f}, setqueue {mine / dramatiq:.1f}x: {ok}")
     if mine and (best := max(peers, key=lambda s: peers[s], default=None)):
         L.append(f"  - fastest peer at W=2: {best} {peers[best]:,.0f} jobs/s (setqueue {mine / peers[best]:.1f}x)")
+    if (at_default := at_w2.get(AT_DEFAULT)) and dramatiq:
+        L.append(
+            f"  - setqueue at its default CONCURRENCY ({DEFAULT_CONCURRENCY}), as the peers run at theirs: "
+            f"{at_default:,.0f} jobs/s, {at_default / dramatiq:.1f}x Dramatiq"
+        )
     cells = report.by_cell(data["runs"])
     plain, grouped = cells.get(("setqueue", 2)), cells.get((GROUPED, 2))
     if plain and grouped:
@@ -78,7 +93,10 @@ def targets(data: dict[str, Any]) -> list[str]:
 
 def summary(data: dict[str, Any]) -> str:
     a = data["args"]
-    setup = f"setqueue: CONCURRENCY={a['cpu_concurrency']}, CLAIM_BATCH={a['claim_batch']}; peers at their defaults"
+    setup = f"setqueue: CONCURRENCY={a['cpu_concurrency']}, CLAIM_BATCH={a['claim_batch']}; "
+    if any(r["system"] == AT_DEFAULT for r in data["runs"]):
+        setup += f"{AT_DEFAULT}: the same at its default CONCURRENCY={DEFAULT_CONCURRENCY}; "
+    setup += "peers at their defaults"
     job, bare_what = "each one Redis INCR", "one INCR after another (redis-py)"
     return one_server.summary(data, TITLE, targets(data), job=job, setup=setup, bare_what=bare_what)
 
