@@ -81,7 +81,7 @@ def test_a_baseline_run_takes_turns_with_this_checkout_and_measures_both_trees(t
             tmp_path,
             *("--matrix", "cpu", "--systems", "setqueue", "--baseline", "HEAD", "--memory-jobs", "500"),
             *("--jobs", str(JOBS), "--trials", "2", "--cell-seconds", "60", "--max-seconds", "60"),
-            *("--latency-jobs", "0", "--bare-seconds", "0", "--no-groups"),
+            *("--latency-jobs", "0", "--bare-seconds", "0", "--no-groups", "--no-at-default"),
         )
     finally:
         if made_here and worktree.exists():
