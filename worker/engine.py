@@ -65,6 +65,9 @@ class Running:
     zombie: bool = False
     abandoned: bool = False  # handed back at the end of a shutdown: its outcome no longer counts
     cancelled: bool = False  # cancelled while it ran: its outcome no longer counts
+    # Set as it ends: no other job was running or buffered then (the worker has nothing to batch its
+    # ack with, so it acks at once: a waiting dependent, or whoever reads the result, need not wait).
+    last: bool = False
 
 
 @dataclass
@@ -273,6 +276,7 @@ class Engine:
             self.slots.running.pop(id(record), None)
             if len(self.slots.buffer) <= self.low_water:  # the claimer would claim again now (``wanted``)
                 self.slots.room.notify()
+            record.last = not self.slots.buffer and not self.slots.running
             # The supervisor already failed a timed-out job and handed back an abandoned one.
             counts = record.timed_out is None and not record.abandoned and not record.cancelled
         if counts:

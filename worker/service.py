@@ -44,7 +44,9 @@ from worker.standin import StandIn
 from worker.tracing import worker_tracing
 
 TICK_SECONDS = 0.05
-ACK_DELAY_SECONDS = 0.05  # successes are acked together unless the oldest has waited this long
+# Successes are acked together unless the oldest has waited this long, or the job that ended was the
+# last one the worker had (nothing to batch it with: acked at the next turn of the main loop, at once).
+ACK_DELAY_SECONDS = 0.05
 ZOMBIE_AFTER_SECONDS = 1.0  # still running this long after its timeout: a zombie slot
 BACKSTOP_SECONDS = 10.0  # past the grace: exit even if Redis never answered the last acks
 EXIT_ZOMBIES = 4
@@ -115,6 +117,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         self.failures = FailureLog(self.log)
         self.standin = StandIn(self.queue, s.standin_sweep_seconds, self.metrics, self.log)
         self._oldest_ack = 0.0
+        self._ack_now = threading.Event()  # the last job the worker had ended: ack (or fail) it without waiting
         self._unreached_said = -UNREACHED_SAID_EVERY_SECONDS  # when an ack last said a shard was cut off
         self._handback_seconds = s.lease_seconds / 3
         self._shutting_down = False
@@ -175,7 +178,7 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self._supervise(now)
                 if self._shutting_down and (not self.engine.running_leases() or now >= grace_ends):
                     break
-                time.sleep(TICK_SECONDS)
+                self._ack_now.wait(TICK_SECONDS)
             self._end_shutdown()
         finally:
             self._stopped.set()
@@ -258,10 +261,15 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
                 self._returned.append(value)
             else:
                 self._fails.append((record.lease, error))
+        if record.last:
+            self._ack_now.set()
 
     def _flush(self, now: float, *, force: bool) -> None:
+        at_once = self._ack_now.is_set()
+        self._ack_now.clear()  # before the acks are taken: one set from now on is for acks left for later
         with self._ended_lock:
-            if not (self._fails or (self._acks and (force or now - self._oldest_ack >= ACK_DELAY_SECONDS))):
+            waited = now - self._oldest_ack >= ACK_DELAY_SECONDS
+            if not (self._fails or (self._acks and (force or at_once or waited))):
                 return
             acks, self._acks = self._acks, []
             returned, self._returned = self._returned, []
