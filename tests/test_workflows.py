@@ -32,8 +32,11 @@ def test_a_chain_of_three_runs_in_order(
     start_worker: StartWorker, redis_url: str, queue_name: str, tmp_path: Path
 ) -> None:
     q = setqueue.open_queue(redis_url, queue_name)
-    start_worker(queue_name, JOB_HANDLER=REGISTRY)
+    # Sent before a worker runs, so each step registers while the one before still waits: the links
+    # then show both ways. (Sent to a running worker, a step that already ended when the next one
+    # registers counts for it at once, and lists no dependents: docs/guide.md#dependencies.)
     sent = q.chain([step.call(1), step.call(2), step.call(3)])
+    start_worker(queue_name, JOB_HANDLER=REGISTRY)
     assert q.result(sent[-1], timeout=30) == [1, 2, 3]
     log = ExecutionLog(tmp_path / "exec.log")
     assert [job_id for event, job_id, _, _ in log.events() if event == "start"] == [s.id for s in sent]
