@@ -357,12 +357,11 @@ class WorkerService(Service[WorkerSettings, WorkerMetrics]):
         return [lease for lease, _ in kept], [result for _, result in kept]
 
     def _count_task_successes(self, leases: list[Lease], acked: list[bool]) -> None:
-        runs, succeeded = self._task_runs or {}, dict[tuple[str, str], int]()
+        runs, succeeded = self._task_runs or {}, Counter[tuple[str, str]]()
         for lease, ok in zip(leases, acked, strict=True):
             task = runs.pop((lease.token, lease.id), OTHER_TASK)
             if ok:
-                key = (lease.queue, task)
-                succeeded[key] = succeeded.get(key, 0) + 1
+                succeeded[lease.queue, task] += 1
         for (queue, task), n in succeeded.items():
             self.metrics.task_jobs.labels(queue, task, "success").inc(n)
 

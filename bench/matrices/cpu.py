@@ -37,13 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def systems(a: argparse.Namespace, url: str) -> list[System]:
     ours = partial(SetQueue, concurrency=a.cpu_concurrency, claim_batch=a.claim_batch)
-    made = [(ours if name == "setqueue" else PEERS[name])(name, url) for name in a.systems.split(",")]
-    if "setqueue" in a.systems.split(",") and a.groups:
+    names = a.systems.split(",")
+    made = [(ours if name == "setqueue" else PEERS[name])(name, url) for name in names]
+    if "setqueue" in names and a.groups:
         made.insert(1, ours(GROUPED, url, groups=1000))
-    if "setqueue" in a.systems.split(",") and a.results:
+    if "setqueue" in names and a.results:
         made.insert(1, ours(RESULTS, url, results=True))
-    if "setqueue" in a.systems.split(",") and a.at_default and a.cpu_concurrency != DEFAULT_CONCURRENCY:
-        made.insert(1, SetQueue(AT_DEFAULT, url, concurrency=DEFAULT_CONCURRENCY, claim_batch=a.claim_batch))
+    if "setqueue" in names and a.at_default and a.cpu_concurrency != DEFAULT_CONCURRENCY:
+        made.insert(1, ours(AT_DEFAULT, url, concurrency=DEFAULT_CONCURRENCY))
     return made
 
 

@@ -247,12 +247,13 @@ class Operations:
         for core, items in by_core.items():
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(items)):
-                # With links, the call's request id is the generation of its links and names its staged list.
                 call_request = numbered(core_request, number)
-                if links and call_request is None:
-                    call_request = self.links.new_generation()
-                if links and call_request is not None:  # the list each new job of the chunk registers
-                    yield from self.links.stage(core, links, call_request)
+                # With links, the call's request id is the generation of its links and names its staged
+                # list, the one each new job of the chunk registers (None: no links).
+                generation = (call_request or self.links.new_generation()) if links else None
+                if generation is not None:
+                    call_request = generation
+                    yield from self.links.stage(core, links, generation)
                 added[core] += yield from core.commands.enqueue(
                     chunk,
                     with_payloads=with_payloads,
@@ -267,10 +268,10 @@ class Operations:
                     dependencies=(len(links), if_dependency_fails) if links else None,
                     request_id=call_request,
                 )
-                if links and call_request is not None:  # each new job registers with its dependencies now
+                if generation is not None:  # each new job registers with its dependencies now
                     for job_id, _payload in chunk:
-                        yield from self.links.register(core, job_id, call_request)
-                    yield from self.links.unstage(core, call_request)
+                        yield from self.links.register(core, job_id, generation)
+                    yield from self.links.unstage(core, generation)
         if links:
             return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.
