@@ -202,14 +202,14 @@ def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
     q.enqueue(["near"], depends_on=["first"])
     other.enqueue(["second"], depends_on=[JobRef(queue_name, "first")])
     (lease,) = q.claim(1)
-    # The ack script alone: the worker died before it told the dependents (one of them in another
-    # queue, so the script told none itself and recorded them all).
+    # The ack script alone: the worker died before it told the dependents of another queue. The
+    # script released the one of its own queue itself, and recorded the job for the other.
     core = q.core
     ack = core.commands.ack(
         [lease], [None], request_ttl_ms=60_000, done_max_count=0, payload_keep_bytes=0, result_ttl_ms=0, wake_cap=1
     )
     list(_drive(q, ack))
-    assert q.inspect("near").state == "waiting"  # type: ignore[union-attr]
+    assert q.inspect("near").state == "todos"  # type: ignore[union-attr]
     assert other.inspect("second").state == "waiting"  # type: ignore[union-attr]
     assert client.zcard(core.keys.releasing) == 1
     q.sweep()  # too fresh: the worker could still be at it

@@ -104,7 +104,9 @@ class DependencySteps(Protocol):
     def unstage(self, core: QueueCore, generation: str) -> Steps[None]: ...
     def new_generation(self) -> str: ...
     def register(self, core: QueueCore, job_id: str, generation: str | None = None) -> Steps[None]: ...
-    def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]: ...
+    def tell(
+        self, core: QueueCore, told: Sequence[str], read: Mapping[str, Sequence[str]] | None = None
+    ) -> Steps[None]: ...
     def count(self, released: int, failed: int) -> None: ...
     def finish_links(self, core: QueueCore, limit: int) -> Steps[int]: ...
     def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]: ...
@@ -506,7 +508,7 @@ class Operations:
                         wake_cap=core.wake_cap,
                         request_id=numbered(core_request, number),
                     )
-                    now, acked, dropped, told = reply.now, reply.acked, reply.dropped, reply.told
+                    now, acked, dropped = reply.now, reply.acked, reply.dropped
                     self.links.count(reply.released, reply.failed)
                     if dropped:
                         lost = sum(1 for n, ok in zip(chunk, acked, strict=True) if ok and encoded[n])
@@ -520,7 +522,7 @@ class Operations:
                         enqueued_at = leases[n].enqueued_at
                         waited = None if not ok or enqueued_at is None else max(0.0, now - enqueued_at)
                         out[n] = AckResult(ok, waited)
-                    yield from self.links.tell(core, told)
+                    yield from self.links.tell(core, reply.told, reply.read)
                 self._reached(core)
             except TRANSIENT_REDIS_ERRORS as exc:  # the other cores' jobs are acked all the same
                 self._unreached(core)

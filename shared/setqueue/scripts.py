@@ -457,9 +457,16 @@ class QueueCommands:
                 reply = yield self._run("ack", keys, args(drop_results=True))
         else:
             reply = yield self._run("ack", keys, args(drop_results=False))
-        first, *told = text(reply).split("\n")
+        first, *lines = text(reply).split("\n")
         now_ms, flags, released, failed = first.split(" ")
-        return AckReply(int(now_ms) / 1000, [flag == "1" for flag in flags], dropped, told, int(released), int(failed))
+        told, read = [], {}
+        for line in lines:  # "<id>", or "<id>\0<dependent elsewhere>\0..." when all were read
+            job_id, *elsewhere = line.split("\0")
+            told.append(job_id)
+            if elsewhere:
+                read[job_id] = elsewhere
+        flagged = [flag == "1" for flag in flags]
+        return AckReply(int(now_ms) / 1000, flagged, dropped, told, read, int(released), int(failed))
 
     def fail(
         self,
@@ -657,13 +664,15 @@ class Told:
 @dataclass(frozen=True, slots=True)
 class AckReply:
     """ack.lua's reply: the Redis clock (s), per lease whether acked, whether results were dropped
-    because Redis is full, the ids whose dependents are still to be told (``release``), and how many
-    dependents it released and failed itself."""
+    because Redis is full, the ids whose dependents are still to be told (``release``), of those the
+    ones whose dependents were all read, with their dependents in other queues ("<queue> <generation>
+    <id>", to tell there and then only finish), and how many dependents it released and failed itself."""
 
     now: float
     acked: list[bool]
     dropped: bool
     told: list[str]
+    read: dict[str, list[str]]
     released: int
     failed: int
 

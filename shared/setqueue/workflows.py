@@ -195,56 +195,89 @@ class Workflows:
             start = page.next_start
         yield from self.release_all(releases)
 
-    def release_all(self, ended: Sequence[tuple[str, str]]) -> Steps[None]:
+    def release_all(
+        self, ended: Sequence[tuple[str, str]], read: Mapping[tuple[str, str], Sequence[str]] | None = None
+    ) -> Steps[None]:
         """Tell the dependents of each (queue or shard, id) of ``ended`` how it ended (release.lua: of one
         queue, as many jobs a call as LINKS_PER_CALL dependents allow); those of other queues with
-        arrive.lua there. A dependent that fails in turn has its own dependents told too. Idempotent: a
-        sweep redoes one left unfinished."""
+        arrive.lua there. A dependent that fails in turn has its own dependents told too. ``read``: of
+        ``ended``, jobs that ended done whose dependents the ending call read whole, with those of other
+        queues ("<queue> <generation> <id>"): they are told there, then the jobs only finish.
+        Idempotent: a sweep redoes one left unfinished."""
         # Per queue: the jobs still to tell -> the last dependent told ("" none yet; None: all told
         # here, finish once those elsewhere are).
         left: dict[str, dict[str, str | None]] = defaultdict(dict)
         for queue, job_id in ended:
             left[queue].setdefault(job_id, "")
+        if read:
+            yield from self._arrive_elsewhere(left, [(*job, "done", dependents) for job, dependents in read.items()])
+            for queue, job_id in read:
+                left[queue][job_id] = None
         while left:
             queue, jobs = next(iter(left.items()))
             batch = list(jobs.items())[:MAX_IDS_PER_CALL]
             commands = self._commands_of(queue)
-            wake_cap = self.ops.first.wake_cap
-            reads, releases, told = yield from commands.release(batch, page=LINKS_PER_CALL, wake_cap=wake_cap)
+            reads, releases, told = yield from commands.release(
+                batch, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap
+            )
             self.count(told.released, told.failed)
-            for (job_id, after), read in zip(batch, reads, strict=True):
-                if after is None or not read.outcome:  # finished, or not being released
-                    del jobs[job_id]
-                    continue
-                by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
-                for dependent in read.elsewhere:
-                    its_queue, rest = split_link(dependent)
-                    generation, dependent_id = split_link(rest)
-                    by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", read.outcome))
-                for its_queue, arrivals in by_queue.items():
-                    failed, there = yield from self._commands_of(its_queue).arrive(arrivals, wake_cap=wake_cap)
-                    self.count(there.released, there.failed)
-                    for released in failed:
-                        left[its_queue].setdefault(released, "")
-                if read.more:
-                    jobs[job_id] = read.after
-                elif read.elsewhere:
+            being_told = [
+                (job, got) for job, got in zip(batch, reads, strict=True) if job[1] is not None and got.outcome
+            ]
+            yield from self._arrive_elsewhere(
+                left, [(queue, job_id, got.outcome, got.elsewhere) for (job_id, _), got in being_told]
+            )
+            # Only once they are all told does a job finish (after None: "end" in the next call).
+            for job_id, _after in batch:
+                del jobs[job_id]  # finished, or not being released, unless asked again below
+            for (job_id, _), got in being_told:
+                if got.more:
+                    jobs[job_id] = got.after
+                elif got.elsewhere:
                     jobs[job_id] = None  # all read: finish now that those elsewhere are told
-                else:
-                    del jobs[job_id]  # finished in the script
+                # else finished in the script
             for released in releases:
                 jobs.setdefault(released, "")
             if not jobs:
                 del left[queue]
 
-    def tell(self, core: QueueCore, told: Sequence[str]) -> Steps[None]:
+    def _arrive_elsewhere(
+        self,
+        left: dict[str, dict[str, str | None]],
+        ended: Sequence[tuple[str, str, str, Sequence[str]]],
+    ) -> Steps[None]:
+        """Tell dependents of other queues (arrive.lua there) that their dependency ended: for each
+        (queue, id, outcome, its dependents read, "<queue> <generation> <id>"). One call per queue and
+        page of LINKS_PER_CALL for all of ``ended``, so a batch of acks that each release one dependent
+        in another queue makes one, not one per job. Dependents failed in turn join ``left``, to tell
+        theirs."""
+        by_queue: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+        for queue, job_id, outcome, dependents in ended:
+            for dependent in dependents:
+                its_queue, rest = split_link(dependent)
+                generation, dependent_id = split_link(rest)
+                by_queue[its_queue].append((dependent_id, generation, f"{queue} {job_id}", outcome))
+        for its_queue, arrivals in by_queue.items():
+            for page in chunks(arrivals, LINKS_PER_CALL):
+                failed, there = yield from self._commands_of(its_queue).arrive(page, wake_cap=self.ops.first.wake_cap)
+                self.count(there.released, there.failed)
+                for released in failed:
+                    left[its_queue].setdefault(released, "")
+
+    def tell(
+        self, core: QueueCore, told: Sequence[str], read: Mapping[str, Sequence[str]] | None = None
+    ) -> Steps[None]:
         """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
-        key): tell them now. Redis failing meanwhile leaves the record for a sweep to finish
-        (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
+        key): tell them now; ``read``: of those, jobs that ended done whose dependents the script read
+        whole, with those of other queues. Redis failing meanwhile leaves the record for a sweep to
+        finish (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
         if not told:
             return
         try:
-            yield from self.release_all([(core.name, job_id) for job_id in told])
+            yield from self.release_all(
+                [(core.name, job_id) for job_id in told],
+                {(core.name, job_id): dependents for job_id, dependents in (read or {}).items()},
+            )
         except TRANSIENT_REDIS_ERRORS as exc:
             log.warning(
                 "queue %s: telling the dependents of %d ended jobs failed (%s); a sweep will", core.name, len(told), exc

@@ -24,9 +24,10 @@
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per lease: id, claim number, enqueue ms
 -- ("" unknown), attempt, result ("" none), keep payload ("1": it stays with the job in done)
 -- Returns a string: now ms, a space, "1" per lease acked, "0" per stale one, then the dependents
--- released and failed here, space-separated; then, a line each,
--- the ids whose dependents are still to be told (releasing, includes/links.lua): acked ones, and
--- dependents failed here in turn
+-- released and failed here, space-separated; then, a line each, the ids whose dependents are still
+-- to be told (releasing, includes/links.lua): acked ones, and dependents failed here in turn; an
+-- acked one whose dependents were all read here is followed by those of other queues, each after a
+-- NUL (tell_here)
 local request, in_progress, done, done_log, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local attempts, payloads, errors, owners, finished = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local options, results, result_expiry = KEYS[11], KEYS[12], KEYS[13]

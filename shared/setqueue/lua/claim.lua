@@ -109,7 +109,7 @@ local function claim_groups(want, ids, ranks)
         local took, more = 0, true
         if room > 0 then
           local low, high = line_range(group)
-          local members = redis.call('ZRANGE', group_lines, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
+          local members = redis.call('ZRANGE', group_lines, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', room + 1))
           took = math.min(room, #members)
           more = #members > took
           for i = 1, took do

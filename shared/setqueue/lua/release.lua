@@ -74,7 +74,7 @@ for j = 1, #ids do
     local low, high = lex_range(id)
     if after ~= '' then low = '(' .. id .. '\0' .. after end
     local room = page - told
-    local members = redis.call('ZRANGE', dependents, low, high, 'BYLEX', 'LIMIT', 0, room)
+    local members = redis.call('ZRANGE', dependents, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', room))
     told = told + #members
     local link = queue .. ' ' .. id
     for m = 1, #members do

@@ -32,11 +32,11 @@ local function mark_ended(L, ids, outcome, now)
   local told = {}
   if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return told end
   local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
-  local since, outcomes = {}, {}
+  local since, outcomes, now_text = {}, {}, string.format('%d', now)
   for j = 1, #ids do
     if member[j] == 1 then
       told[#told + 1] = ids[j]
-      since[#since + 1], since[#since + 2] = now, ids[j]
+      since[#since + 1], since[#since + 2] = now_text, ids[j]
       outcomes[#outcomes + 1], outcomes[#outcomes + 2] = ids[j], outcome
     end
   end
@@ -196,7 +196,7 @@ local function arrive_all(W, G, T, arrivals, now)
       done_counting[#done_counting + 1] = order[j]
     else
       counts[#counts + 1] = order[j]
-      counts[#counts + 1] = count_of[order[j]]
+      counts[#counts + 1] = string.format('%d', count_of[order[j]])
     end
   end
   if #counts > 0 then redis.call('HSET', W.arrived_count, unpack(counts)) end
@@ -204,9 +204,11 @@ local function arrive_all(W, G, T, arrivals, now)
   if #released > 0 then
     redis.call('ZREM', W.waiting, unpack(released))
     redis.call('HSET', W.enqueued, unpack(release_first))
-    local groups = redis.call('HMGET', W.group_of, unpack(released))
-    local release_groups = {}
-    for j = 1, #released do release_groups[j] = groups[j] or false end
+    local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
+    if redis.call('EXISTS', W.group_of) == 1 then
+      local groups = redis.call('HMGET', W.group_of, unpack(released))
+      for j = 1, #released do release_groups[j] = groups[j] or false end
+    end
     join_back(G, W.todos, W.seq, released, release_priority, release_groups)
     local joined = {}
     local now_text = string.format('%d', now)
@@ -223,43 +225,50 @@ local function arrive_all(W, G, T, arrivals, now)
 end
 
 -- tell_here: of ids that just ended as outcome, those with dependents tell them in this call when
--- they all wait in this queue and fit in room (a budget of dependents for the call): no record, no
--- second call. The others (dependents elsewhere, or too many) go into releasing as mark_ended puts
--- them, for the caller to tell (release.lua). Returns those.
+-- they fit in room (a budget of dependents for the call): those waiting in this queue arrive here
+-- and now, no record, no second call. A job with dependents elsewhere, or too many, goes into
+-- releasing as mark_ended puts it, for the caller to tell (release.lua). Returns those, one string
+-- each: "<id>" (too many: the caller reads them from the start), or "<id>\0<dependent>\0..." with its
+-- dependents of other queues read here ("<queue> <generation> <id>", for arrive.lua there; the
+-- caller then only finishes it).
 local function tell_here(W, G, T, ids, outcome, queue, room, now)
   if #ids == 0 or redis.call('EXISTS', W.linked) == 0 then return {} end
   local member = redis.call('SMISMEMBER', W.linked, unpack(ids))
-  local arrivals, later = {}, {}
+  local arrivals, later, later_ids = {}, {}, {}
   for j = 1, #ids do
     if member[j] == 1 then
       local id = ids[j]
       local low, high = lex_range(id)
-      local members = redis.call('ZRANGE', W.dependents, low, high, 'BYLEX', 'LIMIT', 0, room + 1)
-      local here = #members <= room
-      local found, link = {}, queue .. ' ' .. id
-      for m = 1, #members do
-        -- "<id>\0<queue> <generation> <dependent id>": one match, no copies on the way
-        local its_queue, generation, dependent_id = string.match(members[m], '%z(%S+) (%S+) (.*)$')
-        if its_queue ~= queue then
-          here = false
-          break
+      -- Counts as text: Redis prints a Lua number with %.17g, ten times the work of %d.
+      local members = redis.call('ZRANGE', W.dependents, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', room + 1))
+      if #members <= room then
+        room = room - #members
+        local link, elsewhere = queue .. ' ' .. id, {}
+        for m = 1, #members do
+          -- "<id>\0<queue> <generation> <dependent id>": one match, no copies on the way
+          local its_queue, generation, dependent_id = string.match(members[m], '%z(%S+) (%S+) (.*)$')
+          if its_queue == queue then
+            arrivals[#arrivals + 1] = {dependent_id, generation, link, outcome}
+          else
+            elsewhere[#elsewhere + 1] = string.sub(members[m], #id + 2)
+          end
         end
-        found[#found + 1] = {dependent_id, generation, link, outcome}
-      end
-      if here then
-        room = room - #found
-        for m = 1, #found do arrivals[#arrivals + 1] = found[m] end
+        if #elsewhere > 0 then
+          later_ids[#later_ids + 1] = id
+          later[#later + 1] = id .. '\0' .. table.concat(elsewhere, '\0')
+        end
       else
+        later_ids[#later_ids + 1] = id
         later[#later + 1] = id
       end
     end
   end
   arrive_all(W, G, T, arrivals, now)
   if #later == 0 then return later end
-  local since, outcomes = {}, {}
-  for j = 1, #later do
-    since[2 * j - 1], since[2 * j] = now, later[j]
-    outcomes[2 * j - 1], outcomes[2 * j] = later[j], outcome
+  local since, outcomes, now_text = {}, {}, string.format('%d', now)
+  for j = 1, #later_ids do
+    since[2 * j - 1], since[2 * j] = now_text, later_ids[j]
+    outcomes[2 * j - 1], outcomes[2 * j] = later_ids[j], outcome
   end
   redis.call('ZADD', W.releasing, unpack(since))
   redis.call('HSET', W.release_outcomes, unpack(outcomes))
