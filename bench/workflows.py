@@ -11,9 +11,9 @@
    worker's ack of that member, the release, the wake and the claim of the callback.
 3. chain: steps each depending on the one before, on one worker (CONCURRENCY=1): steps per second from
    the first step's start to the last's.
-4. enqueue and release of big fan-ins: the time to enqueue a callback with N dependencies, and to ack a
-   job with N dependents (every one released when the ack returns), with the longest single Redis
-   command meanwhile (SLOWLOG, threshold 0): how long Redis was blocked at most.
+4. big fan-ins: the time to enqueue a callback with N dependencies and to delete it, and to ack a job
+   with N dependents (every one released when the ack returns) and to delete it, with the longest
+   single Redis command meanwhile (SLOWLOG): how long Redis was blocked at most.
 """
 
 import argparse
@@ -317,6 +317,20 @@ def watched(server: Server, action: Callable[[], Any]) -> dict[str, Any]:
     }
 
 
+def entries(server: Server, queue: Any, key: str, job_id: str) -> int:
+    """How many entries job ``job_id`` has in the lexicographic sorted set ``key`` of ``queue``."""
+    return int(server.r.zlexcount(getattr(queue.core.keys, key), f"[{job_id}\0", f"({job_id}\1"))
+
+
+# What each measured action of big() is, in the summary.
+BIG = {
+    "enqueue": "enqueue of a callback with {n:,} dependencies",
+    "delete callback": "delete of that callback (its dependency list dropped when it returns)",
+    "release": "ack of a job with {n:,} dependents (all released when it returns)",
+    "delete root": "delete of that job, done (its dependents' entries dropped when it returns)",
+}
+
+
 def big(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     server.r.config_set("slowlog-max-len", 10_000)
@@ -332,6 +346,10 @@ def big(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
                 waiting = int(queue.stats()["waiting"])
                 rows.append({"what": "enqueue", "n": n, **row, "ok": waiting == 1})
                 log(f"workflows enqueue of a callback with {n:,} dependencies: {rows[-1]}")
+                row = watched(server, lambda q=queue: q.delete("callback"))
+                left = entries(server, queue, "dep_lines", "callback")
+                rows.append({"what": "delete callback", "n": n, **row, "ok": left == 0})
+                log(f"workflows delete of a callback with {n:,} dependencies: {rows[-1]}")
 
                 server.r.flushall()
                 queue.close()
@@ -343,6 +361,10 @@ def big(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
                 todos = int(queue.stats()["todos"])
                 rows.append({"what": "release", "n": n, **row, "released": todos, "ok": todos == n})
                 log(f"workflows release of {n:,} dependents: {rows[-1]}")
+                row = watched(server, lambda q=queue: q.delete("root"))
+                left = entries(server, queue, "dependents", "root")
+                rows.append({"what": "delete root", "n": n, **row, "ok": left == 0})
+                log(f"workflows delete of a job with {n:,} dependents: {rows[-1]}")
             finally:
                 queue.close()
     finally:
@@ -527,11 +549,7 @@ def summary(data: dict[str, Any]) -> str:
     L += ["## Big fan-ins: how long Redis is blocked", ""]
     rows = []
     for r in data["big"]:
-        what = (
-            f"enqueue of a callback with {r['n']:,} dependencies"
-            if r["what"] == "enqueue"
-            else f"ack of a job with {r['n']:,} dependents (all released when it returns)"
-        )
+        what = BIG[r["what"]].format(n=r["n"])
         rows.append(
             [
                 what,
@@ -547,14 +565,13 @@ def summary(data: dict[str, Any]) -> str:
     bounds = "../reference.md#dependencies-what-each-step-touches-and-the-bounds"
     for r in data["big"]:
         if r["longest_ms"] is not None:
-            what = f"enqueue of a callback with {r['n']:,} dependencies" if r["what"] == "enqueue" else None
-            what = what or f"release of {r['n']:,} dependents"
+            what = BIG[r["what"]].format(n=r["n"])
             L.append(f"- {what}: Redis blocked up to {r['longest_ms']:,.1f} ms, in one `{r['longest_command']}`")
     L.append(f"- the bounds each step keeps: [the reference]({bounds})")
     L.append("")
     L += [
         "The longest single command bounds how long Redis was blocked, each script call being one "
-        f"command; a page of a release or registration holds at most {LINKS_PER_CALL} links "
+        f"command; a page of a release, registration or forgetting holds at most {LINKS_PER_CALL} links "
         f"(`setqueue.keys.LINKS_PER_CALL`). Script calls and their time: INFO commandstats (EVALSHA); the "
         f"longest command: SLOWLOG, which logs those of {SLOW_US / 1000:g} ms or more (at 0 it logs every "
         "command a script runs too, and that logging slows the scripts several times over). Durations are "

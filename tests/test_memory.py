@@ -26,12 +26,13 @@ from tests.support.waits import wait_until, wait_until_leases_expire
 
 # Each script's first line says what it does when Redis is out of memory (docs/guide.md).
 # Finish or free work; register and depend complete an enqueue already accepted, arrive and release
-# the end of a dependency.
+# the end of a dependency, forget frees what a forgotten job left.
 RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete", "cancel", "set_limits"} | {
     "register",
     "depend",
     "arrive",
     "release",
+    "forget",
 }
 REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic", "progress"}  # add work, or only memory
 READ_ONLY = {"stats", "list_groups", "lookup"}

@@ -220,6 +220,162 @@ def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
     assert other.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
 
 
+def test_a_job_whose_dependency_list_was_lost_before_it_registered_fails_saying_so(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    q.enqueue(["first"])
+    core = q.core
+    # An enqueuer that died between its enqueue call and the job's registration, and a staging list
+    # gone before any sweep came (a day without a cleaner, or evicted by a volatile maxmemory policy).
+    generation = "lost-list"
+    list(_drive(q, q.operations.links.stage(core, [f"{queue_name} first"], generation)))
+    enqueue = core.commands.enqueue(
+        [("late", None)],
+        with_payloads=False,
+        request_ttl_ms=60_000,
+        wake_cap=1,
+        dependencies=(1, "fail"),
+        request_id=generation,
+    )
+    list(_drive(q, enqueue))
+    assert q.inspect("late").state == "waiting"  # type: ignore[union-attr]
+    client.delete(core.keys.staging(generation))
+    client.zadd(core.keys.registering, {"late": 0})  # left long ago
+    q.sweep()
+    info = q.inspect("late")
+    assert info is not None and info.state == "failed"
+    assert info.error is not None and "dependency list was lost" in info.error and "0 of 1" in info.error
+    assert client.zcard(core.keys.registering) == 0
+    # A job registered whole is left alone by a late registration (a sweep that raced its enqueuer)
+    # once its staging list went.
+    q.enqueue(["kept"], depends_on=["first"])
+    list(_drive(q, q.operations.links.register(core, "kept")))
+    assert q.inspect("kept").state == "waiting"  # type: ignore[union-attr]
+
+
+def _entries_of(client: redis.Redis, q: Any, job_id: str) -> tuple[int, int]:
+    """How many dep_lines entries and arrived fields ``job_id`` has."""
+    k = q.core.keys
+    lines = client.zlexcount(k.dep_lines, f"[{job_id}\0", f"({job_id}\1")
+    fields = sum(1 for field in client.hkeys(k.arrived) if str(field).startswith(f"{job_id}\0"))
+    return lines, fields
+
+
+def test_a_callback_with_many_dependencies_is_forgotten_a_page_a_call(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    many = 2 * LINKS_PER_CALL + 7
+    members = [f"m-{n}" for n in range(many)]
+    q.enqueue(members)
+    q.enqueue(["cb"], depends_on=members)
+    first = q.claim(10)
+    q.ack_many(first)
+    assert _entries_of(client, q, "cb") == (many, 10)
+    calls = int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    assert q.delete("cb") == "waiting"
+    # Dropped before delete returns, in one delete.lua call and a forget.lua call per page.
+    assert _entries_of(client, q, "cb") == (0, 0) and client.zcard(q.core.keys.forgetting) == 0
+    made = int(client.info("commandstats")["cmdstat_evalsha"]["calls"]) - calls
+    assert made >= many // LINKS_PER_CALL + 1
+    # A callback with few goes at once, in the delete itself.
+    q.enqueue(["small"], depends_on=members[-3:])
+    assert q.delete("small") == "waiting" and _entries_of(client, q, "small") == (0, 0)
+
+
+def test_a_new_run_of_an_id_still_being_forgotten_registers_after_the_old_entries_went(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    many = LINKS_PER_CALL + 20
+    old = [f"old-{n}" for n in range(many)]
+    q.enqueue(old)
+    q.enqueue(["cb"], depends_on=old)
+    q.ack_many(q.claim(5))
+    core = q.core
+    # delete.lua alone: the caller died before it dropped the long list (or a retention trim left it).
+    list(_drive(q, core.commands.delete("cb", None, request_ttl_ms=60_000, wake_cap=1)))
+    assert client.zscore(core.keys.forgetting, "cb") is not None
+    assert _entries_of(client, q, "cb") == (many, 5)
+    # A new run of the id with other dependencies: it drops the old entries first, then registers its own.
+    new = ["new-a", "new-b"]
+    q.enqueue(new)
+    q.enqueue(["cb"], depends_on=new)
+    assert client.zscore(core.keys.forgetting, "cb") is None
+    assert _entries_of(client, q, "cb") == (2, 0)
+    assert [d.id for d in q.dependencies("cb")] == new
+    claimed: list[str] = []
+    while leases := q.claim(500):
+        claimed += [lease.id for lease in leases]
+        q.ack_many([lease for lease in leases if lease.id != "cb"])
+    assert "cb" in claimed  # released by its new dependencies alone
+    assert [(d.id, d.outcome) for d in q.dependencies("cb")] == [("new-a", "done"), ("new-b", "done")]
+
+
+def test_a_sweep_drops_what_a_forgetting_caller_left(redis_url: str, queue_name: str, client: redis.Redis) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    many = LINKS_PER_CALL + 1
+    members = [f"m-{n}" for n in range(many)]
+    q.enqueue(members)
+    q.enqueue(["cb"], depends_on=members)
+    core = q.core
+    list(_drive(q, core.commands.delete("cb", None, request_ttl_ms=60_000, wake_cap=1)))
+    assert _entries_of(client, q, "cb")[0] == many
+    q.sweep()
+    assert _entries_of(client, q, "cb") == (0, 0) and client.zcard(core.keys.forgetting) == 0
+
+
+def _dependents_of(client: redis.Redis, q: Any, job_id: str) -> int:
+    return client.zlexcount(q.core.keys.dependents, f"[{job_id}\0", f"({job_id}\1")
+
+
+def test_a_job_with_many_dependents_is_forgotten_a_page_a_call(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    many = LINKS_PER_CALL + 30
+    q.enqueue(["root"])
+    q.enqueue([f"d-{n}" for n in range(many)], depends_on=["root"])
+    assert _dependents_of(client, q, "root") == many
+    assert q.delete("root") == "todos"
+    # Told it was deleted (each fails, naming it), then its entries dropped before delete returns.
+    assert q.stats()["failed"] == many
+    assert _dependents_of(client, q, "root") == 0 and client.zcard(q.core.keys.forgetting) == 0
+    assert not client.sismember(q.core.keys.linked, "root")
+
+
+def test_a_new_dependent_of_an_id_whose_earlier_run_is_still_being_forgotten_waits_for_that(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    other = setqueue.open_queue(redis_url, f"{queue_name}-other")
+    many = LINKS_PER_CALL + 30
+    q.enqueue(["root"])
+    q.enqueue([f"d-{n}" for n in range(many)], depends_on=["root"])
+    core = q.core
+    # delete.lua alone: the caller died before it told the dependents and dropped their entries.
+    list(_drive(q, core.commands.delete("root", None, request_ttl_ms=60_000, wake_cap=1)))
+    assert q.stats()["waiting"] == many and _dependents_of(client, q, "root") == many
+    # A new run of the id, and new dependents of it, in its queue and in another: each registers
+    # only once the old entries are gone (the old dependents told first), so that none of theirs is
+    # dropped, or told, with them.
+    q.enqueue(["root"])
+    q.enqueue(["near"], depends_on=["root"])
+    other.enqueue(["far"], depends_on=[JobRef(queue_name, "root")])
+    assert q.stats()["failed"] == many  # the old dependents, told "deleted"
+    assert _dependents_of(client, q, "root") == 2 and client.zcard(core.keys.forgetting) == 0
+    assert q.inspect("near").state == "waiting" and other.inspect("far").state == "waiting"  # type: ignore[union-attr]
+    (lease,) = [lease for lease in q.claim(10) if lease.id == "root"]
+    assert q.ack(lease)
+    assert q.inspect("near").state == "todos" and other.inspect("far").state == "todos"  # type: ignore[union-attr]
+
+
+def test_the_scripts_forget_inline_no_more_than_a_page() -> None:
+    source = (Path(setqueue.__file__).parent / "lua" / "includes" / "links.lua").read_text()
+    assert f"local FORGET_INLINE = {LINKS_PER_CALL}\n" in source
+
+
 def _drive(q: Any, steps: Any) -> Any:
     yield q.executor.run(steps)
 

@@ -451,6 +451,14 @@ class QueueKeys:
         return self.prefix + "dep_lines"
 
     @property
+    def forgetting(self) -> str:
+        """Sorted set: member = job id the queue forgot (retention, delete, rerun) while it had more than
+        LINKS_PER_CALL dependencies; score = when (ms). Its ``dep_lines`` and ``arrived`` entries are
+        dropped a page a call (forget.lua): by the call that deleted it, by sweeps, and, before a new run
+        of the id registers its own, by register.lua. Gone once they are."""
+        return self.prefix + "forgetting"
+
+    @property
     def arrived(self) -> str:
         """Hash: field = "<id>\\0<queue> <dependency id>" of each dependency of a job that has ended; value =
         how (done, failed, cancelled, deleted, unknown). Written with HSETNX, so a dependency told twice

@@ -109,6 +109,7 @@ class DependencySteps(Protocol):
     ) -> Steps[None]: ...
     def count(self, released: int, failed: int) -> None: ...
     def finish_links(self, core: QueueCore, limit: int) -> Steps[int]: ...
+    def forget(self, queue: str, job_ids: Sequence[str]) -> Steps[None]: ...
     def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]: ...
     def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]: ...
     def chain(self, steps: Sequence[Call[Any]], *, id: str | None = None) -> Steps[list[Sent[Any]]]: ...
@@ -714,8 +715,13 @@ class Operations:
 
     def delete(self, job_id: str) -> Steps[str | None]:
         """Remove a job and all it left in Redis, whatever its state (a running job's ack is then refused);
-        returns the state it was in, or None if unknown."""
-        return (yield from self._end_job(job_id, QueueCommands.delete))
+        returns the state it was in, or None if unknown. The dependency list of a job with more than
+        LINKS_PER_CALL dependencies goes a page a call before it returns."""
+        was = yield from self._end_job(job_id, QueueCommands.delete)
+        if was is not None:
+            for core in self.router.holders(job_id):
+                yield from self.links.forget(core.name, [job_id])
+        return was
 
     def _end_job(self, job_id: str, command: Callable[..., Steps[tuple[str | None, bool]]]) -> Steps[str | None]:
         validate_job_id(job_id)

@@ -44,6 +44,7 @@ NAMES = (
     "depend",
     "arrive",
     "release",
+    "forget",
     "lookup",
 )
 
@@ -604,13 +605,14 @@ class QueueCommands:
         args = [k.name, wake_cap, k.ended_channel, job_id, "end" if start is None else start, page, generation]
         keys = self._keys("register", staging=k.staging(generation))
         reply = json.loads((yield self._run("register", keys, args)))
-        next_start, generation, elsewhere, releases, released, failed = reply
+        next_start, generation, elsewhere, releases, released, failed, busy = reply
         return RegisterPage(
             None if next_start < 0 else int(next_start),
             str(generation),
             _strings(elsewhere),
             _strings(releases),
             Told(int(released), int(failed)),
+            _strings(busy),
         )
 
     def lookup(self, job_ids: Sequence[str]) -> Steps[list[str | None]]:
@@ -620,7 +622,9 @@ class QueueCommands:
 
     def depend(self, dependent: str, job_ids: Sequence[str]) -> Steps[list[str]]:
         """depend.lua: ``dependent`` ("<queue> <generation> <id>") waits for ``job_ids`` of this queue;
-        per id how it ended ("done", "failed", "cancelled", "unknown") or "" (registered: it tells)."""
+        per id how it ended ("done", "failed", "cancelled", "unknown"), "busy" (an earlier run of it is
+        still being forgotten: nothing written, ask again once that is done) or "" (registered: it
+        tells)."""
         reply = yield self._run("depend", self._keys("depend"), [dependent, *job_ids])
         return _strings(json.loads(reply))
 
@@ -651,6 +655,12 @@ class QueueCommands:
         ]
         return out, _strings(releases), Told(int(released), int(failed))
 
+    def forget(self, job_ids: Sequence[str], *, page: int) -> Steps[list[str]]:
+        """forget.lua: drop at most ``page`` dependency entries of ``job_ids`` that are in ``forgetting``
+        (forgotten with many dependencies); the ids still in it afterwards."""
+        reply = yield self._run("forget", self._keys("forget"), [page, *job_ids])
+        return _strings(json.loads(reply))
+
 
 @dataclass(frozen=True, slots=True)
 class Told:
@@ -680,13 +690,16 @@ class AckReply:
 @dataclass(frozen=True, slots=True)
 class RegisterPage:
     """register.lua's reply: where the next page starts (None: no more), the job's generation, the
-    dependencies of other queues in this page ("<queue> <id>"), and ids whose dependents are to be told."""
+    dependencies of other queues in this page ("<queue> <id>"), ids whose dependents are to be told,
+    and dependencies of this queue whose earlier run is still being forgotten (the caller finishes
+    that, then asks for the same page again: ``next_start`` is where this one started)."""
 
     next_start: int | None
     generation: str
     elsewhere: list[str]
     releases: list[str]
     told: Told
+    busy: list[str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,8 @@ class Workflows:
             )
             self.count(page.told.released, page.told.failed)
             releases += [(core.name, released) for released in page.releases]
+            if page.busy:  # dependencies whose earlier run is still being forgotten: finish that first
+                yield from self.finish_forgetting(core.name, page.busy)
             if page.elsewhere:
                 dependent = f"{core.name} {page.generation} {job_id}"
                 by_queue: dict[str, list[str]] = defaultdict(list)
@@ -180,10 +182,18 @@ class Workflows:
                     by_queue[queue].append(dependency)
                 arrivals: list[tuple[str, str, str, str]] = []
                 for queue, dependencies in by_queue.items():
-                    answers = yield from self._commands_of(queue).depend(dependent, dependencies)
-                    for dependency, answer in zip(dependencies, answers, strict=True):
-                        if answer:  # it had ended (or is gone): it counts now
-                            arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
+                    asking = dependencies
+                    while asking:
+                        answers = yield from self._commands_of(queue).depend(dependent, asking)
+                        busy = []
+                        for dependency, answer in zip(asking, answers, strict=True):
+                            if answer == "busy":  # its earlier run is still being forgotten
+                                busy.append(dependency)
+                            elif answer:  # it had ended (or is gone): it counts now
+                                arrivals.append((job_id, page.generation, f"{queue} {dependency}", answer))
+                        if busy:
+                            yield from self.finish_forgetting(queue, busy)
+                        asking = busy
                 if arrivals:
                     failed, told = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
                     self.count(told.released, told.failed)
@@ -285,7 +295,8 @@ class Workflows:
 
     def finish_links(self, core: QueueCore, limit: int) -> Steps[int]:
         """A sweep's part: finish registrations and releases older than LINK_GRACE_SECONDS that their
-        makers left (died, or lost Redis). Returns how many it finished."""
+        makers left (died, or lost Redis), and drop the dependency lists of jobs in ``forgetting``.
+        Returns how many jobs it finished."""
         seconds, micros = yield Send(("TIME",))
         before = int(seconds) * 1000 + int(micros) // 1000 - round(LINK_GRACE_SECONDS * 1000)
         k = core.keys
@@ -294,7 +305,26 @@ class Workflows:
             yield from self.register(core, text(job_id))
         releasing = yield Send(("ZRANGE", k.releasing, "-inf", before, "BYSCORE", "LIMIT", 0, limit))
         yield from self.release_all([(core.name, text(job_id)) for job_id in releasing])
-        return len(registering) + len(releasing)
+        forgetting = yield Send(("ZRANGE", k.forgetting, 0, limit - 1))
+        yield from self.forget(core.name, [text(job_id) for job_id in forgetting])
+        return len(registering) + len(releasing) + len(forgetting)
+
+    def forget(self, queue: str, job_ids: Sequence[str]) -> Steps[None]:
+        """Drop the entries of ``job_ids`` that queue (or shard) ``queue`` forgot with more than
+        LINKS_PER_CALL dependencies or dependents (its ``forgetting`` key), a page a call (forget.lua)
+        until none are left. Not there: one call that does nothing."""
+        commands = self._commands_of(queue)
+        left = list(job_ids)
+        while left:
+            still = yield from commands.forget(left[:MAX_IDS_PER_CALL], page=LINKS_PER_CALL)
+            left = still + left[MAX_IDS_PER_CALL:]
+
+    def finish_forgetting(self, queue: str, job_ids: Sequence[str]) -> Steps[None]:
+        """Finish what an earlier run of each of ``job_ids`` (of ``queue``) left to forget, so that a new
+        dependent can register with its new run: the telling of its dependents, if it was forgotten
+        meanwhile (release_all), then its entries (forget). Whoever comes next does it, idempotently."""
+        yield from self.release_all([(queue, job_id) for job_id in job_ids])
+        yield from self.forget(queue, job_ids)
 
     def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]:
         """The dependencies of ``job_id`` in the order given, each with how it ended and what its handler

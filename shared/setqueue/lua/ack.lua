@@ -15,7 +15,7 @@
 -- KEYS[22] groups_ready KEYS[23] enqueued KEYS[24] linked KEYS[25] releasing KEYS[26] release_outcomes
 -- KEYS[27] dependents KEYS[28] dep_lines KEYS[29] arrived KEYS[30] arrived_count KEYS[31] deps
 -- KEYS[32] waiting KEYS[33] todos KEYS[34] seq KEYS[35] scheduled KEYS[36] priorities KEYS[37] failed
--- KEYS[38] grouped KEYS[39] group_lines KEYS[40] groups_resting
+-- KEYS[38] grouped KEYS[39] group_lines KEYS[40] groups_resting KEYS[41] forgetting
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] most (ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
@@ -36,8 +36,8 @@ local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEY
 local enqueued, linked, releasing, release_outcomes = KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local dependents, dep_lines, arrived, arrived_count, deps = KEYS[27], KEYS[28], KEYS[29], KEYS[30], KEYS[31]
 local waiting, todos, seq, scheduled, priorities, failed = KEYS[32], KEYS[33], KEYS[34], KEYS[35], KEYS[36], KEYS[37]
-local grouped, group_lines, groups_resting = KEYS[38], KEYS[39], KEYS[40]
-local FIRST_LOCK = 41  -- KEYS[FIRST_LOCK..] lock key of each claim
+local grouped, group_lines, groups_resting, forgetting = KEYS[38], KEYS[39], KEYS[40], KEYS[41]
+local FIRST_LOCK = 42  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, most, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local wake_cap, drop_results, queue, link_room = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
@@ -53,7 +53,7 @@ local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enque
 local cached = recorded(request)
 if cached then return cached end
 local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps}
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting}
 
 local now = now_ms()
 -- Printed once, not per job: every job of the call ends at this time (and its result expires together).
@@ -147,7 +147,7 @@ if acked > 0 and most > 0 then
     local dropped = {}
     for j = 1, #oldest, 2 do dropped[#dropped + 1] = oldest[j] end
     forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, dropped)
-    forget_links(L, dropped)
+    forget_links(L, dropped, now)
   end
 end
 

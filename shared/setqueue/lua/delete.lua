@@ -10,6 +10,7 @@
 -- KEYS[27] groups_resting KEYS[28] groups_full KEYS[29] group_running KEYS[30] wake KEYS[31] enqueued
 -- KEYS[32] waiting KEYS[33] registering KEYS[34] linked KEYS[35] releasing KEYS[36] release_outcomes
 -- KEYS[37] dependents KEYS[38] dep_lines KEYS[39] arrived KEYS[40] arrived_count KEYS[41] deps
+-- KEYS[42] forgetting
 -- ARGV[1] record_ttl ms  ARGV[2] id  ARGV[3] token of that claim ("" if none)  ARGV[4] wake_cap
 -- Returns a JSON string: [the state the id was in: "todos", "in_progress", "done", "failed",
 -- "scheduled", "cancelled", "waiting", or false, then whether its dependents are to be told that
@@ -22,7 +23,7 @@ local limits, grouped, group_lines, group_of, groups_ready = KEYS[22], KEYS[23],
 local groups_resting, groups_full, group_running, wake = KEYS[27], KEYS[28], KEYS[29], KEYS[30]
 local enqueued, waiting, registering, linked, releasing = KEYS[31], KEYS[32], KEYS[33], KEYS[34], KEYS[35]
 local release_outcomes, dependents, dep_lines, arrived, arrived_count = KEYS[36], KEYS[37], KEYS[38], KEYS[39], KEYS[40]
-local deps = KEYS[41]
+local deps, forgetting = KEYS[41], KEYS[42]
 local record_ttl, id, token, wake_cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include "request_record"
 -- @include "lock_countdown"
@@ -72,13 +73,13 @@ redis.call('HDEL', group_of, id)
 local told = {}
 if state then
   local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-    dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps}
+    dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting}
   -- Its dependents are told it was deleted (an ended job's were told already: its releasing entry
   -- is gone, so they are not told again).
   if state ~= 'done' and state ~= 'failed' and state ~= 'cancelled' then
     told = mark_ended(L, {id}, 'deleted', now_ms())
   end
-  forget_links(L, {id})
+  forget_links(L, {id}, now_ms())
 end
 
 return record(request, cjson.encode({state, #told > 0}), record_ttl)

@@ -17,7 +17,7 @@
 -- KEYS[25] attempts KEYS[26] progress KEYS[27] history KEYS[28] groups_resting KEYS[29] groups_full
 -- KEYS[30] waiting KEYS[31] deps KEYS[32] linked KEYS[33] registering KEYS[34] dep_lines
 -- KEYS[35] arrived KEYS[36] arrived_count KEYS[37] dependents KEYS[38] releasing
--- KEYS[39] release_outcomes
+-- KEYS[39] release_outcomes KEYS[40] forgetting
 -- ARGV[1] record_ttl ms  ARGV[2] wake_cap  ARGV[3] with_payloads ("1": each id is followed by its payload)
 -- ARGV[4] delay_ms (by the Redis clock)  ARGV[5] at_ms (Unix ms; "": use delay_ms; past means now)
 -- ARGV[6] priority (-10..10, higher first)  ARGV[7] job_options ("<max attempts>|<timeout ms>" or "")
@@ -35,7 +35,7 @@ local errors, attempts, progress, history = KEYS[24], KEYS[25], KEYS[26], KEYS[2
 local groups_resting, groups_full = KEYS[28], KEYS[29]
 local waiting, deps, linked, registering, dep_lines = KEYS[30], KEYS[31], KEYS[32], KEYS[33], KEYS[34]
 local arrived, arrived_count, dependents, releasing = KEYS[35], KEYS[36], KEYS[37], KEYS[38]
-local release_outcomes = KEYS[39]
+local release_outcomes, forgetting = KEYS[39], KEYS[40]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group, if_exists = ARGV[8], ARGV[9]
@@ -54,7 +54,7 @@ local cached = recorded(request)
 if cached then return cached end
 local L = {
   linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps,
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting,
 }
 
 local now = now_ms()
@@ -93,7 +93,7 @@ local function take_back(id)
     redis.call('HDEL', errors, id)
     redis.call('HDEL', attempts, id)
     redis.call('HDEL', progress, id)
-    forget_links(L, {id})  -- the dependencies of its earlier run
+    forget_links(L, {id}, now)  -- the dependencies of its earlier run
     remember(history, id, now, 'rerun', 'producer', 'enqueued again once it had ended')
   else
     return false

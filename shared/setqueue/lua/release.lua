@@ -11,7 +11,7 @@
 -- KEYS[12] seq KEYS[13] pending KEYS[14] enqueued KEYS[15] priorities KEYS[16] wake KEYS[17] errors
 -- KEYS[18] finished KEYS[19] history KEYS[20] limits KEYS[21] grouped KEYS[22] group_lines
 -- KEYS[23] group_of KEYS[24] groups_ready KEYS[25] groups_resting KEYS[26] groups_full
--- KEYS[27] dependents KEYS[28] arrived KEYS[29] arrived_count
+-- KEYS[27] dependents KEYS[28] arrived KEYS[29] arrived_count KEYS[30] dep_lines KEYS[31] forgetting
 -- ARGV[1] queue (this queue's name, as links name it)  ARGV[2] wake_cap
 -- ARGV[3] ended channel ("failed\n<id>...")  ARGV[4] page (the most dependents a call tells)
 -- ARGV[JOBS..] per ended job: its id, and after: the last dependent told ("" first; "end": finish)
@@ -24,6 +24,7 @@ local scheduled, seq, pending, enqueued, priorities = KEYS[11], KEYS[12], KEYS[1
 local wake, errors, finished, history = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local limits, grouped, group_lines, group_of, groups_ready = KEYS[20], KEYS[21], KEYS[22], KEYS[23], KEYS[24]
 local groups_resting, groups_full, dependents, arrived, arrived_count = KEYS[25], KEYS[26], KEYS[27], KEYS[28], KEYS[29]
+local dep_lines, forgetting = KEYS[30], KEYS[31]
 local queue, wake_cap, ended, page = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local JOBS = 5  -- ARGV[JOBS..] the ended jobs: id, after
 -- @include "now_ms"
@@ -37,7 +38,7 @@ local W = {
   cancelled = cancelled, seq = seq, pending = pending, enqueued = enqueued, scheduled = scheduled,
   priorities = priorities, wake = wake, failed = failed, errors = errors,
   finished = finished, history = history,
-  grouped = grouped, group_of = group_of,
+  grouped = grouped, group_of = group_of, dep_lines = dep_lines, forgetting = forgetting,
 }
 local G = {
   limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
@@ -46,18 +47,14 @@ local G = {
 local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
 
 -- finish: ended jobs whose dependents are all told leave releasing (one command each for the batch);
--- a forgotten job's dependents go now.
+-- a forgotten job's dependents go now (or, many, by forgetting).
+local now = now_ms()
 local finished_ids = {}
 local function finish(id, outcome)
   finished_ids[#finished_ids + 1] = id
-  if string.find(outcome, ' forgotten', 1, true) then
-    local low, high = lex_range(id)
-    redis.call('ZREMRANGEBYLEX', dependents, low, high)
-    redis.call('SREM', linked, id)
-  end
+  if string.find(outcome, ' forgotten', 1, true) then forget_dependents(W, id, now) end
 end
 
-local now = now_ms()
 local jobs = read_fields(JOBS, 2)
 local ids, afters = jobs[1], jobs[2]
 local outcomes = redis.call('HMGET', release_outcomes, unpack(ids))

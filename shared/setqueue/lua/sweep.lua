@@ -12,7 +12,7 @@
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
 -- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued KEYS[32] payloads
 -- KEYS[33] linked KEYS[34] releasing KEYS[35] release_outcomes KEYS[36] dependents KEYS[37] dep_lines
--- KEYS[38] arrived KEYS[39] arrived_count KEYS[40] deps
+-- KEYS[38] arrived KEYS[39] arrived_count KEYS[40] deps KEYS[41] forgetting
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
@@ -29,7 +29,8 @@ local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24],
 local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
 local payloads, linked, releasing, release_outcomes = KEYS[32], KEYS[33], KEYS[34], KEYS[35]
 local dependents, dep_lines, arrived, arrived_count, deps = KEYS[36], KEYS[37], KEYS[38], KEYS[39], KEYS[40]
-local FIRST_LOCK = 41  -- KEYS[FIRST_LOCK..] lock key of each claim
+local forgetting = KEYS[41]
+local FIRST_LOCK = 42  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
@@ -91,7 +92,7 @@ if #requeued + freed > 0 then wake_workers(wake, math.max(1, freed), wake_cap) e
 redis.call('ZREMRANGEBYSCORE', group_buckets, '-inf', now)
 if #dead > 0 then redis.call('PUBLISH', ended, 'failed\n' .. table.concat(dead, '\n')) end
 local L = {linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps}
+  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting}
 local told = mark_ended(L, dead, 'failed', now)
 
 local trimmed = 0
@@ -99,7 +100,7 @@ if max_age > 0 then
   local old = redis.call('ZRANGE', done_log, '-inf', now - max_age, 'BYSCORE', 'LIMIT', 0, trim_limit)
   if #old > 0 then
     forget_ended(done, cancelled, finished, results, result_expiry, history, progress, payloads, old)
-    forget_links(L, old)
+    forget_links(L, old, now)
     redis.call('ZREM', done_log, unpack(old))
   end
   trimmed = #old

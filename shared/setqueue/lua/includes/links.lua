@@ -5,7 +5,8 @@
 -- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
 -- dependents (dependents); deps has an entry for each id with dependencies, linked lists the ids
 -- with dependents.
--- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps.
+-- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps,
+-- forgetting.
 -- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
 -- enqueued, scheduled, priorities, wake, failed, errors, finished, history, grouped, group_of.
 -- G: the groups' keys (includes/groups.lua). T, a call's tally: wake_cap, ended (the channel), and
@@ -47,27 +48,75 @@ local function mark_ended(L, ids, outcome, now)
   return told
 end
 
+-- FORGET_INLINE: the most dependencies of one job whose entries a forgetting call drops itself; a
+-- job with more is handed to forgetting, dropped a page a call (forget_page). The same number as
+-- setqueue.keys.LINKS_PER_CALL, so that no call does more.
+local FORGET_INLINE = 500
+
+-- forget_page: drop up to page of the entries of a job in forgetting: its dependencies first
+-- (dep_lines and their arrived fields), then its dependents; once none are left, it leaves
+-- forgetting. Returns whether it has, and how many entries went.
+local function forget_page(L, id, page)
+  local low, high = lex_range(id)
+  local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', page))
+  if #lines > 0 then
+    -- "<id>\0<place, 8 hex digits>\0<link>" -> its arrived field "<id>\0<link>"
+    local head, fields = id .. '\0', {}
+    for n = 1, #lines do fields[n] = head .. string.sub(lines[n], #id + 11) end
+    redis.call('HDEL', L.arrived, unpack(fields))
+    redis.call('ZREM', L.dep_lines, unpack(lines))
+  end
+  local members = {}
+  if #lines < page then
+    members = redis.call('ZRANGE', L.dependents, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', page - #lines))
+    if #members > 0 then redis.call('ZREM', L.dependents, unpack(members)) end
+  end
+  local dropped = #lines + #members
+  if dropped < page then
+    redis.call('ZREM', L.forgetting, id)
+    return true, dropped
+  end
+  return false, dropped
+end
+
+-- forget_dependents: drop job id's dependents entries (all told) and its linked membership: at once
+-- for up to FORGET_INLINE of them, else by forgetting, a page a call.
+local function forget_dependents(L, id, now)
+  local low, high = lex_range(id)
+  local limit = string.format('%d', FORGET_INLINE + 1)
+  local members = redis.call('ZRANGE', L.dependents, low, high, 'BYLEX', 'LIMIT', '0', limit)
+  if #members > FORGET_INLINE then
+    redis.call('ZADD', L.forgetting, string.format('%d', now), id)
+  elseif #members > 0 then
+    redis.call('ZREM', L.dependents, unpack(members))
+  end
+  redis.call('SREM', L.linked, id)
+end
+
 -- forget_links: drop the dependency entries of ids the queue forgets (retention, delete, rerun):
 -- its dependencies (each one's arrived field too) and its dependents, or, while they are still being
--- told, mark its release_outcomes entry " forgotten" for release.lua to drop them when done. Work in
--- proportion to its dependencies; one EXISTS each for deps and linked when no job has any.
-local function forget_links(L, ids)
+-- told, mark its release_outcomes entry " forgotten" for release.lua to drop them when done. A job
+-- with more than FORGET_INLINE of either goes into forgetting instead, its entries dropped a page a
+-- call. One EXISTS each for deps and linked when no job has any.
+local function forget_links(L, ids, now)
   if #ids == 0 then return end
   if redis.call('EXISTS', L.deps) == 1 then
     local headers = redis.call('HMGET', L.deps, unpack(ids))
     for j = 1, #ids do
       if headers[j] then
         local id = ids[j]
-        local low, high = lex_range(id)
-        local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
-        for s = 1, #lines, 1000 do
-          local fields = {}
-          for n = s, math.min(s + 999, #lines) do
-            fields[#fields + 1] = id .. '\0' .. string.match(lines[n], '^[^%z]*%z[^%z]*%z(.*)$')
+        if tonumber(string.match(headers[j], '^(%d+)')) > FORGET_INLINE then
+          redis.call('ZADD', L.forgetting, string.format('%d', now), id)
+        else
+          local low, high = lex_range(id)
+          local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
+          if #lines > 0 then
+            local head, fields = id .. '\0', {}
+            for n = 1, #lines do fields[n] = head .. string.sub(lines[n], #id + 11) end
+            redis.call('HDEL', L.arrived, unpack(fields))
+            redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
           end
-          redis.call('HDEL', L.arrived, unpack(fields))
         end
-        redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
         redis.call('HDEL', L.arrived_count, id)
         redis.call('HDEL', L.deps, id)
       end
@@ -84,9 +133,7 @@ local function forget_links(L, ids)
           redis.call('HSET', L.release_outcomes, id, telling .. ' forgotten')
         end
       else
-        local low, high = lex_range(id)
-        redis.call('ZREMRANGEBYLEX', L.dependents, low, high)
-        redis.call('SREM', L.linked, id)
+        forget_dependents(L, id, now)
       end
     end
   end
@@ -99,11 +146,9 @@ local function deps_header(text)
   return tonumber(count), mode, tonumber(due), generation, tonumber(priority)
 end
 
--- fail_waiting: a dependent enqueued with "fail" whose dependency ended otherwise goes to failed with
--- a reason naming it (a requeue runs it regardless); its own dependents are told it failed.
-local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
-  local queue, dependency = split_link(link)
-  local reason = 'dependency ' .. dependency .. ' (queue ' .. queue .. ') ended ' .. outcome
+-- fail_waiting_because: a waiting job goes to failed, with reason (a requeue runs it regardless);
+-- its own dependents are told it failed.
+local function fail_waiting_because(W, T, id, first_ms, priority, reason, now)
   redis.call('ZREM', W.waiting, id)
   redis.call('SADD', W.failed, id)
   redis.call('HSET', W.errors, id, reason)
@@ -113,6 +158,14 @@ local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   T.failed_ids[#T.failed_ids + 1] = id
   local told = mark_ended(W, {id}, 'failed', now)
   if #told > 0 then T.releases[#T.releases + 1] = id end
+end
+
+-- fail_waiting: a dependent enqueued with "fail" whose dependency ended otherwise goes to failed with
+-- a reason naming it.
+local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
+  local queue, dependency = split_link(link)
+  local reason = 'dependency ' .. dependency .. ' (queue ' .. queue .. ') ended ' .. outcome
+  fail_waiting_because(W, T, id, first_ms, priority, reason, now)
 end
 
 -- arrive_all: each arrival {id, generation, link, outcome}: dependency link of waiting job id (of
@@ -289,12 +342,24 @@ local function state_of_link(W, id)
   return 'unknown'
 end
 
+-- being_forgotten: whether the entries of an earlier run of job id are still being dropped: it is
+-- in forgetting, or was forgotten while its dependents were still being told (release_outcomes says
+-- " forgotten"). A dependent must not register with its new run until they are gone: it would be
+-- dropped, or told, with them.
+local function being_forgotten(W, id)
+  if redis.call('EXISTS', W.forgetting) == 1 and redis.call('ZSCORE', W.forgetting, id) then return true end
+  local telling = redis.call('HGET', W.release_outcomes, id)
+  return telling and string.find(telling, ' forgotten', 1, true) ~= nil
+end
+
 -- register_with: dependent "<queue> <generation> <id>" waits for job id of this queue: its outcome
--- if it ended (or "unknown"), else false once registered in its dependents (the caller then adds id
--- to linked).
+-- if it ended (or "unknown"); "busy" while an earlier run of id is still being forgotten (nothing
+-- written: the caller finishes that and asks again); else false once registered in its dependents
+-- (the caller then adds id to linked).
 local function register_with(W, id, dependent)
   local state = state_of_link(W, id)
   if state then return state end
+  if being_forgotten(W, id) then return 'busy' end
   redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
   return false
 end
