@@ -230,8 +230,9 @@ class QueueKeys:
     @property
     def enqueued(self) -> str:
         """Hash: field = job id of an unfinished job that joined the line (pending) later than it was first
-        enqueued: enqueued with a delay or ``at``, retried after a backoff, or requeued from failed; value =
-        when it was first enqueued (ms). A job enqueued to run at once never has one (its pending score is
+        enqueued: enqueued with a delay or ``at`` or with dependencies (written at the enqueue: its
+        release writes nothing more), retried after a backoff, or requeued from failed; value = when it
+        was first enqueued (ms). A job enqueued to run at once never has one (its pending score is
         that time), so it costs nothing on the happy path. Gone when the job ends (its time goes into
         finished) or is deleted; a requeue from failed takes it back from finished."""
         return self.prefix + "enqueued"

@@ -154,14 +154,17 @@ if placed > 0 and dep_count ~= '' then
   -- Held by dependencies: waiting, until register.lua and the dependencies' ends release them.
   local header = dep_count .. '|' .. dep_mode .. '|' .. (later and string.format('%d', due) or '') .. '|'
     .. generation .. '|' .. priority
-  local since, headers = {}, {}
+  -- enqueued: it joins the line later, at its release, which then writes nothing more of it.
+  local since, headers, first, now_text = {}, {}, {}, string.format('%d', now)
   for j = 1, placed do
-    since[2 * j - 1], since[2 * j] = now, new_ids[j]
+    since[2 * j - 1], since[2 * j] = now_text, new_ids[j]
     headers[2 * j - 1], headers[2 * j] = new_ids[j], header
+    first[2 * j - 1], first[2 * j] = new_ids[j], now_text
   end
   redis.call('ZADD', waiting, unpack(since))
   redis.call('ZADD', registering, unpack(since))
   redis.call('HSET', deps, unpack(headers))
+  redis.call('HSET', enqueued, unpack(first))
 elseif placed > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))

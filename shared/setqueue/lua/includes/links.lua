@@ -150,6 +150,7 @@ end
 -- its own dependents are told it failed.
 local function fail_waiting_because(W, T, id, first_ms, priority, reason, now)
   redis.call('ZREM', W.waiting, id)
+  redis.call('HDEL', W.enqueued, id)
   redis.call('SADD', W.failed, id)
   redis.call('HSET', W.errors, id, reason)
   redis.call('HSET', W.finished, id, finished_record(first_ms, now, '0', false))
@@ -205,7 +206,7 @@ local function arrive_all(W, G, T, arrivals, now)
     counted = redis.call('HMGET', W.arrived_count, unpack(asked_ids))
   end
   local new_fields, seen, count_of, order = {}, {}, {}, {}
-  local released, release_first, release_priority = {}, {}, {}
+  local released, release_priority = {}, {}
   local failing, ended = {}, {}
   for j = 1, #arrivals do
     local p = parsed[j]
@@ -229,12 +230,9 @@ local function arrive_all(W, G, T, arrivals, now)
           redis.call('ZADD', W.scheduled, due, id)
           if priority ~= 0 then redis.call('HSET', W.priorities, id, priority) end
           redis.call('ZREM', W.waiting, id)
-          redis.call('HSET', W.enqueued, id, since[j])
           T.woken = T.woken + 1
         else
           released[#released + 1] = id
-          release_first[#release_first + 1] = id
-          release_first[#release_first + 1] = since[j]
           release_priority[#release_priority + 1] = priority
         end
       end
@@ -256,7 +254,6 @@ local function arrive_all(W, G, T, arrivals, now)
   if #done_counting > 0 and #asked > 0 then redis.call('HDEL', W.arrived_count, unpack(done_counting)) end
   if #released > 0 then
     redis.call('ZREM', W.waiting, unpack(released))
-    redis.call('HSET', W.enqueued, unpack(release_first))
     local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
     if redis.call('EXISTS', W.group_of) == 1 then
       local groups = redis.call('HMGET', W.group_of, unpack(released))
