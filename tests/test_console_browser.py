@@ -4,6 +4,7 @@ to tests/.screenshots/ (docs/console.md shows copies)."""
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,21 @@ def by_css(driver: Any, selector: str) -> Any:
     from selenium.webdriver.common.by import By  # noqa: PLC0415 - only where a browser runs
 
     return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click the first match, found afresh while live.js replaces it between the find and the click (a
+    stale element), for up to 10 s."""
+    from selenium.common.exceptions import StaleElementReferenceException  # noqa: PLC0415
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            by_css(driver, selector).click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
 
 
 def shown(driver: Any, selector: str) -> str:
@@ -62,7 +78,7 @@ def card_declined(queue: JobQueue, ids: list[str]) -> None:
 def sign_in(driver: Any, console: ConsoleProc, token: str) -> None:
     driver.get(console.url + "/login")
     by_css(driver, 'input[name="token"]').send_keys(token)
-    by_css(driver, "form.login button").click()
+    click(driver, "form.login button")
     # page_source, not an element: the page is replaced under us while it loads.
     wait_until(lambda: "Signed in: actions are enabled." in driver.page_source, 10, "the sign-in")
 
@@ -105,18 +121,18 @@ def test_the_queues_page_shows_the_counts_of_stats(
         assert shown_counts(driver, queue_name) == counts(queue)
         assert shown_counts(driver, f"{queue_name}-wide") == counts(sharded)
         screenshot(driver, "queues")
-        by_css(driver, f'tbody.queue[data-queue="{queue_name}"] td a').click()
+        click(driver, f'tbody.queue[data-queue="{queue_name}"] td a')
         wait_until(lambda: shown(driver, "h1") == f"Queue {queue_name}", 10, "the queue page")
         assert shown(driver, "#limits-rate").startswith("200/s") and shown(driver, "#limits-state") == "running"
         assert ids_on_page(driver, "#groups tr[data-group]", "data-group") == {"acme", "globex", "initech"}
         screenshot(driver, "queue")
         by_css(driver, 'input[name="id"]').send_keys("report-10")
-        by_css(driver, "form.search button").click()
+        click(driver, "form.search button")
         wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the job page")
         assert by_css(driver, "#job-state").text == "in progress"
         assert '"month":10' in by_css(driver, "pre.payload").text
         # The job that waits for it is linked from its page, and links back to it.
-        by_css(driver, '#job-dependents-list a.job[href$="id=year-report"]').click()
+        click(driver, '#job-dependents-list a.job[href$="id=year-report"]')
         wait_until(lambda: shown(driver, "#job-id") == "year-report", 10, "the waiting job's page")
         assert by_css(driver, "#job-state").text == "waiting"
         assert by_css(driver, "#job-waiting-on strong.ended").text == "8 of 12"  # 8 acked above
@@ -124,7 +140,7 @@ def test_the_queues_page_shows_the_counts_of_stats(
             by_css(driver, '#job-depends-on-list tr[data-id="report-10"]').get_attribute("data-state") == "in_progress"
         )
         screenshot(driver, "job-dependencies")
-        by_css(driver, '#job-depends-on-list a.job[href$="id=report-10"]').click()
+        click(driver, '#job-depends-on-list a.job[href$="id=report-10"]')
         wait_until(lambda: shown(driver, "#job-id") == "report-10", 10, "the dependency's page")
         driver.get(console.url + f"/queues/{queue_name}/jobs/todos?page=-1")
         assert "400" in by_css(driver, "section.error h1").text
@@ -154,7 +170,7 @@ def test_requeue_a_dead_letter_and_watch_it_reach_done(
         driver.get(console.url + f"/queues/{queue_name}/jobs/failed")
         assert ids_on_page(driver, "tr[data-id]", "data-id") == {"charge-17", "charge-23", "charge-42"}
         screenshot(driver, "dead-letters")
-        by_css(driver, 'tr[data-id="charge-23"] button[data-action="requeue"]').click()
+        click(driver, 'tr[data-id="charge-23"] button[data-action="requeue"]')
         wait_until(lambda: "Requeued 1 dead letter." in driver.page_source, 10, "the notice")
         job = console.url + f"/queues/{queue_name}/job?id=charge-23"
 
@@ -183,7 +199,7 @@ def test_cancel_a_running_job_and_see_it_in_its_history(
         assert by_css(driver, "#job-state").text == "in progress"
         assert "50 %" in by_css(driver, "#job-progress").text and "halfway" in by_css(driver, "#job-progress").text
         assert "not ended" in by_css(driver, "#job-result").text
-        by_css(driver, 'button[data-action="cancel"]').click()
+        click(driver, 'button[data-action="cancel"]')
         driver.switch_to.alert.accept()
         wait_until(lambda: "Cancelled 1 job" in driver.page_source, 10, "the notice")
         assert by_css(driver, "#job-state").text == "cancelled"
@@ -222,14 +238,14 @@ def test_without_the_token_no_action_runs(start_console: StartConsole, redis_url
         sign_in(driver, guarded, TOKEN)
         driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
         stale = by_css(driver, 'input[name="csrf"]').get_attribute("value")
-        by_css(driver, "header .who button").click()  # sign out
+        click(driver, "header .who button")  # sign out
         wait_until(lambda: "Signed out." in driver.page_source, 10, "the sign-out")
         sign_in(driver, guarded, TOKEN)
         driver.get(guarded.url + f"/queues/{queue_name}/jobs/failed")
         driver.execute_script(
             "document.querySelectorAll('input[name=csrf]').forEach(i => { i.value = arguments[0]; });", stale
         )
-        by_css(driver, 'tr[data-id="charge-17"] button[data-action="requeue"]').click()
+        click(driver, 'tr[data-id="charge-17"] button[data-action="requeue"]')
         wait_until(lambda: all_css(driver, "section.error"), 10, "the refusal page")
         assert "stale" in by_css(driver, "#error-detail").text
         screenshot(driver, "refused")
