@@ -666,6 +666,37 @@ def test_a_sharded_queue_serves_its_other_shards_while_one_node_is_cut_off(clust
     q.close()
 
 
+def test_a_release_in_a_shard_wakes_the_sharded_queues_workers(cluster: RedisClusterNodes) -> None:
+    """On a Cluster a sharded queue's idle workers wait on the queue's own wake list, which no shard's
+    script can push to: a dependent released in a shard, by the ack's script or by the library after
+    it, wakes them all the same (else its pick-up waits for IDLE_WAIT_SECONDS)."""
+    name = cluster.evenly_sharded_name("wakes", 3)
+    q = open_queue(cluster.url(), name, shards=3)
+    client = RedisCluster.from_url(cluster.url())
+    wake = QueueKeys(name).wake
+    # Both kinds: a dependent in its dependency's shard (released inside ack.lua), and in another.
+    candidates = [(f"first-{n}", f"then-{n}") for n in range(60)]
+    same = [pair for pair in candidates if shard_of(pair[0], 3) == shard_of(pair[1], 3)][:3]
+    pairs = (
+        same + [pair for pair in candidates if pair not in same and shard_of(pair[0], 3) != shard_of(pair[1], 3)][:3]
+    )
+    assert len(same) == 3 and len(pairs) == 6
+    for first, then in pairs:
+        q.enqueue([first])
+        q.enqueue([then], depends_on=[first])
+    held = {}
+    while leases := q.claim(10):
+        held.update({lease.id: lease for lease in leases})
+    assert sorted(held) == sorted(first for first, _ in pairs)
+    for first, then in pairs:
+        client.delete(wake)
+        assert q.ack(held[first])
+        assert client.llen(wake) >= 1, (first, then)
+        assert q.inspect(then).state == "todos"  # type: ignore[union-attr]
+    client.close()
+    q.close()
+
+
 def test_dependencies_across_shards_and_queues_on_a_cluster(cluster: RedisClusterNodes) -> None:
     """A sharded queue's jobs wait for each other across shards (other slots, other masters), and a
     plain queue's job waits for one of them: each released once its dependencies are done."""

@@ -7,9 +7,12 @@ fan-in helpers over ``send``."""
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
+
+import redis
 
 from setqueue.client import TRANSIENT_REDIS_ERRORS
 from setqueue.core import QueueCore
@@ -38,6 +41,8 @@ R = TypeVar("R")
 # (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
 # cleaner's sweep interval it bounds the delay a crash adds to a release.
 LINK_GRACE_SECONDS = 10.0
+# A shard's name, "<queue>~<shard>" (setqueue.keys.shard_name).
+SHARD = re.compile(r".+~[0-9]+")
 # The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging),
 # and how long a staging list an enqueuer left behind lives: a sweep finishes its registrations well
 # within it (LINK_GRACE_SECONDS after the enqueuer died, then the cleaner's interval).
@@ -72,6 +77,8 @@ class Host(Protocol):
 
     def holder(self, job_id: str) -> Steps[QueueCore | None]: ...
 
+    def on_a_cluster(self) -> Steps[bool]: ...
+
 
 class Workflows:
     """The dependency steps of ``ops`` (an ``Operations``)."""
@@ -86,11 +93,36 @@ class Workflows:
         # scheduled), and failed by a dependency that did not end done.
         self.released = 0
         self.dependency_failures = 0
+        # Jobs released in shards of sharded queues since the last wake_shards, by queue name.
+        self._to_wake: dict[str, int] = defaultdict(int)
 
-    def count(self, released: int, failed: int) -> None:
-        """Add what a script said it did to dependents (released, failed) to this process's counts."""
+    def count(self, released: int, failed: int, queue: str) -> None:
+        """Add what a script of ``queue`` (or shard) said it did to dependents (released, failed) to this
+        process's counts; jobs released in a shard are woken for by ``wake_shards``."""
         self.released += released
         self.dependency_failures += failed
+        if released and SHARD.fullmatch(queue):
+            self._to_wake[queue.rpartition("~")[0]] += released
+
+    def wake_shards(self) -> Steps[None]:
+        """Wake the workers of sharded queues whose shards had jobs released: on a Cluster they wait on
+        the queue's own wake list, in another slot than any shard's, which no script of a shard can push
+        to (elsewhere the scripts woke them). Up to wake_cap tokens a list. Outside the scripts: a lost
+        wake-up delays a pick-up by at most the idle wait, never loses a job. No Redis call when there
+        is nothing to wake or no Cluster."""
+        if not self._to_wake:
+            return
+        woken, self._to_wake = self._to_wake, defaultdict(int)
+        if not (yield from self.ops.on_a_cluster()):
+            return
+        cap = self.ops.first.wake_cap
+        for name, n in woken.items():
+            key = QueueKeys(name).wake
+            try:
+                yield Send(("LPUSH", key, *["1"] * min(n, cap)))
+                yield Send(("LTRIM", key, 0, cap - 1))
+            except redis.OutOfMemoryError:  # out of memory refuses the LPUSH: only a hint is lost
+                pass
 
     def _commands_of(self, name: str) -> QueueCommands:
         """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
@@ -170,7 +202,7 @@ class Workflows:
             page = yield from core.commands.register(
                 job_id, generation, start, page=LINKS_PER_CALL, wake_cap=core.wake_cap
             )
-            self.count(page.told.released, page.told.failed)
+            self.count(page.told.released, page.told.failed, core.name)
             releases += [(core.name, released) for released in page.releases]
             if page.busy:  # dependencies whose earlier run is still being forgotten: finish that first
                 yield from self.finish_forgetting(core.name, page.busy)
@@ -196,7 +228,7 @@ class Workflows:
                         asking = busy
                 if arrivals:
                     failed, told = yield from core.commands.arrive(arrivals, wake_cap=core.wake_cap)
-                    self.count(told.released, told.failed)
+                    self.count(told.released, told.failed, core.name)
                     releases += [(core.name, released) for released in failed]
                 if page.next_start is None:  # the last page: now the entry can go
                     yield from core.commands.register(
@@ -204,6 +236,7 @@ class Workflows:
                     )
             start = page.next_start
         yield from self.release_all(releases)
+        yield from self.wake_shards()
 
     def release_all(
         self, ended: Sequence[tuple[str, str]], read: Mapping[tuple[str, str], Sequence[str]] | None = None
@@ -230,7 +263,7 @@ class Workflows:
             reads, releases, told = yield from commands.release(
                 batch, page=LINKS_PER_CALL, wake_cap=self.ops.first.wake_cap
             )
-            self.count(told.released, told.failed)
+            self.count(told.released, told.failed, queue)
             being_told = [
                 (job, got) for job, got in zip(batch, reads, strict=True) if job[1] is not None and got.outcome
             ]
@@ -270,7 +303,7 @@ class Workflows:
         for its_queue, arrivals in by_queue.items():
             for page in chunks(arrivals, LINKS_PER_CALL):
                 failed, there = yield from self._commands_of(its_queue).arrive(page, wake_cap=self.ops.first.wake_cap)
-                self.count(there.released, there.failed)
+                self.count(there.released, there.failed, its_queue)
                 for released in failed:
                     left[its_queue].setdefault(released, "")
 
@@ -280,14 +313,15 @@ class Workflows:
         """After a script ended jobs of ``core`` that have dependents (``told``, recorded in its releasing
         key): tell them now; ``read``: of those, jobs that ended done whose dependents the script read
         whole, with those of other queues. Redis failing meanwhile leaves the record for a sweep to
-        finish (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did."""
-        if not told:
-            return
+        finish (LINK_GRACE_SECONDS), never a lost release: the ending call still returns what it did.
+        Then wakes the workers of shards where the script or this released jobs (``wake_shards``)."""
         try:
-            yield from self.release_all(
-                [(core.name, job_id) for job_id in told],
-                {(core.name, job_id): dependents for job_id, dependents in (read or {}).items()},
-            )
+            if told:
+                yield from self.release_all(
+                    [(core.name, job_id) for job_id in told],
+                    {(core.name, job_id): dependents for job_id, dependents in (read or {}).items()},
+                )
+            yield from self.wake_shards()
         except TRANSIENT_REDIS_ERRORS as exc:
             log.warning(
                 "queue %s: telling the dependents of %d ended jobs failed (%s); a sweep will", core.name, len(told), exc
@@ -307,6 +341,7 @@ class Workflows:
         yield from self.release_all([(core.name, text(job_id)) for job_id in releasing])
         forgetting = yield Send(("ZRANGE", k.forgetting, 0, limit - 1))
         yield from self.forget(core.name, [text(job_id) for job_id in forgetting])
+        yield from self.wake_shards()
         return len(registering) + len(releasing) + len(forgetting)
 
     def forget(self, queue: str, job_ids: Sequence[str]) -> Steps[None]:
