@@ -420,26 +420,26 @@ def why(med: dict[str, float | None], counts: dict[str, dict[str, float]] | None
         return []
     text = (
         f"Why a release costs {same / plain:.1f}x in the same queue: the ack of a job with a dependent does, "
-        "inside ack.lua, the work the dependent's enqueue put off, which is an enqueue's: the dependent joins "
-        "the line (todos, pending, its enqueue time, a wake), and its link is read and cleared (the acked "
-        "job's dependents by a range read, the dependent's arrivals counted, both forgotten)."
+        "inside ack.lua, the work the dependent's enqueue put off: the dependent joins the line (todos, "
+        "pending, a wake), and its link is read and counted (the acked job's dependents by a range read, "
+        "the dependent's deps record and waiting entry read, its arrival written)."
     )
     if counts:
         enqueue, ack = counts["plain"]["enqueue"], counts["plain"]["ack"]
         pair = counts["dependents"]["enqueue"]
         text += (
-            f" Counted, a plain job's enqueue is {enqueue:,.0f} instructions and its ack {ack:,.0f}: a release "
-            f"that puts one job in the line costs at least about an enqueue, so with this design the ack of a "
-            f"job with one dependent stays near {(ack + enqueue) / ack:.1f}x a plain ack or above, never 1.5x; "
-            f"the dependent's own enqueue (a job and its dependent: {pair:,.0f} per pair) is where the rest "
-            "of its cost went."
+            f" Counted, a plain job's enqueue is {enqueue:,.0f} instructions and its ack {ack:,.0f}: joining the "
+            "line is much of an enqueue's work, and reading and counting the link per dependent (a range read, "
+            "a record split, the tables of one batch command per key) is as much again, so with this layout the "
+            f"release stays well above half a plain ack; the dependent's own enqueue (a job and its dependent: "
+            f"{pair:,.0f} per pair) is where the rest of its cost went."
         )
     text += (
-        f" Across two queues ({two / plain:.1f}x) no script can touch both: ack.lua only records the release "
-        "in its own slot (releasing, release_outcomes), and the library then makes three more script calls "
-        "per batch of acks: release.lua reads the dependents there, arrive.lua tells them in their queue, "
-        "release.lua again clears the record. Each link is handled in three scripts instead of one; how the "
-        "extra splits between them is not counted yet (the instr matrix has no two-queue variant)."
+        f" Across two queues ({two / plain:.1f}x) no script can touch both: ack.lua reads the dependents and "
+        "records the release in its own slot (releasing, release_outcomes), and the library then makes two "
+        "more script calls per batch of acks: arrive.lua tells them in their queue, release.lua clears the "
+        "record. Each link is handled in three scripts instead of one, and the record is written and removed "
+        "again (small keys: their listpack inserts cost more per member than a large key's)."
     )
     return [text]
 
