@@ -15,6 +15,7 @@ import setqueue
 import setqueue.aio
 from setqueue import JobFailed, JobRef, UnknownJob, WaitProgress
 from setqueue.keys import LINKS_PER_CALL
+from setqueue.steps import RunScript, Step
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.tasks_app import report, square, step
@@ -218,6 +219,31 @@ def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
     q.sweep()
     assert q.inspect("near").state == "todos"  # type: ignore[union-attr]
     assert other.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
+
+
+def test_a_batch_of_acks_tells_another_queues_dependents_in_one_call(
+    redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    other = setqueue.open_queue(redis_url, f"{queue_name}-other")
+    firsts = [f"first-{n}" for n in range(50)]
+    q.enqueue(firsts)
+    for first in firsts:
+        other.enqueue([f"then-{first}"], depends_on=[JobRef(queue_name, first)])
+    leases = q.claim(50)
+    scripts: list[str] = []
+    do = q.executor.do
+
+    def recorder(step: Step) -> Any:
+        if isinstance(step, RunScript):
+            scripts.append(step.name)
+        return do(step)
+
+    monkeypatch.setattr(q.executor, "do", recorder)
+    assert all(result.acked for result in q.ack_many(leases))
+    # The ack reads the dependents; one arrive.lua there for all 50; one release.lua to finish.
+    assert scripts == ["ack", "arrive", "release"]
+    assert other.stats()["todos"] == 50 and other.stats()["waiting"] == 0
 
 
 def test_a_job_whose_dependency_list_was_lost_before_it_registered_fails_saying_so(
