@@ -348,6 +348,11 @@ def test_a_sweep_drops_what_a_forgetting_caller_left(redis_url: str, queue_name:
     core = q.core
     list(_drive(q, core.commands.delete("cb", None, request_ttl_ms=60_000, wake_cap=1)))
     assert _entries_of(client, q, "cb")[0] == many
+    # A new run of the id meanwhile, without dependencies: the old entries are not shown as its own.
+    q.enqueue(["cb"])
+    info = q.inspect("cb")
+    assert info is not None and info.depends_on == () and info.waiting_on is None
+    assert q.dependencies("cb") == []
     q.sweep()
     assert _entries_of(client, q, "cb") == (0, 0) and client.zcard(core.keys.forgetting) == 0
 

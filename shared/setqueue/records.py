@@ -166,6 +166,7 @@ def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
         "deps": ("HGET", k.deps, job_id),
         "depends_on": ("ZRANGE", k.dep_lines, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
         "dependents": ("ZRANGE", k.dependents, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
+        "forgotten": ("ZSCORE", k.forgetting, job_id),
     }
 
 

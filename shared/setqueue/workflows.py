@@ -397,7 +397,10 @@ class Workflows:
         return out
 
     def _dependency_links(self, core: QueueCore, job_id: str, most: int | None) -> Steps[list[str]]:
-        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all)."""
+        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all);
+        none while the entries there are an earlier run's, still being dropped (``forgetting``)."""
+        if (yield Send(("ZSCORE", core.keys.forgetting, job_id))) is not None:
+            return []
         low, high = f"[{job_id}\0", f"({job_id}\1"
         limit = () if most is None else ("LIMIT", 0, most)
         lines = yield Send(("ZRANGE", core.keys.dep_lines, low, high, "BYLEX", *limit))
@@ -405,12 +408,14 @@ class Workflows:
 
     def shown(self, core: QueueCore, job_id: str, r: Mapping[str, Any]) -> Steps[dict[str, Any]]:
         """inspect's dependency fields of ``job_id`` from its snapshot ``r``: its dependencies and
-        dependents (``Link``, with their states now, read per queue), its progress and mode."""
-        if r["deps"] is None and not r["dependents"]:
+        dependents (``Link``, with their states now, read per queue), its progress and mode. While an
+        earlier run's entries are still being dropped (``forgetting``), none of them is shown."""
+        earlier = r["forgotten"] is not None
+        if r["deps"] is None and (earlier or not r["dependents"]):
             return {}
-        links = [text(line).split("\0", 2)[2] for line in r["depends_on"]]
+        links = [] if earlier else [text(line).split("\0", 2)[2] for line in r["depends_on"]]
         dependents = []
-        for member in r["dependents"]:
+        for member in () if earlier else r["dependents"]:
             queue, rest = split_link(text(member).split("\0", 1)[1])
             dependents.append(f"{queue} {split_link(rest)[1]}")
         by_queue: dict[str, list[str]] = defaultdict(list)
