@@ -454,9 +454,10 @@ class QueueKeys:
     @property
     def forgetting(self) -> str:
         """Sorted set: member = job id the queue forgot (retention, delete, rerun) while it had more than
-        LINKS_PER_CALL dependencies; score = when (ms). Its ``dep_lines`` and ``arrived`` entries are
-        dropped a page a call (forget.lua): by the call that deleted it, by sweeps, and, before a new run
-        of the id registers its own, by register.lua. Gone once they are."""
+        LINKS_PER_CALL dependencies or dependents; score = when (ms). Its ``dep_lines`` entries with
+        their ``arrived`` fields, then its ``dependents`` entries, are dropped a page a call (forget.lua):
+        by the call that deleted it, by sweeps, and, before a new run of the id registers or is
+        registered with, by its registering caller. Gone once they are."""
         return self.prefix + "forgetting"
 
     @property

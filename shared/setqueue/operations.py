@@ -163,11 +163,16 @@ class Operations:
             key = self.router.extra_wake(core, on_a_cluster)
             if key is not None and n > 0:
                 pushes[key] = min(pushes[key] + n, core.wake_cap)
+        yield from self.push_wakes(pushes)
+
+    def push_wakes(self, pushes: Mapping[str, int]) -> Steps[None]:
+        """Push ``n`` wake tokens on each wake list ``key`` of ``pushes`` (key -> n), each list kept to
+        wake_cap tokens. Out of memory refuses a push: only a hint is lost."""
         for key, n in pushes.items():
             try:
                 yield Send(("LPUSH", key, *["1"] * n))
                 yield Send(("LTRIM", key, 0, self.first.wake_cap - 1))
-            except redis.OutOfMemoryError:  # out of memory refuses the LPUSH: only a hint is lost
+            except redis.OutOfMemoryError:
                 pass
 
     def _wake_all(self) -> Steps[None]:
@@ -711,19 +716,23 @@ class Operations:
         cancelled at once; a running one moves to cancelled too, its lock is dropped (its ack will be
         refused) and its worker is told on the cancel channel, so the handler is interrupted. Returns
         the state it was in (an ended job's, unchanged), or None if unknown. Idempotent."""
-        return (yield from self._end_job(job_id, QueueCommands.cancel))
+        was, _core = yield from self._end_job(job_id, QueueCommands.cancel)
+        return was
 
     def delete(self, job_id: str) -> Steps[str | None]:
         """Remove a job and all it left in Redis, whatever its state (a running job's ack is then refused);
-        returns the state it was in, or None if unknown. The dependency list of a job with more than
-        LINKS_PER_CALL dependencies goes a page a call before it returns."""
-        was = yield from self._end_job(job_id, QueueCommands.delete)
-        if was is not None:
-            for core in self.router.holders(job_id):
-                yield from self.links.forget(core.name, [job_id])
+        returns the state it was in, or None if unknown. The dependencies or dependents of a job with
+        more than LINKS_PER_CALL of either go a page a call before it returns."""
+        was, core = yield from self._end_job(job_id, QueueCommands.delete)
+        if core is not None:
+            yield from self.links.forget(core.name, [job_id])
         return was
 
-    def _end_job(self, job_id: str, command: Callable[..., Steps[tuple[str | None, bool]]]) -> Steps[str | None]:
+    def _end_job(
+        self, job_id: str, command: Callable[..., Steps[tuple[str | None, bool]]]
+    ) -> Steps[tuple[str | None, QueueCore | None]]:
+        """Run ``command`` (cancel.lua or delete.lua) in each core that may hold ``job_id`` until one
+        did: the state the job was in and that core, or (None, None)."""
         validate_job_id(job_id)
         for core in self.router.holders(job_id):
             token = yield from self._owner(core, job_id)
@@ -733,8 +742,8 @@ class Operations:
             if told:
                 yield from self.links.tell(core, [job_id])
             if was is not None:
-                return was
-        return None
+                return was, core
+        return None, None
 
     def requeue_failed(self, ids: Iterable[str] | None = None, *, limit: int = 1000) -> Steps[int]:
         """Move dead-lettered jobs back to todos as new attempts: the ids given (each in the core that

@@ -656,8 +656,8 @@ class QueueCommands:
         return out, _strings(releases), Told(int(released), int(failed))
 
     def forget(self, job_ids: Sequence[str], *, page: int) -> Steps[list[str]]:
-        """forget.lua: drop at most ``page`` dependency entries of ``job_ids`` that are in ``forgetting``
-        (forgotten with many dependencies); the ids still in it afterwards."""
+        """forget.lua: drop at most ``page`` entries of ``job_ids`` that are in ``forgetting`` (forgotten with
+        many dependencies or dependents); the ids still in it afterwards."""
         reply = yield self._run("forget", self._keys("forget"), [page, *job_ids])
         return _strings(json.loads(reply))
 

@@ -12,8 +12,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-import redis
-
 from setqueue.client import TRANSIENT_REDIS_ERRORS
 from setqueue.core import QueueCore
 from setqueue.jobs import DependencyResult, Link, UnknownJob, decode_result
@@ -79,6 +77,8 @@ class Host(Protocol):
 
     def on_a_cluster(self) -> Steps[bool]: ...
 
+    def push_wakes(self, pushes: Mapping[str, int]) -> Steps[None]: ...
+
 
 class Workflows:
     """The dependency steps of ``ops`` (an ``Operations``)."""
@@ -116,13 +116,7 @@ class Workflows:
         if not (yield from self.ops.on_a_cluster()):
             return
         cap = self.ops.first.wake_cap
-        for name, n in woken.items():
-            key = QueueKeys(name).wake
-            try:
-                yield Send(("LPUSH", key, *["1"] * min(n, cap)))
-                yield Send(("LTRIM", key, 0, cap - 1))
-            except redis.OutOfMemoryError:  # out of memory refuses the LPUSH: only a hint is lost
-                pass
+        yield from self.ops.push_wakes({QueueKeys(name).wake: min(n, cap) for name, n in woken.items()})
 
     def _commands_of(self, name: str) -> QueueCommands:
         """The script calls of queue (or shard) ``name``: one of this queue's cores, or another queue."""
@@ -363,12 +357,15 @@ class Workflows:
 
     def dependencies(self, job_id: str) -> Steps[list[DependencyResult]]:
         """The dependencies of ``job_id`` in the order given, each with how it ended and what its handler
-        returned (``DependencyResult``): what a callback combines. Empty for a job without dependencies
-        or an unknown id. ValueError for a malformed id."""
+        returned (``DependencyResult``): what a callback combines. Empty for a job without dependencies,
+        an unknown id, or while the entries there are an earlier run's, still being dropped
+        (``forgetting``). ValueError for a malformed id."""
         core = yield from self.ops.holder(job_id)
         if core is None:
             return []
         k = core.keys
+        if (yield Send(("ZSCORE", k.forgetting, job_id))) is not None:
+            return []
         links = yield from self._dependency_links(core, job_id, None)
         ended: dict[str, str] = {}
         for chunk in chunks(links):
@@ -397,10 +394,7 @@ class Workflows:
         return out
 
     def _dependency_links(self, core: QueueCore, job_id: str, most: int | None) -> Steps[list[str]]:
-        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all);
-        none while the entries there are an earlier run's, still being dropped (``forgetting``)."""
-        if (yield Send(("ZSCORE", core.keys.forgetting, job_id))) is not None:
-            return []
+        """The links of ``job_id``'s dependencies in order (``dep_lines``), at most ``most`` (None: all)."""
         low, high = f"[{job_id}\0", f"({job_id}\1"
         limit = () if most is None else ("LIMIT", 0, most)
         lines = yield Send(("ZRANGE", core.keys.dep_lines, low, high, "BYLEX", *limit))
@@ -433,7 +427,7 @@ class Workflows:
         }
         if r["deps"] is not None:
             count, mode, _due, _generation, _priority = parse_deps_header(text(r["deps"]))
-            every = yield from self._dependency_links(core, job_id, None)
+            every = [] if earlier else (yield from self._dependency_links(core, job_id, None))
             outcomes: list[str] = []
             for chunk in chunks(every):
                 found = yield Send(("HMGET", core.keys.arrived, *(f"{job_id}\0{link}" for link in chunk)))

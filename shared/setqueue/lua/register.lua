@@ -65,7 +65,7 @@ if generation ~= wanted then return cjson.encode({-1, generation, {}, {}, 0, 0, 
 if not redis.call('ZSCORE', registering, id) then return cjson.encode({-1, generation, {}, {}, 0, 0, {}}) end
 -- An earlier run of the id, forgotten with its many dependencies, still has entries to drop: a page
 -- of them goes now, and the caller asks again from the same place (its own must not mix with them).
-if redis.call('EXISTS', forgetting) == 1 and redis.call('ZSCORE', forgetting, id) then
+if in_forgetting(W, id) then
   forget_page(W, id, page)
   return cjson.encode({tonumber(from), generation, {}, {}, 0, 0, {}})
 end

@@ -53,19 +53,28 @@ end
 -- setqueue.keys.LINKS_PER_CALL, so that no call does more.
 local FORGET_INLINE = 500
 
+-- in_forgetting: whether job id is in forgetting (one EXISTS when no job is).
+local function in_forgetting(L, id)
+  return redis.call('EXISTS', L.forgetting) == 1 and redis.call('ZSCORE', L.forgetting, id) ~= false
+end
+
+-- drop_lines: drop lines, dep_lines entries of job id, and their arrived fields.
+local function drop_lines(L, id, lines)
+  if #lines == 0 then return end
+  -- "<id>\0<place, 8 hex digits>\0<link>" -> its arrived field "<id>\0<link>"
+  local head, fields = id .. '\0', {}
+  for n = 1, #lines do fields[n] = head .. string.sub(lines[n], #id + 11) end
+  redis.call('HDEL', L.arrived, unpack(fields))
+  redis.call('ZREM', L.dep_lines, unpack(lines))
+end
+
 -- forget_page: drop up to page of the entries of a job in forgetting: its dependencies first
 -- (dep_lines and their arrived fields), then its dependents; once none are left, it leaves
 -- forgetting. Returns whether it has, and how many entries went.
 local function forget_page(L, id, page)
   local low, high = lex_range(id)
   local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', page))
-  if #lines > 0 then
-    -- "<id>\0<place, 8 hex digits>\0<link>" -> its arrived field "<id>\0<link>"
-    local head, fields = id .. '\0', {}
-    for n = 1, #lines do fields[n] = head .. string.sub(lines[n], #id + 11) end
-    redis.call('HDEL', L.arrived, unpack(fields))
-    redis.call('ZREM', L.dep_lines, unpack(lines))
-  end
+  drop_lines(L, id, lines)
   local members = {}
   if #lines < page then
     members = redis.call('ZRANGE', L.dependents, low, high, 'BYLEX', 'LIMIT', '0', string.format('%d', page - #lines))
@@ -109,13 +118,7 @@ local function forget_links(L, ids, now)
           redis.call('ZADD', L.forgetting, string.format('%d', now), id)
         else
           local low, high = lex_range(id)
-          local lines = redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX')
-          if #lines > 0 then
-            local head, fields = id .. '\0', {}
-            for n = 1, #lines do fields[n] = head .. string.sub(lines[n], #id + 11) end
-            redis.call('HDEL', L.arrived, unpack(fields))
-            redis.call('ZREMRANGEBYLEX', L.dep_lines, low, high)
-          end
+          drop_lines(L, id, redis.call('ZRANGE', L.dep_lines, low, high, 'BYLEX'))
         end
         redis.call('HDEL', L.arrived_count, id)
         redis.call('HDEL', L.deps, id)
@@ -344,7 +347,7 @@ end
 -- " forgotten"). A dependent must not register with its new run until they are gone: it would be
 -- dropped, or told, with them.
 local function being_forgotten(W, id)
-  if redis.call('EXISTS', W.forgetting) == 1 and redis.call('ZSCORE', W.forgetting, id) then return true end
+  if in_forgetting(W, id) then return true end
   local telling = redis.call('HGET', W.release_outcomes, id)
   return telling and string.find(telling, ' forgotten', 1, true) ~= nil
 end
