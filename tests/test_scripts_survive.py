@@ -15,6 +15,7 @@ import redis
 from redis import exceptions as rexc
 
 import setqueue.aio
+import setqueue.script_cache
 from setqueue import Queue
 from setqueue.script_cache import is_noscript
 from tests.support.jobs import ExecutionLog
@@ -55,6 +56,36 @@ def test_noscript_is_known_by_its_code_not_its_text() -> None:
     assert is_noscript(rexc.NoScriptError("No matching script."))  # redis-py cut the code off
     assert not is_noscript(rexc.ResponseError("ERR Error running script: NOSCRIPT in a message"))
     assert not is_noscript(ValueError("NOSCRIPT"))
+
+
+def _evals(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_eval", {}).get("calls", 0))
+
+
+def test_the_last_attempt_loads_and_runs_the_script_in_one_eval(
+    redis_url: str, queue_name: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pipelined load and resend can still lose the script between its reads (a 40 KB script takes
+    # more than one); the last attempt cannot. With one attempt, the first one after NOSCRIPT is it.
+    monkeypatch.setattr(setqueue.script_cache, "SCRIPT_LOAD_ATTEMPTS", 1)
+    monkeypatch.setattr(setqueue.aio, "SCRIPT_LOAD_ATTEMPTS", 1)
+    q = Queue.from_url(redis_url, name=queue_name)
+    q.enqueue(["warm"])
+    client.script_flush()
+    before = _evals(client)
+    assert q.enqueue(["sync"]) == 1
+    assert _evals(client) == before + 1
+
+    async def send_async() -> int:
+        async with setqueue.aio.open_queue(redis_url, queue_name) as aq:
+            await aq.enqueue(["warm-async"])
+            client.script_flush()
+            return await aq.enqueue(["async"])
+
+    assert asyncio.run(send_async()) == 1
+    assert _evals(client) == before + 2
+    assert q.stats()["todos"] == 4
+    q.close()
 
 
 @pytest.mark.slow

@@ -130,6 +130,8 @@ class AsyncRedis:
                 if target is not self.plain:  # a Cluster: load on every master, then resend
                     await target.script_load(source)
                     return await target.evalsha(sha, len(keys), *keys, *args)
+                if attempt == SCRIPT_LOAD_ATTEMPTS:  # loaded and run in one command: no flush between
+                    return await target.eval(source, len(keys), *keys, *args)
                 pipe = target.pipeline(transaction=False)  # one Redis: load and resend back to back
                 pipe.script_load(source)
                 pipe.evalsha(sha, len(keys), *keys, *args)

@@ -11,7 +11,8 @@ from redis import exceptions as rexc
 
 # A script Redis lost (SCRIPT FLUSH, a failover to a replica that never saw it, a restart) is loaded
 # again and resent, so many times in a row at most: one flushed again between its load and its call is
-# no outage, and a server that keeps losing it gets the last NOSCRIPT, not an endless loop.
+# no outage, and a server that keeps losing it gets the last NOSCRIPT, not an endless loop. On one
+# Redis the last attempt is an EVAL of the source, which no flush can come between.
 SCRIPT_LOAD_ATTEMPTS = 5
 
 
@@ -29,8 +30,11 @@ def call_script(client: Any, sha: str, source: str, keys: Sequence[Any], args: S
     and resend (at most SCRIPT_LOAD_ATTEMPTS loads). Its reply; raises what Redis raised otherwise.
 
     On one Redis the load and the resend go in one pipeline: Redis runs one client's pipelined commands
-    one after the other, so a flush between the two (another client's, or a failover's) is unlikely
-    however slow this client is; a Cluster client loads on every master, then resends."""
+    one after the other, so a flush between the two (another client's, or a failover's) is unlikely,
+    but not ruled out: Redis reads a script of 40 KB in more than one read, and serves other clients
+    between them. So the last attempt is an EVAL of the source, loaded and run in one command (not a
+    MULTI: a full Redis refuses whatever a MULTI queues, and our finishing scripts must run then). A
+    Cluster client loads on every master, then resends."""
     try:
         return client.evalsha(sha, len(keys), *keys, *args)
     except rexc.ResponseError as exc:
@@ -44,6 +48,8 @@ def call_script(client: Any, sha: str, source: str, keys: Sequence[Any], args: S
             if not on_one_redis:
                 client.script_load(source)
                 return client.evalsha(sha, len(keys), *keys, *args)
+            if attempt == SCRIPT_LOAD_ATTEMPTS:
+                return client.eval(source, len(keys), *keys, *args)
             pipe = client.pipeline(transaction=False)
             pipe.script_load(source)
             pipe.evalsha(sha, len(keys), *keys, *args)

@@ -20,7 +20,7 @@ from setqueue.scripts import ACK_KEEPING_RESULTS, SOURCES
 COMMANDS: dict[str, str] = {
     # HELLO asks a node whether it is in a cluster. (No CLIENT SETINFO: no rule for Redis 7.0 can grant it.)
     "connection": "ping hello select",
-    "scripts": "evalsha script|load script|exists",
+    "scripts": "evalsha eval script|load script|exists",
     "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
     "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
     "limits": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
