@@ -373,7 +373,7 @@ def test_a_job_with_many_dependents_is_forgotten_a_page_a_call(
     # Told it was deleted (each fails, naming it), then its entries dropped before delete returns.
     assert q.stats()["failed"] == many
     assert _dependents_of(client, q, "root") == 0 and client.zcard(q.core.keys.forgetting) == 0
-    assert not client.sismember(q.core.keys.linked, "root")
+    assert not client.hexists(q.core.keys.linked, "root")
 
 
 def test_a_new_dependent_of_an_id_whose_earlier_run_is_still_being_forgotten_waits_for_that(

@@ -29,7 +29,7 @@ MAX_SHARDS = 1024
 # written with in its ``layout`` key; a client of another version refuses the queue before it writes
 # anything (setqueue.layout). Bump it with any change an older client would misread: a key added that
 # it would not keep up, a key's type, or what a member, field, value or score holds.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 # The version of a queue written before queues recorded theirs: keys, but no ``layout`` key.
 UNRECORDED_LAYOUT_VERSION = 1
 
@@ -415,9 +415,12 @@ class QueueKeys:
 
     @property
     def linked(self) -> str:
-        """Set: member = job id that others wait for (it has ``dependents`` entries): a job ending or
-        forgotten looks here (one SMISMEMBER a batch) before it tells or drops them, so queues where no
-        job has dependents pay one EXISTS a call. Gone with the job, once they are told."""
+        """Hash: field = job id that others wait for (it has ``dependents`` entries); value = "<generation>
+        <id>" while its only dependent is that job of this queue, else "*". A job ending or forgotten
+        looks here (one HMGET a batch) before it tells or drops them, so queues where no job has
+        dependents pay one EXISTS a call; an ack releases a sole dependent from the value alone, without
+        reading ``dependents`` (its one link, the common chain step). Gone with the job, once they are
+        told."""
         return self.prefix + "linked"
 
     @property

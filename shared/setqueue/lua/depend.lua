@@ -2,7 +2,7 @@
 -- depend.lua: a job of another queue waits for jobs of this one (includes/links.lua): each that has
 -- not ended is told to tell it when it ends (its dependents set); each that ended, or is unknown
 -- (trimmed by retention, or deleted), answers how, for the caller to bring to the dependent
--- (arrive.lua). Idempotent (a set member).
+-- (arrive.lua). Idempotent (a sorted-set member; linked says "*", a dependent of another queue).
 -- KEYS[1] linked KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] cancelled
 -- KEYS[7] scheduled KEYS[8] grouped KEYS[9] waiting KEYS[10] dependents KEYS[11] forgetting
 -- KEYS[12] release_outcomes
@@ -28,6 +28,7 @@ local ids = read_fields(FIRST_ID, 1)[1]
 local answers = {}
 for j = 1, #ids do
   answers[j] = register_with(W, ids[j], dependent) or ''
-  if answers[j] == '' then redis.call('SADD', linked, ids[j]) end
+  -- A dependent of another queue: its release reads dependents ("*", never a sole one named).
+  if answers[j] == '' then redis.call('HSET', linked, ids[j], '*') end
 end
 return cjson.encode(answers)

@@ -93,6 +93,7 @@ if #lines > 0 then
   redis.call('ZADD', dep_lines, unpack(kept))
 end
 local dependent = queue .. ' ' .. generation .. ' ' .. id
+local sole = generation .. ' ' .. id  -- in linked while it is a dependency's only dependent
 local elsewhere, arrivals, busy = {}, {}, {}
 for j = 1, #lines do
   local link = lines[j]
@@ -104,7 +105,7 @@ for j = 1, #lines do
     elseif outcome then
       arrivals[#arrivals + 1] = {id, generation, link, outcome}
     else
-      redis.call('SADD', linked, dependency)
+      note_sole(W, dependency, sole)
     end
   else
     elsewhere[#elsewhere + 1] = link

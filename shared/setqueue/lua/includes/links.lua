@@ -3,8 +3,9 @@
 -- queue names have no spaces, so the first space splits it); a dependent is registered with its
 -- dependency as "<queue> <generation> <id>". Per job, queue-wide keys hold, under "<id>\0": its
 -- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
--- dependents (dependents); deps has an entry for each id with dependencies, linked lists the ids
--- with dependents.
+-- dependents (dependents); deps has an entry for each id with dependencies, linked one for each id
+-- with dependents: "<generation> <id>" while its only one is a job of this queue (its release reads
+-- nothing more: tell_here), else "*".
 -- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps,
 -- forgetting.
 -- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
@@ -32,10 +33,10 @@ end
 local function mark_ended(L, ids, outcome, now)
   local told = {}
   if #ids == 0 or redis.call('EXISTS', L.linked) == 0 then return told end
-  local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
+  local member = redis.call('HMGET', L.linked, unpack(ids))
   local since, outcomes, now_text = {}, {}, string.format('%d', now)
   for j = 1, #ids do
-    if member[j] == 1 then
+    if member[j] then
       told[#told + 1] = ids[j]
       since[#since + 1], since[#since + 2] = now_text, ids[j]
       outcomes[#outcomes + 1], outcomes[#outcomes + 2] = ids[j], outcome
@@ -99,7 +100,7 @@ local function forget_dependents(L, id, now)
   elseif #members > 0 then
     redis.call('ZREM', L.dependents, unpack(members))
   end
-  redis.call('SREM', L.linked, id)
+  redis.call('HDEL', L.linked, id)
 end
 
 -- forget_links: drop the dependency entries of ids the queue forgets (retention, delete, rerun):
@@ -126,9 +127,9 @@ local function forget_links(L, ids, now)
     end
   end
   if redis.call('EXISTS', L.linked) == 0 then return end
-  local member = redis.call('SMISMEMBER', L.linked, unpack(ids))
+  local member = redis.call('HMGET', L.linked, unpack(ids))
   for j = 1, #ids do
-    if member[j] == 1 then
+    if member[j] then
       local id = ids[j]
       local telling = redis.call('HGET', L.release_outcomes, id)
       if telling then  -- its dependents are still being told: release.lua drops them when done
@@ -277,19 +278,70 @@ local function arrive_all(W, G, T, arrivals, now)
   end
 end
 
+-- arrive_sole: dependency link of each waiting job ids[j] (of generation generations[j]), its only
+-- one, ended as outcome. The common case, a job enqueued with one dependency, no delay and priority
+-- 0, whose release the dependency's end allows ("done", or "run" mode), costs no parsing and no
+-- score read: its deps entry is compared whole with the one such a job has, and leaving waiting
+-- (ZREM, 1 only the first time) is the check that it still waited. Any other goes to arrive_all, in
+-- rest (its arrivals {id, generation, link, outcome}).
+local function arrive_sole(W, G, T, ids, generations, links, outcome, rest, now)
+  if #ids == 0 or redis.call('EXISTS', W.waiting) == 0 then return end
+  local headers = redis.call('HMGET', W.deps, unpack(ids))
+  local released, new_fields = {}, {}
+  for j = 1, #ids do
+    local header, id = headers[j], ids[j]
+    if header then  -- none: the job and its entries were forgotten (deleted): nothing to tell
+      local tail = '||' .. generations[j] .. '|0'
+      local mode = (header == '1|fail' .. tail and 'fail') or (header == '1|run' .. tail and 'run')
+      if mode and (outcome == 'done' or mode == 'run') then
+        if redis.call('ZREM', W.waiting, id) == 1 then
+          released[#released + 1] = id
+          new_fields[#new_fields + 1] = id .. '\0' .. links[j]
+          new_fields[#new_fields + 1] = outcome
+        end
+      else
+        rest[#rest + 1] = {id, generations[j], links[j], outcome}
+      end
+    end
+  end
+  if #released == 0 then return end
+  redis.call('HSET', W.arrived, unpack(new_fields))
+  local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
+  if redis.call('EXISTS', W.group_of) == 1 then
+    local groups = redis.call('HMGET', W.group_of, unpack(released))
+    for j = 1, #released do release_groups[j] = groups[j] or false end
+  end
+  join_back(G, W.todos, W.seq, released, 0, release_groups)
+  local joined, now_text = {}, string.format('%d', now)
+  for j = 1, #released do
+    joined[2 * j - 1], joined[2 * j] = now_text, released[j]
+  end
+  redis.call('ZADD', W.pending, unpack(joined))
+  T.woken = T.woken + #released
+end
+
 -- tell_here: of ids that just ended as outcome, those with dependents tell them in this call when
 -- they fit in room (a budget of dependents for the call): those waiting in this queue arrive here
--- and now, no record, no second call. A job with dependents elsewhere, or too many, goes into
+-- and now, no record, no second call; a sole dependent of this queue, named in linked, without
+-- reading dependents (arrive_sole). A job with dependents elsewhere, or too many, goes into
 -- releasing as mark_ended puts it, for the caller to tell (release.lua). Returns those, one string
 -- each: "<id>" (too many: the caller reads them from the start), or "<id>\0<dependent>\0..." with its
 -- dependents of other queues read here ("<queue> <generation> <id>", for arrive.lua there; the
 -- caller then only finishes it).
 local function tell_here(W, G, T, ids, outcome, queue, room, now)
   if #ids == 0 or redis.call('EXISTS', W.linked) == 0 then return {} end
-  local member = redis.call('SMISMEMBER', W.linked, unpack(ids))
+  local member = redis.call('HMGET', W.linked, unpack(ids))
   local arrivals, later, later_ids = {}, {}, {}
+  local sole_ids, sole_generations, sole_links = {}, {}, {}
   for j = 1, #ids do
-    if member[j] == 1 then
+    local sole = member[j]
+    if sole and sole ~= '*' and room > 0 then  -- "<generation> <id>": its only dependent, of this queue
+      room = room - 1
+      local space = string.find(sole, ' ', 1, true)
+      local n = #sole_ids + 1
+      sole_generations[n], sole_ids[n] = string.sub(sole, 1, space - 1), string.sub(sole, space + 1)
+      sole_links[n] = queue .. ' ' .. ids[j]
+    elseif sole then
       local id = ids[j]
       local low, high = lex_range(id)
       -- Counts as text: Redis prints a Lua number with %.17g, ten times the work of %d.
@@ -316,6 +368,7 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
       end
     end
   end
+  arrive_sole(W, G, T, sole_ids, sole_generations, sole_links, outcome, arrivals, now)
   arrive_all(W, G, T, arrivals, now)
   if #later == 0 then return later end
   local since, outcomes, now_text = {}, {}, string.format('%d', now)
@@ -355,13 +408,22 @@ end
 -- register_with: dependent "<queue> <generation> <id>" waits for job id of this queue: its outcome
 -- if it ended (or "unknown"); "busy" while an earlier run of id is still being forgotten (nothing
 -- written: the caller finishes that and asks again); else false once registered in its dependents
--- (the caller then adds id to linked).
+-- (the caller then writes id's linked field: note_sole, or "*" for a dependent of another queue).
 local function register_with(W, id, dependent)
   local state = state_of_link(W, id)
   if state then return state end
   if being_forgotten(W, id) then return 'busy' end
   redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
   return false
+end
+
+-- note_sole: a dependent of this queue, sole ("<generation> <id>"), registered with job id: linked
+-- names it while it is id's only one; a second (not the same one sent again) makes it "*", read
+-- them all from dependents.
+local function note_sole(W, id, sole)
+  if redis.call('HSETNX', W.linked, id, sole) == 0 and redis.call('HGET', W.linked, id) ~= sole then
+    redis.call('HSET', W.linked, id, '*')
+  end
 end
 
 -- publish_failed: the dependents failed in this call go out on ended.
