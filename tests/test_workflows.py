@@ -107,6 +107,54 @@ def test_by_hand_the_dependent_is_claimable_as_soon_as_ack_returns(redis_url: st
     assert q.inspect("e").state == "todos"  # type: ignore[union-attr]
 
 
+def test_an_ack_releases_a_sole_dependent_it_names_only_while_that_run_still_waits(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    """A job whose only dependent waits in its queue names it in linked ("<generation> <id>"), and its
+    ack releases it from that alone; a second dependent makes it "*". Whatever that dependent became
+    meanwhile (cancelled, deleted and sent again without the dependency, given a priority or a
+    delay), the ack does what the general way does."""
+    q = setqueue.open_queue(redis_url, queue_name)
+    linked = q.core.keys.linked
+    q.enqueue(["a", "b", "c", "d", "e", "f"])
+    q.enqueue(["after-a"], depends_on=["a"])
+    q.enqueue(["after-b"], depends_on=["b"])
+    q.enqueue(["after-c"], depends_on=["c"])
+    q.enqueue(["after-d-1", "after-d-2"], depends_on=["d"])
+    q.enqueue(["after-e"], depends_on=["e"], priority=5)
+    q.enqueue(["after-f"], depends_on=["f"], delay=3600)
+    sole = client.hget(linked, "a")
+    assert isinstance(sole, str) and sole.endswith(" after-a") and sole != "*"
+    assert client.hget(linked, "d") == "*"  # two dependents: read from dependents
+    assert q.enqueue(["after-a"], depends_on=["a"]) == 0  # sent again: the same job, still sole
+    assert client.hget(linked, "a") == sole
+    # b's dependent is cancelled, c's deleted and sent again with no dependency: neither is b's or c's.
+    assert q.cancel("after-b") == "waiting"
+    assert q.delete("after-c") == "waiting"
+    assert q.enqueue(["after-c"], depends_on=["a"]) == 1  # a new run, waiting for a instead
+    assert client.hget(linked, "a") == "*"  # two runs of after-c and after-a: no longer sole
+    leases = q.claim(6)
+    assert sorted(lease.id for lease in leases) == ["a", "b", "c", "d", "e", "f"]
+    q.ack_many(leases)
+    states = {i: q.inspect(i).state for i in ("after-a", "after-b", "after-c", "after-d-1", "after-d-2")}  # type: ignore[union-attr]
+    assert states == {
+        "after-a": "todos",
+        "after-b": "cancelled",
+        "after-c": "todos",  # released by a, its one dependency now
+        "after-d-1": "todos",
+        "after-d-2": "todos",
+    }
+    assert q.inspect("after-e").state == "todos" and q.inspect("after-f").state == "scheduled"  # type: ignore[union-attr]
+    released = q.claim(10)
+    assert released[0].id == "after-e"  # its priority kept
+    assert sorted(lease.id for lease in released) == ["after-a", "after-c", "after-d-1", "after-d-2", "after-e"]
+    for lease in released:  # after-c's new run waited for a
+        expected = "a" if lease.id == "after-c" else lease.id[len("after-")]
+        assert [(d.id, d.outcome) for d in lease.dependencies()] == [(expected, "done")]
+    assert q.stats()["waiting"] == 0
+    q.close()
+
+
 def test_cancel_and_delete_of_a_dependency_fail_or_release_its_dependents(redis_url: str, queue_name: str) -> None:
     q = setqueue.open_queue(redis_url, queue_name)
     q.enqueue(["x", "y"])
