@@ -421,17 +421,18 @@ def why(med: dict[str, float | None], counts: dict[str, dict[str, float]] | None
     text = (
         f"Why a release costs {same / plain:.1f}x in the same queue: the ack of a job with a dependent does, "
         "inside ack.lua, the work the dependent's enqueue put off: the dependent joins the line (todos, "
-        "pending, a wake), and its link is read and counted (the acked job's dependents by a range read, "
-        "the dependent's deps record and waiting entry read, its arrival written)."
+        "pending, a wake), its arrival is written, and its link is read (the acked job's linked field names "
+        "its sole dependent; its deps record is compared whole, and its ZREM from waiting is the check that "
+        "it still waited)."
     )
     if counts:
         enqueue, ack = counts["plain"]["enqueue"], counts["plain"]["ack"]
         pair = counts["dependents"]["enqueue"]
         text += (
             f" Counted, a plain job's enqueue is {enqueue:,.0f} instructions and its ack {ack:,.0f}: joining the "
-            "line is much of an enqueue's work, and reading and counting the link per dependent (a range read, "
-            "a record split, the tables of one batch command per key) is as much again, so with this layout the "
-            f"release stays well above half a plain ack; the dependent's own enqueue (a job and its dependent: "
+            "line is most of an enqueue's work, so no release that puts the dependent in the line as an enqueue "
+            "does comes within 1.5x of a plain ack (the parts, counted: docs/reference.md#dependencies-what-each-"
+            "step-touches-and-the-bounds); the dependent's own enqueue (a job and its dependent: "
             f"{pair:,.0f} per pair) is where the rest of its cost went."
         )
     text += (

@@ -421,9 +421,9 @@ end
 -- names it while it is id's only one; a second (not the same one sent again) makes it "*", read
 -- them all from dependents.
 local function note_sole(W, id, sole)
-  if redis.call('HSETNX', W.linked, id, sole) == 0 and redis.call('HGET', W.linked, id) ~= sole then
-    redis.call('HSET', W.linked, id, '*')
-  end
+  if redis.call('HSETNX', W.linked, id, sole) == 1 then return end
+  local named = redis.call('HGET', W.linked, id)
+  if named ~= sole and named ~= '*' then redis.call('HSET', W.linked, id, '*') end
 end
 
 -- publish_failed: the dependents failed in this call go out on ended.
