@@ -4,8 +4,8 @@
 -- dependency as "<queue> <generation> <id>". Per job, queue-wide keys hold, under "<id>\0": its
 -- dependencies in order (dep_lines), those that ended (arrived, counted in arrived_count) and its
 -- dependents (dependents); deps has an entry for each id with dependencies, linked one for each id
--- with dependents: "<generation> <id>" while its only one is a job of this queue (its release reads
--- nothing more: tell_here), else "*".
+-- with dependents: "<deps entry> <id>" while its only one is a job of this queue with one dependency,
+-- no delay and priority 0 (its release reads nothing more: tell_here), else "*".
 -- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps,
 -- forgetting.
 -- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
@@ -278,29 +278,31 @@ local function arrive_all(W, G, T, arrivals, now)
   end
 end
 
--- arrive_sole: dependency link of each waiting job ids[j] (of generation generations[j]), its only
--- one, ended as outcome. The common case, a job enqueued with one dependency, no delay and priority
--- 0, whose release the dependency's end allows ("done", or "run" mode), costs no parsing and no
--- score read: its deps entry is compared whole with the one such a job has, and leaving waiting
--- (ZREM, 1 only the first time) is the check that it still waited. Any other goes to arrive_all, in
--- rest (its arrivals {id, generation, link, outcome}).
-local function arrive_sole(W, G, T, ids, generations, links, outcome, rest, now)
+-- arrive_sole: waiting job ids[j], named in the linked field values[j] ("<deps entry> <id>") of job
+-- acked[j] of this queue, its only dependency, which ended as outcome. Such a job (one dependency, no
+-- delay, priority 0) is released when the end allows it ("done", or "run" mode) at the cost of the
+-- commands alone: its deps entry must still be the one named (the same run: an entry is written
+-- once per enqueue, its generation in it), found at the value's head with no string made, and
+-- leaving waiting (ZREM, 1 only the first time) is the check that it still waited. A dependency that
+-- ended otherwise, with "fail", goes to arrive_all (rest, its arrivals {id, generation, link,
+-- outcome}).
+local function arrive_sole(W, G, T, ids, values, acked, queue, outcome, rest, now)
   if #ids == 0 or redis.call('EXISTS', W.waiting) == 0 then return end
   local headers = redis.call('HMGET', W.deps, unpack(ids))
   local released, new_fields = {}, {}
   for j = 1, #ids do
     local header, id = headers[j], ids[j]
-    if header then  -- none: the job and its entries were forgotten (deleted): nothing to tell
-      local tail = '||' .. generations[j] .. '|0'
-      local mode = (header == '1|fail' .. tail and 'fail') or (header == '1|run' .. tail and 'run')
-      if mode and (outcome == 'done' or mode == 'run') then
+    -- none, or another: that run was forgotten (deleted), maybe sent again: not told by this link
+    if header and string.find(values[j], header, 1, true) == 1 and string.byte(values[j], #header + 1) == 32 then
+      if outcome == 'done' or string.byte(header, 3) == 114 then  -- "1|run|...": released however it ended
         if redis.call('ZREM', W.waiting, id) == 1 then
           released[#released + 1] = id
-          new_fields[#new_fields + 1] = id .. '\0' .. links[j]
+          new_fields[#new_fields + 1] = id .. '\0' .. queue .. ' ' .. acked[j]
           new_fields[#new_fields + 1] = outcome
         end
       else
-        rest[#rest + 1] = {id, generations[j], links[j], outcome}
+        local _, _, _, generation = deps_header(header)
+        rest[#rest + 1] = {id, generation, queue .. ' ' .. acked[j], outcome}
       end
     end
   end
@@ -332,15 +334,14 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
   if #ids == 0 or redis.call('EXISTS', W.linked) == 0 then return {} end
   local member = redis.call('HMGET', W.linked, unpack(ids))
   local arrivals, later, later_ids = {}, {}, {}
-  local sole_ids, sole_generations, sole_links = {}, {}, {}
+  local sole_ids, sole_values, sole_of = {}, {}, {}
   for j = 1, #ids do
     local sole = member[j]
-    if sole and sole ~= '*' and room > 0 then  -- "<generation> <id>": its only dependent, of this queue
+    if sole and sole ~= '*' and room > 0 then  -- "<deps entry> <id>": its only dependent, of this queue
       room = room - 1
-      local space = string.find(sole, ' ', 1, true)
       local n = #sole_ids + 1
-      sole_generations[n], sole_ids[n] = string.sub(sole, 1, space - 1), string.sub(sole, space + 1)
-      sole_links[n] = queue .. ' ' .. ids[j]
+      sole_ids[n] = string.sub(sole, string.find(sole, ' ', 1, true) + 1)  -- a deps entry has no space
+      sole_values[n], sole_of[n] = sole, ids[j]
     elseif sole then
       local id = ids[j]
       local low, high = lex_range(id)
@@ -368,7 +369,7 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
       end
     end
   end
-  arrive_sole(W, G, T, sole_ids, sole_generations, sole_links, outcome, arrivals, now)
+  arrive_sole(W, G, T, sole_ids, sole_values, sole_of, queue, outcome, arrivals, now)
   arrive_all(W, G, T, arrivals, now)
   if #later == 0 then return later end
   local since, outcomes, now_text = {}, {}, string.format('%d', now)
@@ -417,9 +418,9 @@ local function register_with(W, id, dependent)
   return false
 end
 
--- note_sole: a dependent of this queue, sole ("<generation> <id>"), registered with job id: linked
--- names it while it is id's only one; a second (not the same one sent again) makes it "*", read
--- them all from dependents.
+-- note_sole: a dependent of this queue, sole ("<deps entry> <id>" for one arrive_sole can release,
+-- else "*"), registered with job id: linked names it while it is id's only one; a second (not the
+-- same one sent again) makes it "*", read them all from dependents.
 local function note_sole(W, id, sole)
   if redis.call('HSETNX', W.linked, id, sole) == 1 then return end
   local named = redis.call('HGET', W.linked, id)
