@@ -415,8 +415,9 @@ class QueueKeys:
 
     @property
     def linked(self) -> str:
-        """Hash: field = job id that others wait for (it has ``dependents`` entries); value = "<generation>
-        <id>" while its only dependent is that job of this queue, else "*". A job ending or forgotten
+        """Hash: field = job id that others wait for (it has ``dependents`` entries); value = "<deps entry>
+        <id>" while its only dependent is that job of this queue, with one dependency, no delay and
+        priority 0, else "*". A job ending or forgotten
         looks here (one HMGET a batch) before it tells or drops them, so queues where no job has
         dependents pay one EXISTS a call; an ack releases a sole dependent from the value alone, without
         reading ``dependents`` (its one link, the common chain step). Gone with the job, once they are
