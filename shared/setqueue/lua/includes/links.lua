@@ -173,6 +173,23 @@ local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   fail_waiting_because(W, T, id, first_ms, priority, reason, now)
 end
 
+-- join_released: jobs released (out of waiting) join the back of their priority's line (priorities:
+-- a table or one number), in their group's if they have one, and pending from now.
+local function join_released(W, G, T, released, priorities, now)
+  local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
+  if redis.call('EXISTS', W.group_of) == 1 then
+    local groups = redis.call('HMGET', W.group_of, unpack(released))
+    for j = 1, #released do release_groups[j] = groups[j] or false end
+  end
+  join_back(G, W.todos, W.seq, released, priorities, release_groups)
+  local joined, now_text = {}, string.format('%d', now)
+  for j = 1, #released do
+    joined[2 * j - 1], joined[2 * j] = now_text, released[j]
+  end
+  redis.call('ZADD', W.pending, unpack(joined))
+  T.woken = T.woken + #released
+end
+
 -- arrive_all: each arrival {id, generation, link, outcome}: dependency link of waiting job id (of
 -- that generation) ended as outcome. Each counts once (an arrived field is written only where there
 -- was none): "fail" mode fails the job at a dependency that did not end done; it is released when
@@ -258,19 +275,7 @@ local function arrive_all(W, G, T, arrivals, now)
   if #done_counting > 0 and #asked > 0 then redis.call('HDEL', W.arrived_count, unpack(done_counting)) end
   if #released > 0 then
     redis.call('ZREM', W.waiting, unpack(released))
-    local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
-    if redis.call('EXISTS', W.group_of) == 1 then
-      local groups = redis.call('HMGET', W.group_of, unpack(released))
-      for j = 1, #released do release_groups[j] = groups[j] or false end
-    end
-    join_back(G, W.todos, W.seq, released, release_priority, release_groups)
-    local joined = {}
-    local now_text = string.format('%d', now)
-    for j = 1, #released do
-      joined[2 * j - 1], joined[2 * j] = now_text, released[j]
-    end
-    redis.call('ZADD', W.pending, unpack(joined))
-    T.woken = T.woken + #released
+    join_released(W, G, T, released, release_priority, now)
   end
   for j = 1, #order do
     local why = failing[order[j]]
@@ -308,18 +313,7 @@ local function arrive_sole(W, G, T, ids, values, acked, queue, outcome, rest, no
   end
   if #released == 0 then return end
   redis.call('HSET', W.arrived, unpack(new_fields))
-  local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
-  if redis.call('EXISTS', W.group_of) == 1 then
-    local groups = redis.call('HMGET', W.group_of, unpack(released))
-    for j = 1, #released do release_groups[j] = groups[j] or false end
-  end
-  join_back(G, W.todos, W.seq, released, 0, release_groups)
-  local joined, now_text = {}, string.format('%d', now)
-  for j = 1, #released do
-    joined[2 * j - 1], joined[2 * j] = now_text, released[j]
-  end
-  redis.call('ZADD', W.pending, unpack(joined))
-  T.woken = T.woken + #released
+  join_released(W, G, T, released, 0, now)
 end
 
 -- tell_here: of ids that just ended as outcome, those with dependents tell them in this call when
