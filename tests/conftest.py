@@ -71,6 +71,15 @@ def redis_url(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture
+def own_redis_url() -> Iterator[str]:
+    """A redis-server of the test's own, for a test that counts what the whole server does (commands
+    run, scripts loaded): no client left from an earlier test may act there."""
+    server = RedisServer().start()
+    yield server.url
+    server.cleanup()
+
+
+@pytest.fixture
 def queue_name() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 

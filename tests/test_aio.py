@@ -8,7 +8,7 @@ import inspect
 import threading
 import time
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +20,6 @@ from setqueue import JobQueue, UnknownJob
 from setqueue.client import LISTENER_PING_SECONDS
 from setqueue.core import QueueCore
 from setqueue.steps import Steps
-from tests.support.redis_server import RedisServer
 
 # Not operations on Redis: the same plain methods in both clients.
 PLAIN = {"backoff_delay", "due_in"}
@@ -68,18 +67,11 @@ def commands_processed(client: redis.Redis) -> int:
     return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
 
 
-@pytest.fixture
-def own_redis_url() -> Iterator[str]:
-    """A redis-server of the test's own: it counts every command the server runs, so no client of an
-    earlier test (a worker process still winding down, its listener) may send any there."""
-    server = RedisServer().start()
-    yield server.url
-    server.cleanup()
-
-
 def test_a_thousand_producers_await_results_on_one_loop_without_threads_or_polling(
     own_redis_url: str, queue_name: str
 ) -> None:
+    # It counts every command the server runs: no client of an earlier test (a worker process still
+    # winding down, its listener) may send any there.
     redis_url = own_redis_url
     client = redis.Redis.from_url(redis_url)
     waiters = 1000
