@@ -60,6 +60,13 @@ def shard_name(name: str, shard: int) -> str:
     return f"{name}~{shard}"
 
 
+def queue_of_shard(name: str) -> str | None:
+    """The queue whose shard ``name`` is (``shard_name`` undone): ``Q`` for ``Q~i``; None for a name that
+    is not a shard's."""
+    queue, tilde, shard = name.rpartition("~")
+    return queue if tilde and queue and shard.isascii() and shard.isdigit() else None
+
+
 def shard_of(job_id: str, shards: int) -> int:
     """The shard that holds ``job_id``, for good: crc32 of its UTF-8 bytes, mod the shard count."""
     return zlib.crc32(job_id.encode("utf-8")) % shards
@@ -417,11 +424,10 @@ class QueueKeys:
     def linked(self) -> str:
         """Hash: field = job id that others wait for (it has ``dependents`` entries); value = "<deps entry>
         <id>" while its only dependent is that job of this queue, with one dependency, no delay and
-        priority 0, else "*". A job ending or forgotten
-        looks here (one HMGET a batch) before it tells or drops them, so queues where no job has
-        dependents pay one EXISTS a call; an ack releases a sole dependent from the value alone, without
-        reading ``dependents`` (its one link, the common chain step). Gone with the job, once they are
-        told."""
+        priority 0, else "*". A job ending or forgotten looks here (one HMGET a batch) before it tells
+        or drops them, so queues where no job has dependents pay one EXISTS a call; an ack releases a
+        sole dependent from the value alone, without reading ``dependents`` (its one link, the common
+        chain step). Gone with the job, once they are told."""
         return self.prefix + "linked"
 
     @property

@@ -7,7 +7,6 @@ fan-in helpers over ``send``."""
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -20,6 +19,7 @@ from setqueue.keys import (
     LINKS_PER_CALL,
     MAX_IDS_PER_CALL,
     QueueKeys,
+    queue_of_shard,
     shard_name,
     shard_of,
     validate_job_id,
@@ -39,8 +39,6 @@ R = TypeVar("R")
 # (both steps are idempotent); this only keeps the cleaner from doing live work twice. With the
 # cleaner's sweep interval it bounds the delay a crash adds to a release.
 LINK_GRACE_SECONDS = 10.0
-# A shard's name, "<queue>~<shard>" (setqueue.keys.shard_name).
-SHARD = re.compile(r".+~[0-9]+")
 # The most dependency list entries one RPUSH stages for an enqueue (setqueue.keys.QueueKeys.staging),
 # and how long a staging list an enqueuer left behind lives: a sweep finishes its registrations well
 # within it (LINK_GRACE_SECONDS after the enqueuer died, then the cleaner's interval).
@@ -101,8 +99,9 @@ class Workflows:
         process's counts; jobs released in a shard are woken for by ``wake_shards``."""
         self.released += released
         self.dependency_failures += failed
-        if released and SHARD.fullmatch(queue):
-            self._to_wake[queue.rpartition("~")[0]] += released
+        sharded = queue_of_shard(queue) if released else None
+        if sharded is not None:
+            self._to_wake[sharded] += released
 
     def wake_shards(self) -> Steps[None]:
         """Wake the workers of sharded queues whose shards had jobs released: on a Cluster they wait on

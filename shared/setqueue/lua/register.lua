@@ -93,9 +93,7 @@ if #lines > 0 then
   redis.call('ZADD', dep_lines, unpack(kept))
 end
 local dependent = queue .. ' ' .. generation .. ' ' .. id
--- In linked while it is a dependency's only dependent: its deps entry and id, for one dependency, no
--- delay and priority 0 (released from that alone: arrive_sole), else "*".
-local sole = string.find(header, '^1|%a+||[^|]*|0$') and header .. ' ' .. id or '*'
+local sole = sole_entry(header, id)  -- in linked while it is a dependency's only dependent
 
 local elsewhere, arrivals, busy = {}, {}, {}
 for j = 1, #lines do

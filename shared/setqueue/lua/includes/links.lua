@@ -283,8 +283,8 @@ local function arrive_all(W, G, T, arrivals, now)
   end
 end
 
--- arrive_sole: waiting job ids[j], named in the linked field values[j] ("<deps entry> <id>") of job
--- acked[j] of this queue, its only dependency, which ended as outcome. Such a job (one dependency, no
+-- arrive_sole: waiting job ids[j], named in the linked field values[j] (sole_entry) of job acked[j]
+-- of this queue, its only dependency, which ended as outcome. Such a job (one dependency, no
 -- delay, priority 0) is released when the end allows it ("done", or "run" mode) at the cost of the
 -- commands alone: its deps entry must still be the one named (the same run: an entry is written
 -- once per enqueue, its generation in it), found at the value's head with no string made, and
@@ -412,9 +412,17 @@ local function register_with(W, id, dependent)
   return false
 end
 
--- note_sole: a dependent of this queue, sole ("<deps entry> <id>" for one arrive_sole can release,
--- else "*"), registered with job id: linked names it while it is id's only one; a second (not the
--- same one sent again) makes it "*", read them all from dependents.
+-- sole_entry: what linked holds for a dependency of waiting job id, deps entry header, while id is
+-- its only dependent: "<deps entry> <id>" for a job arrive_sole can release (one dependency, no
+-- delay, priority 0: "1|<mode>||<generation>|0"), else "*".
+local function sole_entry(header, id)
+  if string.find(header, '^1|%a+||[^|]*|0$') then return header .. ' ' .. id end
+  return '*'
+end
+
+-- note_sole: a dependent of this queue, sole (sole_entry), registered with job id: linked names it
+-- while it is id's only one; a second (not the same one sent again) makes it "*", read them all
+-- from dependents.
 local function note_sole(W, id, sole)
   if redis.call('HSETNX', W.linked, id, sole) == 1 then return end
   local named = redis.call('HGET', W.linked, id)
