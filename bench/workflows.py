@@ -14,6 +14,10 @@
 4. big fan-ins: the time to enqueue a callback with N dependencies and to delete it, and to ack a job
    with N dependents (every one released when the ack returns) and to delete it, with the longest
    single Redis command meanwhile (SLOWLOG): how long Redis was blocked at most.
+5. chains beside the peers: the same chain of steps on one worker process running one job at a time,
+   for setqueue and each peer of ``--systems`` that has chains (RQ's ``depends_on``, Celery's ``chain``,
+   Dramatiq's ``pipeline``; arq and saq have none): steps per second, and the Redis CPU per step of
+   sending the chain and of running it.
 """
 
 import argparse
@@ -23,13 +27,16 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from common import QUEUE, Context, Server, Workers, log, wait_until
+from bench_common import FLOW
+from common import QUEUE, WORKERS_DIR, Context, Server, Workers, log, wait_until
 from drain import percentiles
 from report import header, table, verdict
-from systems import SetQueue
+from systems import BIN, RQ, Celery, Dramatiq, RQSimple, SetQueue, System, job_module
 
 from setqueue.keys import LINKS_PER_CALL
 
@@ -39,13 +46,16 @@ VARIANTS = ("plain", "same queue", "two queues")
 OTHER = "bench-b"  # the queue of the two-queue variant's dependents
 CLAIM = 100  # leases a claim, acked together (what a worker's window of no-op jobs collects)
 ENQUEUE_CALL = 500
-FLOW = "bench:flow:"  # + run: workers/bench_sq_flow.py's hash of times
 ACK_TARGET = 1.5  # the issue's: an ack releasing one dependent within 1.5x a plain ack's Redis CPU
 FAN_IN_TARGET_MS = 100.0
 # Commands logged by SLOWLOG while a big fan-in is enqueued or released: those of 1 ms or more. At 0
 # every command a script runs is logged too, and that logging itself slows the script down.
 SLOW_US = 1000
 LAST_ENDED = 300  # members that ended last whose ack times are read: the last ack is among them
+
+
+# The systems whose chains section 5 runs, as --systems names them.
+CHAIN_SYSTEMS = ("setqueue", "rq", "rq-simple", "celery", "dramatiq")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--flow-chain", type=int, default=2000, help="steps of a chain")
     g.add_argument("--flow-chain-trials", type=int, default=1, help="chains run (median reported)")
     g.add_argument("--flow-big", default="10000,100000", help="dependencies of a callback / dependents of a job")
+    g.add_argument("--flow-peer-chain", type=int, default=200, help="steps of a chain beside the peers")
+    g.add_argument("--flow-peer-trials", type=int, default=3, help="chains per system beside the peers")
     g.add_argument("--flow-timeout", type=float, default=300, help="longest wait for one run's jobs")
 
 
@@ -373,6 +385,137 @@ def big(server: Server, a: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# 5. Chains beside the peers ----------------------------------------------------------------------------
+
+
+@dataclass
+class Chainer:
+    """How one system runs a chain: its worker (one process, one job at a time) and how it sends a chain
+    of steps ``step:<run>:<n>``, each of which records its start (bench_common.record_time), in order."""
+
+    system: System
+    how: str  # the chain's API, for the summary
+    send: Callable[[list[str]], None]
+    close: Callable[[], None]
+
+
+def chainer(name: str, server: Server) -> Chainer:
+    """``name`` (from CHAIN_SYSTEMS) on ``server``."""
+    if name == "setqueue":
+        queue = open_queue(server)
+
+        def send_sq(ids: list[str]) -> None:
+            queue.pause()  # its producer is slower than its worker: the steps must not wait on it
+            queue.enqueue(ids[:1])
+            for prev, step in itertools.pairwise(ids):
+                queue.enqueue([step], depends_on=[prev])
+            queue.resume()
+
+        worker = FlowQueue("setqueue", server.url, concurrency=1, claim_batch=CLAIM)
+        return Chainer(worker, "enqueue(..., depends_on=[the step before]) per step", send_sq, queue.close)
+    if name in ("rq", "rq-simple"):
+        import redis  # noqa: PLC0415
+        from bench_common import chain_step  # noqa: PLC0415
+        from rq import Queue  # noqa: PLC0415
+
+        rq_queue = Queue(QUEUE, connection=redis.Redis.from_url(server.url))
+
+        def send_rq(ids: list[str]) -> None:
+            before = None
+            for step in ids:
+                before = rq_queue.enqueue(chain_step, step, depends_on=before)
+
+        system: System = RQ(name, server.url) if name == "rq" else RQSimple(name, server.url)
+        how = "Queue.enqueue(..., depends_on=the step before) per step"
+        return Chainer(system, how, send_rq, rq_queue.connection.close)
+    if name == "celery":
+        from celery import chain  # noqa: PLC0415
+
+        celery = Celery(name, server.url)  # prefork: one process at W=1
+
+        def send_celery(ids: list[str]) -> None:
+            step = job_module(celery, "bench_celery_jobs").step
+            chain(*(step.si(i) for i in ids)).apply_async()
+
+        return Chainer(celery, "chain(step.si(...), ...).apply_async(), one call", send_celery, celery.close)
+    if name == "dramatiq":
+        import dramatiq  # noqa: PLC0415
+
+        system = Dramatiq(name, server.url, concurrency=1)
+
+        def send_dramatiq(ids: list[str]) -> None:
+            step = job_module(system, "bench_dramatiq_jobs").step
+            messages = [step.message_with_options(args=(i,), pipe_ignore=True) for i in ids]
+            if len(messages) == 1:
+                step.send(ids[0])
+            else:
+                dramatiq.pipeline(messages).run()
+
+        return Chainer(system, "pipeline(step.message(...), ...).run(), one call", send_dramatiq, system.close)
+    raise SystemExit(f"no chain for {name!r}")
+
+
+def peer_chain_trial(server: Server, c: Chainer, workers: Workers, run: str, a: argparse.Namespace) -> dict[str, Any]:
+    """One chain of ``--flow-peer-chain`` steps, named by ``run``, sent whole (a setqueue queue paused
+    meanwhile: no step waits on its producer) and run by ``workers``, warm already."""
+    steps = a.flow_peer_chain
+    ids = [f"step:{run}:{i}" for i in range(steps)]
+    before, cpu_before = server.counter(), redis_cpu(server)
+    c.send(ids)
+    cpu_sent = redis_cpu(server)
+    counted(server, before + steps, workers, a.flow_timeout)
+    cpu = redis_cpu(server) - cpu_before
+    ran = server.counter() - before
+    seen = times(server, run)
+    starts = [seen.get(i) for i in ids]
+    in_order = all(s is not None for s in starts) and starts == sorted(starts)  # type: ignore[type-var]
+    span = (starts[-1] - starts[0]) if in_order else None  # type: ignore[operator]
+    return {
+        "run": run,
+        "steps": steps,
+        "ran": ran,
+        "in_order": in_order,
+        "steps_per_s": (steps - 1) / span if span else None,
+        "redis_cpu_us_per_step": 1e6 * cpu / steps,
+        "sending_us_per_step": 1e6 * (cpu_sent - cpu_before) / steps,  # its worker running meanwhile but setqueue's
+        "ok": ran == steps and in_order,
+    }
+
+
+def worker_line(system: System) -> str:
+    """The one worker process's command, as the summary shows it, with the system's version."""
+    [command] = system.commands(1)
+    argv = " ".join(command.argv).replace(f"{BIN}/", "").replace(f"{WORKERS_DIR}/", "").replace(system.url, "$URL")
+    if isinstance(system, SetQueue):
+        settings = ", ".join(f"{k}={v}" for k, v in system.worker_settings().items() if k != "REDIS_URL")
+        return f"`{argv}`, {settings}"
+    return f"`{argv}` ({system.package} {version(system.package)})"
+
+
+def peer_chains(server: Server, a: argparse.Namespace, ctx: Context) -> list[dict[str, Any]]:
+    """Each system of --systems that has chains (CHAIN_SYSTEMS), on a flushed server: one worker started
+    and warmed up by a step, then ``--flow-peer-trials`` chains, one after the other."""
+    rows = []
+    for name in (n for n in CHAIN_SYSTEMS if n in a.systems.split(",")):
+        server.r.flushall()
+        c = chainer(name, server)
+        workers = Workers(c.system.commands(1), ctx.logs(NAME), f"chain-{name}")
+        try:
+            c.send(["step:warm:0"])
+            if not counted(server, 1, workers, 60):
+                raise SystemExit(f"workflows chain of {name}: the worker never ran the warm-up step")
+            trials = []
+            for n in range(a.flow_peer_trials):
+                trials.append(peer_chain_trial(server, c, workers, f"{name}-{n}", a))
+                log(f"workflows chain of {name}, trial {n}: {trials[-1]}")
+        finally:
+            workers.stop()
+            c.close()
+            c.system.close()
+        rows.append({"system": name, "how": c.how, "worker": worker_line(c.system), "trials": trials})
+    return rows
+
+
 def instr_counts(ctx: Context) -> dict[str, dict[str, float]] | None:
     """Instructions per job and phase (enqueue, claim, ack), plain and dependents, from the instr matrix of
     the same run if it ran first (``--matrix instr,workflows --instr-variants plain,dependents``)."""
@@ -396,9 +539,11 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         chain_worker, chain_runs = chains(server, a, ctx)
         by_hand = chain_by_hand(server, a.flow_chain)
         big_rows = big(server, a)
+        peer_rows = peer_chains(server, a, ctx)
     finally:
         server.close()
-    ok = all(r["ok"] for r in [*ack_runs, *fan_in_runs, *chain_runs, by_hand, *big_rows])
+    peer_trials = [t for r in peer_rows for t in r["trials"]]
+    ok = all(r["ok"] for r in [*ack_runs, *fan_in_runs, *chain_runs, by_hand, *big_rows, *peer_trials])
     return {
         "redis_version": server.version,
         "acks": ack_runs,
@@ -408,6 +553,7 @@ def run(a: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         "chains": chain_runs,
         "chain_by_hand": by_hand,
         "big": big_rows,
+        "peer_chains": peer_rows,
         "instr": instr_counts(ctx),
         "ok": ok,
     }
@@ -430,10 +576,11 @@ def why(med: dict[str, float | None], counts: dict[str, dict[str, float]] | None
         pair = counts["dependents"]["enqueue"]
         text += (
             f" Counted, a plain job's enqueue is {enqueue:,.0f} instructions and its ack {ack:,.0f}: joining the "
-            "line is most of an enqueue's work, so no release that puts the dependent in the line as an enqueue "
-            "does comes within 1.5x of a plain ack (the parts, counted: docs/reference.md#dependencies-what-each-"
-            "step-touches-and-the-bounds); the dependent's own enqueue (a job and its dependent: "
-            f"{pair:,.0f} per pair) is where the rest of its cost went."
+            "line is most of an enqueue's work, and a release cut down to the least one does (the dependent out "
+            "of waiting and into the line, with no check that it still waits), counted, is already 1.9x a plain "
+            "ack: no release that joins the line in the ack comes within 1.5x (the table: docs/reference.md#"
+            "dependencies-what-each-step-touches-and-the-bounds); the dependent's own enqueue (a job and its "
+            f"dependent: {pair:,.0f} per pair) is where the rest of its cost went."
         )
     text += (
         f" Across two queues ({two / plain:.1f}x) no script can touch both: ack.lua reads the dependents and "
@@ -446,6 +593,44 @@ def why(med: dict[str, float | None], counts: dict[str, dict[str, float]] | None
 
 
 # The summary ------------------------------------------------------------------------------------------
+
+
+def chains_beside_peers(data: dict[str, Any]) -> list[str]:
+    """Section 5's table: per system, the medians of its chains."""
+    found = data.get("peer_chains") or []
+    if not found:
+        return []
+    args = data["args"]
+    rows = []
+    for r in found:
+        trials = r["trials"]
+        rates = [t["steps_per_s"] for t in trials if t["steps_per_s"]]
+        cpu = [t["redis_cpu_us_per_step"] for t in trials]
+        rate = f"{statistics.median(rates):,.0f}" if rates else "-"
+        spread = f"{min(rates):,.0f} to {max(rates):,.0f}" if rates else "-"
+        once = "yes" if all(t["ok"] for t in trials) else "**no**"
+        rows.append([r["system"], r["how"], rate, spread, f"{statistics.median(cpu):,.0f}", once])
+    cols = ["system", "how the chain is sent", "steps/s (median)", "trials' range", "Redis CPU µs per step"]
+    L = ["## Chains beside the peers", ""]
+    L += table([*cols, "every step once, in order"], rows)
+    L += [
+        f"- {args['flow_peer_chain']:,} steps a chain, {args['flow_peer_trials']} chains per system one after "
+        "the other (medians), on one worker process running one job at a time, started on a flushed server "
+        "and warmed up by one step; the chain sent whole (setqueue's queue paused meanwhile: its producer, "
+        "three script calls a step, is slower than its worker) and run; a step records its start and "
+        "counts itself in one round trip (workers/bench_common.py, the same for all); steps/s from the "
+        "first step's start to the last's; Redis CPU (INFO cpu) from before the chain is sent to the last "
+        "step's count: sending and running it",
+        *(f"- {r['system']}: {r['worker']}" for r in found),
+        "- setqueue and RQ keep each step's dependency in Redis from its enqueue, where it waits until the "
+        "step before ends (setqueue: its ack releases it, in the same script). A setqueue step's enqueue is "
+        "three script calls (its dependency looked up, the step written waiting, its link registered), and "
+        "a script call of one job pays a fixed cost of its own: the script's keys, arguments and functions "
+        "made anew each call. Celery and Dramatiq carry the rest of the chain in each message: the worker "
+        "sends the next step when one ends, one message a step, whose body holds the steps still to come.",
+        "",
+    ]
+    return L
 
 
 def ms(v: float | None) -> str:
@@ -546,6 +731,8 @@ def summary(data: dict[str, Any]) -> str:
         "a second); on a worker, each step also pays the release's wake and the worker's claim",
         "",
     ]
+
+    L += chains_beside_peers(data)
 
     L += ["## Big fan-ins: how long Redis is blocked", ""]
     rows = []

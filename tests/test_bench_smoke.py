@@ -174,12 +174,14 @@ def test_the_counted_matrix_gives_the_same_counts_twice(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_workflows_matrix(tmp_path: Path) -> None:
     """Acks releasing dependents (same queue, two queues), fan-ins and a chain on a real worker, big fan-ins
-    under SLOWLOG, all tiny: every ack releases its dependent, every callback runs once after all its
-    members, every chain runs in order, every dependent of the big ones is released."""
+    under SLOWLOG, the chain beside the peers (setqueue's alone here), all tiny: every ack releases its
+    dependent, every callback runs once after all its members, every chain runs in order, every dependent
+    of the big ones is released."""
     bench(
         tmp_path,
         *("--matrix", "workflows", "--flow-ack-jobs", "200", "--flow-ack-trials", "1"),
         *("--flow-fan-in", "50x2", "--flow-chain", "5", "--flow-chain-trials", "1", "--flow-big", "600"),
+        *("--flow-peer-chain", "7", "--flow-peer-trials", "2"),
     )
     data = raw(tmp_path, "workflows")
     assert data["ok"]
@@ -198,5 +200,9 @@ def test_the_workflows_matrix(tmp_path: Path) -> None:
     ]
     assert data["big"][2]["released"] == 600 and data["big"][2]["scripts"] >= 2  # more than one page
     assert data["big"][1]["scripts"] >= 2 and data["big"][3]["scripts"] >= 2  # forgotten a page a call
+    [chains] = data["peer_chains"]  # naive has no chains
+    assert chains["system"] == "setqueue"
+    assert [(t["ran"], t["in_order"]) for t in chains["trials"]] == [(7, True), (7, True)]
     text = summary(tmp_path, "workflows")
+    assert "## Chains beside the peers" in text
     assert "## Redis CPU per ack" in text and "## Fan-in: the callback's start after the last member" in text

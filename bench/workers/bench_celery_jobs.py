@@ -3,7 +3,7 @@
 import os
 from typing import Any
 
-from bench_common import run_job
+from bench_common import chain_step, run_job
 from celery import Celery
 
 app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
@@ -14,3 +14,9 @@ app.conf.task_default_queue = "bench"
 @app.task(name="bench.job")
 def job(arg: Any) -> None:
     run_job(arg)
+
+
+@app.task(name="bench.step")
+def step(arg: Any) -> None:
+    """A step of a chain (celery.chain): records its start."""
+    chain_step(arg)

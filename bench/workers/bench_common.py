@@ -12,6 +12,7 @@ from typing import Any
 
 COUNTER = "bench:counter"
 LATENCY = "bench:latency"
+FLOW = "bench:flow:"  # + run: hash, job id "<kind>:<run>:..." -> time.time() (bench/workflows.py)
 IO_SECONDS = float(os.environ.get("BENCH_IO_SECONDS") or 0)
 NOOP = os.environ.get("BENCH_NOOP") == "1"
 FLUSH_SECONDS = 0.01
@@ -88,3 +89,15 @@ async def run_job_async(redis: Any, arg: Any) -> None:
         return
     async with redis.pipeline(transaction=False) as pipe:
         await pipe.incr(COUNTER).hset(LATENCY, arg, repr(started)).execute()
+
+
+def record_time(job_id: str, when: float) -> None:
+    """That job ``job_id`` ("<kind>:<run>:...") ran, in one round trip: INCR of the counter (counter == jobs:
+    each ran once) and HSET of ``when`` in the hash FLOW + its run, field the job id."""
+    run = job_id.split(":")[1]
+    client().pipeline(transaction=False).incr(COUNTER).hset(FLOW + run, job_id, repr(when)).execute()
+
+
+def chain_step(arg: Any) -> None:
+    """A peer's chain step, "step:<run>:<n>" (bench/workflows.py): records its start."""
+    record_time(str(arg), time.time())

@@ -4,7 +4,7 @@ import os
 from typing import Any
 
 import dramatiq
-from bench_common import run_job
+from bench_common import chain_step, run_job
 from dramatiq.brokers.redis import RedisBroker
 
 broker = RedisBroker(url=os.environ["BENCH_REDIS_URL"])
@@ -14,3 +14,9 @@ dramatiq.set_broker(broker)
 @dramatiq.actor(queue_name="bench")
 def job(arg: Any) -> None:
     run_job(arg)
+
+
+@dramatiq.actor(queue_name="bench")
+def step(arg: Any) -> None:
+    """A step of a chain (dramatiq.pipeline): records its start."""
+    chain_step(arg)
