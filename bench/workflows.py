@@ -405,7 +405,7 @@ def chainer(name: str, server: Server) -> Chainer:
         queue = open_queue(server)
 
         def send_sq(ids: list[str]) -> None:
-            queue.pause()  # its producer is slower than its worker: the steps must not wait on it
+            queue.pause()  # one call a step: the worker must not wait on its producer
             queue.enqueue(ids[:1])
             for prev, step in itertools.pairwise(ids):
                 queue.enqueue([step], depends_on=[prev])
@@ -616,18 +616,19 @@ def chains_beside_peers(data: dict[str, Any]) -> list[str]:
     L += [
         f"- {args['flow_peer_chain']:,} steps a chain, {args['flow_peer_trials']} chains per system one after "
         "the other (medians), on one worker process running one job at a time, started on a flushed server "
-        "and warmed up by one step; the chain sent whole (setqueue's queue paused meanwhile: its producer, "
-        "three script calls a step, is slower than its worker) and run; a step records its start and "
+        "and warmed up by one step; the chain sent whole (setqueue's queue paused meanwhile, so that no step "
+        "waits on its producer) and run; a step records its start and "
         "counts itself in one round trip (workers/bench_common.py, the same for all); steps/s from the "
         "first step's start to the last's; Redis CPU (INFO cpu) from before the chain is sent to the last "
         "step's count: sending and running it",
         *(f"- {r['system']}: {r['worker']}" for r in found),
         "- setqueue and RQ keep each step's dependency in Redis from its enqueue, where it waits until the "
-        "step before ends (setqueue: its ack releases it, in the same script). A setqueue step's enqueue is "
-        "three script calls (its dependency looked up, the step written waiting, its link registered), and "
-        "a script call of one job pays a fixed cost of its own: the script's keys, arguments and functions "
-        "made anew each call. Celery and Dramatiq carry the rest of the chain in each message: the worker "
-        "sends the next step when one ends, one message a step, whose body holds the steps still to come.",
+        "step before ends (setqueue: its ack releases it, in the same script). A setqueue step is three "
+        "script calls (its enqueue, which checks its dependency and registers it; its claim; its ack), and a "
+        "script call of one job pays a fixed cost of its own: the script's keys, arguments and functions "
+        "made anew each call (counted: docs/reference.md#dependencies-what-each-step-touches-and-the-bounds)"
+        ". Celery and Dramatiq carry the rest of the chain in each message: the worker sends the next step "
+        "when one ends, one message a step, whose body holds the steps still to come.",
         "",
     ]
     return L

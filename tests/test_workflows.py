@@ -16,6 +16,7 @@ import setqueue.aio
 from setqueue import JobFailed, JobRef, UnknownJob, WaitProgress
 from setqueue.keys import LINKS_PER_CALL
 from setqueue.steps import RunScript, Step
+from setqueue.workflows import Workflows
 from tests.support.jobs import ExecutionLog
 from tests.support.procs import Proc
 from tests.support.tasks_app import report, square, step
@@ -269,6 +270,20 @@ def test_a_release_a_dead_worker_left_is_finished_by_a_sweep(
     assert other.inspect("second").state == "todos" and client.zcard(core.keys.releasing) == 0  # type: ignore[union-attr]
 
 
+def _scripts_called(q: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the scripts ``q`` calls from now on, in order, as it calls them."""
+    scripts: list[str] = []
+    do = q.executor.do
+
+    def recorder(step: Step) -> Any:
+        if isinstance(step, RunScript):
+            scripts.append(step.name)
+        return do(step)
+
+    monkeypatch.setattr(q.executor, "do", recorder)
+    return scripts
+
+
 def test_a_batch_of_acks_tells_another_queues_dependents_in_one_call(
     redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,19 +294,42 @@ def test_a_batch_of_acks_tells_another_queues_dependents_in_one_call(
     for first in firsts:
         other.enqueue([f"then-{first}"], depends_on=[JobRef(queue_name, first)])
     leases = q.claim(50)
-    scripts: list[str] = []
-    do = q.executor.do
-
-    def recorder(step: Step) -> Any:
-        if isinstance(step, RunScript):
-            scripts.append(step.name)
-        return do(step)
-
-    monkeypatch.setattr(q.executor, "do", recorder)
+    scripts = _scripts_called(q, monkeypatch)
     assert all(result.acked for result in q.ack_many(leases))
     # The ack reads the dependents; one arrive.lua there for all 50; one release.lua to finish.
     assert scripts == ["ack", "arrive", "release"]
     assert other.stats()["todos"] == 50 and other.stats()["waiting"] == 0
+
+
+def test_a_step_whose_dependencies_live_in_its_queue_is_enqueued_and_registered_in_one_call(
+    redis_url: str, queue_name: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = setqueue.open_queue(redis_url, queue_name)
+    other = setqueue.open_queue(redis_url, f"{queue_name}-other")
+    q.enqueue(["first", "second", "gone"])
+    leases = {lease.id: lease for lease in q.claim(3)}
+    q.fail(leases["gone"], "no", retry=False)
+    other.enqueue(["elsewhere"])
+    scripts = _scripts_called(q, monkeypatch)
+    # The chain step: one enqueue.lua, which checks its dependency and registers it; nothing staged.
+    q.enqueue(["then"], depends_on=["first"])
+    assert scripts == ["enqueue"]
+    assert client.zcard(q.core.keys.registering) == 0 and not client.keys(f"*{queue_name}*staging*")
+    assert [(d.id, d.outcome) for d in q.dependencies("then")] == [("first", None)]
+    # A dependency that ended counts in the same call: failed, with "fail", the job fails naming it.
+    scripts.clear()
+    q.enqueue(["doomed"], depends_on=["second", "gone"])
+    assert scripts == ["enqueue"]
+    doomed = q.inspect("doomed")
+    assert doomed is not None and doomed.state == "failed" and "gone" in (doomed.error or "")
+    # A dependency in another queue: looked up there first, the list staged, registered after.
+    scripts.clear()
+    q.enqueue(["mixed"], depends_on=["first", JobRef(f"{queue_name}-other", "elsewhere")])
+    assert scripts == ["lookup", "lookup", "enqueue", "register", "depend", "register"]
+    assert client.zcard(q.core.keys.registering) == 0 and not client.keys(f"*{queue_name}*staging*")
+    # Acked, the dependency releases the chain step.
+    assert q.ack(leases["first"])
+    assert q.inspect("then").state == "todos"  # type: ignore[union-attr]
 
 
 def test_a_job_whose_dependency_list_was_lost_before_it_registered_fails_saying_so(
@@ -303,7 +341,9 @@ def test_a_job_whose_dependency_list_was_lost_before_it_registered_fails_saying_
     # An enqueuer that died between its enqueue call and the job's registration, and a staging list
     # gone before any sweep came (a day without a cleaner, or evicted by a volatile maxmemory policy).
     generation = "lost-list"
-    list(_drive(q, q.operations.links.stage(core, [f"{queue_name} first"], generation)))
+    links = q.operations.links
+    assert isinstance(links, Workflows)
+    list(_drive(q, links.stage(core, [f"{queue_name} first"], generation)))
     enqueue = core.commands.enqueue(
         [("late", None)],
         with_payloads=False,

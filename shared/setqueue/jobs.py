@@ -392,6 +392,15 @@ class UnknownJob(LookupError):
     done's retention)."""
 
 
+def unknown_dependency(queue: str, job_id: str) -> UnknownJob:
+    """The UnknownJob an enqueue raises for dependency ``job_id`` of ``queue`` (or shard) that it does not
+    know."""
+    return UnknownJob(
+        f"dependency {job_id!r} is not in queue {queue!r} (never enqueued, deleted, or trimmed from done by "
+        "its retention)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """One transition of a job off the happy path (``Queue.history``, ``JobInfo.history``)."""

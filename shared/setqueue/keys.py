@@ -435,7 +435,8 @@ class QueueKeys:
         """Sorted set: member = job id whose dependencies are still being registered with them (each in
         its dependency's queue: ``dependents``); score = when that began (ms). The enqueuer registers at
         once and removes it; a cleaner finishes one older than LINK_GRACE_SECONDS that an enqueuer
-        left (registering is idempotent)."""
+        left (registering is idempotent). An enqueue call that registers its jobs itself (all its links
+        in its slot, few: enqueue.lua's given_links) writes none."""
         return self.prefix + "registering"
 
     @property
@@ -496,7 +497,7 @@ class QueueKeys:
         by the call's request id (its links' generation), written in pages (RPUSH) before the call so that
         no script takes a long list as arguments; register.lua copies it into ``dep_lines`` a page a call
         for each new job, and the enqueuer deletes it once they registered (one an enqueuer left expires,
-        after a sweep finished its registrations)."""
+        after a sweep finished its registrations). A call that registers its jobs itself has none."""
         return f"{self.prefix}staging:{request_id}"
 
     # -- limits (setqueue.limits; lua/claim.lua enforces it, docs/guide.md#limits) -------------

@@ -10,6 +10,7 @@ docs/guide.md#the-model."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -63,7 +64,7 @@ from setqueue.records import (
     split_error,
 )
 from setqueue.routing import Router
-from setqueue.scripts import QueueCommands
+from setqueue.scripts import EnqueueCall, LinkPlan, QueueCommands
 from setqueue.steps import AskCluster, Send, Snapshot, Steps, text
 from setqueue.tasks import IF_EXISTS, Call, Dependency, FanIn, Sent, Task, check_dependencies, new_job_id, prepare_send
 from setqueue.tracing import current_trace_parent
@@ -99,9 +100,12 @@ class DependencySteps(Protocol):
     """The dependency steps ``Operations`` calls (``setqueue.workflows.Workflows``, which the queue
     classes give it: they sit above both, so neither module imports the other)."""
 
-    def links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]: ...
-    def stage(self, core: QueueCore, links: Sequence[str], generation: str) -> Steps[None]: ...
-    def unstage(self, core: QueueCore, generation: str) -> Steps[None]: ...
+    def plan_links(
+        self, by_core: Mapping[QueueCore, Any], dependencies: list[Any], one_call: bool
+    ) -> Steps[LinkPlan]: ...
+    def enqueue_linked(
+        self, core: QueueCore, enqueue: EnqueueCall, plan: LinkPlan, job_ids: list[str], generation: str
+    ) -> Steps[int]: ...
     def new_generation(self) -> str: ...
     def register(self, core: QueueCore, job_id: str, generation: str | None = None) -> Steps[None]: ...
     def tell(
@@ -244,9 +248,9 @@ class Operations:
         for item in job_items(ids, self.first.payload_max_bytes):
             by_core[self.router.home(item[0])].append(item)
         with_payloads = isinstance(ids, Mapping)
-        links: list[str] = []
-        if dependencies:  # each known, or nothing is written
-            links = yield from self.links.links_of(dependencies)
+        plan = None  # each dependency known, or nothing is written (checked there, or by the call)
+        if dependencies:
+            plan = yield from self.links.plan_links(by_core, dependencies, one_call=if_exists == "ignore")
         if not self._shards_recorded:
             for name, shards in self.router.shard_counts():
                 yield from self.check_shards(name, shards, record=True)
@@ -256,13 +260,12 @@ class Operations:
             core_request = self.router.part(request_id, core)
             for number, chunk in enumerate(chunks(items)):
                 call_request = numbered(core_request, number)
-                # With links, the call's request id is the generation of its links and names its staged
-                # list, the one each new job of the chunk registers (None: no links).
-                generation = (call_request or self.links.new_generation()) if links else None
-                if generation is not None:
-                    call_request = generation
-                    yield from self.links.stage(core, links, generation)
-                added[core] += yield from core.commands.enqueue(
+                # With links, the call's request id is the generation of its links (and names its staged
+                # list, if staged: the one each new job of the chunk registers).
+                if plan is not None:
+                    call_request = call_request or self.links.new_generation()
+                enqueue_call = functools.partial(
+                    core.commands.enqueue,
                     chunk,
                     with_payloads=with_payloads,
                     request_ttl_ms=core.request_ttl_ms,
@@ -273,14 +276,15 @@ class Operations:
                     job_options=own,
                     group=group or "",
                     if_exists=if_exists,
-                    dependencies=(len(links), if_dependency_fails) if links else None,
+                    dependencies=None if plan is None else (len(plan.links), if_dependency_fails),
                     request_id=call_request,
                 )
-                if generation is not None:  # each new job registers with its dependencies now
-                    for job_id, _payload in chunk:
-                        yield from self.links.register(core, job_id, generation)
-                    yield from self.links.unstage(core, generation)
-        if links:
+                if plan is None or call_request is None:  # (never None with a plan: its generation)
+                    added[core] += (yield from enqueue_call()).added
+                else:
+                    job_ids = [job_id for job_id, _payload in chunk]
+                    added[core] += yield from self.links.enqueue_linked(core, enqueue_call, plan, job_ids, call_request)
+        if plan is not None:
             return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.
         yield from self.made_claimable(

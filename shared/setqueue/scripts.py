@@ -335,13 +335,16 @@ class QueueCommands:
         group: str = "",
         if_exists: str = "ignore",
         dependencies: tuple[int, str] | None = None,
+        links: Sequence[str] = (),
         request_id: str | None = None,
-    ) -> Steps[int]:
-        """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new);
-        ``if_exists``: what a known id does (see enqueue.lua's header); ``dependencies``: (how many,
-        "fail" or "run") when the jobs wait for some (they go to waiting; their list is staged in
-        ``staging(request_id)`` beforehand and ``register`` copies and registers it); ``request_id``:
-        as for ack, and the generation of the links the call makes."""
+    ) -> Steps[Enqueued]:
+        """enqueue.lua: how many of ``jobs`` (id, payload or None) were new (a rerun counts as new), and
+        what registering here did (``Enqueued``); ``if_exists``: what a known id does (see enqueue.lua's
+        header); ``dependencies``: (how many, "fail" or "run") when the jobs wait for some (they go to
+        waiting); their ``links`` ("<queue> <id>"), when all are of this queue and few, registered in
+        this call (only with if_exists "ignore"), else staged in ``staging(request_id)`` beforehand for
+        ``register`` to copy and register; ``request_id``: as for ack, and the generation of the links
+        the call makes. ScriptContractError for a reply of another shape."""
         request_id = request_id or new_request_id()
         count, mode = dependencies if dependencies is not None else ("", "")
         args: list[Any] = [
@@ -357,15 +360,25 @@ class QueueCommands:
             count,
             mode,
             request_id,  # the generation of the links the call makes
+            "\n".join(links),
+            self.k.ended_channel,
         ]
         for job_id, payload in jobs:
             args.append(job_id)
             if with_payloads:
                 args.append(payload)
         keys = self._keys("enqueue", request=self._request(request_id))
-        reply = yield self._run("enqueue", keys, args)
-        added: int = json.loads(reply)[0]
-        return int(added)
+        match json.loads((yield self._run("enqueue", keys, args))):
+            case ["unknown", dependency]:
+                return Enqueued(0, Told(), [], unknown=text(dependency))
+            case ["staged"]:
+                return Enqueued(0, Told(), [], staged=True)
+            case [added]:  # no links touched
+                return Enqueued(int(added), Told(), [])
+            case [added, released, failed, releases]:
+                return Enqueued(int(added), Told(int(released), int(failed)), _strings(releases))
+            case reply:
+                raise ScriptContractError(f"enqueue.lua replied {reply!r}")
 
     def claim(
         self,
@@ -685,6 +698,37 @@ class AckReply:
     read: dict[str, list[str]]
     released: int
     failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """enqueue.lua's reply: how many ids were new; with links registered in the call, what that told
+    (dependencies that had ended: released or failed jobs) and the ids whose own dependents are then
+    to be told; or, nothing written, the first ``unknown`` dependency, or ``staged``: register the
+    staged way (a dependency, or a new id, whose earlier run is still being forgotten)."""
+
+    added: int
+    told: Told
+    releases: list[str]
+    unknown: str | None = None
+    staged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPlan:
+    """How the jobs of an enqueue register with their dependencies: ``links`` ("<queue> <id>", each
+    once, in order), in the enqueue call itself (``one_call``: enqueue.lua's given_links) or staged
+    first and registered after (register.lua)."""
+
+    links: list[str]
+    one_call: bool
+
+
+class EnqueueCall(Protocol):
+    """One enqueue.lua call with all but its links bound (``functools.partial`` of
+    ``QueueCommands.enqueue``): ``links`` to register in the call, or none (staged beforehand)."""
+
+    def __call__(self, *, links: Sequence[str] = ()) -> Steps[Enqueued]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from setqueue.client import TRANSIENT_REDIS_ERRORS
 from setqueue.core import QueueCore
-from setqueue.jobs import DependencyResult, Link, UnknownJob, decode_result
+from setqueue.jobs import DependencyResult, Link, decode_result, unknown_dependency
 from setqueue.keys import (
     IF_DEPENDENCY_FAILS,
     LINKS_PER_CALL,
@@ -26,7 +26,7 @@ from setqueue.keys import (
 )
 from setqueue.records import chunks, parse_deps_header, progress_of, split_error, split_link, unique_links
 from setqueue.routing import Router
-from setqueue.scripts import QueueCommands, new_request_id
+from setqueue.scripts import EnqueueCall, LinkPlan, QueueCommands, new_request_id
 from setqueue.steps import Send, Snapshot, Steps, text
 from setqueue.tasks import Call, Dependency, FanIn, Sent, Task, new_job_id
 
@@ -140,12 +140,54 @@ class Workflows:
         return f"{name} {job_id}"
 
     def links_of(self, dependencies: Sequence[Dependency]) -> Steps[list[str]]:
-        """The links of ``dependencies``, each once, in order; UnknownJob naming the first that no queue
-        knows (read only: nothing is written)."""
+        """The links of ``dependencies``, each once, in order (read only; not checked: check_known)."""
         links: list[str] = []
         for dependency in dependencies:
             links.append((yield from self._link_of(dependency)))
-        links = unique_links(links)
+        return unique_links(links)
+
+    def plan_links(
+        self, by_core: Mapping[QueueCore, Sequence[Any]], dependencies: list[Any], one_call: bool
+    ) -> Steps[LinkPlan]:
+        """How the jobs ``by_core`` (those of each core) register with ``dependencies``: in their enqueue
+        call itself when ``one_call`` allows it (if_exists "ignore") and it is one script call whose
+        links all live in its slot, few enough for a page (LINKS_PER_CALL), which then checks them
+        itself: the common chain step; else staged, each link checked here first (UnknownJob naming an
+        unknown one, nothing written)."""
+        links = yield from self.links_of(dependencies)
+        if one_call and len(by_core) == 1:
+            [(core, jobs)] = by_core.items()
+            fits = len(jobs) <= MAX_IDS_PER_CALL and len(jobs) * len(links) <= LINKS_PER_CALL
+            if fits and all(split_link(link)[0] == core.name for link in links):
+                return LinkPlan(links, one_call=True)
+        yield from self.check_known(links)
+        return LinkPlan(links, one_call=False)
+
+    def enqueue_linked(
+        self, core: QueueCore, enqueue: EnqueueCall, plan: LinkPlan, job_ids: list[str], generation: str
+    ) -> Steps[int]:
+        """Make ``enqueue``, the enqueue call of ``job_ids`` of ``core`` (its request id ``generation``),
+        and register its new jobs with their dependencies as ``plan`` says: in the call itself, which
+        refuses an unknown dependency (UnknownJob, nothing written) and asks for the staged way while an
+        earlier run of a dependency or new id is still being forgotten; else with the list staged first
+        and each job registered after (``register``). Returns how many jobs were new."""
+        if plan.one_call:
+            reply = yield from enqueue(links=plan.links)
+            if reply.unknown is not None:
+                raise unknown_dependency(core.name, reply.unknown)
+            if not reply.staged:
+                self.count(reply.told.released, reply.told.failed, core.name)
+                yield from self.tell(core, reply.releases)
+                return reply.added
+        yield from self.stage(core, plan.links, generation)
+        added = (yield from enqueue()).added
+        for job_id in job_ids:
+            yield from self.register(core, job_id, generation)
+        yield from self.unstage(core, generation)
+        return added
+
+    def check_known(self, links: Sequence[str]) -> Steps[None]:
+        """UnknownJob naming the first of ``links`` that no queue knows (read only: nothing is written)."""
         by_queue: dict[str, list[str]] = defaultdict(list)
         for link in links:
             queue, job_id = split_link(link)
@@ -155,11 +197,7 @@ class Workflows:
                 states = yield from self._commands_of(queue).lookup(chunk)
                 for job_id, state in zip(chunk, states, strict=True):
                     if state is None:
-                        raise UnknownJob(
-                            f"dependency {job_id!r} is not in queue {queue!r} (never enqueued, "
-                            "deleted, or trimmed from done by its retention)"
-                        )
-        return links
+                        raise unknown_dependency(queue, job_id)
 
     def stage(self, core: QueueCore, links: Sequence[str], generation: str) -> Steps[None]:
         """Write ``links`` to ``core``'s staging list of the enqueue call ``generation`` (its request id),

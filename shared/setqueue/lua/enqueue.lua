@@ -7,7 +7,10 @@
 -- the earlier run), a waiting or running one is left alone. With dependencies (dep_count not ""),
 -- the new jobs wait in waiting instead, each with an entry in registering: register.lua then copies
 -- their dependencies from the call's staging list (named by its generation) into dep_lines and
--- registers them with each, a page a call.
+-- registers them with each, a page a call. Or, when the caller gives the links here (all of this
+-- queue, a few), each new job registers with them in this call: no staging list, no registering
+-- entry; an unknown dependency refuses the call, nothing written; one (or a new id) whose earlier
+-- run is still being forgotten asks for the staged way, nothing written.
 -- A job waiting for dependencies is not replaced.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] done KEYS[5] failed KEYS[6] pending
 -- KEYS[7] payloads KEYS[8] wake KEYS[9] scheduled KEYS[10] seq KEYS[11] priorities KEYS[12] options
@@ -24,8 +27,14 @@
 -- ARGV[8] group ("": none)  ARGV[9] if_exists ("ignore", "replace" or "rerun")
 -- ARGV[10] dep_count (dependencies of each job; "": none)  ARGV[11] dep_mode ("fail" or "run")
 -- ARGV[12] generation (this call's: a link made for an earlier run of an id is ignored)
+-- ARGV[13] given_links ("<queue> <id>" of this queue, one a line; "": none given here; given only with
+-- if_exists "ignore", whose known ids write nothing before these are checked)
+-- ARGV[14] ended channel ("failed\n<id>...": a job failed here by a dependency that had failed)
 -- ARGV[FIRST_JOB..] id [payload], ...
--- Returns a JSON string: [number of ids added (a rerun counts, a replaced job does not)]
+-- Returns a JSON string: [number of ids added (a rerun counts, a replaced job does not)]; a call
+-- that touched links (given here, or a rerun's) adds: jobs released, jobs failed, [ids whose
+-- dependents are to be told (releasing)]; or, links given, ["unknown", <dependency id>] or ["staged"]
+-- with nothing written.
 local request, todos, in_progress, done, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, payloads, wake, scheduled = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local seq, priorities, options, cancelled = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
@@ -39,8 +48,8 @@ local release_outcomes, forgetting = KEYS[39], KEYS[40]
 local record_ttl, wake_cap, with_payloads = ARGV[1], ARGV[2], ARGV[3]
 local delay_ms, at_ms, priority, job_options = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local group, if_exists = ARGV[8], ARGV[9]
-local dep_count, dep_mode, generation = ARGV[10], ARGV[11], ARGV[12]
-local FIRST_JOB = 13  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
+local dep_count, dep_mode, generation, given_links, ended = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local FIRST_JOB = 15  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when with_payloads is "1"
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "fields"
@@ -52,10 +61,20 @@ local FIRST_JOB = 13  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when 
 
 local cached = recorded(request)
 if cached then return cached end
-local L = {
-  linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
-  dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting,
-}
+-- The keys of includes/links.lua (W) and what its telling did (T): made only by a call that touches
+-- links (a rerun forgets an earlier run's; links given here register), not by a plain enqueue.
+local W, T = nil, nil
+if given_links ~= '' or if_exists == 'rerun' then
+  W = {
+    linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
+    dep_lines = dep_lines, arrived = arrived, arrived_count = arrived_count, deps = deps, forgetting = forgetting,
+    waiting = waiting, todos = todos, in_progress = in_progress, done = done, cancelled = cancelled, seq = seq,
+    pending = pending, enqueued = enqueued, scheduled = scheduled, priorities = priorities, wake = wake,
+    failed = failed, errors = errors, finished = finished, history = history, grouped = grouped,
+    group_of = group_of,
+  }
+  T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
+end
 
 local now = now_ms()
 local width = 1
@@ -93,7 +112,7 @@ local function take_back(id)
     redis.call('HDEL', errors, id)
     redis.call('HDEL', attempts, id)
     redis.call('HDEL', progress, id)
-    forget_links(L, {id}, now)  -- the dependencies of its earlier run
+    forget_links(W, {id}, now)  -- the dependencies of its earlier run
     remember(history, id, now, 'rerun', 'producer', 'enqueued again once it had ended')
   else
     return false
@@ -128,6 +147,26 @@ for j = 1, #ids do
     end
   end
 end
+
+-- Links given here: each known, and none (nor a new id) still being forgotten, before anything is
+-- written; what each stands at (standing_of) is kept for the registering below.
+local links, standing = {}, {}
+if given_links ~= '' then
+  if if_exists ~= 'ignore' then return redis.error_reply('links are given here with if_exists "ignore" only') end
+  for link in string.gmatch(given_links, '[^\n]+') do links[#links + 1] = link end
+  for n = 1, #links do
+    local _, dependency = split_link(links[n])
+    standing[n] = standing_of(W, dependency)
+    if standing[n] == 'unknown' then return cjson.encode({'unknown', dependency}) end
+  end
+  for n = 1, #links do
+    if standing[n] == 'busy' then return cjson.encode({'staged'}) end
+  end
+  for j = 1, placed do
+    if in_forgetting(W, new_ids[j]) then return cjson.encode({'staged'}) end
+  end
+end
+
 if #paid > 0 then redis.call('HSET', payloads, unpack(paid)) end
 
 if placed > 0 and job_options ~= '' then
@@ -162,9 +201,32 @@ if placed > 0 and dep_count ~= '' then
     first[2 * j - 1], first[2 * j] = new_ids[j], now_text
   end
   redis.call('ZADD', waiting, unpack(since))
-  redis.call('ZADD', registering, unpack(since))
   redis.call('HSET', deps, unpack(headers))
   redis.call('HSET', enqueued, unpack(first))
+  if #links == 0 then
+    redis.call('ZADD', registering, unpack(since))
+  else  -- registered here and now, as register.lua does a page
+    local lines, arrivals = {}, {}
+    local its_queue = split_link(links[1])
+    for j = 1, placed do
+      local id = new_ids[j]
+      local dependent, sole = its_queue .. ' ' .. generation .. ' ' .. id, sole_entry(header, id)
+      for n = 1, #links do
+        lines[#lines + 1] = 0
+        lines[#lines + 1] = dep_line(id, n - 1, links[n])
+        if standing[n] then
+          arrivals[#arrivals + 1] = {id, generation, links[n], standing[n]}
+        else
+          local _, dependency = split_link(links[n])
+          wait_on(W, dependency, dependent)
+          note_sole(W, dependency, sole)
+        end
+      end
+    end
+    redis.call('ZADD', dep_lines, unpack(lines))
+    arrive_all(W, G, T, arrivals, now)
+    publish_failed(W, T)
+  end
 elseif placed > 0 then
   if later then
     redis.call('ZADD', scheduled, unpack(scored))
@@ -189,4 +251,5 @@ if placed > 0 and dep_count == '' then
   if later then wake_workers(wake, 1, wake_cap) else wake_workers(wake, placed, wake_cap) end
 end
 
-return record(request, cjson.encode({added}), record_ttl)
+if not T then return record(request, cjson.encode({added}), record_ttl) end
+return record(request, cjson.encode({added, T.woken, #T.failed_ids, T.releases}), record_ttl)

@@ -88,7 +88,7 @@ if #lines > 0 then
   local kept = {}
   for j = 1, #lines do
     kept[2 * j - 1] = 0
-    kept[2 * j] = id .. '\0' .. string.format('%08x', start + j - 1) .. '\0' .. lines[j]
+    kept[2 * j] = dep_line(id, start + j - 1, lines[j])
   end
   redis.call('ZADD', dep_lines, unpack(kept))
 end

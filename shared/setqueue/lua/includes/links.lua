@@ -400,16 +400,36 @@ local function being_forgotten(W, id)
   return telling and string.find(telling, ' forgotten', 1, true) ~= nil
 end
 
--- register_with: dependent "<queue> <generation> <id>" waits for job id of this queue: its outcome
--- if it ended (or "unknown"); "busy" while an earlier run of id is still being forgotten (nothing
--- written: the caller finishes that and asks again); else false once registered in its dependents
--- (the caller then writes id's linked field: note_sole, or "*" for a dependent of another queue).
-local function register_with(W, id, dependent)
+-- standing_of: how job id of this queue stands for a dependent about to register with it (read
+-- only): its outcome if it ended (or "unknown"); "busy" while an earlier run of id is still being
+-- forgotten (the dependent must not register until that is done); else false (it tells when it ends).
+local function standing_of(W, id)
   local state = state_of_link(W, id)
   if state then return state end
   if being_forgotten(W, id) then return 'busy' end
-  redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
   return false
+end
+
+-- wait_on: dependent "<queue> <generation> <id>" goes into the dependents of job id of this queue,
+-- which stands false (standing_of): told when it ends. The caller then writes id's linked field
+-- (note_sole, or "*" for a dependent of another queue).
+local function wait_on(W, id, dependent)
+  redis.call('ZADD', W.dependents, 0, id .. '\0' .. dependent)
+end
+
+-- register_with: dependent "<queue> <generation> <id>" waits for job id of this queue: its standing
+-- (standing_of), having registered when that is false ("busy": nothing written, the caller finishes
+-- the forgetting and asks again).
+local function register_with(W, id, dependent)
+  local standing = standing_of(W, id)
+  if standing == false then wait_on(W, id, dependent) end
+  return standing
+end
+
+-- dep_line: the dep_lines entry of job id's dependency link at place (0 first): "<id>\0<place, 8 hex
+-- digits>\0<link>", so that a lexicographic range lists them in order.
+local function dep_line(id, place, link)
+  return id .. '\0' .. string.format('%08x', place) .. '\0' .. link
 end
 
 -- sole_entry: what linked holds for a dependency of waiting job id, deps entry header, while id is
