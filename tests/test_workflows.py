@@ -327,6 +327,20 @@ def test_a_step_whose_dependencies_live_in_its_queue_is_enqueued_and_registered_
     q.enqueue(["mixed"], depends_on=["first", JobRef(f"{queue_name}-other", "elsewhere")])
     assert scripts == ["lookup", "lookup", "enqueue", "register", "depend", "register"]
     assert client.zcard(q.core.keys.registering) == 0 and not client.keys(f"*{queue_name}*staging*")
+    # Links given to the script with another if_exists: refused before anything is written.
+    before = keys_and_values(client, queue_name)
+    call = q.core.commands.enqueue(
+        [("again", None)],
+        with_payloads=False,
+        request_ttl_ms=60_000,
+        wake_cap=1,
+        if_exists="rerun",
+        dependencies=(1, "fail"),
+        links=[f"{queue_name} first"],
+    )
+    with pytest.raises(redis.ResponseError, match="ignore"):
+        list(_drive(q, call))
+    assert keys_and_values(client, queue_name) == before
     # Acked, the dependency releases the chain step.
     assert q.ack(leases["first"])
     assert q.inspect("then").state == "todos"  # type: ignore[union-attr]

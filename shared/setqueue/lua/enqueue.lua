@@ -61,6 +61,9 @@ local FIRST_JOB = 15  -- ARGV[FIRST_JOB..] the jobs: id, or id and payload when 
 
 local cached = recorded(request)
 if cached then return cached end
+if given_links ~= '' and if_exists ~= 'ignore' then
+  return redis.error_reply('links are given to enqueue.lua with if_exists "ignore" only')
+end
 -- The keys of includes/links.lua (W) and what its telling did (T): made only by a call that touches
 -- links (a rerun forgets an earlier run's; links given here register), not by a plain enqueue.
 local W, T = nil, nil
@@ -152,7 +155,6 @@ end
 -- written; what each stands at (standing_of) is kept for the registering below.
 local links, standing = {}, {}
 if given_links ~= '' then
-  if if_exists ~= 'ignore' then return redis.error_reply('links are given here with if_exists "ignore" only') end
   for link in string.gmatch(given_links, '[^\n]+') do links[#links + 1] = link end
   for n = 1, #links do
     local _, dependency = split_link(links[n])
