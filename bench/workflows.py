@@ -153,6 +153,23 @@ def times(server: Server, run: str) -> dict[str, float]:
     return {k: float(v) for k, v in server.r.hgetall(FLOW + run).items()}
 
 
+def enqueue_chain(queue: Any, ids: list[str]) -> None:
+    """``ids`` as a chain in ``queue``: each waits for the one before, one enqueue call a step."""
+    queue.enqueue(ids[:1])
+    for prev, step in itertools.pairwise(ids):
+        queue.enqueue([step], depends_on=[prev])
+
+
+def chain_order(server: Server, run: str, ids: list[str]) -> tuple[bool, float | None]:
+    """Whether chain ``run``'s steps ``ids`` all started, in order (the times they recorded), and its
+    steps per second from the first step's start to the last's (None if not in order)."""
+    seen = times(server, run)
+    starts = [seen.get(i) for i in ids]
+    in_order = all(s is not None for s in starts) and starts == sorted(starts)  # type: ignore[type-var]
+    span = (starts[-1] - starts[0]) if in_order else None  # type: ignore[operator]
+    return in_order, (len(ids) - 1) / span if span else None
+
+
 def counted(server: Server, expected: int, workers: Workers, timeout: float) -> bool:
     return wait_until(lambda: server.counter() >= expected or not workers.alive(), timeout)
 
@@ -198,17 +215,11 @@ def chain_run(server: Server, queue: Any, run: str, steps: int, a: argparse.Name
     before = server.counter()
     queue.pause()
     started = time.perf_counter()
-    queue.enqueue(ids[:1])
-    for prev, step in itertools.pairwise(ids):
-        queue.enqueue([step], depends_on=[prev])
+    enqueue_chain(queue, ids)
     enqueue_seconds = time.perf_counter() - started
     queue.resume()
     wait_until(lambda: server.counter() >= before + steps, a.flow_timeout)
-    seen = times(server, run)
-    starts = [seen.get(i) for i in ids]
-    in_order = all(s is not None for s in starts) and starts == sorted(starts)  # type: ignore[type-var]
-    span = (starts[-1] - starts[0]) if in_order else None  # type: ignore[operator]
-    rate = (steps - 1) / span if span else None
+    in_order, rate = chain_order(server, run, ids)
     ran = server.counter() - before
     return {
         "run": run,
@@ -228,9 +239,7 @@ def chain_by_hand(server: Server, steps: int) -> dict[str, Any]:
     queue = open_queue(server)
     try:
         ids = [f"hand:{i}" for i in range(steps)]
-        queue.enqueue(ids[:1])
-        for prev, step in itertools.pairwise(ids):
-            queue.enqueue([step], depends_on=[prev])
+        enqueue_chain(queue, ids)
         order: list[str] = []
         started = time.perf_counter()
         while leases := queue.claim(1):
@@ -406,9 +415,7 @@ def chainer(name: str, server: Server) -> Chainer:
 
         def send_sq(ids: list[str]) -> None:
             queue.pause()  # one call a step: the worker must not wait on its producer
-            queue.enqueue(ids[:1])
-            for prev, step in itertools.pairwise(ids):
-                queue.enqueue([step], depends_on=[prev])
+            enqueue_chain(queue, ids)
             queue.resume()
 
         worker = FlowQueue("setqueue", server.url, concurrency=1, claim_batch=CLAIM)
@@ -466,18 +473,16 @@ def peer_chain_trial(server: Server, c: Chainer, workers: Workers, run: str, a: 
     counted(server, before + steps, workers, a.flow_timeout)
     cpu = redis_cpu(server) - cpu_before
     ran = server.counter() - before
-    seen = times(server, run)
-    starts = [seen.get(i) for i in ids]
-    in_order = all(s is not None for s in starts) and starts == sorted(starts)  # type: ignore[type-var]
-    span = (starts[-1] - starts[0]) if in_order else None  # type: ignore[operator]
+    in_order, rate = chain_order(server, run, ids)
     return {
         "run": run,
         "steps": steps,
         "ran": ran,
         "in_order": in_order,
-        "steps_per_s": (steps - 1) / span if span else None,
+        "steps_per_s": rate,
         "redis_cpu_us_per_step": 1e6 * cpu / steps,
-        "sending_us_per_step": 1e6 * (cpu_sent - cpu_before) / steps,  # its worker running meanwhile but setqueue's
+        # Raw data only, the sending's part: a peer's worker runs meanwhile, setqueue's queue is paused.
+        "sending_us_per_step": 1e6 * (cpu_sent - cpu_before) / steps,
         "ok": ran == steps and in_order,
     }
 
