@@ -261,9 +261,8 @@ class Operations:
             for number, chunk in enumerate(chunks(items)):
                 call_request = numbered(core_request, number)
                 # With links, the call's request id is the generation of its links (and names its staged
-                # list, if staged: the one each new job of the chunk registers).
-                if plan is not None:
-                    call_request = call_request or self.links.new_generation()
+                # list, if staged: the one each new job of the chunk registers); "" without.
+                generation = "" if plan is None else call_request or self.links.new_generation()
                 enqueue_call = functools.partial(
                     core.commands.enqueue,
                     chunk,
@@ -277,13 +276,13 @@ class Operations:
                     group=group or "",
                     if_exists=if_exists,
                     dependencies=None if plan is None else (len(plan.links), if_dependency_fails),
-                    request_id=call_request,
+                    request_id=generation or call_request,
                 )
-                if plan is None or call_request is None:  # (never None with a plan: its generation)
+                if plan is None:
                     added[core] += (yield from enqueue_call()).added
                 else:
                     job_ids = [job_id for job_id, _payload in chunk]
-                    added[core] += yield from self.links.enqueue_linked(core, enqueue_call, plan, job_ids, call_request)
+                    added[core] += yield from self.links.enqueue_linked(core, enqueue_call, plan, job_ids, generation)
         if plan is not None:
             return sum(added.values())  # released jobs woke their queue's workers
         # As enqueue.lua: jobs due later wake one worker.

@@ -152,13 +152,14 @@ for j = 1, #ids do
 end
 
 -- Links given here: each known, and none (nor a new id) still being forgotten, before anything is
--- written; what each stands at (standing_of) is kept for the registering below.
-local links, standing = {}, {}
+-- written; each one's dependency id and what it stands at (standing_of) are kept for the registering
+-- below.
+local links, dependency_of, standing = {}, {}, {}
 if given_links ~= '' then
   for link in string.gmatch(given_links, '[^\n]+') do links[#links + 1] = link end
   for n = 1, #links do
     local _, dependency = split_link(links[n])
-    standing[n] = standing_of(W, dependency)
+    dependency_of[n], standing[n] = dependency, standing_of(W, dependency)
     if standing[n] == 'unknown' then return cjson.encode({'unknown', dependency}) end
   end
   for n = 1, #links do
@@ -219,9 +220,8 @@ if placed > 0 and dep_count ~= '' then
         if standing[n] then
           arrivals[#arrivals + 1] = {id, generation, links[n], standing[n]}
         else
-          local _, dependency = split_link(links[n])
-          wait_on(W, dependency, dependent)
-          note_sole(W, dependency, sole)
+          wait_on(W, dependency_of[n], dependent)
+          note_sole(W, dependency_of[n], sole)
         end
       end
     end
