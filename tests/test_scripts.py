@@ -202,7 +202,7 @@ def test_a_call_with_the_wrong_number_of_keys_or_args_is_refused(client: redis.R
     assert renew.call([k.owners, k.cancelled, k.lock("t")], [1000, 1, "t", "nobody", 1]) == [0]  # one claim, one lease
     with pytest.raises(ScriptContractError, match=r"renew\.lua takes 2 or more KEYS \(owners, cancelled\), given 0"):
         renew.call([], [1000, 0])
-    with pytest.raises(ScriptContractError, match=r"claim\.lua takes 6 ARGV"):
+    with pytest.raises(ScriptContractError, match=r"claim\.lua takes 7 ARGV"):
         Script("claim", client).call([k.request("x"), *[k.todos] * (len(CONTRACTS["claim"].keys) - 1)], [1, 2, 3, 4, 5])
 
 

@@ -156,6 +156,53 @@ def test_an_ack_releases_a_sole_dependent_it_names_only_while_that_run_still_wai
     q.close()
 
 
+def test_a_release_an_ack_recorded_is_moved_to_the_line_by_whoever_comes_next(
+    redis_url: str, queue_name: str, client: redis.Redis
+) -> None:
+    """An ack records the release of a sole dependent in released and reads nothing more; the next
+    claim, sweep, stats or inspect moves it from waiting to the line, if it still waits in the run the
+    ack named: one cancelled, or deleted and sent again waiting for another job, in between is left
+    as it is."""
+    q = setqueue.open_queue(redis_url, queue_name)
+    k = q.core.keys
+    q.enqueue(["a", "b", "c", "d", "other"])
+    for dependency in "abcd":
+        q.enqueue([f"after-{dependency}"], depends_on=[dependency])
+    leases = q.claim(4)
+    assert sorted(lease.id for lease in leases) == ["a", "b", "c", "d"]
+    assert all(q.ack_many(leases))
+    assert client.llen(k.released) == 8 and client.zcard(k.waiting) == 4  # recorded: all four still wait
+    assert q.cancel("after-b") == "waiting"
+    assert q.delete("after-c") == "waiting"
+    assert q.enqueue(["after-c"], depends_on=["other"]) == 1  # a new run, waiting for another job
+    claimed = q.claim(10)  # the claim moves the others first, behind "other" already in line
+    assert [lease.id for lease in claimed] == ["other", "after-a", "after-d"]
+    assert client.llen(k.released) == 0
+    assert [(d.id, d.outcome) for d in claimed[1].dependencies()] == [("a", "done")]  # its arrival written
+    assert q.inspect("after-b").state == "cancelled" and q.inspect("after-c").state == "waiting"  # type: ignore[union-attr]
+    # A sweep, stats and inspect each move what an ack recorded, where no claim came since.
+    for reader in ("sweep", "stats", "inspect"):
+        q.enqueue([f"{reader}-first"])
+        q.enqueue([f"{reader}-then"], depends_on=[f"{reader}-first"])
+        (lease,) = q.claim(1)
+        assert q.ack(lease) and client.llen(k.released) == 2
+        if reader == "sweep":
+            q.sweep()
+        elif reader == "stats":
+            assert q.stats()["todos"] == 1
+        else:
+            assert q.inspect(f"{reader}-then").state == "todos"  # type: ignore[union-attr]
+        assert client.llen(k.released) == 0 and client.zscore(k.todos, f"{reader}-then") is not None
+        (then,) = q.claim(1)
+        assert then.id == f"{reader}-then" and q.ack(then)
+    q.close()
+
+
+def test_a_claim_moves_no_more_than_a_page_of_recorded_releases() -> None:
+    source = (Path(setqueue.__file__).parent / "lua" / "includes" / "released.lua").read_text()
+    assert f"local DRAIN_MOST = {LINKS_PER_CALL}\n" in source
+
+
 def test_cancel_and_delete_of_a_dependency_fail_or_release_its_dependents(redis_url: str, queue_name: str) -> None:
     q = setqueue.open_queue(redis_url, queue_name)
     q.enqueue(["x", "y"])

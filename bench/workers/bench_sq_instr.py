@@ -5,7 +5,8 @@ and INFO commandstats of the phase.
 
 Phases, one after the other so that each script's counts stand alone: enqueue every id in calls of
 500; claim them all in batches of 100; ack each claim's leases with one ack_many (the worker acks the
-successes a window collected together: with no-op jobs and claims of 100, about one claim's worth).
+successes a window collected together: with no-op jobs and claims of 100, about one claim's worth);
+for the dependents variant, then the claims (of 100) that take the dependents those acks released.
 Before counting, a queue in use: BACKDROP jobs of the same kind enqueued and claimed, half of them
 acked, the other half left in progress, so that every structure already has the encoding a busy
 queue's has (hash tables and skip lists, not the listpacks of a small key) and the counts are the
@@ -130,6 +131,14 @@ def main() -> int:
         results = [RESULT] * len(leases) if a.variant == "results" else None
         acked += sum(res.acked for res in queue.ack_many(leases, results=results, request_id=f"ack-{n:06d}"))
     phases["ack"] = {"calls": len(claims), "counts": dump(pid, out, "ack"), "commands": commandstats(r)}
+    if a.variant == "dependents":  # the claims that take the released dependents, which their acks recorded
+        calls, released = 0, 0
+        while leases := queue.claim(CLAIM_BATCH, request_id=f"claim-released-{calls:06d}"):
+            calls, released = calls + 1, released + len(leases)
+        counts = dump(pid, out, "claim released")
+        phases["claim released"] = {"calls": calls + 1, "counts": counts, "commands": commandstats(r)}
+        if released != a.jobs:
+            raise SystemExit(f"{released} released dependents claimed, of {a.jobs}")
 
     version = r.info("server")["redis_version"]
     about = {"setqueue": setqueue.__file__, "redis_version": version, "jobs": a.jobs, "variant": a.variant}

@@ -29,7 +29,7 @@ MAX_SHARDS = 1024
 # written with in its ``layout`` key; a client of another version refuses the queue before it writes
 # anything (setqueue.layout). Bump it with any change an older client would misread: a key added that
 # it would not keep up, a key's type, or what a member, field, value or score holds.
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 # The version of a queue written before queues recorded theirs: keys, but no ``layout`` key.
 UNRECORDED_LAYOUT_VERSION = 1
 
@@ -410,6 +410,16 @@ class QueueKeys:
         to the line (or scheduled, with a delay), or to failed when one failed and it was enqueued with
         if_dependency_fails "fail"."""
         return self.prefix + "waiting"
+
+    @property
+    def released(self) -> str:
+        """List, in pairs: a linked value naming a job released by an ack ("<deps entry> <id>", as
+        ``linked`` held it), then the id of its dependency that ack ended done. Such a job (one dependency,
+        of this queue, no delay, priority 0: the common chain step) stays in waiting until the next claim
+        or the cleaner's sweep moves it to the line (includes/released.lua: if it still waits in that run,
+        its arrival written, todos and pending), oldest first, DRAIN_MOST a call: the ack records the
+        release and nothing more. Empty once they have."""
+        return self.prefix + "released"
 
     @property
     def deps(self) -> str:

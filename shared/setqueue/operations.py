@@ -54,12 +54,12 @@ from setqueue.layout import check_layout
 from setqueue.limits import GROUP_STATES, GroupInfo, GroupLimits, Limits, Rate, parse_concurrency
 from setqueue.records import (
     chunks,
-    inspect_reads,
     job_info,
     job_items,
     numbered,
     parse_finished,
     parse_history,
+    read_job,
     retry_delay,
     split_error,
 )
@@ -670,10 +670,7 @@ class Operations:
         return None
 
     def _inspect_core(self, core: QueueCore, job_id: str) -> Steps[JobInfo | None]:
-        # One MULTI, so the job cannot move between two of the reads.
-        reads = inspect_reads(core.keys, job_id)
-        replies = yield Snapshot(tuple(reads.values()))
-        r = dict(zip(reads, replies, strict=True))
+        r = yield from read_job(core.keys, job_id, core.commands.drain)
         token = None if r["owner"] is None else text(r["owner"])
         ttl_ms = (yield Send(("PTTL", core.keys.lock(token)))) if token is not None else -2
         info = job_info(job_id, self.router.queue_name(core), r, ttl_ms)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from setqueue.jobs import (
@@ -34,7 +34,7 @@ from setqueue.keys import (
     validate_job_id,
 )
 from setqueue.limits import LIMIT_STATS
-from setqueue.steps import text
+from setqueue.steps import Snapshot, Steps, text
 
 T = TypeVar("T")
 # The most dependencies and dependents of one job that inspect shows (a callback may have 100,000).
@@ -167,7 +167,20 @@ def inspect_reads(k: QueueKeys, job_id: str) -> dict[str, tuple[Any, ...]]:
         "depends_on": ("ZRANGE", k.dep_lines, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
         "dependents": ("ZRANGE", k.dependents, f"[{job_id}\0", f"({job_id}\1", "BYLEX", "LIMIT", 0, LINKS_SHOWN),
         "forgotten": ("ZSCORE", k.forgetting, job_id),
+        "recorded": ("EXISTS", k.released),
     }
+
+
+def read_job(k: QueueKeys, job_id: str, drain: Callable[[], Steps[int]]) -> Steps[dict[str, Any]]:
+    """The replies to ``inspect_reads``, by name, from one snapshot (MULTI), so that the job cannot move
+    between two of the reads. Where acks recorded releases, ``drain`` (drain.lua) first moves them to the
+    line and the snapshot is read again: a released job shows in todos once its dependency's ack returned."""
+    reads = inspect_reads(k, job_id)
+    r = dict(zip(reads, (yield Snapshot(tuple(reads.values()))), strict=True))
+    if r["recorded"]:
+        yield from drain()
+        r = dict(zip(reads, (yield Snapshot(tuple(reads.values()))), strict=True))
+    return r
 
 
 def job_info(job_id: str, queue: str, r: Mapping[str, Any], ttl_ms: int) -> JobInfo | None:

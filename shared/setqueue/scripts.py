@@ -46,6 +46,7 @@ NAMES = (
     "release",
     "forget",
     "lookup",
+    "drain",
 )
 
 # The scripts that write nothing, which a ReplicaWait leaves alone.
@@ -275,6 +276,8 @@ class ClaimHeader:
 # as the strings Redis holds them in).
 CLAIM_HEADER = 4
 CLAIM_JOB = 6
+# stats.lua's reply: its first STATS_RECORDED fields end with the releases recorded (see stats.lua).
+STATS_RECORDED = 10
 
 
 def _claims(keys: QueueKeys, tokens: Iterable[str]) -> tuple[dict[str, int], list[str], list[Any]]:
@@ -397,7 +400,8 @@ class QueueCommands:
         # A caller's request id gets "@host:pid" too: the same id, the same token, so a resend is recognised.
         token = new_token() if token is None else token if "@" in token else f"{token}@{identity()}"
         keys = self._keys("claim", request=k.request(token), lock=k.lock(token))
-        reply = yield self._run("claim", keys, [request_ttl_ms, token, lease_ms, most, promote, wake_cap])
+        args = [request_ttl_ms, token, lease_ms, most, promote, wake_cap, self.k.name]
+        reply = yield self._run("claim", keys, args)
         now_ms, next_ms, held, limited = reply[:CLAIM_HEADER]
         now = now_ms / 1000
         header = ClaimHeader(now, next_ms / 1000 if next_ms >= 0 else None, text(held) or None, limited == 1)
@@ -526,6 +530,7 @@ class QueueCommands:
             trim_limit,
             identity(),
             self.k.ended_channel,
+            self.k.name,
             *listed,
         ]
         for candidate, owner in zip(candidates, owners, strict=True):
@@ -562,10 +567,20 @@ class QueueCommands:
         state, told = json.loads(reply)
         return state or None, bool(told)
 
+    def drain(self) -> Steps[int]:
+        """drain.lua: the releases acks recorded, moved to the line (up to DRAIN_MOST); how many joined."""
+        return int((yield self._run("drain", self._keys("drain"), [self.k.name])))
+
     def stats(self) -> Steps[tuple[dict[str, int], int, dict[int, int]]]:
-        """stats.lua: state sizes, results kept, limits; oldest pending age (ms); todos per priority."""
+        """stats.lua: state sizes, results kept, limits; oldest pending age (ms); todos per priority.
+        Releases acks recorded are moved to the line first (drain.lua, when stats.lua counts any), so
+        that a released job counts in todos once its dependency's ack has returned."""
         reply = yield self._run("stats", self._keys("stats"), [])
-        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, waiting, *rest = reply
+        *_, recorded = reply[:STATS_RECORDED]
+        if recorded:
+            yield from self.drain()
+            reply = yield self._run("stats", self._keys("stats"), [])
+        todos, in_progress, done, failed, age_ms, scheduled, cancelled, results, waiting, _recorded, *rest = reply
         limits, by_priority = rest[: len(LIMIT_STATS)], rest[len(LIMIT_STATS) :]
         sizes = {**dict(zip(LIMIT_STATS, limits, strict=True)), "results_kept": results}
         sizes.update(zip(STATES, (todos, in_progress, done, failed, scheduled, cancelled, waiting), strict=True))

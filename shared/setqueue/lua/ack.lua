@@ -3,8 +3,9 @@
 -- the claim until the job leaves in_progress, even past an expired lock nobody took over); a stale
 -- ack changes nothing. Locks count down; finished keeps times and attempts, results what handlers
 -- returned (result_ttl ms); acked ids go out on ended; a full group takes a turn again. Their
--- dependents waiting in this queue are told here and now (up to link_room of them; released to the
--- line, or failed), the others recorded in releasing for the caller (includes/links.lua).
+-- dependents waiting in this queue are told here and now (up to link_room of them; released, or
+-- failed: a sole one recorded in released for the next claim), the others recorded in releasing for
+-- the caller (includes/links.lua).
 -- allow-oom: a finished job is never held up for lack of memory. An ack keeping results is first
 -- sent without allow-oom (scripts.py ACK_KEEPING_RESULTS); refused, again with drop_results "1":
 -- done, finished marked ":1", no result written, so result() says it is gone.
@@ -15,7 +16,7 @@
 -- KEYS[22] groups_ready KEYS[23] enqueued KEYS[24] linked KEYS[25] releasing KEYS[26] release_outcomes
 -- KEYS[27] dependents KEYS[28] dep_lines KEYS[29] arrived KEYS[30] arrived_count KEYS[31] deps
 -- KEYS[32] waiting KEYS[33] todos KEYS[34] seq KEYS[35] scheduled KEYS[36] priorities KEYS[37] failed
--- KEYS[38] grouped KEYS[39] group_lines KEYS[40] groups_resting KEYS[41] forgetting
+-- KEYS[38] grouped KEYS[39] group_lines KEYS[40] groups_resting KEYS[41] forgetting KEYS[42] released
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] most (ids in done and cancelled; 0 = no limit)
 -- ARGV[3] result_ttl ms (0: not kept)  ARGV[4] ended channel ("done\n<id>...")  ARGV[5] wake_cap
@@ -36,8 +37,8 @@ local limits, group_of, group_running, groups_full, groups_ready = KEYS[18], KEY
 local enqueued, linked, releasing, release_outcomes = KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local dependents, dep_lines, arrived, arrived_count, deps = KEYS[27], KEYS[28], KEYS[29], KEYS[30], KEYS[31]
 local waiting, todos, seq, scheduled, priorities, failed = KEYS[32], KEYS[33], KEYS[34], KEYS[35], KEYS[36], KEYS[37]
-local grouped, group_lines, groups_resting, forgetting = KEYS[38], KEYS[39], KEYS[40], KEYS[41]
-local FIRST_LOCK = 42  -- KEYS[FIRST_LOCK..] lock key of each claim
+local grouped, group_lines, groups_resting, forgetting, released = KEYS[38], KEYS[39], KEYS[40], KEYS[41], KEYS[42]
+local FIRST_LOCK = 43  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, most, result_ttl, ended = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local wake_cap, drop_results, queue, link_room = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then per lease: id, claim, enqueue ms, attempt, result, keep
@@ -120,24 +121,24 @@ if acked > 0 then
   redis.call('PUBLISH', ended, 'done\n' .. table.concat(owned, '\n'))
 end
 -- Dependents, only where some job has any (one EXISTS a call otherwise).
-local told, released, failed_here = {}, 0, 0
+local told, released_here, failed_here = {}, 0, 0
 if acked > 0 and redis.call('EXISTS', linked) == 1 then
   local W = {
     linked = linked, releasing = releasing, release_outcomes = release_outcomes, dependents = dependents,
     arrived = arrived, arrived_count = arrived_count, waiting = waiting, deps = deps, todos = todos, seq = seq,
     pending = pending, enqueued = enqueued, scheduled = scheduled, priorities = priorities, wake = wake,
     failed = failed, errors = errors, finished = finished, history = history, grouped = grouped,
-    group_of = group_of,
+    group_of = group_of, released = released,
   }
   local G = {
     limits = limits, grouped = grouped, lines = group_lines, group_of = group_of, ready = groups_ready,
     resting = groups_resting, full = groups_full,
   }
   local T = {wake_cap = wake_cap, ended = ended, failed_ids = {}, releases = {}, woken = 0}
-  told = tell_here(W, G, T, owned, 'done', queue, link_room, now)
+  told = tell_here(W, G, T, owned, queue, link_room, now)
   publish_failed(W, T)
   for j = 1, #T.releases do told[#told + 1] = T.releases[j] end
-  released, failed_here = T.woken, #T.failed_ids
+  released_here, failed_here = T.woken, #T.failed_ids
 end
 
 if acked > 0 and most > 0 then
@@ -151,6 +152,6 @@ if acked > 0 and most > 0 then
   end
 end
 
-local reply = now .. ' ' .. table.concat(flags, '') .. ' ' .. released .. ' ' .. failed_here
+local reply = now .. ' ' .. table.concat(flags, '') .. ' ' .. released_here .. ' ' .. failed_here
 if #told > 0 then reply = reply .. '\n' .. table.concat(told, '\n') end
 return record(request, reply, record_ttl)

@@ -2,15 +2,17 @@
 -- claim.lua: move up to N jobs from the front of the line to in_progress under one lock (named by
 -- the token, holding the count still held, TTL = lease) in one step: no cleaner sees a claimed id
 -- without its lock. Limits lives here so no worker can race it: pause, the rate
--- (includes/limits.lua), groups taking turns (includes/groups.lua). Keys: docs/reference.md#key-layout.
+-- (includes/limits.lua), groups taking turns (includes/groups.lua). First, the releases acks recorded
+-- join the line (includes/released.lua), so a dependent is claimable once its dependency's ack
+-- returns. Keys: docs/reference.md#key-layout.
 -- KEYS[1] request (record under the token: a resend returns the same leases) KEYS[2] todos
 -- KEYS[3] in_progress KEYS[4] pending KEYS[5] attempts KEYS[6] payloads KEYS[7] owners
 -- KEYS[8] lock KEYS[9] scheduled KEYS[10] wake KEYS[11] seq KEYS[12] priorities KEYS[13] options
 -- KEYS[14] limits KEYS[15] grouped KEYS[16] group_lines KEYS[17] group_of KEYS[18] groups_ready
 -- KEYS[19] groups_resting KEYS[20] groups_full KEYS[21] group_running KEYS[22] group_limits
--- KEYS[23] group_buckets
+-- KEYS[23] group_buckets KEYS[24] released KEYS[25] waiting KEYS[26] deps KEYS[27] arrived
 -- ARGV[1] record_ttl ms  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] most ids
--- ARGV[5] promote (most due ids to promote)  ARGV[6] wake_cap
+-- ARGV[5] promote (most due ids to promote)  ARGV[6] wake_cap  ARGV[7] queue (its name, as links name it)
 -- Returns now ms; when (ms) more could be claimed if short (-1: wait to be woken); what held jobs
 -- back ("", "paused", "rate", "group"); 1 if a rate or group limits exist, else 0; then per id in
 -- line order: id, attempt, enqueue ms (as pending holds it; -1 unknown), rank (as in_progress holds
@@ -23,14 +25,15 @@ local attempts, payloads, owners, lock, scheduled, wake = KEYS[5], KEYS[6], KEYS
 local seq, priorities, options, limits = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local grouped, group_lines, group_of, groups_ready = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local groups_resting, groups_full, group_running, group_limits = KEYS[19], KEYS[20], KEYS[21], KEYS[22]
-local group_buckets = KEYS[23]
+local group_buckets, released, waiting, deps, arrived = KEYS[23], KEYS[24], KEYS[25], KEYS[26], KEYS[27]
 local record_ttl, token, lease_ms, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local promote, wake_cap = tonumber(ARGV[5]), ARGV[6]
+local promote, wake_cap, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 -- @include "request_record"
 -- @include "now_ms"
 -- @include "promote"
 -- @include "wake"
 -- @include "limits"
+-- @include "released"
 
 local G = {
   limits = limits, grouped = grouped, lines = group_lines, group_of = group_of,
@@ -196,6 +199,11 @@ if listed then
     ranks = redis.call('ZMSCORE', in_progress, unpack(ids))
   end
 else
+  local W = {
+    released = released, waiting = waiting, deps = deps, arrived = arrived, todos = todos, seq = seq,
+    pending = pending, group_of = group_of,
+  }
+  drain_released(W, G, queue, now)
   local promoted = promote_due(G, scheduled, todos, pending, priorities, seq, now, promote)
   local want = most
   local interval, burst, allowed, from

@@ -4,7 +4,8 @@
 -- out of attempts. A live lock is never touched, a changed owner waits, a moved id is gone from
 -- in_progress: concurrent sweeps are safe. Also, up to trim_limit each: drops done ids past max_age
 -- (with their payloads) and expired results, promotes due scheduled jobs. Moves get history lines;
--- dead letters go out on ended; past group rate states (a full bucket) are dropped.
+-- dead letters go out on ended; past group rate states (a full bucket) are dropped. Releases acks
+-- recorded join the line (includes/released.lua), in case no claim came since.
 -- KEYS[1] request KEYS[2] todos KEYS[3] in_progress KEYS[4] failed KEYS[5] pending KEYS[6] attempts
 -- KEYS[7] errors KEYS[8] wake KEYS[9] done KEYS[10] done_log KEYS[11] owners KEYS[12] finished
 -- KEYS[13] scheduled KEYS[14] seq KEYS[15] priorities KEYS[16] options KEYS[17] swept
@@ -12,11 +13,11 @@
 -- KEYS[23] limits KEYS[24] grouped KEYS[25] group_lines KEYS[26] group_of KEYS[27] groups_ready
 -- KEYS[28] group_running KEYS[29] groups_full KEYS[30] group_buckets KEYS[31] enqueued KEYS[32] payloads
 -- KEYS[33] linked KEYS[34] releasing KEYS[35] release_outcomes KEYS[36] dependents KEYS[37] dep_lines
--- KEYS[38] arrived KEYS[39] arrived_count KEYS[40] deps KEYS[41] forgetting
+-- KEYS[38] arrived KEYS[39] arrived_count KEYS[40] deps KEYS[41] forgetting KEYS[42] released KEYS[43] waiting
 -- KEYS[FIRST_LOCK..] each claim's lock, in token order
 -- ARGV[1] record_ttl ms  ARGV[2] max_attempts (unless a job has its own)  ARGV[3] wake_cap
 -- ARGV[4] max_age of done, ms (0 = forever)  ARGV[5] trim_limit  ARGV[6] who (host:pid, for history)
--- ARGV[7] ended channel ("failed\n<id>...")
+-- ARGV[7] ended channel ("failed\n<id>...")  ARGV[8] queue (its name, as links name it)
 -- ARGV[CLAIMS..] the claims (includes/claims.lua), then per candidate: id, claim number (0: no owner)
 -- Returns a JSON string: [[requeued ids], [dead-lettered ids], ids dropped from done, ids promoted,
 -- [dead-lettered ids whose dependents are to be told (releasing, includes/links.lua)]]
@@ -29,11 +30,11 @@ local limits, grouped, group_lines, group_of, groups_ready = KEYS[23], KEYS[24],
 local group_running, groups_full, group_buckets, enqueued = KEYS[28], KEYS[29], KEYS[30], KEYS[31]
 local payloads, linked, releasing, release_outcomes = KEYS[32], KEYS[33], KEYS[34], KEYS[35]
 local dependents, dep_lines, arrived, arrived_count, deps = KEYS[36], KEYS[37], KEYS[38], KEYS[39], KEYS[40]
-local forgetting = KEYS[41]
-local FIRST_LOCK = 42  -- KEYS[FIRST_LOCK..] lock key of each claim
+local forgetting, released, waiting = KEYS[41], KEYS[42], KEYS[43]
+local FIRST_LOCK = 44  -- KEYS[FIRST_LOCK..] lock key of each claim
 local record_ttl, max_attempts, wake_cap = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local max_age, trim_limit, who, ended = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local CLAIMS = 8  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
+local max_age, trim_limit, who, ended, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
+local CLAIMS = 9  -- ARGV[CLAIMS..] the claims, then the candidates: id, claim number
 local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "request_record"
 -- @include "now_ms"
@@ -44,6 +45,7 @@ local SWEPT_TTL_MS = 86400000  -- a day: the stamp's age is a day less its TTL
 -- @include "options"
 -- @include "history"
 -- @include "links"
+-- @include "released"
 
 local cached = recorded(request)
 if cached then return cached end
@@ -112,7 +114,12 @@ if #expired > 0 then
   redis.call('ZREM', result_expiry, unpack(expired))
 end
 
+local W = {
+  released = released, waiting = waiting, deps = deps, arrived = arrived, todos = todos, seq = seq, pending = pending,
+  group_of = group_of,
+}
+local drained = drain_released(W, G, queue, now)
 local promoted = promote_due(G, scheduled, todos, pending, priorities, seq, now, trim_limit)
-if promoted > 0 then wake_workers(wake, promoted, wake_cap) end
+if promoted + drained > 0 then wake_workers(wake, promoted + drained, wake_cap) end
 
 return record(request, cjson.encode({requeued, dead, trimmed, promoted, told}), record_ttl)

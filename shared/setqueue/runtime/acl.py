@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "connection": "ping hello select",
     "scripts": "evalsha eval script|load script|exists",
     "in scripts": "get set del exists incrby decrby pexpire time hget hmget hset hdel hincrby hlen sadd srem scard "
-    "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim",
+    "sismember zadd zrem zscore zmscore zcard zcount zrange zpopmin lpush ltrim lpop llen",
     "limits": "zlexcount hsetnx zremrangebyscore hkeys smembers hexists",
     # Dependencies: an enqueue's staged list (RPUSH, read by the script), a job's entries dropped by range.
     "dependencies": "rpush lrange zremrangebylex",

@@ -9,7 +9,8 @@
 -- L (keys): linked, releasing, release_outcomes, dependents, dep_lines, arrived, arrived_count, deps,
 -- forgetting.
 -- W (keys): L's and what arriving needs: waiting, todos, in_progress, done, cancelled, seq, pending,
--- enqueued, scheduled, priorities, wake, failed, errors, finished, history, grouped, group_of.
+-- enqueued, scheduled, priorities, wake, failed, errors, finished, history, grouped, group_of; for an
+-- ack, released.
 -- G: the groups' keys (includes/groups.lua). T, a call's tally: wake_cap, ended (the channel), and
 -- what it fills: failed_ids (dependents failed now, for the ended channel), releases (ids whose own
 -- dependents are to be told), woken (jobs made claimable).
@@ -17,6 +18,7 @@
 -- @include "wake"
 -- @include "finish"
 -- @include "history"
+-- @include "released"
 
 -- split_link: "<queue> <rest>" -> queue, rest.
 local function split_link(link)
@@ -173,23 +175,6 @@ local function fail_waiting(W, T, id, first_ms, priority, link, outcome, now)
   fail_waiting_because(W, T, id, first_ms, priority, reason, now)
 end
 
--- join_released: jobs released (out of waiting) join the back of their priority's line (priorities:
--- a table or one number), in their group's if they have one, and pending from now.
-local function join_released(W, G, T, released, priorities, now)
-  local release_groups = {}  -- none where no job of the queue has a group (one EXISTS)
-  if redis.call('EXISTS', W.group_of) == 1 then
-    local groups = redis.call('HMGET', W.group_of, unpack(released))
-    for j = 1, #released do release_groups[j] = groups[j] or false end
-  end
-  join_back(G, W.todos, W.seq, released, priorities, release_groups)
-  local joined, now_text = {}, string.format('%d', now)
-  for j = 1, #released do
-    joined[2 * j - 1], joined[2 * j] = now_text, released[j]
-  end
-  redis.call('ZADD', W.pending, unpack(joined))
-  T.woken = T.woken + #released
-end
-
 -- arrive_all: each arrival {id, generation, link, outcome}: dependency link of waiting job id (of
 -- that generation) ended as outcome. Each counts once (an arrived field is written only where there
 -- was none): "fail" mode fails the job at a dependency that did not end done; it is released when
@@ -275,7 +260,8 @@ local function arrive_all(W, G, T, arrivals, now)
   if #done_counting > 0 and #asked > 0 then redis.call('HDEL', W.arrived_count, unpack(done_counting)) end
   if #released > 0 then
     redis.call('ZREM', W.waiting, unpack(released))
-    join_released(W, G, T, released, release_priority, now)
+    join_released(W, G, released, release_priority, now)
+    T.woken = T.woken + #released
   end
   for j = 1, #order do
     local why = failing[order[j]]
@@ -283,48 +269,31 @@ local function arrive_all(W, G, T, arrivals, now)
   end
 end
 
--- arrive_sole: waiting job ids[j], named in the linked field values[j] (sole_entry) of job acked[j]
--- of this queue, its only dependency, which ended as outcome. Such a job (one dependency, no
--- delay, priority 0) is released when the end allows it ("done", or "run" mode) at the cost of the
--- commands alone: its deps entry must still be the one named (the same run: an entry is written
--- once per enqueue, its generation in it), found at the value's head with no string made, and
--- leaving waiting (ZREM, 1 only the first time) is the check that it still waited. A dependency that
--- ended otherwise, with "fail", goes to arrive_all (rest, its arrivals {id, generation, link,
--- outcome}).
-local function arrive_sole(W, G, T, ids, values, acked, queue, outcome, rest, now)
-  if #ids == 0 or redis.call('EXISTS', W.waiting) == 0 then return end
-  local headers = redis.call('HMGET', W.deps, unpack(ids))
-  local released, new_fields = {}, {}
+-- arrive_sole: the jobs ids[j] that linked values[j] ("<deps entry> <id>", sole_entry) name as the
+-- only dependents of jobs acked[j] of this queue, which an ack just ended done: each such job (one
+-- dependency, no delay, priority 0) is released at the cost of one RPUSH for the batch. Recorded in
+-- released (the value, then the dependency's id), it moves to the line at the next claim or sweep
+-- (includes/released.lua: there it is checked to still wait in the run the value names, and its
+-- arrival is written); the workers are woken for it now.
+local function arrive_sole(W, T, ids, values, acked)
+  if #ids == 0 then return end
+  local recorded = {}
   for j = 1, #ids do
-    local header, id = headers[j], ids[j]
-    -- none, or another: that run was forgotten (deleted), maybe sent again: not told by this link
-    if header and string.find(values[j], header, 1, true) == 1 and string.byte(values[j], #header + 1) == 32 then
-      if outcome == 'done' or string.byte(header, 3) == 114 then  -- "1|run|...": released however it ended
-        if redis.call('ZREM', W.waiting, id) == 1 then
-          released[#released + 1] = id
-          new_fields[#new_fields + 1] = id .. '\0' .. queue .. ' ' .. acked[j]
-          new_fields[#new_fields + 1] = outcome
-        end
-      else
-        local _, _, _, generation = deps_header(header)
-        rest[#rest + 1] = {id, generation, queue .. ' ' .. acked[j], outcome}
-      end
-    end
+    recorded[2 * j - 1], recorded[2 * j] = values[j], acked[j]
   end
-  if #released == 0 then return end
-  redis.call('HSET', W.arrived, unpack(new_fields))
-  join_released(W, G, T, released, 0, now)
+  redis.call('RPUSH', W.released, unpack(recorded))
+  T.woken = T.woken + #ids
 end
 
--- tell_here: of ids that just ended as outcome, those with dependents tell them in this call when
--- they fit in room (a budget of dependents for the call): those waiting in this queue arrive here
--- and now, no record, no second call; a sole dependent of this queue, named in linked, without
--- reading dependents (arrive_sole). A job with dependents elsewhere, or too many, goes into
+-- tell_here: of ids an ack just ended done, those with dependents tell them in this call when they
+-- fit in room (a budget of dependents for the call): those waiting in this queue arrive here and
+-- now, no record, no second call; a sole dependent of this queue, named in linked, without reading
+-- dependents, recorded for the next claim (arrive_sole). A job with dependents elsewhere, or too many, goes into
 -- releasing as mark_ended puts it, for the caller to tell (release.lua). Returns those, one string
 -- each: "<id>" (too many: the caller reads them from the start), or "<id>\0<dependent>\0..." with its
 -- dependents of other queues read here ("<queue> <generation> <id>", for arrive.lua there; the
 -- caller then only finishes it).
-local function tell_here(W, G, T, ids, outcome, queue, room, now)
+local function tell_here(W, G, T, ids, queue, room, now)
   if #ids == 0 or redis.call('EXISTS', W.linked) == 0 then return {} end
   local member = redis.call('HMGET', W.linked, unpack(ids))
   local arrivals, later, later_ids = {}, {}, {}
@@ -348,7 +317,7 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
           -- "<id>\0<queue> <generation> <dependent id>": one match, no copies on the way
           local its_queue, generation, dependent_id = string.match(members[m], '%z(%S+) (%S+) (.*)$')
           if its_queue == queue then
-            arrivals[#arrivals + 1] = {dependent_id, generation, link, outcome}
+            arrivals[#arrivals + 1] = {dependent_id, generation, link, 'done'}
           else
             elsewhere[#elsewhere + 1] = string.sub(members[m], #id + 2)
           end
@@ -363,13 +332,13 @@ local function tell_here(W, G, T, ids, outcome, queue, room, now)
       end
     end
   end
-  arrive_sole(W, G, T, sole_ids, sole_values, sole_of, queue, outcome, arrivals, now)
+  arrive_sole(W, T, sole_ids, sole_values, sole_of)
   arrive_all(W, G, T, arrivals, now)
   if #later == 0 then return later end
   local since, outcomes, now_text = {}, {}, string.format('%d', now)
   for j = 1, #later_ids do
     since[2 * j - 1], since[2 * j] = now_text, later_ids[j]
-    outcomes[2 * j - 1], outcomes[2 * j] = later_ids[j], outcome
+    outcomes[2 * j - 1], outcomes[2 * j] = later_ids[j], 'done'
   end
   redis.call('ZADD', W.releasing, unpack(since))
   redis.call('HSET', W.release_outcomes, unpack(outcomes))
