@@ -490,6 +490,10 @@ def test_every_wrapper_passes_the_keys_its_script_names(
     other.enqueue(["far"], depends_on=[JobRef("contract", "parent")])
     assert q.cancel("parent") == "todos" and q.inspect("child").state == "failed"  # type: ignore[union-attr]
     assert other.inspect("far").state == "failed"  # type: ignore[union-attr]
+    q.enqueue(["step-1"])
+    q.enqueue(["step-2"], depends_on=["step-1"])  # its release recorded by the ack, moved by inspect
+    assert q.ack_many([lease for lease in q.claim(10) if lease.id == "step-1"])[0].acked
+    assert q.inspect("step-2").state == "todos"  # type: ignore[union-attr]
 
     assert {name for name, _, _ in calls} == set(NAMES)
     for name, keys, args in calls:

@@ -33,6 +33,7 @@ RUN_WHEN_FULL = {"claim", "renew", "ack", "fail", "sweep", "delete", "cancel", "
     "arrive",
     "release",
     "forget",
+    "drain",
 }
 REFUSED_WHEN_FULL = {"enqueue", "requeue_failed", "periodic", "progress"}  # add work, or only memory
 READ_ONLY = {"stats", "list_groups", "lookup"}

@@ -18,10 +18,13 @@ nothing written). The job waits (never claimed, in no other state) until every d
 dependency counts once, the first way it ended after the job was enqueued (one ended before counts at
 once). With "fail" a dependency that failed, was cancelled or deleted fails the job at once, and so on
 down its own dependents; otherwise the job is released when the last one ended, to the back of the line
-(or to scheduled, enqueued with a delay). inspect().waiting_on counts what arrived, each way, and a
-claimed callback's lease.dependencies() says how each ended and what a done one returned. Released
-exactly once: a second release would put the id back in line (a state, or a place in line, the model
-does not have) and a lost one would leave it waiting; both fail the state check after every step.
+(or to scheduled, enqueued with a delay); a sole dependent of the same queue (a chain step) whose
+release an ack recorded waits until the next claim, sweep, stats or inspect moves it (the model takes
+which were recorded from Redis), and one cancelled meanwhile never arrived. inspect().waiting_on
+counts what arrived, each way, and a claimed callback's lease.dependencies() says how each ended and
+what a done one returned. Released exactly once: a second release would put the id back in line (a
+state, or a place in line, the model does not have) and a lost one would leave it waiting; both fail
+the state check after every step.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ class Model:
     arrived: dict[str, dict[str, str]] = field(default_factory=dict)  # that id -> dependency -> how it ended
     later: dict[str, bool] = field(default_factory=dict)  # that id -> released to scheduled (enqueued with a delay)
     releases: dict[str, int] = field(default_factory=dict)  # that id -> times released (this run of it)
+    run: dict[str, int] = field(default_factory=dict)  # id -> its run: a new one after a delete or rerun
+    # Releases an ack recorded (dependent, dependency, the dependent's run), in order: the dependent still
+    # waits (its arrival counted) until a claim, sweep, stats or inspect moves it to the line.
+    recorded: list[tuple[str, str, int]] = field(default_factory=list)
 
     def limit_of(self, group: str) -> int | None:
         return self.own_concurrency.get(group, self.concurrency)
@@ -118,6 +125,20 @@ class Model:
         """A delete, or a new run of the id: its dependencies and what arrived are dropped."""
         for table in (self.deps, self.mode, self.arrived, self.later, self.releases):
             table.pop(job_id, None)  # type: ignore[attr-defined]
+        self.run[job_id] = self.run.get(job_id, 0) + 1
+
+    def drain(self) -> None:
+        """As claim, sweep, stats and inspect do first: each recorded release whose dependent still waits
+        in that run joins the line, in the order recorded; one cancelled meanwhile never arrived."""
+        for job_id, dependency, run in self.recorded:
+            if self.run.get(job_id, 0) != run:
+                continue  # deleted, or a new run: its entries went with the old one
+            if self.state.get(job_id) == "waiting":
+                self.join_line(job_id)
+            else:
+                self.arrived[job_id].pop(dependency)
+                self.releases[job_id] -= 1
+        self.recorded.clear()
 
     def arrive(self, job_id: str, dependency: str, outcome: str, released: list[str]) -> bool:
         """Dependency of waiting ``job_id`` ended as ``outcome`` (counted once): it fails the job ("fail"
@@ -185,6 +206,18 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                     ranks[member] = int(score) % RANK_BAND  # rank = (top - priority) * band + place
             for job_id in sorted(released, key=lambda i: ranks[i]):
                 self.model.join_line(job_id)
+
+        def record(self, dependency: str, released: list[str]) -> None:
+            """Of ``released`` (the dependents the ack of ``dependency`` released, in the model), those the
+            ack recorded instead of joining them to the line (a sole dependent of the same queue: the model
+            takes which from Redis) wait until the next drain."""
+            entries: list[str] = self.client.lrange(self.q.keys.released, 0, -1)  # type: ignore[assignment]
+            for value, by in list(zip(entries[0::2], entries[1::2], strict=True))[len(self.model.recorded) :]:
+                job_id = value.rsplit(" ", 1)[1]
+                assert by == dependency and job_id in released
+                released.remove(job_id)
+                self.model.state[job_id] = "waiting"
+                self.model.recorded.append((job_id, dependency, self.model.run.get(job_id, 0)))
 
         def ended(self, job_id: str, outcome: str) -> None:
             released: list[str] = []
@@ -291,6 +324,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
         @rule(count=st.integers(1, 4))
         def claim(self, count: int) -> None:
             m = self.model
+            m.drain()
             m.promote_due()
             could_start = m.could_start()
             line = m.line()
@@ -353,7 +387,10 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             if expected:
                 self.model.leave_in_progress(lease.id, "done")
                 self.model.result[lease.id] = value
-                self.ended(lease.id, "done")  # in this queue: released when ack returns
+                released: list[str] = []
+                self.model.end(lease.id, "done", released)
+                self.record(lease.id, released)
+                self.settle(released)  # in this queue: claimable when ack returns
 
         @rule(value=st.integers(), fails=st.booleans())
         def work(self, value: int, fails: bool) -> None:
@@ -428,6 +465,7 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
                 if s == "in_progress" and not self.model.lock_alive[self.model.owner[i]]
             }
             result = self.q.sweep()
+            self.model.drain()
             self.model.promote_due()
             assert set(result.requeued) | set(result.dead_lettered) == expired
             for i in result.requeued:
@@ -484,10 +522,12 @@ def make_machine(url: str) -> type[RuleBasedStateMachine]:
             assert seen == self.model.state
             assert queue_members(self.client, self.q.keys)["todos"] == self.model.line()
             stats = self.q.stats()
+            self.model.drain()
             assert sum(int(stats[s]) for s in actual) == len(self.model.state)
 
         @invariant()
         def dependencies_counted_once(self) -> None:
+            self.model.drain()  # the first inspect moves what acks recorded
             for job_id, deps in self.model.deps.items():
                 arrived = list(self.model.arrived[job_id].values())
                 counts = {way: arrived.count(way) for way in ("done", "failed", "cancelled", "deleted")}
@@ -521,6 +561,15 @@ def make_dependency_machine(url: str) -> type[RuleBasedStateMachine]:
             """Three jobs in line from the start, so the first enqueue can name dependencies."""
             self.enqueue(IDS_ALL[:3], later=False, priority=0, group=None, mode="ignore")
 
+        @rule(pick=st.integers(0, 100), mode=st.sampled_from(["fail", "run"]), group=GROUPS)
+        def chain_step(self, pick: int, mode: str, group: str | None) -> None:
+            """The common chain step, a new id with one dependency, no delay and priority 0: its
+            dependency's ack records its release, for the next claim."""
+            free = [i for i in IDS_ALL if i not in self.model.state]
+            if free:
+                step = {"ids": free[:1], "picks": [pick], "unknown": False, "later": False, "priority": 0}
+                self.enqueue_after(**step, mode=mode, group=group)
+
     for name in LIMIT_RULES:
         setattr(DependencyMachine, name, None)
     return DependencyMachine
@@ -546,4 +595,4 @@ def test_random_interleavings_keep_every_id_in_exactly_one_set(redis_server: Red
 
 @pytest.mark.slow
 def test_dependencies_release_once_and_fail_down_the_line(redis_server: RedisServer) -> None:
-    run(make_dependency_machine(redis_server.url), examples=20, steps=40)
+    run(make_dependency_machine(redis_server.url), examples=30, steps=60)

@@ -14,6 +14,7 @@ local queue = ARGV[1]
 -- @include "now_ms"
 -- @include "released"
 
+if redis.call('EXISTS', released) == 0 then return 0 end
 local W = {
   released = released, waiting = waiting, deps = deps, arrived = arrived, todos = todos, seq = seq, pending = pending,
   group_of = group_of,

@@ -27,32 +27,30 @@ end
 -- drain_released: up to DRAIN_MOST releases recorded in released (oldest first: a linked value
 -- "<deps entry> <id>", then the id of the dependency of this queue (named queue, as links name it)
 -- whose ack recorded it) move their jobs to the line: each that still waits in the run the value
--- names (its deps entry is the value's head, and it is in waiting), with its arrival (done) written
--- as arrive_all would. One cancelled, deleted or sent again since is passed over; so is a second
--- record of the same job. Returns how many joined. One EXISTS when none is recorded.
+-- names (its deps entry is the value's head; leaving waiting, a ZREM that answers 1 only the first
+-- time, is the check that it still waited), with its arrival (done) written as arrive_all would. One
+-- cancelled, deleted or sent again since is passed over; so is a second record of the same job.
+-- Returns how many joined. One LPOP when none is recorded.
 local function drain_released(W, G, queue, now)
-  if redis.call('EXISTS', W.released) == 0 then return 0 end
   local entries = redis.call('LPOP', W.released, 2 * DRAIN_MOST)
+  if not entries then return 0 end
   local ids = {}
   for j = 1, #entries / 2 do
     local value = entries[2 * j - 1]
     ids[j] = string.sub(value, string.find(value, ' ', 1, true) + 1)  -- a deps entry has no space
   end
   local headers = redis.call('HMGET', W.deps, unpack(ids))
-  local since = redis.call('ZMSCORE', W.waiting, unpack(ids))
-  local moved, arrivals, seen = {}, {}, {}
+  local moved, arrivals = {}, {}
   for j = 1, #ids do
     local id, value, header = ids[j], entries[2 * j - 1], headers[j]
-    if header and since[j] and not seen[id] and string.find(value, header, 1, true) == 1
-        and string.byte(value, #header + 1) == 32 then
-      seen[id] = true
+    if header and string.find(value, header, 1, true) == 1 and string.byte(value, #header + 1) == 32
+        and redis.call('ZREM', W.waiting, id) == 1 then
       moved[#moved + 1] = id
       arrivals[#arrivals + 1] = id .. '\0' .. queue .. ' ' .. entries[2 * j]
       arrivals[#arrivals + 1] = 'done'
     end
   end
   if #moved == 0 then return 0 end
-  redis.call('ZREM', W.waiting, unpack(moved))
   redis.call('HSET', W.arrived, unpack(arrivals))
   join_released(W, G, moved, 0, now)
   return #moved
