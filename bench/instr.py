@@ -196,6 +196,7 @@ def summary(data: dict[str, Any]) -> str:
     baseline = data.get("baseline")
     if baseline and runs:
         lines += [f"## Claim + ack per job: this checkout against {baseline['ref']} ({baseline['sha'][:12]})", ""]
+        lines += ["Dependents: with the claims that take the released dependents, the work either code does.", ""]
         rows = []
         by = {(r["variant"], r["tree"]): r for r in runs}
         twin = f"setqueue@{baseline['label']}"
@@ -204,9 +205,10 @@ def summary(data: dict[str, Any]) -> str:
             if not now or not before:
                 continue
             cells = []
+            phases = [p for p in now["per_job"] if p != "enqueue" and p in before["per_job"]]
             for key in ("instructions", "ll_misses", "commands"):
-                n = sum(now["per_job"][p][key] for p in ("claim", "ack"))
-                b = sum(before["per_job"][p][key] for p in ("claim", "ack"))
+                n = sum(now["per_job"][p][key] for p in phases)
+                b = sum(before["per_job"][p][key] for p in phases)
                 digits = 0 if key == "instructions" else 2
                 cells += [f"{b:,.{digits}f}", f"{n:,.{digits}f}", change(n, b)]
             rows.append([variant, *cells])

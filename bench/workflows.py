@@ -539,6 +539,9 @@ def instr_counts(ctx: Context) -> dict[str, dict[str, float]] | None:
         for r in runs
         if r.get("tree") == "setqueue" and "per_job" in r
     }
+    for r in runs:  # the --baseline tree's, when it ran: "dependents, <its tree name>"
+        if r.get("tree", "").startswith("setqueue@") and r.get("variant") == "dependents" and "per_job" in r:
+            found[f"dependents, {r['tree']}"] = {phase: f["instructions"] for phase, f in r["per_job"].items()}
     return found if {"plain", "dependents"} <= set(found) else None
 
 
@@ -633,7 +636,8 @@ def chains_beside_peers(data: dict[str, Any]) -> list[str]:
         "step's count: sending and running it",
         *(f"- {r['system']}: {r['worker']}" for r in found),
         "- setqueue and RQ keep each step's dependency in Redis from its enqueue, where it waits until the "
-        "step before ends (setqueue: its ack releases it, in the same script). A setqueue step is three "
+        "step before ends (setqueue: its ack records the release, and the claim that takes it moves it to "
+        "the line first). A setqueue step is three "
         "script calls (its enqueue, which checks its dependency and registers it; its claim; its ack), and a "
         "script call of one job pays a fixed cost of its own: the script's keys, arguments and functions "
         "made anew each call (counted: docs/reference.md#dependencies-what-each-step-touches-and-the-bounds)"
@@ -697,13 +701,18 @@ def summary(data: dict[str, Any]) -> str:
         )
         taken = counts["dependents"].get("claim released")
         if taken is not None:
-            plain_claim = counts["plain"]["claim"]
             L.append(
                 f"- counted, the claim that takes a released dependent: {taken:,.0f} instructions per job, against "
-                f"{plain_claim:,.0f} for a plain job's claim: it moves the dependent to the line first (the "
-                "work the ack recorded and left); ack and that claim together "
-                f"{dep_ack + taken:,.0f}, against {plain_ack + plain_claim:,.0f} plain"
+                f"{counts['plain']['claim']:,.0f} for a plain job's claim: it moves the dependent to the line first "
+                "(the work the ack recorded and left)"
             )
+        for name, before in counts.items():
+            if name.startswith("dependents, ") and taken is not None and "claim released" in before:
+                was, now = before["ack"] + before["claim released"], dep_ack + taken
+                L.append(
+                    f"- counted, the ack and that claim together: {now:,.0f} instructions per job, against "
+                    f"{was:,.0f} in {name.removeprefix('dependents, ')} ({100 * (now - was) / was:+.0f}%)"
+                )
     L += ["", *why(med, counts), ""]
 
     L += ["## Fan-in: the callback's start after the last member", ""]

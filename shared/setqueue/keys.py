@@ -435,9 +435,9 @@ class QueueKeys:
         """Hash: field = job id that others wait for (it has ``dependents`` entries); value = "<deps entry>
         <id>" while its only dependent is that job of this queue, with one dependency, no delay and
         priority 0, else "*". A job ending or forgotten looks here (one HMGET a batch) before it tells
-        or drops them, so queues where no job has dependents pay one EXISTS a call; an ack releases a
-        sole dependent from the value alone, without reading ``dependents`` (its one link, the common
-        chain step). Gone with the job, once they are told."""
+        or drops them, so queues where no job has dependents pay one EXISTS a call; an ack records the
+        release of a sole dependent from the value alone (``released``), without reading ``dependents``
+        (its one link, the common chain step). Gone with the job, once they are told."""
         return self.prefix + "linked"
 
     @property

@@ -269,13 +269,13 @@ local function arrive_all(W, G, T, arrivals, now)
   end
 end
 
--- arrive_sole: the jobs ids[j] that linked values[j] ("<deps entry> <id>", sole_entry) name as the
+-- record_sole: the jobs ids[j] that linked values[j] ("<deps entry> <id>", sole_entry) name as the
 -- only dependents of jobs acked[j] of this queue, which an ack just ended done: each such job (one
 -- dependency, no delay, priority 0) is released at the cost of one RPUSH for the batch. Recorded in
 -- released (the value, then the dependency's id), it moves to the line at the next claim or sweep
 -- (includes/released.lua: there it is checked to still wait in the run the value names, and its
 -- arrival is written); the workers are woken for it now.
-local function arrive_sole(W, T, ids, values, acked)
+local function record_sole(W, T, ids, values, acked)
   if #ids == 0 then return end
   local recorded = {}
   for j = 1, #ids do
@@ -287,9 +287,9 @@ end
 
 -- tell_here: of ids an ack just ended done, those with dependents tell them in this call when they
 -- fit in room (a budget of dependents for the call): those waiting in this queue arrive here and
--- now, no record, no second call; a sole dependent of this queue, named in linked, without reading
--- dependents, recorded for the next claim (arrive_sole). A job with dependents elsewhere, or too many, goes into
--- releasing as mark_ended puts it, for the caller to tell (release.lua). Returns those, one string
+-- now, no record, no second call; a sole dependent of this queue, named in linked, is recorded for
+-- the next claim without reading dependents (record_sole). A job with dependents elsewhere, or too
+-- many, goes into releasing as mark_ended puts it, for the caller to tell (release.lua). Returns those, one string
 -- each: "<id>" (too many: the caller reads them from the start), or "<id>\0<dependent>\0..." with its
 -- dependents of other queues read here ("<queue> <generation> <id>", for arrive.lua there; the
 -- caller then only finishes it).
@@ -332,7 +332,7 @@ local function tell_here(W, G, T, ids, queue, room, now)
       end
     end
   end
-  arrive_sole(W, T, sole_ids, sole_values, sole_of)
+  record_sole(W, T, sole_ids, sole_values, sole_of)
   arrive_all(W, G, T, arrivals, now)
   if #later == 0 then return later end
   local since, outcomes, now_text = {}, {}, string.format('%d', now)
@@ -402,8 +402,8 @@ local function dep_line(id, place, link)
 end
 
 -- sole_entry: what linked holds for a dependency of waiting job id, deps entry header, while id is
--- its only dependent: "<deps entry> <id>" for a job arrive_sole can release (one dependency, no
--- delay, priority 0: "1|<mode>||<generation>|0"), else "*".
+-- its only dependent: "<deps entry> <id>" for a job whose release record_sole records (one
+-- dependency, no delay, priority 0: "1|<mode>||<generation>|0"), else "*".
 local function sole_entry(header, id)
   if string.find(header, '^1|%a+||[^|]*|0$') then return header .. ' ' .. id end
   return '*'

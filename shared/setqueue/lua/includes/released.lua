@@ -1,7 +1,7 @@
 -- includes/released.lua: dependents joining the line. join_released puts jobs just out of waiting
 -- in line; drain_released does it for those an ack recorded in released (includes/links.lua's
--- arrive_sole), at the next claim or sweep. W (keys): waiting, deps, arrived, released, todos, seq,
--- pending, group_of; G: the groups' keys (includes/groups.lua).
+-- record_sole), at the next claim, sweep, stats or inspect. W (keys): waiting, deps, arrived,
+-- released, todos, seq, pending, group_of; G: the groups' keys (includes/groups.lua).
 -- @include "groups"
 
 -- DRAIN_MOST: the most recorded releases one call moves to the line: bounds its work however many
